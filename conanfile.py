@@ -1,0 +1,60 @@
+"""Conan 2 recipe for mwstrat, a header-only C++20 library.
+
+The package carries the headers and mwstrat's own CMake package config; consumers call
+find_package(mwstrat CONFIG) and link mwstrat::mwstrat, exactly as with a plain install.
+"""
+import os
+
+from conan import ConanFile
+from conan.tools.build import check_min_cppstd
+from conan.tools.cmake import CMake, CMakeToolchain, cmake_layout
+from conan.tools.files import load
+import re
+
+
+class MwstratConan(ConanFile):
+    name = "mwstrat"
+    description = "Synchronous multi-worker data-parallel training (MultiWorkerMirroredStrategy) for C++20"
+    license = "MIT"
+    topics = ("distributed-training", "data-parallel", "allreduce", "header-only")
+    package_type = "header-library"
+    settings = "os", "arch", "compiler", "build_type"
+    exports_sources = "CMakeLists.txt", "cmake/*", "include/*"
+    no_copy_source = True
+
+    def set_version(self):
+        text = load(self, os.path.join(self.recipe_folder, "CMakeLists.txt"))
+        self.version = re.search(r"project\(mwstrat VERSION ([0-9.]+)", text).group(1)
+
+    def requirements(self):
+        self.requires("boost/[>=1.81 <2]")
+        self.requires("onetbb/[>=2021.5 <2023]")
+        self.requires("zlib/[>=1.2.11 <2]")
+        self.requires("openssl/[>=3.0 <4]")
+
+    def validate(self):
+        check_min_cppstd(self, 20)
+
+    def layout(self):
+        cmake_layout(self)
+
+    def generate(self):
+        CMakeToolchain(self).generate()
+
+    def build(self):
+        cmake = CMake(self)
+        cmake.configure(variables={"MWSTRAT_BUILD_TESTS": "OFF", "MWSTRAT_BUILD_EXAMPLES": "OFF",
+                                   "MWSTRAT_BUILD_BENCHMARKS": "OFF", "MWSTRAT_INSTALL": "ON"})
+
+    def package(self):
+        CMake(self).install()
+
+    def package_id(self):
+        self.info.clear()
+
+    def package_info(self):
+        # mwstrat installs its own config (which finds its dependencies); let CMake use it.
+        self.cpp_info.bindirs = []
+        self.cpp_info.libdirs = []
+        self.cpp_info.set_property("cmake_find_mode", "none")
+        self.cpp_info.builddirs = [os.path.join("share", "cmake", "mwstrat")]

