@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// `mirrored_strategy<Collective>`: synchronous data parallelism over any `collective`.
+///
+/// Every replica holds a full copy of the parameters. At start the chief's copy is broadcast (`mirror`) after the
+/// replicas have checked that they build the same model (`verify_same`); every step the gradients are
+/// mean-reduced so every replica applies the identical update and the copies stay bit-identical.
+/// Over `ring_collective` (processes, TCP) this is TensorFlow's MultiWorkerMirroredStrategy; over
+/// `local_collective` (threads in one process) it is MirroredStrategy.
+
+#include <mwstrat/collective/concepts.hpp>
+#include <mwstrat/error.hpp>
+#include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/strategy/detail/hash.hpp>
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace mwstrat {
+
+/// Who this replica is in the cluster's own terms (TF_CONFIG's task), for logs and file paths.
+struct task_identity {
+  std::string type = "worker";  ///< "chief" or "worker"
+  int id = 0;                   ///< the task's index within its job
+};
+
+/// Synchronous data parallelism over `Collective` (a `collective`, held by value, or by reference when
+/// `Collective` is an lvalue reference type such as `local_collective&`).
+template <class Collective>
+  requires collective<std::remove_cvref_t<Collective>>
+class mirrored_strategy {
+ public:
+  using collective_type = std::remove_cvref_t<Collective>;
+
+  /// Takes (or refers to) a connected collective; `task` names this replica in logs and file paths.
+  mirrored_strategy(Collective c, task_identity task)
+      : collective_(std::forward<Collective>(c)), task_(std::move(task)) {}
+
+  /// As above, with the task `worker:<rank>`.
+  explicit mirrored_strategy(Collective c) : collective_(std::forward<Collective>(c)) {
+    task_.id = collective_.rank();
+  }
+
+  /// Number of replicas that take part in every step.
+  [[nodiscard]] int num_replicas_in_sync() const { return collective_.size(); }
+  /// This replica's rank; 0 is the chief.
+  [[nodiscard]] int replica_id() const { return collective_.rank(); }
+  /// Whether this replica is the chief: the one that logs and writes files.
+  [[nodiscard]] bool is_chief() const { return collective_.rank() == 0; }
+  /// TF_CONFIG's task type of this replica ("chief" or "worker").
+  [[nodiscard]] const std::string& task_type() const { return task_.type; }
+  /// TF_CONFIG's task index of this replica.
+  [[nodiscard]] int task_id() const { return task_.id; }
+
+  /// Throws `config_error` naming every replica whose `value` differs from the chief's; `what` names the value
+  /// ("model fingerprint"). Only a digest and the length cross the wire.
+  void verify_same(std::string_view what, std::string_view value) {
+    const std::array<std::int64_t, 2> mine{static_cast<std::int64_t>(detail::fnv1a64(value)),
+                                           static_cast<std::int64_t>(value.size())};
+    std::vector<std::int64_t> all(2 * static_cast<std::size_t>(num_replicas_in_sync()));
+    collective_.all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+    std::string differing;
+    for (int r = 1; r < num_replicas_in_sync(); ++r) {
+      const auto at = 2 * static_cast<std::size_t>(r);
+      if (all[at] != all[0] || all[at + 1] != all[1]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (differing.empty()) return;
+    std::string detail = std::string(what) + " differs from the chief's (rank 0) on rank(s) " + differing;
+    if (all[2 * static_cast<std::size_t>(replica_id())] != all[0]) {
+      detail += "; this replica's is '" + std::string(value) + "'";
+    }
+    detail += ": every worker must build the same model";
+    throw config_error({"strategy", replica_id()}, detail);
+  }
+
+  /// Makes `values` equal to the chief's on every replica.
+  template <class T>
+  void mirror(std::span<T> values) {
+    collective_.broadcast(values, 0);
+  }
+
+  /// Replaces `gradients` by their mean over all replicas, in place.
+  void mean_gradients(std::span<float> gradients) { collective_.all_reduce(gradients, reduce_op::mean); }
+
+  /// Replaces `values` by their sum over all replicas (metric sums and counts).
+  void sum_metrics(std::span<double> values) { collective_.all_reduce(values, reduce_op::sum); }
+
+  /// Returns once every replica has reached it.
+  void barrier() { collective_.barrier(); }
+
+  /// The collective underneath, for custom training loops that need more (all_gather, async all_reduce).
+  [[nodiscard]] collective_type& collective() { return collective_; }
+
+ private:
+  Collective collective_;
+  task_identity task_;
+};
+
+}  // namespace mwstrat

@@ -1,0 +1,215 @@
+#pragma once
+/// \file
+/// Keras-style `fit` and `evaluate` for synchronous data parallelism over any `strategy`.
+///
+/// Every worker runs the same `fit`. Each step, each worker trains on its part of the global batch (global batch =
+/// per-worker batch × `num_replicas_in_sync()`, the dataset's job), the gradients are mean-reduced — in buckets
+/// that overlap backward when the strategy's collective offers an asynchronous all-reduce — and every replica
+/// applies the identical update. Metrics are reduced weighted by examples. Before the first step the workers
+/// compare model fingerprints and the chief's parameters are broadcast.
+
+#include <mwstrat/error.hpp>
+#include <mwstrat/strategy/bucketed_reduction.hpp>
+#include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/train/callback.hpp>
+#include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/train_context.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace mwstrat {
+
+/// Options of `fit`, with Keras's names and meanings.
+struct fit_options {
+  int epochs = 1;                     ///< train until this epoch (exclusive; counts from 0 across resumes)
+  std::size_t steps_per_epoch = 0;    ///< 0: the dataset's steps per epoch
+  int initial_epoch = 0;              ///< the epoch to start from
+  std::size_t validation_steps = 0;   ///< 0: the whole validation set
+  int validation_freq = 1;            ///< validate after every n-th epoch
+  std::size_t bucket_bytes = 4u << 20;  ///< gradient bucket size for overlapping reduction (0: one bucket, at the end)
+};
+
+/// A validation set for `fit` that is never used: the default.
+struct no_validation {};
+
+namespace detail {
+
+// Reduces [loss_sum, correct, count] over the workers.
+template <class Strategy, class R>
+metric_sums reduce_stats(Strategy& strategy, const R& r) {
+  std::array<double, 3> v{static_cast<double>(r.loss_sum), static_cast<double>(r.correct),
+                          static_cast<double>(r.count)};
+  strategy.sum_metrics(std::span<double>(v));
+  return {v[0], v[1], v[2]};
+}
+
+template <class Strategy>
+constexpr bool has_async_collective = requires(Strategy& s, std::span<float> g) {
+  s.collective().all_reduce_async(g, reduce_op::mean);
+};
+
+// Mean-reduces the gradients of one step: overlapped in buckets when possible, else once after backward.
+template <class Strategy, class Model>
+class gradient_sync {
+ public:
+  gradient_sync(Strategy& s, Model& m, std::size_t bucket_bytes) : strategy_(s), model_(m) {
+    if constexpr (has_async_collective<Strategy>) {
+      if (bucket_bytes > 0 && s.num_replicas_in_sync() > 1) {
+        buckets_.emplace(s.collective(), m.gradients(), bucket_bytes / sizeof(float));
+      }
+    }
+  }
+
+  template <class Batch>
+  auto train(const Batch& batch) {
+    if constexpr (has_async_collective<Strategy>) {
+      if (buckets_) {
+        buckets_->begin();
+        auto result = train_on_batch(model_, batch, [this](std::size_t o, std::size_t n) { buckets_->on_ready(o, n); });
+        buckets_->finish();
+        return result;
+      }
+    }
+    auto result = train_on_batch(model_, batch, [](std::size_t, std::size_t) {});
+    strategy_.mean_gradients(model_.gradients());
+    return result;
+  }
+
+ private:
+  template <class S, bool Async = has_async_collective<S>>
+  struct buckets_for {
+    using type = std::optional<int>;  // never engaged: the strategy has no asynchronous all-reduce
+  };
+  template <class S>
+  struct buckets_for<S, true> {
+    using type = std::optional<bucketed_reduction<std::remove_reference_t<decltype(std::declval<S&>().collective())>>>;
+  };
+
+  Strategy& strategy_;
+  Model& model_;
+  typename buckets_for<Strategy>::type buckets_;
+};
+
+template <class Strategy>
+[[noreturn]] void throw_fit_error(Strategy& s, const std::string& what) {
+  throw config_error({"train", s.replica_id()}, what);
+}
+
+}  // namespace detail
+
+/// Evaluates `model` on `data` across all workers: every worker runs the same number of steps on its shard and the
+/// loss and accuracy are weighted by the examples each saw. `steps` = 0 runs the whole dataset.
+template <strategy Strategy, batch_source Data, class Model>
+  requires trainable_model<Model, batch_of<Data>>
+evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t steps = 0) {
+  const std::size_t n = steps == 0 ? static_cast<std::size_t>(data.steps_per_epoch()) : steps;
+  batch_stats local;
+  for (std::size_t s = 0; s < n; ++s) {
+    const auto& batch = data.batch_at(0, s);
+    const auto r = evaluate_on_batch(model, batch);
+    local.loss_sum += static_cast<double>(r.loss_sum);
+    local.correct += static_cast<double>(r.correct);
+    local.count += static_cast<double>(r.count);
+  }
+  const metric_sums all = detail::reduce_stats(strategy, local);
+  return {all.loss(), all.accuracy(), all.count};
+}
+
+/// Trains `model` with `optimizer` on `train` for `options.epochs`, validating on `validation` (when it is not
+/// `no_validation`) every `validation_freq` epochs; calls `callbacks` in Keras's order. Returns the history.
+template <strategy Strategy, class Model, optimizer_for Optimizer, batch_source Train, class Validation,
+          class... Callbacks>
+  requires trainable_model<Model, batch_of<Train>> &&
+           (callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> && ...)
+history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train, Validation& validation,
+            const fit_options& options, Callbacks&... callbacks) {
+  using clock = std::chrono::steady_clock;
+  train_context<Strategy, Model, Optimizer> ctx(strategy, model, optimizer);
+  ctx.epochs = options.epochs;
+  ctx.steps_per_epoch = options.steps_per_epoch != 0 ? options.steps_per_epoch
+                                                     : static_cast<std::size_t>(train.steps_per_epoch());
+  if (ctx.steps_per_epoch == 0) detail::throw_fit_error(strategy, "the training dataset has no full global batch");
+  if (options.validation_freq < 1) {
+    detail::throw_fit_error(strategy, "validation_freq: " + std::to_string(options.validation_freq) + " is not >= 1");
+  }
+  if (model.gradients().size() != model.parameters().size()) {
+    detail::throw_fit_error(strategy, "the model's gradient arena (" + std::to_string(model.gradients().size()) +
+                                          ") and parameter arena (" + std::to_string(model.parameters().size()) +
+                                          ") differ in size");
+  }
+  ctx.epoch = options.initial_epoch;
+
+  // Same architecture everywhere, then the chief's initial weights everywhere.
+  strategy.verify_same("model fingerprint", model.fingerprint());
+  strategy.mirror(model.parameters());
+
+  detail::gradient_sync<Strategy, Model> sync(strategy, model, options.bucket_bytes);
+  history hist;
+  detail::fire_train_begin(ctx, callbacks...);  // BackupAndRestore may move ctx to where a backup left off
+
+  for (; ctx.epoch < options.epochs && !ctx.stop_training; ++ctx.epoch) {
+    const int epoch = ctx.epoch;
+    if (ctx.step == 0) ctx.epoch_sums = {};
+    detail::fire_epoch_begin(ctx, epoch, callbacks...);
+    const auto started = clock::now();
+    std::size_t steps_run = 0;
+    while (ctx.step < ctx.steps_per_epoch && !ctx.stop_training) {
+      const std::size_t step = ctx.step;
+      detail::fire_batch_begin(ctx, step, callbacks...);
+      const auto& batch = train.batch_at(static_cast<std::size_t>(epoch), step);
+      const auto result = sync.train(batch);
+      optimizer.apply(model.parameters(), std::span<const float>(model.gradients()));
+      const metric_sums global = detail::reduce_stats(strategy, result);
+      ctx.epoch_sums.loss_sum += global.loss_sum;
+      ctx.epoch_sums.correct += global.correct;
+      ctx.epoch_sums.count += global.count;
+      ctx.step = step + 1;
+      ++steps_run;
+      const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss()};
+      detail::fire_batch_end(ctx, step, logs, callbacks...);
+    }
+    epoch_logs logs;
+    logs.epoch = epoch;
+    logs.loss = ctx.epoch_sums.loss();
+    logs.accuracy = ctx.epoch_sums.accuracy();
+    logs.seconds = std::chrono::duration<double>(clock::now() - started).count();
+    logs.steps = steps_run;
+    if constexpr (has_learning_rate<Optimizer>) logs.learning_rate = static_cast<double>(optimizer.learning_rate());
+    if constexpr (batch_source<Validation>) {
+      if ((epoch + 1) % options.validation_freq == 0 && !ctx.stop_training) {
+        detail::fire_test_begin(ctx, callbacks...);
+        const evaluation val = evaluate(strategy, model, validation, options.validation_steps);
+        detail::fire_test_end(ctx, val, callbacks...);
+        logs.val_loss = val.loss;
+        logs.val_accuracy = val.accuracy;
+      }
+    }
+    if (ctx.step == ctx.steps_per_epoch) ctx.step = 0;  // a stopped epoch keeps its position
+    hist.epochs.push_back(logs);
+    detail::fire_epoch_end(ctx, epoch, logs, callbacks...);
+    if (ctx.step != 0) break;  // stopped mid-epoch
+  }
+  hist.stopped_early = ctx.stop_training;
+  detail::fire_train_end(ctx, hist, callbacks...);
+  return hist;
+}
+
+/// `fit` without validation data.
+template <strategy Strategy, class Model, optimizer_for Optimizer, batch_source Train, class... Callbacks>
+  requires trainable_model<Model, batch_of<Train>> &&
+           (callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> && ...)
+history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train, const fit_options& options,
+            Callbacks&... callbacks) {
+  no_validation none;
+  return fit(strategy, model, optimizer, train, none, options, callbacks...);
+}
+
+}  // namespace mwstrat

@@ -1,0 +1,58 @@
+#pragma once
+/// \file
+/// The metrics `fit` reports: per batch (running means over the epoch so far, over all workers), per epoch, and
+/// the history of a whole run.
+
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+namespace mwstrat {
+
+/// Running sums over all workers; means are taken only when reported so metrics weigh every example equally.
+struct metric_sums {
+  double loss_sum = 0;
+  double correct = 0;
+  double count = 0;
+
+  /// Mean loss per example (NaN before any example).
+  [[nodiscard]] double loss() const { return count > 0 ? loss_sum / count : std::nan(""); }
+  /// Fraction classified right (NaN before any example).
+  [[nodiscard]] double accuracy() const { return count > 0 ? correct / count : std::nan(""); }
+};
+
+/// What a callback sees after each training batch.
+struct batch_logs {
+  std::size_t step = 0;        ///< the step just done, within the epoch (0-based)
+  double loss = 0;             ///< mean loss over the epoch so far, all workers
+  double accuracy = 0;         ///< accuracy over the epoch so far, all workers
+  double batch_loss = 0;       ///< mean loss of this global batch alone
+};
+
+/// The result of `evaluate`, reduced over all workers.
+struct evaluation {
+  double loss = 0;
+  double accuracy = 0;
+  double count = 0;  ///< examples evaluated, all workers together
+};
+
+/// What a callback sees at the end of an epoch.
+struct epoch_logs {
+  int epoch = 0;               ///< 0-based
+  double loss = 0;
+  double accuracy = 0;
+  std::optional<double> val_loss;
+  std::optional<double> val_accuracy;
+  std::optional<double> learning_rate;
+  double seconds = 0;          ///< wall time of the epoch's training steps
+  std::size_t steps = 0;       ///< steps run in this epoch by this process (fewer after a mid-epoch resume)
+};
+
+/// Everything `fit` reports, one entry per finished epoch.
+struct history {
+  std::vector<epoch_logs> epochs;
+  bool stopped_early = false;  ///< a callback set `stop_training`
+};
+
+}  // namespace mwstrat

@@ -1,0 +1,35 @@
+#pragma once
+/// \file
+/// The state of one `fit` run, shared with its callbacks: who we are (strategy), what we train (model,
+/// optimizer), where we are (epoch, step), and the switches callbacks may flip.
+
+#include <mwstrat/train/logs.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mwstrat {
+
+/// The run a callback is called from. Callbacks may read everything; they may set `stop_training`, and in
+/// `on_train_begin` they may move the start (`epoch`, `step`, `epoch_sums`) to resume a run.
+template <class Strategy, class Model, class Optimizer>
+struct train_context {
+  train_context(Strategy& s, Model& m, Optimizer& o) : strategy(s), model(m), optimizer(o) {}
+
+  Strategy& strategy;
+  Model& model;
+  Optimizer& optimizer;
+  int epochs = 1;                  ///< the epoch count fit was asked for
+  std::size_t steps_per_epoch = 0;
+  int epoch = 0;                   ///< the current epoch (0-based)
+  std::size_t step = 0;            ///< the next step to run within the epoch (0-based)
+  metric_sums epoch_sums;          ///< metrics of the current epoch so far, all workers
+  bool stop_training = false;      ///< set by a callback to end fit after the current step
+
+  /// Steps done since the start of training (epoch × steps_per_epoch + step), the same on every worker.
+  [[nodiscard]] std::uint64_t global_step() const {
+    return static_cast<std::uint64_t>(epoch) * steps_per_epoch + step;
+  }
+};
+
+}  // namespace mwstrat

@@ -1,0 +1,123 @@
+#include <mwstrat/collective/local.hpp>
+#include <mwstrat/strategy/bucketed_reduction.hpp>
+#include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/strategy/mirrored_strategy.hpp>
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using namespace mwstrat;
+
+// Near misses: one type per missing requirement of `strategy`.
+struct complete {
+  int num_replicas_in_sync() const { return 1; }
+  int replica_id() const { return 0; }
+  bool is_chief() const { return true; }
+  void verify_same(std::string_view, std::string_view) {}
+  void mirror(std::span<float>) {}
+  void mean_gradients(std::span<float>) {}
+  void sum_metrics(std::span<double>) {}
+  void barrier() {}
+};
+struct no_replicas { int replica_id() const; bool is_chief() const; void verify_same(std::string_view, std::string_view);
+  void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+struct no_replica_id { int num_replicas_in_sync() const; bool is_chief() const; void verify_same(std::string_view, std::string_view);
+  void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+struct no_is_chief { int num_replicas_in_sync() const; int replica_id() const; void verify_same(std::string_view, std::string_view);
+  void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+struct no_verify { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
+  void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+struct no_mirror { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
+  void verify_same(std::string_view, std::string_view); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+struct no_mean { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
+  void verify_same(std::string_view, std::string_view); void mirror(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+struct no_sum { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
+  void verify_same(std::string_view, std::string_view); void mirror(std::span<float>); void mean_gradients(std::span<float>); void barrier(); };
+struct no_barrier { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
+  void verify_same(std::string_view, std::string_view); void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); };
+
+static_assert(strategy<complete>);
+static_assert(!strategy<no_replicas>);
+static_assert(!strategy<no_replica_id>);
+static_assert(!strategy<no_is_chief>);
+static_assert(!strategy<no_verify>);
+static_assert(!strategy<no_mirror>);
+static_assert(!strategy<no_mean>);
+static_assert(!strategy<no_sum>);
+static_assert(!strategy<no_barrier>);
+static_assert(strategy<mirrored_strategy<local_collective&>>);
+
+TEST(mirrored_strategy, mirrors_the_chiefs_values_and_averages_gradients) {
+  for (int n : {1, 2, 3, 4, 7}) {
+    spawn_ranks(n, [&](local_collective& c) {
+      mirrored_strategy<local_collective&> s(c, {"worker", c.rank()});
+      EXPECT_EQ(s.num_replicas_in_sync(), n);
+      EXPECT_EQ(s.is_chief(), c.rank() == 0);
+      EXPECT_EQ(s.task_id(), c.rank());
+      std::vector<float> params(5, static_cast<float>(c.rank() + 10));
+      s.mirror(std::span<float>(params));
+      EXPECT_EQ(params, std::vector<float>(5, 10.0f));
+      std::vector<float> grads(3, static_cast<float>(c.rank()));
+      s.mean_gradients(grads);
+      EXPECT_FLOAT_EQ(grads[0], static_cast<float>(n - 1) / 2.0f);
+      std::vector<double> sums{1.0, static_cast<double>(c.rank())};
+      s.sum_metrics(sums);
+      EXPECT_DOUBLE_EQ(sums[0], n);
+      s.verify_same("model fingerprint", "same everywhere");
+      s.barrier();
+    });
+  }
+}
+
+TEST(mirrored_strategy, verify_same_names_every_differing_rank) {
+  std::vector<std::string> messages(4);
+  spawn_ranks(4, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> s(c);
+    try {
+      s.verify_same("model fingerprint", c.rank() % 2 == 1 ? "dense(10)" : "dense(12)");
+    } catch (const config_error& e) {
+      messages[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  EXPECT_EQ(messages[0], "[mwstrat.strategy] rank 0: model fingerprint differs from the chief's (rank 0) on rank(s) "
+                         "1, 3: every worker must build the same model");
+  EXPECT_NE(messages[1].find("this replica's is 'dense(10)'"), std::string::npos) << messages[1];
+}
+
+TEST(bucketed_reduction, equals_one_mean_and_sends_whole_layers) {
+  const std::vector<std::size_t> layers{7, 1000, 3, 50};  // arena order; backward reports them last-first
+  const std::size_t total = std::accumulate(layers.begin(), layers.end(), std::size_t{0});
+  for (std::size_t bucket : {std::size_t{1}, std::size_t{60}, std::size_t{100000}}) {
+    spawn_ranks(3, [&](local_collective& c) {
+      std::vector<float> g(total), expected(total);
+      for (std::size_t i = 0; i < total; ++i) g[i] = expected[i] = static_cast<float>((i * 7 + c.rank()) % 11);
+      c.all_reduce(std::span<float>(expected), reduce_op::mean);
+      bucketed_reduction<local_collective> r(c, g, bucket);
+      r.begin();
+      std::size_t end = total;
+      for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+        end -= *it;
+        r.on_ready(end, *it);
+      }
+      r.finish();
+      EXPECT_EQ(g, expected);
+      EXPECT_EQ(r.buckets_sent(), bucket == 1 ? 4u : bucket == 60 ? 2u : 1u);
+    });
+  }
+}
+
+TEST(bucketed_reduction, rejects_slices_out_of_order) {
+  spawn_ranks(1, [&](local_collective& c) {
+    std::vector<float> g(10);
+    bucketed_reduction<local_collective> r(c, g, 4);
+    EXPECT_THROW(r.on_ready(0, 5), config_error);
+  });
+}
+
+}  // namespace

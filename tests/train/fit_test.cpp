@@ -1,0 +1,281 @@
+// fit/evaluate over the local collective (replicas as threads) with a model on the test's own types.
+#include <mwstrat/collective/local.hpp>
+#include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/train/callbacks/csv_logger.hpp>
+#include <mwstrat/train/callbacks/learning_rate_scheduler.hpp>
+#include <mwstrat/train/callbacks/progress_logger.hpp>
+#include <mwstrat/train/callbacks/terminate_on_nan.hpp>
+#include <mwstrat/train/fit.hpp>
+
+#include <support/softmax_regression.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace mwstrat;
+using test::blob_batches;
+using test::plain_sgd;
+using test::softmax_regression;
+
+constexpr std::size_t features = 8, classes = 4, examples = 512;
+
+// Trains `workers` replicas on global batch `global_batch` for `steps` steps; returns rank 0's parameters.
+std::vector<float> train_replicas(int workers, std::size_t global_batch, int epochs, std::size_t bucket_bytes,
+                                  std::uint32_t data_seed = 7) {
+  std::vector<float> result;
+  std::mutex m;
+  spawn_ranks(workers, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 100u + static_cast<std::uint32_t>(c.rank()));  // differ: mirrored
+    plain_sgd sgd;
+    blob_batches data(examples, features, classes, global_batch, c.size(), c.rank(), data_seed);
+    fit_options options;
+    options.epochs = epochs;
+    options.bucket_bytes = bucket_bytes;
+    fit(strategy, model, sgd, data, options);
+    if (c.rank() == 0) {
+      const std::lock_guard lock(m);
+      result.assign(model.parameters().begin(), model.parameters().end());
+    }
+  });
+  return result;
+}
+
+double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double scale = std::max({1e-3, std::abs(double(a[i])), std::abs(double(b[i]))});
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / scale);
+  }
+  return worst;
+}
+
+TEST(fit, n_replicas_of_batch_b_equal_one_replica_of_batch_nb) {
+  const auto one = train_replicas(1, 64, 2, 0);
+  for (int n : {2, 4}) {
+    const auto many = train_replicas(n, 64, 2, 0);
+    ASSERT_EQ(one.size(), many.size());
+    EXPECT_LT(max_relative_difference(one, many), 1e-5) << n << " replicas";
+  }
+}
+
+TEST(fit, same_world_size_and_seed_give_identical_bits) {
+  const auto a = train_replicas(3, 48, 2, 64);
+  const auto b = train_replicas(3, 48, 2, 64);
+  EXPECT_EQ(a, b);
+}
+
+TEST(fit, bucketed_overlap_gives_the_same_bits_as_one_reduction_per_step) {
+  // Buckets of 1 float force one bucket per layer; 0 disables overlap. Each element is reduced the same way.
+  EXPECT_EQ(train_replicas(2, 32, 1, 4), train_replicas(2, 32, 1, 0));
+}
+
+TEST(fit, every_replica_ends_with_the_same_parameters) {
+  std::vector<std::vector<float>> all(3);
+  spawn_ranks(3, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 1000u * static_cast<std::uint32_t>(c.rank() + 1));
+    plain_sgd sgd;
+    blob_batches data(examples, features, classes, 30, 3, c.rank(), 3);
+    fit(strategy, model, sgd, data, fit_options{});
+    all[static_cast<std::size_t>(c.rank())].assign(model.parameters().begin(), model.parameters().end());
+  });
+  EXPECT_EQ(all[0], all[1]);
+  EXPECT_EQ(all[0], all[2]);
+}
+
+TEST(fit, learns_and_reports_history_and_validation) {
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    plain_sgd sgd{0.5};
+    blob_batches train(examples, features, classes, 32, 2, c.rank(), 11);
+    blob_batches val(256, features, classes, 64, 2, c.rank(), 12);
+    fit_options options;
+    options.epochs = 3;
+    const history h = fit(strategy, model, sgd, train, val, options);
+    ASSERT_EQ(h.epochs.size(), 3u);
+    EXPECT_LT(h.epochs[2].loss, h.epochs[0].loss);
+    ASSERT_TRUE(h.epochs[2].val_accuracy.has_value());
+    EXPECT_GT(*h.epochs[2].val_accuracy, 0.8);
+    EXPECT_EQ(h.epochs[0].steps, examples / 32);
+    const evaluation e = evaluate(strategy, model, val);
+    EXPECT_EQ(e.count, 256.0);  // each example once, all workers together
+    EXPECT_DOUBLE_EQ(e.accuracy, *h.epochs[2].val_accuracy);
+  });
+}
+
+// Records every hook, to check Keras's order.
+struct recorder {
+  std::vector<std::string>* events;
+  template <class Ctx> void on_train_begin(Ctx&) { events->push_back("train_begin"); }
+  template <class Ctx> void on_train_end(Ctx&, const history&) { events->push_back("train_end"); }
+  template <class Ctx> void on_epoch_begin(Ctx&, int e) { events->push_back("epoch_begin " + std::to_string(e)); }
+  template <class Ctx> void on_epoch_end(Ctx&, int e, const epoch_logs&) {
+    events->push_back("epoch_end " + std::to_string(e));
+  }
+  template <class Ctx> void on_train_batch_begin(Ctx&, std::size_t s) {
+    events->push_back("batch_begin " + std::to_string(s));
+  }
+  template <class Ctx> void on_train_batch_end(Ctx& ctx, std::size_t s, const batch_logs&) {
+    events->push_back("batch_end " + std::to_string(s) + " global " + std::to_string(ctx.global_step()));
+  }
+  template <class Ctx> void on_test_begin(Ctx&) { events->push_back("test_begin"); }
+  template <class Ctx> void on_test_end(Ctx&, const evaluation&) { events->push_back("test_end"); }
+};
+
+TEST(fit, callbacks_fire_in_keras_order) {
+  std::vector<std::string> events;
+  spawn_ranks(1, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(64, features, classes, 32, 1, 0, 1), val(64, features, classes, 32, 1, 0, 2);
+    recorder r{&events};
+    fit_options options;
+    options.epochs = 2;
+    options.validation_freq = 2;
+    fit(strategy, model, sgd, train, val, options, r);
+  });
+  const std::vector<std::string> expected{
+      "train_begin",  "epoch_begin 0", "batch_begin 0", "batch_end 0 global 1", "batch_begin 1",
+      "batch_end 1 global 2", "epoch_end 0", "epoch_begin 1", "batch_begin 0", "batch_end 0 global 3",
+      "batch_begin 1", "batch_end 1 global 4", "test_begin", "test_end", "epoch_end 1", "train_end"};
+  EXPECT_EQ(events, expected);
+}
+
+struct stop_after {
+  std::size_t steps;
+  template <class Ctx> void on_train_batch_end(Ctx& ctx, std::size_t, const batch_logs&) {
+    if (ctx.global_step() >= steps) ctx.stop_training = true;
+  }
+};
+
+TEST(fit, stop_training_ends_after_the_current_step_on_every_worker) {
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(examples, features, classes, 32, 2, c.rank(), 1);
+    stop_after stop{5};
+    fit_options options;
+    options.epochs = 4;
+    const history h = fit(strategy, model, sgd, train, options, stop);
+    EXPECT_TRUE(h.stopped_early);
+    ASSERT_EQ(h.epochs.size(), 1u);
+    EXPECT_EQ(h.epochs[0].steps, 5u);
+  });
+}
+
+// A model whose loss becomes NaN at a given step, for TerminateOnNaN.
+struct nan_after : softmax_regression {
+  using softmax_regression::softmax_regression;
+  int calls = 0;
+  template <class OnReady>
+  batch_stats train_batch(std::span<const float> x, std::span<const std::int64_t> y, std::size_t n, OnReady&& r) {
+    batch_stats s = softmax_regression::train_batch(x, y, n, r);
+    if (++calls >= 3) s.loss_sum = std::numeric_limits<double>::quiet_NaN();
+    return s;
+  }
+};
+
+TEST(fit, terminate_on_nan_stops_at_the_first_invalid_loss) {
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    nan_after model(features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(examples, features, classes, 32, 2, c.rank(), 1);
+    std::ostringstream out;
+    terminate_on_nan stop(out);
+    fit_options options;
+    options.epochs = 2;
+    const history h = fit(strategy, model, sgd, train, options, stop);
+    EXPECT_TRUE(h.stopped_early);
+    EXPECT_EQ(h.epochs.at(0).steps, 3u);
+    EXPECT_EQ(out.str().empty(), c.rank() != 0);
+  });
+}
+
+TEST(fit, learning_rate_schedule_applies_on_every_worker) {
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    plain_sgd sgd{0.4};
+    blob_batches train(128, features, classes, 32, 2, c.rank(), 1);
+    learning_rate_scheduler schedule([](int epoch, double lr) { return epoch == 0 ? lr : lr / 2; });
+    fit_options options;
+    options.epochs = 3;
+    const history h = fit(strategy, model, sgd, train, options, schedule);
+    EXPECT_DOUBLE_EQ(*h.epochs[0].learning_rate, 0.4);
+    EXPECT_DOUBLE_EQ(*h.epochs[2].learning_rate, 0.1);
+  });
+}
+
+TEST(fit, only_the_chief_prints_progress_and_writes_the_csv_log) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mwstrat_fit_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> printed(2);
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(128, features, classes, 32, 2, c.rank(), 1);
+    std::ostringstream out;
+    progress_logger progress({&out, false, 0});
+    csv_logger csv((dir / ("log" + std::to_string(c.rank()) + ".csv")).string());
+    fit_options options;
+    options.epochs = 2;
+    fit(strategy, model, sgd, train, options, progress, csv);
+    printed[static_cast<std::size_t>(c.rank())] = out.str();
+  });
+  EXPECT_TRUE(printed[1].empty());
+  EXPECT_NE(printed[0].find("Epoch 1/2\n4/4 [==============================] - "), std::string::npos) << printed[0];
+  EXPECT_NE(printed[0].find("ms/step - loss: "), std::string::npos);
+  EXPECT_NE(printed[0].find(" - accuracy: "), std::string::npos);
+  EXPECT_NE(printed[0].find("Epoch 2/2\n"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(dir / "log0.csv"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "log1.csv"));
+  std::ifstream csv(dir / "log0.csv");
+  std::string header, row1, row2, extra;
+  std::getline(csv, header);
+  std::getline(csv, row1);
+  std::getline(csv, row2);
+  EXPECT_EQ(header, "epoch,loss,accuracy,val_loss,val_accuracy,learning_rate");
+  EXPECT_EQ(row1.rfind("0,", 0), 0u);
+  EXPECT_EQ(row2.rfind("1,", 0), 0u);
+  EXPECT_FALSE(std::getline(csv, extra));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(fit, a_different_model_on_one_worker_is_named) {
+  std::vector<std::string> messages(3);
+  spawn_ranks(3, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(c.rank() == 2 ? features + 1 : features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(128, features + (c.rank() == 2 ? 1 : 0), classes, 30, 3, c.rank(), 1);
+    try {
+      fit(strategy, model, sgd, train, fit_options{});
+    } catch (const config_error& e) {
+      messages[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(messages[static_cast<std::size_t>(r)].find("model fingerprint differs from the chief's (rank 0) on rank(s) 2"),
+              std::string::npos)
+        << messages[static_cast<std::size_t>(r)];
+  }
+  EXPECT_NE(messages[2].find("softmax_regression(9x4)"), std::string::npos);
+}
+
+}  // namespace
