@@ -1,0 +1,84 @@
+// mwstrat-launch, run for real: it starts shell workers, and the tests read what it printed and returned.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct run_result {
+  int status;
+  std::string output;
+  double seconds;
+};
+
+// Runs the launcher with `args` under `timeout` (bounded: a hung launcher fails the test, never blocks it).
+run_result launch(const std::string& args) {
+  const std::string command = "timeout 60 " MWSTRAT_LAUNCH " " + args + " 2>&1";
+  const auto started = std::chrono::steady_clock::now();
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (pipe && std::fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+  const int status = pipe ? ::pclose(pipe) : -1;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()};
+}
+
+TEST(launch, gives_each_worker_its_tf_config_and_prefixes_output) {
+  const auto r = launch("-n 3 --base-port 45100 -- sh -c 'echo \"$TF_CONFIG\"'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (int i = 0; i < 3; ++i) {
+    const std::string expected =
+        "[worker " + std::to_string(i) +
+        "] {\"cluster\": {\"worker\": [\"127.0.0.1:45100\", \"127.0.0.1:45101\", \"127.0.0.1:45102\"]}, \"task\": "
+        "{\"type\": \"worker\", \"index\": " + std::to_string(i) + "}}\n";
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+  }
+}
+
+TEST(launch, a_failing_worker_ends_the_others_and_its_code_is_returned) {
+  // Worker 1 fails at once; worker 0 would sleep for 50 s, but is ended.
+  const auto r = launch("-n 2 --grace-ms 500 -- sh -c 'case \"$TF_CONFIG\" in *'\"'\"'\"index\": 1'\"'\"'*) exit 7;; "
+                        "esac; exec sleep 50'");
+  EXPECT_EQ(r.status, 7) << r.output;
+  EXPECT_NE(r.output.find("worker 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with status 7; ending the other workers"), std::string::npos);
+  EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST(launch, restarts_the_group_until_it_succeeds) {
+  // Each worker fails on the first attempt and succeeds on the second.
+  const auto r = launch("-n 2 --max-restarts 2 -- sh -c '[ \"$MWSTRAT_LAUNCH_ATTEMPT\" = 1 ] && echo done || exit 5'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("restarting the group (restart 1 of 2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 0] done"), std::string::npos);
+  EXPECT_NE(r.output.find("[worker 1] done"), std::string::npos);
+}
+
+TEST(launch, gives_up_after_max_restarts_with_the_failure_code) {
+  const auto r = launch("-n 1 --max-restarts 1 -- sh -c 'exit 4'");
+  EXPECT_EQ(r.status, 4);
+  EXPECT_NE(r.output.find("giving up after 1 restart(s)"), std::string::npos) << r.output;
+}
+
+TEST(launch, a_killed_worker_reports_the_signal) {
+  const auto r = launch("-n 1 -- sh -c 'kill -9 $$'");
+  EXPECT_EQ(r.status, 128 + 9) << r.output;
+  EXPECT_NE(r.output.find("was killed by signal 9"), std::string::npos) << r.output;
+}
+
+TEST(launch, rejects_bad_arguments_clearly) {
+  EXPECT_EQ(launch("-n 0 -- true").status, 2);
+  const auto r = launch("-n 2 --base-port 70000 -- true");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--base-port: '70000' is not a number in [1, 65535]"), std::string::npos) << r.output;
+  EXPECT_NE(launch("-n 2").output.find("no program given after --"), std::string::npos);
+  EXPECT_EQ(launch("-n 1 -- /nonexistent/program").status, 127);
+}
+
+}  // namespace

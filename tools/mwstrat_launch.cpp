@@ -1,0 +1,264 @@
+// mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K] [--grace-ms G] -- PROGRAM ARGS...
+//
+// Starts N local workers of PROGRAM, each with its own TF_CONFIG (cluster.worker = N addresses on H, task.index =
+// i), prefixes every line they print with "[worker i] ", and waits. When a worker fails (non-zero exit or a
+// signal) the others are ended (SIGTERM, then SIGKILL after the grace period) and, while restarts remain, the
+// whole group is started again with the same TF_CONFIG — so a job that uses BackupAndRestore resumes by itself.
+// Exit status: 0 when every worker succeeded; otherwise the first failure's (128 + signal for a signal).
+#include <mwstrat/version.hpp>
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct options {
+  int workers = 0;
+  int base_port = 0;  // 0: pick N free ports
+  std::string host = "127.0.0.1";
+  int max_restarts = 0;
+  int grace_ms = 5000;
+  std::vector<std::string> command;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  if (!problem.empty()) std::fprintf(stderr, "mwstrat-launch: %s\n", problem.c_str());
+  std::fprintf(stderr,
+               "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K] [--grace-ms G] -- PROGRAM "
+               "[ARGS...]\n");
+  std::exit(2);
+}
+
+int parse_int(const std::string& flag, const char* text, int low, int high) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < low || v > high) {
+    usage(flag + ": '" + text + "' is not a number in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
+  }
+  return static_cast<int>(v);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--") { ++i; break; }
+    if (a == "-n" || a == "--workers") o.workers = parse_int(a, value(), 1, 1024);
+    else if (a == "--base-port") o.base_port = parse_int(a, value(), 1, 65535);
+    else if (a == "--host") o.host = value();
+    else if (a == "--max-restarts") o.max_restarts = parse_int(a, value(), 0, 1000);
+    else if (a == "--grace-ms") o.grace_ms = parse_int(a, value(), 0, 600000);
+    else if (a == "--version") { std::printf("mwstrat-launch %s\n", mwstrat::version_string); std::exit(0); }
+    else if (a == "-h" || a == "--help") usage("");
+    else usage("unknown option '" + a + "'");
+  }
+  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  if (o.workers == 0) usage("-n N is required");
+  if (o.command.empty()) usage("no program given after --");
+  if (o.base_port != 0 && o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
+  return o;
+}
+
+// N ports that are free now: bound together (so they differ), then released for the workers to listen on.
+std::vector<int> free_ports(const std::string& host, int n) {
+  std::vector<int> fds, ports;
+  for (int k = 0; k < n; ++k) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = 0;
+    if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) usage("--host: '" + host + "' is not an IPv4 address");
+    socklen_t len = sizeof a;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      std::fprintf(stderr, "mwstrat-launch: cannot find a free port on %s: %s\n", host.c_str(), std::strerror(errno));
+      std::exit(1);
+    }
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (const int fd : fds) ::close(fd);
+  return ports;
+}
+
+std::string tf_config(const options& o, const std::vector<int>& ports, int index) {
+  std::string workers;
+  for (std::size_t k = 0; k < ports.size(); ++k) {
+    workers += (k ? ", \"" : "\"") + o.host + ':' + std::to_string(ports[k]) + '"';
+  }
+  return "{\"cluster\": {\"worker\": [" + workers + "]}, \"task\": {\"type\": \"worker\", \"index\": " +
+         std::to_string(index) + "}}";
+}
+
+struct worker {
+  int index = 0;
+  pid_t pid = -1;
+  int out = -1;          // read end of the worker's stdout+stderr
+  std::string pending;   // a partial line
+  std::optional<int> status;
+};
+
+void emit(worker& w, bool flush_partial) {
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = w.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = w.pending.substr(start, nl - start);
+    if (const auto cr = line.rfind('\r'); cr != std::string::npos) line.erase(0, cr + 1);  // keep a bar's last state
+    std::printf("[worker %d] %s\n", w.index, line.c_str());
+  }
+  w.pending.erase(0, start);
+  if (flush_partial && !w.pending.empty()) {
+    std::printf("[worker %d] %s\n", w.index, w.pending.c_str());
+    w.pending.clear();
+  }
+  std::fflush(stdout);
+}
+
+worker start(const options& o, const std::vector<int>& ports, int index, int attempt) {
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    std::perror("mwstrat-launch: pipe");
+    std::exit(1);
+  }
+  const std::string config = tf_config(o, ports, index);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("mwstrat-launch: fork");
+    std::exit(1);
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);  // its own group, so ending it ends whatever it started
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::setenv("TF_CONFIG", config.c_str(), 1);
+    ::setenv("MWSTRAT_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "mwstrat-launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+    std::_Exit(127);
+  }
+  ::setpgid(pid, pid);
+  ::close(fds[1]);
+  ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  return worker{index, pid, fds[0], {}, {}};
+}
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) +
+         ")";
+}
+
+volatile sig_atomic_t interrupted = 0;
+void on_signal(int sig) { interrupted = sig; }
+
+// Runs one attempt of the whole group; returns 0 or the first failure's exit code.
+int run_group(const options& o, const std::vector<int>& ports, int attempt) {
+  std::vector<worker> ws;
+  for (int i = 0; i < o.workers; ++i) ws.push_back(start(o, ports, i, attempt));
+  std::optional<int> failure;
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  auto end_all = [&](int sig) {
+    for (auto& w : ws) if (!w.status) ::kill(-w.pid, sig);
+  };
+  for (;;) {
+    std::vector<pollfd> pfds;
+    for (auto& w : ws) if (w.out >= 0) pfds.push_back({w.out, POLLIN, 0});
+    if (!pfds.empty()) ::poll(pfds.data(), pfds.size(), 50);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (auto& w : ws) {
+      if (w.out < 0) continue;
+      char buf[65536];
+      for (;;) {
+        const ssize_t got = ::read(w.out, buf, sizeof buf);
+        if (got > 0) { w.pending.append(buf, static_cast<std::size_t>(got)); continue; }
+        if (got == 0) { ::close(w.out); w.out = -1; emit(w, true); }
+        break;
+      }
+      emit(w, false);
+    }
+    for (auto& w : ws) {
+      if (w.status) continue;
+      int status = 0;
+      if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
+        w.status = status;
+        if (status != 0 && !failure) {
+          failure = exit_code(status);
+          std::fprintf(stderr, "mwstrat-launch: worker %d (pid %d) %s; ending the other workers\n", w.index,
+                       static_cast<int>(w.pid), describe(status).c_str());
+          end_all(SIGTERM);
+          kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.grace_ms);
+        }
+      }
+    }
+    if (interrupted && !failure) {
+      failure = 128 + interrupted;
+      std::fprintf(stderr, "mwstrat-launch: interrupted; ending the workers\n");
+      end_all(SIGTERM);
+      kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.grace_ms);
+    }
+    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+      end_all(SIGKILL);
+      kill_at.reset();
+    }
+    bool running = false;
+    for (auto& w : ws) running = running || !w.status || w.out >= 0;
+    if (!running) break;
+  }
+  return failure.value_or(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  std::vector<int> ports;
+  if (o.base_port != 0) {
+    for (int i = 0; i < o.workers; ++i) ports.push_back(o.base_port + i);
+  } else {
+    ports = free_ports(o.host, o.workers);
+  }
+  for (int attempt = 0;; ++attempt) {
+    const int code = run_group(o, ports, attempt);
+    if (code == 0) return 0;
+    if (interrupted || attempt >= o.max_restarts) {
+      if (o.max_restarts > 0 && !interrupted) {
+        std::fprintf(stderr, "mwstrat-launch: giving up after %d restart(s)\n", o.max_restarts);
+      }
+      return code;
+    }
+    std::fprintf(stderr, "mwstrat-launch: restarting the group (restart %d of %d)\n", attempt + 1, o.max_restarts);
+  }
+}
