@@ -41,14 +41,16 @@ class splitmix64 {
   std::uint64_t state_;
 };
 
+__extension__ using uint128 = unsigned __int128;  // __extension__: -Wpedantic knows no 128-bit type
+
 /// A uniform integer in [0, bound) without modulo bias (Lemire's multiply-and-reject); bound > 0.
 [[nodiscard]] inline std::uint64_t uniform_below(splitmix64& gen, std::uint64_t bound) noexcept {
-  unsigned __int128 m = static_cast<unsigned __int128>(gen()) * bound;
+  uint128 m = static_cast<uint128>(gen()) * bound;
   auto low = static_cast<std::uint64_t>(m);
   if (low < bound) {
     const std::uint64_t threshold = (0 - bound) % bound;
     while (low < threshold) {
-      m = static_cast<unsigned __int128>(gen()) * bound;
+      m = static_cast<uint128>(gen()) * bound;
       low = static_cast<std::uint64_t>(m);
     }
   }

@@ -1,0 +1,12 @@
+#pragma once
+/// \file
+/// The data family: IDX reading, MNIST loaders, the dataset pipeline, sharding policies and distributed batches.
+
+#include <mwstrat/data/concepts.hpp>
+#include <mwstrat/data/cursor.hpp>
+#include <mwstrat/data/dataset.hpp>
+#include <mwstrat/data/distributed.hpp>
+#include <mwstrat/data/idx.hpp>
+#include <mwstrat/data/labeled_images.hpp>
+#include <mwstrat/data/mnist.hpp>
+#include <mwstrat/data/sharding.hpp>
