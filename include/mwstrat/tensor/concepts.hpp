@@ -1,0 +1,137 @@
+#pragma once
+/// \file
+/// The `tensor_like` concept: how mwstrat reaches the numbers inside a user's tensor.
+///
+/// mwstrat moves parameters and gradients as flat, contiguous runs of numbers (all-reduce, broadcast,
+/// checkpoint). A type is `tensor_like` when `mwstrat::elements(t)` yields a `std::span` over its elements and
+/// `mwstrat::shape(t)` its extents. Requirements, in order:
+///   1. `mwstrat::elements(t)` is valid: either an ADL hook `mwstrat_elements(t)`, declared in the type's own
+///      namespace, returns something convertible to `std::span<E>`; or, without a hook, the type is a
+///      contiguous, sized range (std::vector, std::array, std::span, ...).
+///   2. The element type `E` is a tensor element: arithmetic, or opted in by specialising
+///      `mwstrat::enable_tensor_element<E>` (a bf16 struct, say).
+///   3. `mwstrat::shape(t)` is valid: an ADL hook `mwstrat_shape(t)` returning a range of `std::size_t`-
+///      convertible extents, or, without a hook, the shape `{size}`. The product of the extents must equal the
+///      number of elements (checked where a shape is used, not by the concept).
+///
+/// Opting in a type of your own (no edit of mwstrat; the hooks live beside your type):
+///
+///     namespace my {
+///     struct matrix { std::size_t rows, cols; std::vector<float> data; };
+///     std::span<float> mwstrat_elements(matrix& m) { return m.data; }
+///     std::span<const float> mwstrat_elements(const matrix& m) { return m.data; }
+///     std::vector<std::size_t> mwstrat_shape(const matrix& m) { return {m.rows, m.cols}; }
+///     }
+///     static_assert(mwstrat::tensor_like<my::matrix>);
+
+#include <concepts>
+#include <cstddef>
+#include <ranges>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace mwstrat {
+
+/// Specialise to `true` to let a non-arithmetic element type (bf16, fp16 structs) into `tensor_like`.
+template <class E>
+inline constexpr bool enable_tensor_element = std::is_arithmetic_v<E>;
+
+/// True for the types a tensor may hold (requirement 2).
+template <class E>
+concept tensor_element = enable_tensor_element<std::remove_cv_t<E>>;
+
+namespace detail {
+
+// Poison pills: only hooks found by ADL count, never an unrelated function of the same name in mwstrat.
+void mwstrat_elements() = delete;
+void mwstrat_shape() = delete;
+
+template <class T>
+concept has_elements_hook = requires(T& t) { mwstrat_elements(t); };
+
+template <class T>
+concept has_shape_hook = requires(const T& t) { mwstrat_shape(t); };
+
+template <class S>
+struct span_element {};
+template <class E, std::size_t N>
+struct span_element<std::span<E, N>> {
+  using type = E;
+};
+
+template <class T>
+auto elements_of(T& t) {
+  if constexpr (has_elements_hook<T>) {
+    using result = decltype(mwstrat_elements(t));
+    if constexpr (std::ranges::contiguous_range<result> && std::ranges::sized_range<result>) {
+      return std::span<std::remove_reference_t<std::ranges::range_reference_t<result>>>(mwstrat_elements(t));
+    } else {
+      return mwstrat_elements(t);  // not a span: rejected by the concept below
+    }
+  } else {
+    return std::span<std::remove_reference_t<std::ranges::range_reference_t<T>>>(std::ranges::data(t),
+                                                                                 std::ranges::size(t));
+  }
+}
+
+template <class T>
+concept elements_reachable =
+    has_elements_hook<T> || (std::ranges::contiguous_range<T> && std::ranges::sized_range<T>);
+
+}  // namespace detail
+
+/// The elements of a tensor-like value as a span (requirement 1).
+struct elements_fn {
+  template <class T>
+    requires detail::elements_reachable<T>
+  auto operator()(T& t) const {
+    return detail::elements_of(t);
+  }
+};
+/// `mwstrat::elements(t)`: the contiguous elements of `t`, through its hook or as a contiguous range.
+inline constexpr elements_fn elements{};
+
+/// The extents of a tensor-like value (requirement 3); `{size}` for a type without a shape hook.
+struct shape_fn {
+  template <class T>
+  std::vector<std::size_t> operator()(const T& t) const
+    requires(detail::has_shape_hook<T> || detail::elements_reachable<const T>)
+  {
+    if constexpr (detail::has_shape_hook<T>) {
+      std::vector<std::size_t> out;
+      for (auto extent : mwstrat_shape(t)) out.push_back(static_cast<std::size_t>(extent));
+      return out;
+    } else {
+      return {detail::elements_of(t).size()};
+    }
+  }
+};
+/// `mwstrat::shape(t)`: the extents of `t`.
+inline constexpr shape_fn shape{};
+
+namespace detail {
+template <class T>
+concept shape_hook_ok = !has_shape_hook<T> || requires(const T& t) {
+  requires std::ranges::input_range<decltype(mwstrat_shape(t))>;
+  requires std::convertible_to<std::ranges::range_value_t<decltype(mwstrat_shape(t))>, std::size_t>;
+};
+}  // namespace detail
+
+/// A value whose elements mwstrat can read and write in place as one contiguous run, with a shape.
+template <class T>
+concept tensor_like = detail::elements_reachable<T> &&
+                      requires(T& t) {
+                        { mwstrat::elements(t) } -> std::same_as<std::span<typename detail::span_element<
+                                                      decltype(mwstrat::elements(t))>::type>>;
+                      } &&
+                      tensor_element<typename detail::span_element<decltype(detail::elements_of(
+                          std::declval<T&>()))>::type> &&
+                      detail::shape_hook_ok<T>;
+
+/// The element type of a tensor-like type (const-qualified for a read-only view).
+template <tensor_like T>
+using tensor_element_t =
+    typename detail::span_element<decltype(mwstrat::elements(std::declval<T&>()))>::type;
+
+}  // namespace mwstrat
