@@ -1,0 +1,73 @@
+#pragma once
+// Element-wise reduction kernels shared by the backends. Plain loops the compiler vectorises; the order of
+// combination is fixed by the caller, which is what makes results deterministic.
+
+#include <mwstrat/collective/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mwstrat::detail {
+
+template <class T>
+inline void reduce_into(T* __restrict acc, const T* __restrict in, std::size_t n, reduce_op op) noexcept {
+  switch (op) {
+    case reduce_op::sum:
+    case reduce_op::mean:
+      for (std::size_t i = 0; i < n; ++i) acc[i] += in[i];
+      break;
+    case reduce_op::min:
+      for (std::size_t i = 0; i < n; ++i) acc[i] = in[i] < acc[i] ? in[i] : acc[i];
+      break;
+    case reduce_op::max:
+      for (std::size_t i = 0; i < n; ++i) acc[i] = acc[i] < in[i] ? in[i] : acc[i];
+      break;
+  }
+}
+
+// Turns a sum over `ranks` ranks into the mean; a no-op for other operations.
+template <class T>
+inline void finish_reduce(T* data, std::size_t n, reduce_op op, int ranks) noexcept {
+  if (op != reduce_op::mean || ranks == 1) return;
+  const T divisor = static_cast<T>(ranks);
+  for (std::size_t i = 0; i < n; ++i) data[i] /= divisor;
+}
+
+enum class wire_dtype : std::uint8_t { f32 = 1, f64 = 2, i32 = 3, i64 = 4 };
+
+template <class T>
+constexpr wire_dtype dtype_of() noexcept {
+  if constexpr (std::is_same_v<T, float>) return wire_dtype::f32;
+  else if constexpr (std::is_same_v<T, double>) return wire_dtype::f64;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return wire_dtype::i32;
+  else return wire_dtype::i64;
+}
+
+constexpr const char* dtype_name(wire_dtype t) noexcept {
+  switch (t) {
+    case wire_dtype::f32: return "float";
+    case wire_dtype::f64: return "double";
+    case wire_dtype::i32: return "int32";
+    case wire_dtype::i64: return "int64";
+  }
+  return "?";
+}
+
+constexpr std::size_t dtype_size(wire_dtype t) noexcept {
+  return (t == wire_dtype::f64 || t == wire_dtype::i64) ? 8 : 4;
+}
+
+// Which operation a message or rendezvous belongs to (also on the wire).
+enum class op_kind : std::uint8_t { all_reduce = 1, broadcast = 2, all_gather = 3, barrier = 4 };
+
+constexpr const char* op_name(op_kind k) noexcept {
+  switch (k) {
+    case op_kind::all_reduce: return "all_reduce";
+    case op_kind::broadcast: return "broadcast";
+    case op_kind::all_gather: return "all_gather";
+    case op_kind::barrier: return "barrier";
+  }
+  return "?";
+}
+
+}  // namespace mwstrat::detail

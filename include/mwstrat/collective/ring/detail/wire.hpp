@@ -1,0 +1,432 @@
+#pragma once
+// The ring's wire formats, as pure functions over bytes (no sockets), so they can be fuzzed: addresses,
+// the handshake messages, frame headers and abort payloads, plus the HMAC-SHA256 proofs (OpenSSL libcrypto).
+// All integers are little-endian. See docs/collectives.md for the protocol.
+
+#include <mwstrat/collective/detail/reduce.hpp>
+#include <mwstrat/collective/types.hpp>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace mwstrat::detail {
+
+using digest = std::array<std::uint8_t, 32>;
+
+// ---- addresses ----
+
+struct host_port {
+  std::string host;  // without brackets
+  std::uint16_t port = 0;
+};
+
+// "host:port" or "[v6]:port"; nullopt when malformed.
+inline std::optional<host_port> parse_address(std::string_view text) {
+  std::string_view host, port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') return std::nullopt;
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) return std::nullopt;  // bare IPv6 needs brackets
+  }
+  if (host.empty() || port.empty() || port.size() > 5) return std::nullopt;
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (ec != std::errc{} || end != port.data() + port.size() || value > 65535) return std::nullopt;
+  return host_port{std::string(host), static_cast<std::uint16_t>(value)};
+}
+
+// ---- little-endian helpers ----
+
+class byte_writer {
+ public:
+  explicit byte_writer(std::span<std::uint8_t> out) : out_(out) {}
+  void u8(std::uint8_t v) { out_[at_++] = v; }
+  void u16(std::uint16_t v) { put(v, 2); }
+  void u32(std::uint32_t v) { put(v, 4); }
+  void u64(std::uint64_t v) { put(v, 8); }
+  void bytes(std::span<const std::uint8_t> b) {
+    std::memcpy(out_.data() + at_, b.data(), b.size());
+    at_ += b.size();
+  }
+  [[nodiscard]] std::size_t size() const { return at_; }
+
+ private:
+  void put(std::uint64_t v, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) out_[at_++] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+  std::span<std::uint8_t> out_;
+  std::size_t at_ = 0;
+};
+
+class byte_reader {
+ public:
+  explicit byte_reader(std::span<const std::uint8_t> in) : in_(in) {}
+  std::uint8_t u8() { return in_[at_++]; }
+  std::uint16_t u16() { return static_cast<std::uint16_t>(get(2)); }
+  std::uint32_t u32() { return static_cast<std::uint32_t>(get(4)); }
+  std::uint64_t u64() { return get(8); }
+  void bytes(std::span<std::uint8_t> out) {
+    std::memcpy(out.data(), in_.data() + at_, out.size());
+    at_ += out.size();
+  }
+
+ private:
+  std::uint64_t get(std::size_t n) {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(in_[at_++]) << (8 * i);
+    return v;
+  }
+  std::span<const std::uint8_t> in_;
+  std::size_t at_ = 0;
+};
+
+// ---- crypto ----
+
+inline digest sha256(std::string_view text) {
+  digest out{};
+  unsigned int len = 0;
+  EVP_Digest(text.data(), text.size(), out.data(), &len, EVP_sha256(), nullptr);
+  return out;
+}
+
+inline digest hmac_sha256(std::string_view key, std::span<const std::uint8_t> message) {
+  digest out{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), message.data(), message.size(), out.data(), &len);
+  return out;
+}
+
+inline bool digest_equal(const digest& a, const digest& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+inline digest random_nonce() {
+  digest out{};
+  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1) {
+    // No entropy is a broken system; fall back to a digest of the address of a local and the time rather
+    // than a predictable zero nonce.
+    const auto seed = std::to_string(reinterpret_cast<std::uintptr_t>(&out)) + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+    out = sha256(seed);
+  }
+  return out;
+}
+
+// ---- handshake ----
+
+inline constexpr std::array<std::uint8_t, 8> hello_magic = {'M', 'W', 'S', 'R', 'I', 'N', 'G', '1'};
+inline constexpr std::uint16_t protocol_version = 1;
+inline constexpr std::uint16_t flag_token = 1;  // the sender holds a job token and will prove it
+
+// Why a server refused a client, sent back in the reply so both sides log the same reason.
+enum class refusal : std::uint8_t {
+  none = 0,
+  bad_version = 1,
+  wrong_world = 2,
+  wrong_rank = 3,
+  cluster_mismatch = 4,
+  model_mismatch = 5,
+  token_required = 6,
+  token_unexpected = 7,
+  bad_proof = 8,
+};
+
+inline const char* refusal_text(refusal r) {
+  switch (r) {
+    case refusal::none: return "accepted";
+    case refusal::bad_version: return "protocol version differs";
+    case refusal::wrong_world: return "world size differs";
+    case refusal::wrong_rank: return "unexpected rank (not our ring neighbour)";
+    case refusal::cluster_mismatch: return "cluster fingerprint differs";
+    case refusal::model_mismatch: return "model fingerprint differs";
+    case refusal::token_required: return "a job token is required (MWSTRAT_JOB_TOKEN) but the peer has none";
+    case refusal::token_unexpected: return "the peer holds a job token but this side has none";
+    case refusal::bad_proof: return "job token proof (HMAC-SHA256) does not verify: wrong MWSTRAT_JOB_TOKEN";
+  }
+  return "unknown refusal";
+}
+
+// client -> server
+struct hello {
+  std::uint16_t version = protocol_version;
+  std::uint16_t flags = 0;
+  std::uint32_t world = 0;
+  std::uint32_t rank = 0;
+  digest cluster{};
+  digest model{};
+  digest nonce{};
+};
+inline constexpr std::size_t hello_size = 8 + 2 + 2 + 4 + 4 + 32 * 3;
+
+// server -> client
+struct hello_reply {
+  std::uint16_t version = protocol_version;
+  refusal status = refusal::none;
+  std::uint8_t flags = 0;
+  std::uint32_t world = 0;
+  std::uint32_t rank = 0;
+  digest nonce{};
+  digest proof{};  // HMAC over the transcript, zero without a token
+};
+inline constexpr std::size_t hello_reply_size = 8 + 2 + 1 + 1 + 4 + 4 + 32 * 2;
+
+// client -> server (its proof), then server -> client (the verdict), both this shape.
+struct hello_finish {
+  refusal status = refusal::none;
+  digest proof{};
+};
+inline constexpr std::size_t hello_finish_size = 8 + 1 + 32;
+
+inline void encode(const hello& h, std::span<std::uint8_t, hello_size> out) {
+  byte_writer w(out);
+  w.bytes(hello_magic);
+  w.u16(h.version);
+  w.u16(h.flags);
+  w.u32(h.world);
+  w.u32(h.rank);
+  w.bytes(h.cluster);
+  w.bytes(h.model);
+  w.bytes(h.nonce);
+}
+
+inline bool has_magic(std::span<const std::uint8_t> in) {
+  return in.size() >= hello_magic.size() && std::memcmp(in.data(), hello_magic.data(), hello_magic.size()) == 0;
+}
+
+// nullopt when the magic is wrong (a stranger); other fields are judged by the caller.
+inline std::optional<hello> decode_hello(std::span<const std::uint8_t> in) {
+  if (in.size() != hello_size || !has_magic(in)) return std::nullopt;
+  byte_reader r(in.subspan(8));
+  hello h;
+  h.version = r.u16();
+  h.flags = r.u16();
+  h.world = r.u32();
+  h.rank = r.u32();
+  r.bytes(h.cluster);
+  r.bytes(h.model);
+  r.bytes(h.nonce);
+  return h;
+}
+
+inline void encode(const hello_reply& h, std::span<std::uint8_t, hello_reply_size> out) {
+  byte_writer w(out);
+  w.bytes(hello_magic);
+  w.u16(h.version);
+  w.u8(static_cast<std::uint8_t>(h.status));
+  w.u8(h.flags);
+  w.u32(h.world);
+  w.u32(h.rank);
+  w.bytes(h.nonce);
+  w.bytes(h.proof);
+}
+
+inline bool valid_refusal(std::uint8_t v) { return v <= static_cast<std::uint8_t>(refusal::bad_proof); }
+
+inline std::optional<hello_reply> decode_hello_reply(std::span<const std::uint8_t> in) {
+  if (in.size() != hello_reply_size || !has_magic(in)) return std::nullopt;
+  byte_reader r(in.subspan(8));
+  hello_reply h;
+  h.version = r.u16();
+  const auto status = r.u8();
+  if (!valid_refusal(status)) return std::nullopt;
+  h.status = static_cast<refusal>(status);
+  h.flags = r.u8();
+  h.world = r.u32();
+  h.rank = r.u32();
+  r.bytes(h.nonce);
+  r.bytes(h.proof);
+  return h;
+}
+
+inline void encode(const hello_finish& h, std::span<std::uint8_t, hello_finish_size> out) {
+  byte_writer w(out);
+  w.bytes(hello_magic);
+  w.u8(static_cast<std::uint8_t>(h.status));
+  w.bytes(h.proof);
+}
+
+inline std::optional<hello_finish> decode_hello_finish(std::span<const std::uint8_t> in) {
+  if (in.size() != hello_finish_size || !has_magic(in)) return std::nullopt;
+  byte_reader r(in.subspan(8));
+  hello_finish h;
+  const auto status = r.u8();
+  if (!valid_refusal(status)) return std::nullopt;
+  h.status = static_cast<refusal>(status);
+  r.bytes(h.proof);
+  return h;
+}
+
+// What the server checks in a client's hello, given what it expects; refusal::none when acceptable.
+inline refusal judge_hello(const hello& h, std::uint32_t world, std::uint32_t expected_rank, const digest& cluster,
+                           const digest& model, bool have_token) {
+  if (h.version != protocol_version) return refusal::bad_version;
+  if (h.world != world) return refusal::wrong_world;
+  if (h.rank != expected_rank) return refusal::wrong_rank;
+  if (!digest_equal(h.cluster, cluster)) return refusal::cluster_mismatch;
+  if (!digest_equal(h.model, model)) return refusal::model_mismatch;
+  const bool peer_token = (h.flags & flag_token) != 0;
+  if (have_token && !peer_token) return refusal::token_required;
+  if (!have_token && peer_token) return refusal::token_unexpected;
+  return refusal::none;
+}
+
+// The proof a side sends: HMAC(token, label || client nonce || server nonce || cluster || world || ranks).
+// Distinct labels keep one side's proof from being replayed as the other's.
+inline digest handshake_proof(std::string_view token, bool from_server, const digest& client_nonce,
+                              const digest& server_nonce, const digest& cluster, std::uint32_t world,
+                              std::uint32_t client_rank, std::uint32_t server_rank) {
+  std::array<std::uint8_t, 16 + 32 * 3 + 12> msg{};
+  byte_writer w(msg);
+  const char* label = from_server ? "mwstrat-server.1" : "mwstrat-client.1";
+  w.bytes(std::span(reinterpret_cast<const std::uint8_t*>(label), 16));
+  w.bytes(client_nonce);
+  w.bytes(server_nonce);
+  w.bytes(cluster);
+  w.u32(world);
+  w.u32(client_rank);
+  w.u32(server_rank);
+  return hmac_sha256(token, msg);
+}
+
+// ---- data frames ----
+
+inline constexpr std::uint32_t frame_magic = 0x4653574DU;  // "MWSF" on the wire
+enum class frame_type : std::uint8_t { data = 1, abort = 2 };
+
+struct frame_header {
+  frame_type type = frame_type::data;
+  op_kind op = op_kind::all_reduce;
+  wire_dtype type_of_elements = wire_dtype::f32;
+  std::uint8_t reduction = 0;  // reduce_op for all_reduce, 0 otherwise
+  std::uint64_t seq = 0;       // the operation's sequence number (the same on every rank)
+  std::uint64_t count = 0;     // elements of the whole operation
+  std::uint32_t step = 0;
+  std::uint32_t chunk = 0;
+  std::uint64_t payload = 0;   // bytes that follow
+};
+inline constexpr std::size_t frame_header_size = 40;
+inline constexpr std::size_t max_abort_text = 1024;
+inline constexpr std::size_t abort_fixed_size = 1 + 3 + 4 + 8 + 4;
+
+inline void encode(const frame_header& h, std::span<std::uint8_t, frame_header_size> out) {
+  byte_writer w(out);
+  w.u32(frame_magic);
+  w.u8(static_cast<std::uint8_t>(h.type));
+  w.u8(static_cast<std::uint8_t>(h.op));
+  w.u8(static_cast<std::uint8_t>(h.type_of_elements));
+  w.u8(h.reduction);
+  w.u64(h.seq);
+  w.u64(h.count);
+  w.u32(h.step);
+  w.u32(h.chunk);
+  w.u64(h.payload);
+}
+
+// Decodes and checks everything that does not depend on the expected operation: magic, enums, and an abort
+// frame's bounded payload. nullopt with `why` set when the header cannot be trusted.
+inline std::optional<frame_header> decode_frame_header(std::span<const std::uint8_t> in, std::string* why) {
+  const auto fail = [&](const char* reason) -> std::optional<frame_header> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  if (in.size() != frame_header_size) return fail("short frame header");
+  byte_reader r(in);
+  if (r.u32() != frame_magic) return fail("bad frame magic");
+  frame_header h;
+  const auto type = r.u8(), op = r.u8(), dt = r.u8();
+  h.reduction = r.u8();
+  if (type != 1 && type != 2) return fail("unknown frame type");
+  if (op < 1 || op > 4) return fail("unknown operation in frame");
+  if (dt < 1 || dt > 4) return fail("unknown element type in frame");
+  h.type = static_cast<frame_type>(type);
+  h.op = static_cast<op_kind>(op);
+  h.type_of_elements = static_cast<wire_dtype>(dt);
+  h.seq = r.u64();
+  h.count = r.u64();
+  h.step = r.u32();
+  h.chunk = r.u32();
+  h.payload = r.u64();
+  if (h.type == frame_type::abort && (h.payload < abort_fixed_size || h.payload > abort_fixed_size + max_abort_text))
+    return fail("abort frame with an out-of-range length");
+  return h;
+}
+
+inline std::string describe(const frame_header& h) {
+  std::string s = op_name(h.op);
+  s += "<";
+  s += dtype_name(h.type_of_elements);
+  s += "> #" + std::to_string(h.seq) + " (" + std::to_string(h.count) + " elements, step " + std::to_string(h.step) +
+       ", chunk " + std::to_string(h.chunk) + ", " + std::to_string(h.payload) + " bytes)";
+  return s;
+}
+
+// Compares a received data header with the one this rank expects next; an explanation when they differ.
+inline std::optional<std::string> frame_mismatch(const frame_header& got, const frame_header& want) {
+  if (got.type != frame_type::data || got.op != want.op || got.type_of_elements != want.type_of_elements ||
+      got.reduction != want.reduction || got.seq != want.seq || got.count != want.count || got.step != want.step ||
+      got.chunk != want.chunk || got.payload != want.payload)
+    return "expected " + describe(want) + ", received " + describe(got);
+  return std::nullopt;
+}
+
+// The payload of an abort frame: why the sender gave up, and which rank it blames.
+struct abort_notice {
+  std::uint8_t kind = 0;  // error_kind
+  std::int32_t culprit = -1;
+  std::uint64_t seq = 0;
+  std::string text;
+};
+
+inline std::size_t encode(const abort_notice& a, std::span<std::uint8_t, abort_fixed_size + max_abort_text> out) {
+  byte_writer w(out);
+  const auto len = std::min(a.text.size(), max_abort_text);
+  w.u8(a.kind);
+  w.u8(0);
+  w.u8(0);
+  w.u8(0);
+  w.u32(static_cast<std::uint32_t>(a.culprit));
+  w.u64(a.seq);
+  w.u32(static_cast<std::uint32_t>(len));
+  w.bytes(std::span(reinterpret_cast<const std::uint8_t*>(a.text.data()), len));
+  return w.size();
+}
+
+inline std::optional<abort_notice> decode_abort(std::span<const std::uint8_t> in, int world) {
+  if (in.size() < abort_fixed_size || in.size() > abort_fixed_size + max_abort_text) return std::nullopt;
+  byte_reader r(in);
+  abort_notice a;
+  a.kind = r.u8();
+  r.u8();
+  r.u8();
+  r.u8();
+  a.culprit = static_cast<std::int32_t>(r.u32());
+  a.seq = r.u64();
+  const auto len = r.u32();
+  if (len != in.size() - abort_fixed_size || a.kind > 6 || a.culprit < -1 || a.culprit >= world) return std::nullopt;
+  a.text.assign(reinterpret_cast<const char*>(in.data()) + abort_fixed_size, len);
+  for (auto& c : a.text)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';  // keep logs printable
+  return a;
+}
+
+}  // namespace mwstrat::detail

@@ -1,0 +1,45 @@
+#pragma once
+/// \file
+/// `ring_options`: everything a `ring_collective` needs, as plain values (the cluster layer fills them from a
+/// cluster spec).
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mwstrat {
+
+/// Options of the TCP ring backend.
+struct ring_options {
+  /// Every rank's listening address, "host:port" or "[v6]:port"; the index is the rank.
+  std::vector<std::string> addresses;
+  /// This process's rank, an index into `addresses`.
+  int rank = 0;
+  /// How long start-up may take: listening, connecting to the next rank (with retry and backoff) and
+  /// accepting the previous one.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
+  /// Default deadline of an operation (see `op_options`).
+  std::chrono::milliseconds op_timeout{std::chrono::seconds(60)};
+  /// How long one incoming connection may take to complete its handshake before it is dropped.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(5)};
+  /// Identifies the cluster (e.g. a digest of the cluster spec); ranks with different fingerprints refuse
+  /// each other.
+  std::string cluster_fingerprint;
+  /// Identifies the model (e.g. its layer shapes); checked like the cluster fingerprint.
+  std::string model_fingerprint;
+  /// The shared secret both sides of a connection prove they know (HMAC-SHA256) before any data flows.
+  /// nullopt: the environment variable `MWSTRAT_JOB_TOKEN`, if set; an empty string: no token.
+  std::optional<std::string> job_token;
+  /// Largest payload of one frame; buffers are split into chunks of at most this size and pipelined.
+  std::size_t chunk_bytes = std::size_t{512} << 10;
+  /// SO_SNDBUF / SO_RCVBUF of the ring's sockets; 0 leaves the kernel's autotuning alone.
+  int socket_buffer_bytes = 4 << 20;
+  /// Where the ring logs (start-up, refused connections, failures); empty: standard error.
+  std::function<void(std::string_view)> log;
+};
+
+}  // namespace mwstrat

@@ -1,0 +1,97 @@
+// The collective suite's main: normally GoogleTest; with `--ring-worker <scenario> <rank> <ports> [k=v...]` one
+// rank of a ring test (a real process on 127.0.0.1), reporting "OK" or "ERROR <kind> <peer> <message>" on stdout.
+
+#include "process.hpp"
+#include "sweep.hpp"
+
+#include <mwstrat/collective.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace mwstrat;
+
+int run_worker(int argc, char** argv) {
+  if (argc < 5) return 2;
+  const std::string scenario = argv[2];
+  const int rank = std::stoi(argv[3]);
+  std::map<std::string, std::string> kv;
+  for (int i = 5; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto eq = a.find('=');
+    if (eq != std::string::npos) kv[a.substr(0, eq)] = a.substr(eq + 1);
+  }
+  const auto get = [&](const std::string& k, const std::string& fallback) {
+    const auto it = kv.find(k);
+    return it == kv.end() ? fallback : it->second;
+  };
+  ring_options o;
+  std::string ports = argv[4];
+  for (std::size_t at = 0; at <= ports.size();) {
+    const auto comma = std::min(ports.find(',', at), ports.size());
+    o.addresses.push_back("127.0.0.1:" + ports.substr(at, comma - at));
+    at = comma + 1;
+  }
+  o.rank = rank;
+  o.connect_timeout = std::chrono::milliseconds(std::stoi(get("connect_ms", "20000")));
+  o.op_timeout = std::chrono::milliseconds(std::stoi(get("timeout_ms", "30000")));
+  o.chunk_bytes = std::stoul(get("chunk", "16384"));
+  o.cluster_fingerprint = get("fingerprint", "test-cluster");
+  if (kv.count("token")) o.job_token = kv["token"];
+  try {
+    ring_collective ring(o);
+    if (scenario == "sweep") {
+      test::run_sweep(ring, get("large", "0") == "1");
+    } else if (scenario == "loop") {
+      std::vector<float> g(std::size_t{1} << 20, 1.0f);
+      const auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      for (int i = 0; i < 100000 && std::chrono::steady_clock::now() < stop; ++i) {
+        ring.all_reduce(std::span<float>(g), reduce_op::mean);
+        if (i == 0) {
+          std::printf("ready\n");
+          std::fflush(stdout);
+        }
+      }
+    } else if (scenario == "mismatch") {
+      std::vector<float> g(static_cast<std::size_t>(1000 + 10 * rank), 1.0f);
+      ring.all_reduce(std::span<float>(g), reduce_op::sum);
+    } else if (scenario == "pair") {
+      test::check_all_reduce<float>(ring, 1001, reduce_op::sum);
+      ring.barrier();
+    } else {
+      return 2;
+    }
+    std::printf("OK\n");
+    return 0;
+  } catch (const peer_lost_error& e) {
+    std::printf("ERROR peer_lost %d %s\n", e.peer_rank(), e.what());
+  } catch (const timeout_error& e) {
+    std::printf("ERROR timeout %d %s\n", e.peer_rank().value_or(-1), e.what());
+  } catch (const error& e) {
+    std::printf("ERROR %s -1 %s\n", std::string(to_string(e.kind())).c_str(), e.what());
+  } catch (const std::exception& e) {
+    std::printf("ERROR other -1 %s\n", e.what());
+  }
+  std::fflush(stdout);
+  return 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mwstrat::test::self_exe() = "/proc/self/exe";
+  if (argc > 1 && std::string(argv[1]) == "--ring-worker") return run_worker(argc, argv);
+  // Resolve our own path once: /proc/self/exe of a forked child is still this binary, but be explicit.
+  char path[4096];
+  const auto len = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (len > 0) mwstrat::test::self_exe() = std::string(path, static_cast<std::size_t>(len));
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

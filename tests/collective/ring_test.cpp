@@ -1,0 +1,326 @@
+// ring_collective: start-up, refusal of strangers, and failure semantics with real processes on 127.0.0.1.
+
+#include "process.hpp"
+
+#include <mwstrat/collective.hpp>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+namespace {
+
+using namespace mwstrat;
+using namespace std::chrono_literals;
+namespace ip = boost::asio::ip;
+
+std::vector<std::string> loopback(const std::vector<int>& ports) {
+  std::vector<std::string> a;
+  for (int p : ports) a.push_back("127.0.0.1:" + std::to_string(p));
+  return a;
+}
+
+// Every rank but `culprit` ends with "ERROR <kind> <culprit>".
+void expect_all_report(test::ring_run& ring, int culprit, const std::string& kind) {
+  for (std::size_t r = 0; r < ring.workers.size(); ++r) {
+    if (static_cast<int>(r) == culprit) continue;
+    const auto out = ring.workers[r].stdout_text();
+    EXPECT_EQ(ring.workers[r].exit_code, 3) << ring.report();
+    EXPECT_NE(out.find("ERROR " + kind + " " + std::to_string(culprit)), std::string::npos)
+        << "rank " << r << ":\n" << ring.report();
+  }
+}
+
+TEST(ring_collective, sigkill_of_one_rank_mid_all_reduce_gives_every_other_rank_peer_lost_naming_it) {
+  test::ring_run ring(4, "loop", {"timeout_ms=60000"});
+  ASSERT_TRUE(test::wait_for_output(ring.workers[2], "ready", 30s)) << ring.report();
+  std::this_thread::sleep_for(20ms);
+  ::kill(ring.workers[2].pid, SIGKILL);
+  // The deadline is 60 s: finishing well inside 30 s means the failure was detected, not timed out.
+  ASSERT_TRUE(ring.wait_all(30s)) << ring.report();
+  expect_all_report(ring, 2, "peer_lost");
+  EXPECT_EQ(ring.workers[2].signal, SIGKILL);
+  for (int r : {0, 1, 3}) EXPECT_NE(ring.workers[static_cast<std::size_t>(r)].stdout_text().find("127.0.0.1:"), std::string::npos);
+}
+
+TEST(ring_collective, sigstop_of_one_rank_gives_the_others_timeout_error) {
+  test::ring_run ring(3, "loop", {"timeout_ms=1500"});
+  ASSERT_TRUE(test::wait_for_output(ring.workers[1], "ready", 30s)) << ring.report();
+  ::kill(ring.workers[1].pid, SIGSTOP);
+  const bool others_done = test::wait_workers({&ring.workers[0], &ring.workers[2]}, 30s);
+  ::kill(ring.workers[1].pid, SIGKILL);
+  ::kill(ring.workers[1].pid, SIGCONT);
+  ASSERT_TRUE(others_done) << ring.report();
+  for (int r : {0, 2}) {
+    EXPECT_EQ(ring.workers[static_cast<std::size_t>(r)].exit_code, 3) << ring.report();
+    EXPECT_NE(ring.workers[static_cast<std::size_t>(r)].stdout_text().find("ERROR timeout"), std::string::npos)
+        << ring.report();
+  }
+}
+
+TEST(ring_collective, ranks_calling_different_sizes_get_a_protocol_error) {
+  test::ring_run ring(3, "mismatch", {"timeout_ms=20000"});
+  ASSERT_TRUE(ring.wait_all(30s)) << ring.report();
+  for (auto& w : ring.workers) {
+    EXPECT_EQ(w.exit_code, 3) << ring.report();
+    EXPECT_NE(w.stdout_text().find("ERROR protocol"), std::string::npos) << ring.report();
+  }
+}
+
+// Opens a TCP connection to 127.0.0.1:port, retrying briefly while the listener comes up.
+ip::tcp::socket connect_raw(boost::asio::io_context& io, int port) {
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    ip::tcp::socket s(io);
+    boost::system::error_code ec;
+    s.connect({ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+    if (!ec) return s;
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("cannot connect: " + ec.message());
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+// Reads until the server closes, bounded; returns what it sent.
+std::vector<std::uint8_t> read_until_closed(ip::tcp::socket& s) {
+  std::vector<std::uint8_t> got;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  s.non_blocking(true);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::array<std::uint8_t, 256> buf{};
+    boost::system::error_code ec;
+    const auto n = s.read_some(boost::asio::buffer(buf), ec);
+    got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+    if (ec == boost::asio::error::would_block) {
+      std::this_thread::sleep_for(5ms);
+      continue;
+    }
+    if (ec) return got;
+  }
+  throw std::runtime_error("the ring kept a stranger's connection open");
+}
+
+detail::hello make_hello(const std::string& fingerprint, bool token) {
+  detail::hello h;
+  h.world = 2;
+  h.rank = 1;
+  h.flags = token ? detail::flag_token : 0;
+  h.cluster = detail::sha256(fingerprint);
+  h.model = detail::sha256("");
+  h.nonce = detail::random_nonce();
+  return h;
+}
+
+TEST(ring_collective, garbage_a_wrong_token_and_a_wrong_fingerprint_are_refused_and_the_job_goes_on) {
+  test::temp_dir dir;
+  const auto ports = test::free_ports(2);
+  const auto port_list = test::join_ports(ports);
+  const std::vector<std::string> env = {"MWSTRAT_JOB_TOKEN=right-token"};
+  auto rank0 = test::spawn_worker(dir.path(), "rank0", {"pair", "0", port_list, "connect_ms=30000"}, env);
+  boost::asio::io_context io;
+  {  // garbage
+    auto s = connect_raw(io, ports[0]);
+    std::vector<std::uint8_t> junk(300, 0x5a);
+    boost::asio::write(s, boost::asio::buffer(junk));
+    read_until_closed(s);
+  }
+  {  // a well-formed hello, then a proof made with the wrong token
+    auto s = connect_raw(io, ports[0]);
+    const auto h = make_hello("test-cluster", true);
+    std::array<std::uint8_t, detail::hello_size> raw{};
+    detail::encode(h, raw);
+    boost::asio::write(s, boost::asio::buffer(raw));
+    std::array<std::uint8_t, detail::hello_reply_size> rep{};
+    boost::asio::read(s, boost::asio::buffer(rep));
+    const auto reply = detail::decode_hello_reply(rep);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->status, detail::refusal::none);
+    detail::hello_finish fin;
+    fin.proof = detail::handshake_proof("wrong-token", false, h.nonce, reply->nonce, h.cluster, 2, 1, 0);
+    std::array<std::uint8_t, detail::hello_finish_size> fraw{};
+    detail::encode(fin, fraw);
+    boost::asio::write(s, boost::asio::buffer(fraw));
+    const auto verdict_raw = read_until_closed(s);
+    ASSERT_EQ(verdict_raw.size(), detail::hello_finish_size);
+    const auto verdict = detail::decode_hello_finish(verdict_raw);
+    ASSERT_TRUE(verdict.has_value());
+    EXPECT_EQ(verdict->status, detail::refusal::bad_proof);
+  }
+  {  // a wrong cluster fingerprint
+    auto s = connect_raw(io, ports[0]);
+    const auto h = make_hello("another-cluster", true);
+    std::array<std::uint8_t, detail::hello_size> raw{};
+    detail::encode(h, raw);
+    boost::asio::write(s, boost::asio::buffer(raw));
+    const auto rep = read_until_closed(s);
+    ASSERT_EQ(rep.size(), detail::hello_reply_size);
+    EXPECT_EQ(detail::decode_hello_reply(rep)->status, detail::refusal::cluster_mismatch);
+  }
+  // The real rank 1 still gets in, and the pair works.
+  auto rank1 = test::spawn_worker(dir.path(), "rank1", {"pair", "1", port_list, "connect_ms=30000"}, env);
+  const bool done = test::wait_workers({&rank0, &rank1}, 60s);
+  const auto log0 = rank0.stderr_text();
+  ASSERT_TRUE(done) << log0 << rank1.stderr_text();
+  EXPECT_EQ(rank0.exit_code, 0) << rank0.stdout_text() << log0;
+  EXPECT_EQ(rank1.exit_code, 0) << rank1.stdout_text() << rank1.stderr_text();
+  EXPECT_NE(log0.find("started: tcp://127.0.0.1:" + std::to_string(ports[0]) + ", waiting for 1 workers"),
+            std::string::npos) << log0;
+  EXPECT_NE(log0.find("not an mwstrat ring peer"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("wrong MWSTRAT_JOB_TOKEN"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("cluster fingerprint differs"), std::string::npos) << log0;
+}
+
+// In-process rings (threads) for start-up behaviour; each rank's outcome is recorded.
+struct outcome {
+  std::exception_ptr error;
+  bool ok = false;
+};
+
+std::vector<outcome> start_ring(std::vector<ring_options> opts, std::vector<std::string>* logs = nullptr) {
+  std::vector<outcome> out(opts.size());
+  std::vector<std::thread> threads;
+  std::mutex log_mutex;
+  for (std::size_t r = 0; r < opts.size(); ++r) {
+    if (logs) opts[r].log = [&, logs](std::string_view line) {
+      const std::lock_guard lock(log_mutex);
+      logs->emplace_back(line);
+    };
+    threads.emplace_back([&, r] {
+      try {
+        ring_collective ring(opts[r]);
+        std::vector<std::int32_t> v(5, ring.rank());
+        ring.all_reduce(std::span<std::int32_t>(v), reduce_op::sum);
+        out[r].ok = v[4] == static_cast<std::int32_t>(opts.size() * (opts.size() - 1) / 2);
+      } catch (...) {
+        out[r].error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::vector<ring_options> options_for(int n, std::chrono::milliseconds connect = 10s) {
+  const auto addrs = loopback(test::free_ports(n));
+  std::vector<ring_options> v(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    auto& o = v[static_cast<std::size_t>(r)];
+    o.addresses = addrs;
+    o.rank = r;
+    o.connect_timeout = connect;
+    o.op_timeout = 10s;
+    o.job_token = "";
+    o.cluster_fingerprint = "c";
+  }
+  return v;
+}
+
+TEST(ring_collective, matching_tokens_connect) {
+  auto opts = options_for(3);
+  for (auto& o : opts) o.job_token = "s3cret";
+  for (auto& r : start_ring(opts)) EXPECT_TRUE(r.ok && !r.error);
+}
+
+template <class E>
+bool throws_kind(const std::exception_ptr& e, std::string* what = nullptr) {
+  if (!e) return false;
+  try {
+    std::rethrow_exception(e);
+  } catch (const E& x) {
+    if (what) *what = x.what();
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+TEST(ring_collective, a_mismatched_fingerprint_or_token_fails_fast_with_a_reason) {
+  for (int variant = 0; variant < 2; ++variant) {
+    auto opts = options_for(2, 5s);
+    if (variant == 0) opts[1].cluster_fingerprint = "other";
+    if (variant == 1) opts[1].job_token = "only-one-side";
+    std::vector<std::string> logs;
+    const auto start = std::chrono::steady_clock::now();
+    const auto out = start_ring(opts, &logs);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "no rank failed fast";
+    int protocol_errors = 0;
+    for (auto& r : out) {
+      EXPECT_TRUE(r.error) << "variant " << variant;
+      std::string what;
+      if (throws_kind<protocol_error>(r.error, &what)) {
+        ++protocol_errors;
+        EXPECT_NE(what.find(variant == 0 ? "cluster fingerprint differs" : "token"), std::string::npos) << what;
+      }
+    }
+    EXPECT_GE(protocol_errors, 1);
+  }
+}
+
+TEST(ring_collective, a_missing_rank_is_a_timeout_naming_it) {
+  auto opts = options_for(2, 300ms);
+  try {
+    ring_collective ring(opts[0]);
+    FAIL() << "connected to nobody";
+  } catch (const timeout_error& e) {
+    EXPECT_EQ(e.peer_rank(), 1);
+    EXPECT_NE(std::string(e.what()).find(opts[0].addresses[1]), std::string::npos) << e.what();
+  }
+}
+
+TEST(ring_collective, bad_options_are_config_errors) {
+  ring_options o;
+  EXPECT_THROW(ring_collective{o}, config_error);
+  o.addresses = {"127.0.0.1:1"};
+  o.rank = 1;
+  EXPECT_THROW(ring_collective{o}, config_error);
+  o.rank = 0;
+  o.addresses = {"no-port"};
+  EXPECT_THROW(ring_collective{o}, config_error);
+  o.addresses = {"::1:5"};
+  EXPECT_THROW(ring_collective{o}, config_error);
+}
+
+TEST(ring_collective, a_single_rank_needs_no_network) {
+  ring_options o;
+  o.addresses = {"127.0.0.1:1"};
+  std::vector<std::string> logs;
+  o.log = [&](std::string_view l) { logs.emplace_back(l); };
+  ring_collective ring(o);
+  std::vector<double> v = {1.5, 2.5};
+  ring.all_reduce(std::span<double>(v), reduce_op::mean);
+  EXPECT_EQ(v[1], 2.5);
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_EQ(logs[0], "[mwstrat.ring] rank 0: started: tcp://127.0.0.1:1, waiting for 0 workers");
+}
+
+TEST(ring_collective, results_are_bitwise_deterministic_for_non_integer_floats) {
+  // Values whose sums depend on the order of addition: every run and every rank gets the same bits.
+  auto opts = options_for(3);
+  std::vector<std::vector<float>> results(3);
+  for (auto& o : opts) o.chunk_bytes = 4096;
+  for (int run = 0; run < 2; ++run) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+      threads.emplace_back([&, r] {
+        ring_collective ring(opts[static_cast<std::size_t>(r)]);
+        std::vector<float> v(50001);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = 1.0f / static_cast<float>(i + 1 + 1000 * r) + 1e-3f * static_cast<float>(r);
+        ring.all_reduce(std::span<float>(v), reduce_op::mean);
+        if (run == 0) results[static_cast<std::size_t>(r)] = v;
+        else EXPECT_EQ(results[static_cast<std::size_t>(r)], v) << "run-to-run difference on rank " << r;
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(results[0], results[1]);
+    EXPECT_EQ(results[0], results[2]);
+  }
+}
+
+}  // namespace

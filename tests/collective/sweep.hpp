@@ -1,0 +1,141 @@
+#pragma once
+// The behaviour every collective backend must show, written once against the concept and run by the typed
+// suite on local ranks (threads) and on ring ranks (processes). Checks against a plain reference and throws
+// std::runtime_error describing the first mismatch.
+
+#include <mwstrat/collective/concepts.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+namespace mwstrat::test {
+
+// Small integers, so every summation order gives the same exact float result and the reference is exact.
+template <class T>
+T input_value(int rank, std::size_t i) {
+  return static_cast<T>(static_cast<long long>((i * 31 + static_cast<std::size_t>(rank) * 17) % 23) - 11);
+}
+
+template <class T>
+T reference(int n, std::size_t i, reduce_op op) {
+  T acc = input_value<T>(0, i);
+  for (int k = 1; k < n; ++k) {
+    const T v = input_value<T>(k, i);
+    switch (op) {
+      case reduce_op::sum:
+      case reduce_op::mean: acc = static_cast<T>(acc + v); break;
+      case reduce_op::min: acc = v < acc ? v : acc; break;
+      case reduce_op::max: acc = acc < v ? v : acc; break;
+    }
+  }
+  if (op == reduce_op::mean) acc = static_cast<T>(acc / static_cast<T>(n));
+  return acc;
+}
+
+template <class T>
+void expect_equal(const std::vector<T>& got, std::size_t i, T want, const std::string& what) {
+  if (got[i] != want)
+    throw std::runtime_error(what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+                             ", expected " + std::to_string(want));
+}
+
+template <class T, collective C>
+void check_all_reduce(C& c, std::size_t count, reduce_op op) {
+  std::vector<T> data(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = input_value<T>(c.rank(), i);
+  c.all_reduce(std::span<T>(data), op);
+  const std::string what = std::string("all_reduce<") + typeid(T).name() + ">(" + std::to_string(count) + ", " +
+                           std::string(to_string(op)) + ") on rank " + std::to_string(c.rank());
+  for (std::size_t i = 0; i < count; ++i) expect_equal(data, i, reference<T>(c.size(), i, op), what);
+}
+
+template <class T, collective C>
+void check_broadcast(C& c, std::size_t count, int root) {
+  std::vector<T> data(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = input_value<T>(c.rank(), i);
+  c.broadcast(std::span<T>(data), root);
+  const std::string what = "broadcast(" + std::to_string(count) + ", root " + std::to_string(root) + ") on rank " +
+                           std::to_string(c.rank());
+  for (std::size_t i = 0; i < count; ++i) expect_equal(data, i, input_value<T>(root, i), what);
+}
+
+template <class T, collective C>
+void check_all_gather(C& c, std::size_t count) {
+  std::vector<T> mine(count), all(count * static_cast<std::size_t>(c.size()), T{-99});
+  for (std::size_t i = 0; i < count; ++i) mine[i] = input_value<T>(c.rank(), i);
+  c.all_gather(std::span<const T>(mine), std::span<T>(all));
+  const std::string what = "all_gather(" + std::to_string(count) + ") on rank " + std::to_string(c.rank());
+  for (int k = 0; k < c.size(); ++k)
+    for (std::size_t i = 0; i < count; ++i)
+      expect_equal(all, static_cast<std::size_t>(k) * count + i, input_value<T>(k, i), what);
+}
+
+// Buckets reduced asynchronously in issue order while this thread goes on, as the trainer does.
+template <collective C>
+void check_async(C& c) {
+  const std::vector<std::size_t> buckets = {1000, 5001, 1, 0, 30000, 7};
+  std::size_t total = 0;
+  for (auto b : buckets) total += b;
+  std::vector<float> grads(total);
+  for (std::size_t i = 0; i < total; ++i) grads[i] = input_value<float>(c.rank(), i);
+  using handle = decltype(c.all_reduce_async(std::span<float>(), reduce_op::mean));
+  std::vector<handle> pending;
+  std::size_t at = 0;
+  for (auto b : buckets) {
+    pending.push_back(c.all_reduce_async(std::span<float>(grads.data() + at, b), reduce_op::mean));
+    at += b;
+  }
+  for (auto& h : pending) h.wait();
+  // Reference: bucket boundaries do not change element-wise results.
+  for (std::size_t i = 0; i < total; ++i) {
+    float want = 0;
+    for (int k = 0; k < c.size(); ++k) want += input_value<float>(k, i);
+    want /= static_cast<float>(c.size());
+    expect_equal(grads, i, want, "async all_reduce on rank " + std::to_string(c.rank()));
+  }
+  // A synchronous call after an un-waited asynchronous one still runs after it.
+  std::vector<std::int64_t> a(3, c.rank()), b(5, 1);
+  auto h = c.all_reduce_async(std::span<std::int64_t>(a), reduce_op::max);
+  c.all_reduce(std::span<std::int64_t>(b), reduce_op::sum);
+  h.wait();
+  expect_equal(a, 2, std::int64_t{c.size() - 1}, "async then sync (max)");
+  expect_equal(b, 4, std::int64_t{c.size()}, "async then sync (sum)");
+}
+
+template <class T, collective C>
+void sweep_type(C& c, const std::vector<std::size_t>& counts) {
+  for (auto count : counts)
+    for (auto op : {reduce_op::sum, reduce_op::mean, reduce_op::min, reduce_op::max}) check_all_reduce<T>(c, count, op);
+}
+
+// Everything, for one world size. `large`: also the 8M-float all-reduce (mean) and broadcast.
+template <collective C>
+void run_sweep(C& c, bool large) {
+  const std::vector<std::size_t> counts = {0, 1, 7, 1001, 100003};
+  sweep_type<float>(c, counts);
+  sweep_type<double>(c, counts);
+  sweep_type<std::int32_t>(c, counts);
+  sweep_type<std::int64_t>(c, counts);
+  for (int root : {0, c.size() - 1, c.size() / 2})
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{100003}}) check_broadcast<float>(c, count, root);
+  check_broadcast<std::int64_t>(c, 1001, c.size() - 1);
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1001}}) {
+    check_all_gather<float>(c, count);
+    check_all_gather<std::int32_t>(c, count);
+  }
+  check_all_gather<double>(c, 20001);
+  for (int i = 0; i < 3; ++i) c.barrier();
+  check_async(c);
+  if (large) {
+    check_all_reduce<float>(c, std::size_t{8} << 20, reduce_op::mean);
+    check_broadcast<float>(c, std::size_t{8} << 20, 0);
+  }
+  c.barrier();
+}
+
+}  // namespace mwstrat::test
