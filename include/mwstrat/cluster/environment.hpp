@@ -1,0 +1,45 @@
+#pragma once
+/// \file
+/// Where resolvers read their variables: the process environment, or a map given by a test or a launcher.
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace mwstrat {
+
+/// Variable name -> value, as a resolver would find them in the environment.
+using environment_map = std::map<std::string, std::string, std::less<>>;
+
+/// A read-only view of environment variables: the process's own (default) or a fixed map.
+class environment {
+ public:
+  /// The process environment, read at each `get` (so a resolver sees the value at `resolve()` time).
+  environment() = default;
+  /// A fixed set of variables; nothing is read from the process.
+  explicit environment(environment_map variables) : variables_(std::move(variables)) {}
+
+  /// The value of `name`, or nothing when it is not set. An empty value is returned as "" (set but empty).
+  [[nodiscard]] std::optional<std::string> get(std::string_view name) const {
+    if (variables_) {
+      const auto found = variables_->find(name);
+      if (found == variables_->end()) return std::nullopt;
+      return found->second;
+    }
+    const std::string key(name);
+    if (const char* value = std::getenv(key.c_str())) return std::string(value);
+    return std::nullopt;
+  }
+
+  /// True when this reads the process environment.
+  [[nodiscard]] bool is_process_environment() const noexcept { return !variables_.has_value(); }
+
+ private:
+  std::optional<environment_map> variables_;
+};
+
+}  // namespace mwstrat
