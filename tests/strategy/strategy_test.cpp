@@ -21,26 +21,27 @@ struct complete {
   bool is_chief() const { return true; }
   void verify_same(std::string_view, std::string_view) {}
   void mirror(std::span<float>) {}
+  void mirror(std::span<double>) {}
   void mean_gradients(std::span<float>) {}
   void sum_metrics(std::span<double>) {}
   void barrier() {}
 };
 struct no_replicas { int replica_id() const; bool is_chief() const; void verify_same(std::string_view, std::string_view);
-  void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+  void mirror(std::span<float>); void mirror(std::span<double>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
 struct no_replica_id { int num_replicas_in_sync() const; bool is_chief() const; void verify_same(std::string_view, std::string_view);
-  void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+  void mirror(std::span<float>); void mirror(std::span<double>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
 struct no_is_chief { int num_replicas_in_sync() const; int replica_id() const; void verify_same(std::string_view, std::string_view);
-  void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+  void mirror(std::span<float>); void mirror(std::span<double>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
 struct no_verify { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
-  void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+  void mirror(std::span<float>); void mirror(std::span<double>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
 struct no_mirror { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
   void verify_same(std::string_view, std::string_view); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
 struct no_mean { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
-  void verify_same(std::string_view, std::string_view); void mirror(std::span<float>); void sum_metrics(std::span<double>); void barrier(); };
+  void verify_same(std::string_view, std::string_view); void mirror(std::span<float>); void mirror(std::span<double>); void sum_metrics(std::span<double>); void barrier(); };
 struct no_sum { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
-  void verify_same(std::string_view, std::string_view); void mirror(std::span<float>); void mean_gradients(std::span<float>); void barrier(); };
+  void verify_same(std::string_view, std::string_view); void mirror(std::span<float>); void mirror(std::span<double>); void mean_gradients(std::span<float>); void barrier(); };
 struct no_barrier { int num_replicas_in_sync() const; int replica_id() const; bool is_chief() const;
-  void verify_same(std::string_view, std::string_view); void mirror(std::span<float>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); };
+  void verify_same(std::string_view, std::string_view); void mirror(std::span<float>); void mirror(std::span<double>); void mean_gradients(std::span<float>); void sum_metrics(std::span<double>); };
 
 static_assert(strategy<complete>);
 static_assert(!strategy<no_replicas>);

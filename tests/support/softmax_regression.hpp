@@ -143,3 +143,28 @@ class blob_batches {
 };
 
 }  // namespace mwstrat::test
+
+namespace mwstrat::test {
+
+/// SGD with momentum and a step count: an optimizer with slots, for exact-resume tests.
+struct momentum_sgd {
+  float rate = 0.1f;
+  float momentum = 0.9f;
+  std::vector<float> velocity;
+  std::int64_t steps = 0;
+
+  explicit momentum_sgd(std::size_t n) : velocity(n) {}
+  std::span<float> state() { return velocity; }
+  std::int64_t iterations() const { return steps; }
+  void set_iterations(std::int64_t n) { steps = n; }
+  void apply(std::span<float> p, std::span<const float> g) {
+    ++steps;
+    const float decay = 1.0f / (1.0f + 0.01f * static_cast<float>(steps));  // makes the step count matter
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      velocity[i] = momentum * velocity[i] - rate * decay * g[i];
+      p[i] += velocity[i];
+    }
+  }
+};
+
+}  // namespace mwstrat::test

@@ -8,7 +8,8 @@
 ///   3. `s.is_chief()` says whether this replica logs and writes files;
 ///   4. `s.verify_same(what, value)` throws `mwstrat::config_error` naming the replicas whose `value` differs from
 ///      the chief's (used for the model fingerprint before anything else is exchanged);
-///   5. `s.mirror(p)` makes `p` equal to the chief's `p` on every replica (initial parameters, restored state);
+///   5. `s.mirror(p)` and `s.mirror(m)` make `p` (`m`) equal to the chief's on every replica (initial parameters,
+///      a restored training state);
 ///   6. `s.mean_gradients(p)` replaces `p` by its element-wise mean over the replicas, in place;
 ///   7. `s.sum_metrics(m)` replaces `m` by its element-wise sum over the replicas (weighted metrics: sums and
 ///      counts are reduced, then divided);
@@ -23,6 +24,7 @@
 ///     bool is_chief() const { return true; }
 ///     void verify_same(std::string_view, std::string_view) {}
 ///     void mirror(std::span<float>) {}
+///     void mirror(std::span<double>) {}
 ///     void mean_gradients(std::span<float>) {}
 ///     void sum_metrics(std::span<double>) {}
 ///     void barrier() {}
@@ -44,6 +46,7 @@ concept strategy = requires(S& s, const S& cs, std::span<float> p, std::span<dou
   { cs.is_chief() } -> std::convertible_to<bool>;
   s.verify_same(text, text);
   s.mirror(p);
+  s.mirror(m);
   s.mean_gradients(p);
   s.sum_metrics(m);
   s.barrier();

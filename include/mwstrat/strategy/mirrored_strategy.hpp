@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,29 +31,43 @@ struct task_identity {
   int id = 0;                   ///< the task's index within its job
 };
 
-/// Synchronous data parallelism over `Collective` (a `collective`, held by value, or by reference when
-/// `Collective` is an lvalue reference type such as `local_collective&`).
+namespace detail {
+// How a strategy holds its collective: by value, by reference (`C&`) or owned on the heap (`std::unique_ptr<C>`,
+// for collectives that cannot move, such as a connected ring).
+template <class Held>
+struct collective_holder {
+  using type = std::remove_cvref_t<Held>;
+  static type& get(std::remove_reference_t<Held>& held) { return held; }
+  static const type& get(const std::remove_reference_t<Held>& held) { return held; }
+};
+template <class C>
+struct collective_holder<std::unique_ptr<C>> {
+  using type = C;
+  static C& get(std::unique_ptr<C>& held) { return *held; }
+  static const C& get(const std::unique_ptr<C>& held) { return *held; }
+};
+}  // namespace detail
+
+/// Synchronous data parallelism over a `collective`, held by value (`C`), by reference (`C&`, e.g.
+/// `local_collective&` from `spawn_ranks`) or owned on the heap (`std::unique_ptr<C>`, e.g. a connected ring).
 template <class Collective>
-  requires collective<std::remove_cvref_t<Collective>>
+  requires collective<typename detail::collective_holder<Collective>::type>
 class mirrored_strategy {
  public:
-  using collective_type = std::remove_cvref_t<Collective>;
+  using collective_type = typename detail::collective_holder<Collective>::type;
 
   /// Takes (or refers to) a connected collective; `task` names this replica in logs and file paths.
-  mirrored_strategy(Collective c, task_identity task)
-      : collective_(std::forward<Collective>(c)), task_(std::move(task)) {}
+  mirrored_strategy(Collective c, task_identity task) : held_(std::forward<Collective>(c)), task_(std::move(task)) {}
 
   /// As above, with the task `worker:<rank>`.
-  explicit mirrored_strategy(Collective c) : collective_(std::forward<Collective>(c)) {
-    task_.id = collective_.rank();
-  }
+  explicit mirrored_strategy(Collective c) : held_(std::forward<Collective>(c)) { task_.id = collective().rank(); }
 
   /// Number of replicas that take part in every step.
-  [[nodiscard]] int num_replicas_in_sync() const { return collective_.size(); }
+  [[nodiscard]] int num_replicas_in_sync() const { return collective().size(); }
   /// This replica's rank; 0 is the chief.
-  [[nodiscard]] int replica_id() const { return collective_.rank(); }
+  [[nodiscard]] int replica_id() const { return collective().rank(); }
   /// Whether this replica is the chief: the one that logs and writes files.
-  [[nodiscard]] bool is_chief() const { return collective_.rank() == 0; }
+  [[nodiscard]] bool is_chief() const { return collective().rank() == 0; }
   /// TF_CONFIG's task type of this replica ("chief" or "worker").
   [[nodiscard]] const std::string& task_type() const { return task_.type; }
   /// TF_CONFIG's task index of this replica.
@@ -64,7 +79,7 @@ class mirrored_strategy {
     const std::array<std::int64_t, 2> mine{static_cast<std::int64_t>(detail::fnv1a64(value)),
                                            static_cast<std::int64_t>(value.size())};
     std::vector<std::int64_t> all(2 * static_cast<std::size_t>(num_replicas_in_sync()));
-    collective_.all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+    collective().all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
     std::string differing;
     for (int r = 1; r < num_replicas_in_sync(); ++r) {
       const auto at = 2 * static_cast<std::size_t>(r);
@@ -82,23 +97,24 @@ class mirrored_strategy {
   /// Makes `values` equal to the chief's on every replica.
   template <class T>
   void mirror(std::span<T> values) {
-    collective_.broadcast(values, 0);
+    collective().broadcast(values, 0);
   }
 
   /// Replaces `gradients` by their mean over all replicas, in place.
-  void mean_gradients(std::span<float> gradients) { collective_.all_reduce(gradients, reduce_op::mean); }
+  void mean_gradients(std::span<float> gradients) { collective().all_reduce(gradients, reduce_op::mean); }
 
   /// Replaces `values` by their sum over all replicas (metric sums and counts).
-  void sum_metrics(std::span<double> values) { collective_.all_reduce(values, reduce_op::sum); }
+  void sum_metrics(std::span<double> values) { collective().all_reduce(values, reduce_op::sum); }
 
   /// Returns once every replica has reached it.
-  void barrier() { collective_.barrier(); }
+  void barrier() { collective().barrier(); }
 
   /// The collective underneath, for custom training loops that need more (all_gather, async all_reduce).
-  [[nodiscard]] collective_type& collective() { return collective_; }
+  [[nodiscard]] collective_type& collective() { return detail::collective_holder<Collective>::get(held_); }
+  [[nodiscard]] const collective_type& collective() const { return detail::collective_holder<Collective>::get(held_); }
 
  private:
-  Collective collective_;
+  Collective held_;
   task_identity task_;
 };
 

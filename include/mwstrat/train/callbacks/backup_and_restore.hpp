@@ -1,0 +1,232 @@
+#pragma once
+/// \file
+/// Keras's BackupAndRestore, exact: the full training state is backed up every epoch or every N steps, and a
+/// restarted job resumes at the saved epoch and step with the same weights, optimizer slots, step count and data
+/// position — so its final weights are bitwise those of an uninterrupted run (same world size).
+///
+/// Only the chief reads and writes `backup_dir` (so no shared file system is needed): at the start it restores the
+/// newest good backup and broadcasts it to every worker; every worker then continues from it. The backup is
+/// written atomically (a crash mid-write leaves the previous one) and keeps the one before as a fallback; it is
+/// removed after a successful `fit` when `delete_checkpoint` is set.
+
+#include <mwstrat/checkpoint/manager.hpp>
+#include <mwstrat/checkpoint/training_state.hpp>
+#include <mwstrat/error.hpp>
+#include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/model_state.hpp>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace mwstrat {
+
+/// How often a backup is written: at the end of every epoch, or every `steps` global steps.
+struct save_frequency {
+  std::size_t steps = 0;  ///< 0: every epoch
+
+  /// Every epoch (Keras's `save_freq="epoch"`).
+  [[nodiscard]] static constexpr save_frequency epoch() { return {0}; }
+  /// Every `n` global steps (Keras's `save_freq=n`); `n` must be positive.
+  [[nodiscard]] static save_frequency every(std::size_t n) {
+    if (n == 0) throw config_error({"train"}, "save_freq: 0 steps; use save_frequency::epoch() or a positive count");
+    return {n};
+  }
+  /// Parses "epoch" or a positive integer (command lines); `what` names the option in the error.
+  [[nodiscard]] static save_frequency parse(const std::string& text, const std::string& what = "save_freq") {
+    if (text == "epoch") return epoch();
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || n == 0 || text.front() == '-') {
+      throw config_error({"train"}, what + ": '" + text + "' is neither 'epoch' nor a positive number of steps");
+    }
+    return {static_cast<std::size_t>(n)};
+  }
+  [[nodiscard]] bool per_epoch() const { return steps == 0; }
+};
+
+/// Options of `backup_and_restore`.
+struct backup_options {
+  std::filesystem::path backup_dir;                ///< the chief's backup folder (created when needed)
+  save_frequency save_freq = save_frequency::epoch();
+  bool delete_checkpoint = true;                   ///< remove the backup after a successful fit
+  std::ostream* log = &std::cerr;                  ///< where the chief says what it restored
+};
+
+/// Backs up the whole training state and restores it when a job restarts (see the file comment).
+class backup_and_restore {
+ public:
+  explicit backup_and_restore(backup_options options) : options_(std::move(options)) {
+    if (options_.backup_dir.empty()) throw config_error({"train"}, "backup_and_restore: backup_dir is empty");
+  }
+
+  /// Whether the last `fit` resumed from a backup, and at which global step.
+  [[nodiscard]] std::optional<std::uint64_t> resumed_at() const { return resumed_at_; }
+
+  template <class Ctx>
+  void on_train_begin(Ctx& ctx) {
+    const int rank = ctx.strategy.replica_id();
+    resumed_at_.reset();
+    if (ctx.strategy.is_chief()) {
+      checkpoint_manager_options mo;
+      mo.write.rank = rank;
+      manager_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
+    }
+    // Header, broadcast from the chief: [status, epoch, step, iterations, loss_sum, correct, count, model step, -].
+    // status: 1 restored, 0 nothing to restore, -1 the chief failed (every worker then fails too).
+    std::array<double, 9> head{};
+    std::optional<training_state> state;
+    std::string failure;
+    if (ctx.strategy.is_chief()) {
+      try {
+        if (auto restored = manager_->restore_latest_checkpoint()) {
+          source_ = restored->path.string();
+          state = std::move(restored->state);
+          check_fits(ctx, *state);
+        }
+      } catch (const error& e) {
+        failure = e.what();
+      }
+      head[0] = !failure.empty() ? -1.0 : state ? 1.0 : 0.0;
+      if (state && failure.empty()) {
+        head[1] = static_cast<double>(state->epoch);
+        head[2] = static_cast<double>(state->cursor.step);
+        head[3] = static_cast<double>(state->optimizer_iterations);
+        head[4] = parse_double(*state, "train.epoch_loss_sum");
+        head[5] = parse_double(*state, "train.epoch_correct");
+        head[6] = parse_double(*state, "train.epoch_count");
+        head[7] = parse_double(*state, "train.model_step");
+      }
+    }
+    ctx.strategy.mirror(std::span<double>(head));
+    if (head[0] < 0) {
+      if (!failure.empty()) throw checkpoint_error({"train.backup", rank}, options_.backup_dir.string(), failure);
+      throw checkpoint_error({"train.backup", rank}, options_.backup_dir.string(),
+                             "the chief could not restore the backup in " + options_.backup_dir.string() +
+                                 " (its log says why)");
+    }
+    if (head[0] == 0) return;
+
+    // Weights and optimizer slots: the chief copies them in, then one broadcast each.
+    if (state) {
+      copy_tensors_into(state->weights, ctx.model.parameters(), "the backup's weights", source_, rank);
+      if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
+        copy_tensors_into(state->optimizer_slots, optimizer_slots(ctx.optimizer, ctx.model.parameters().size()),
+                          "the backup's optimizer slots", source_, rank);
+      }
+    }
+    ctx.strategy.mirror(ctx.model.parameters());
+    if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
+      ctx.strategy.mirror(optimizer_slots(ctx.optimizer, ctx.model.parameters().size()));
+      ctx.optimizer.set_iterations(static_cast<decltype(ctx.optimizer.iterations())>(head[3]));
+    }
+    if constexpr (requires { ctx.model.set_step(std::uint64_t{}); }) {
+      ctx.model.set_step(static_cast<std::uint64_t>(head[7]));  // the model's RNG position (dropout)
+    }
+    ctx.epoch = static_cast<int>(head[1]);
+    ctx.step = static_cast<std::size_t>(head[2]);
+    ctx.epoch_sums = {head[4], head[5], head[6]};
+    resumed_at_ = ctx.global_step();
+    if (ctx.strategy.is_chief() && options_.log) {
+      *options_.log << "[mwstrat.train.backup] rank " << rank << ": restored " << source_ << ": resuming at epoch "
+                    << ctx.epoch + 1 << ", step " << ctx.step << " (global step " << ctx.global_step() << ")\n"
+                    << std::flush;
+    }
+  }
+
+  template <class Ctx>
+  void on_train_batch_end(Ctx& ctx, std::size_t, const batch_logs&) {
+    if (options_.save_freq.per_epoch() || ctx.global_step() % options_.save_freq.steps != 0) return;
+    save(ctx, ctx.epoch, ctx.step);
+  }
+
+  template <class Ctx>
+  void on_epoch_end(Ctx& ctx, int epoch, const epoch_logs&) {
+    if (!options_.save_freq.per_epoch() || ctx.step != 0) return;  // ctx.step != 0: stopped mid-epoch
+    save(ctx, epoch + 1, 0);
+  }
+
+  template <class Ctx>
+  void on_train_end(Ctx& ctx, const history& h) {
+    if (!ctx.strategy.is_chief() || !options_.delete_checkpoint || h.stopped_early) return;
+    if (ctx.epoch < ctx.epochs) return;  // not finished: keep the backup
+    manager_->remove_all();
+  }
+
+ private:
+  template <class Ctx>
+  void save(Ctx& ctx, int epoch, std::size_t step) {
+    if (!ctx.strategy.is_chief()) return;
+    training_state_view s;
+    s.epoch = epoch;
+    s.step = static_cast<std::int64_t>(static_cast<std::uint64_t>(epoch) * ctx.steps_per_epoch + step);
+    s.cursor = {epoch, static_cast<std::int64_t>(step), 0};
+    s.world_size = ctx.strategy.num_replicas_in_sync();
+    s.model_fingerprint = std::string(ctx.model.fingerprint());
+    s.weights = weight_views(ctx.model);
+    s.optimizer_slots = slot_views(ctx.optimizer, ctx.model.parameters().size());
+    if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
+      s.optimizer_iterations = static_cast<std::int64_t>(ctx.optimizer.iterations());
+    }
+    const bool fresh_epoch = step == 0;
+    s.extra["train.epoch_loss_sum"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.loss_sum);
+    s.extra["train.epoch_correct"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.correct);
+    s.extra["train.epoch_count"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.count);
+    s.extra["train.steps_per_epoch"] = std::to_string(ctx.steps_per_epoch);
+    if constexpr (requires { ctx.model.step(); }) s.extra["train.model_step"] = exact(double(ctx.model.step()));
+    manager_->save(s, s.step);
+  }
+
+  template <class Ctx>
+  void check_fits(Ctx& ctx, const training_state& state) {
+    const std::string fingerprint(ctx.model.fingerprint());
+    if (state.model_fingerprint != fingerprint) {
+      throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
+                             source_ + ": the backup is of another model ('" + state.model_fingerprint +
+                                 "', this one is '" + fingerprint + "'); remove " + options_.backup_dir.string() +
+                                 " to start afresh");
+    }
+    const auto spe = state.extra.find("train.steps_per_epoch");
+    if (spe != state.extra.end() && spe->second != std::to_string(ctx.steps_per_epoch)) {
+      throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
+                             source_ + ": the backup was written with " + spe->second +
+                                 " steps per epoch, this run has " + std::to_string(ctx.steps_per_epoch) +
+                                 " (the global batch or the data set changed)");
+    }
+  }
+
+  static std::string exact(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a", v);  // hexadecimal: the same bits come back
+    return buf;
+  }
+
+  double parse_double(const training_state& state, const std::string& key) const {
+    const auto it = state.extra.find(key);
+    if (it == state.extra.end()) return 0.0;
+    char* end = nullptr;
+    const double v = std::strtod(it->second.c_str(), &end);
+    if (end == it->second.c_str() || *end != '\0') {
+      throw checkpoint_error({"train.backup"}, source_, source_ + ": metadata " + key + ": '" + it->second +
+                                                            "' is not a number");
+    }
+    return v;
+  }
+
+  backup_options options_;
+  std::optional<checkpoint_manager> manager_;
+  std::string source_;
+  std::optional<std::uint64_t> resumed_at_;
+};
+
+}  // namespace mwstrat

@@ -1,0 +1,158 @@
+#pragma once
+/// \file
+/// Keras's ModelCheckpoint: saves the model on the chief at the end of every epoch or every N steps, to a path
+/// formatted from the epoch and the logs (`ckpt/weights.{epoch:02d}-{val_loss:.2f}.safetensors`); optionally only
+/// when a monitored metric improves, and optionally the weights only. Unlike BackupAndRestore it does not resume
+/// training by itself: load a file with `load_model`.
+
+#include <mwstrat/error.hpp>
+#include <mwstrat/train/callbacks/backup_and_restore.hpp>
+#include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/saved_model.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace mwstrat {
+
+/// Options of `model_checkpoint`, with Keras's names.
+struct model_checkpoint_options {
+  std::string filepath;                 ///< may use {epoch}, {epoch:0Nd}, {loss}, {accuracy}, {val_loss}, ... {x:.Nf}
+  std::string monitor = "val_loss";     ///< the metric `save_best_only` compares
+  bool save_best_only = false;
+  bool save_weights_only = false;
+  std::string mode = "auto";            ///< "min", "max" or "auto" (max for accuracies, else min)
+  save_frequency save_freq = save_frequency::epoch();
+};
+
+/// Saves the model on the chief (see the file comment).
+class model_checkpoint {
+ public:
+  explicit model_checkpoint(model_checkpoint_options options) : options_(std::move(options)) {
+    if (options_.filepath.empty()) throw config_error({"train.model_checkpoint"}, "filepath is empty");
+    if (options_.mode != "auto" && options_.mode != "min" && options_.mode != "max") {
+      throw config_error({"train.model_checkpoint"}, "mode: '" + options_.mode + "' is not 'auto', 'min' or 'max'");
+    }
+    maximise_ = options_.mode == "max" ||
+                (options_.mode == "auto" && options_.monitor.find("acc") != std::string::npos);
+    (void)format(options_.filepath, 1, epoch_logs{});  // reject a malformed pattern now, not after an epoch of training
+  }
+
+  /// The files written so far by this worker (empty on workers other than the chief).
+  [[nodiscard]] const std::vector<std::filesystem::path>& saved() const { return saved_; }
+
+  template <class Ctx>
+  void on_train_batch_end(Ctx& ctx, std::size_t step, const batch_logs& logs) {
+    if (options_.save_freq.per_epoch() || ctx.global_step() % options_.save_freq.steps != 0) return;
+    epoch_logs l;
+    l.epoch = ctx.epoch;
+    l.loss = logs.loss;
+    l.accuracy = logs.accuracy;
+    l.steps = step + 1;
+    consider(ctx, l);
+  }
+
+  template <class Ctx>
+  void on_epoch_end(Ctx& ctx, int, const epoch_logs& logs) {
+    if (options_.save_freq.per_epoch()) consider(ctx, logs);
+  }
+
+  /// `pattern` with its fields replaced from `epoch` (1-based, as Keras prints it) and `logs`.
+  [[nodiscard]] static std::string format(const std::string& pattern, int epoch, const epoch_logs& logs) {
+    std::string out;
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      if (pattern[i] != '{') {
+        out += pattern[i];
+        continue;
+      }
+      const std::size_t close = pattern.find('}', i);
+      if (close == std::string::npos) {
+        throw config_error({"train.model_checkpoint"}, "filepath '" + pattern + "': '{' at " + std::to_string(i) +
+                                                           " is never closed");
+      }
+      const std::string field = pattern.substr(i + 1, close - i - 1);
+      const std::size_t colon = field.find(':');
+      const std::string name = field.substr(0, colon);
+      const std::string spec = colon == std::string::npos ? "" : field.substr(colon + 1);
+      out += render(pattern, name, spec, epoch, logs);
+      i = close;
+    }
+    return out;
+  }
+
+ private:
+  template <class Ctx>
+  void consider(Ctx& ctx, const epoch_logs& logs) {
+    if (!ctx.strategy.is_chief()) return;
+    if (options_.save_best_only) {
+      const std::optional<double> value = metric(options_.monitor, logs);
+      if (!value) {
+        throw config_error({"train.model_checkpoint", ctx.strategy.replica_id()},
+                           "monitor: '" + options_.monitor + "' is not among the logs (loss, accuracy, val_loss, "
+                           "val_accuracy; val_* need validation data)");
+      }
+      if (std::isnan(*value)) return;
+      if (best_ && (maximise_ ? *value <= *best_ : *value >= *best_)) return;
+      best_ = value;
+    }
+    const std::filesystem::path path = format(options_.filepath, logs.epoch + 1, logs);
+    save_model(path, ctx.model, ctx.optimizer, {!options_.save_weights_only, logs.epoch});
+    saved_.push_back(path);
+  }
+
+  static std::optional<double> metric(const std::string& name, const epoch_logs& logs) {
+    if (name == "loss") return logs.loss;
+    if (name == "accuracy") return logs.accuracy;
+    if (name == "val_loss") return logs.val_loss;
+    if (name == "val_accuracy") return logs.val_accuracy;
+    if (name == "learning_rate") return logs.learning_rate;
+    return std::nullopt;
+  }
+
+  static std::string render(const std::string& pattern, const std::string& name, const std::string& spec, int epoch,
+                            const epoch_logs& logs) {
+    auto bad = [&](const std::string& why) {
+      return config_error({"train.model_checkpoint"}, "filepath '" + pattern + "': {" + name +
+                                                          (spec.empty() ? "" : ":" + spec) + "}: " + why);
+    };
+    char buf[64];
+    if (name == "epoch") {
+      if (spec.empty()) return std::to_string(epoch);
+      // {epoch:0Nd} or {epoch:Nd}
+      if (spec.back() != 'd') throw bad("an epoch takes an integer format such as 02d");
+      const std::string width = spec.substr(0, spec.size() - 1);
+      if (width.find_first_not_of("0123456789") != std::string::npos) throw bad("bad width");
+      const int w = width.empty() ? 0 : std::atoi(width.c_str());
+      std::snprintf(buf, sizeof buf, width.starts_with("0") ? "%0*d" : "%*d", w, epoch);
+      return buf;
+    }
+    const std::optional<double> value = metric(name, logs);
+    if (name != "loss" && name != "accuracy" && name != "val_loss" && name != "val_accuracy" &&
+        name != "learning_rate") {
+      throw bad("unknown field (epoch, loss, accuracy, val_loss, val_accuracy, learning_rate)");
+    }
+    int precision = 6;
+    if (!spec.empty()) {
+      if (spec.size() < 3 || spec[0] != '.' || spec.back() != 'f' ||
+          spec.substr(1, spec.size() - 2).find_first_not_of("0123456789") != std::string::npos) {
+        throw bad("a metric takes a format such as .4f");
+      }
+      precision = std::atoi(spec.substr(1, spec.size() - 2).c_str());
+    }
+    if (!value) return "nan";
+    std::snprintf(buf, sizeof buf, "%.*f", precision, *value);
+    return buf;
+  }
+
+  model_checkpoint_options options_;
+  bool maximise_ = false;
+  std::optional<double> best_;
+  std::vector<std::filesystem::path> saved_;
+};
+
+}  // namespace mwstrat

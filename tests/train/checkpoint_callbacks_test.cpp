@@ -1,0 +1,291 @@
+// BackupAndRestore and ModelCheckpoint over local replicas, with real files in a temporary folder.
+#include <mwstrat/collective/local.hpp>
+#include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/train/callbacks/backup_and_restore.hpp>
+#include <mwstrat/train/callbacks/model_checkpoint.hpp>
+#include <mwstrat/train/fit.hpp>
+#include <mwstrat/train/saved_model.hpp>
+
+#include <support/softmax_regression.hpp>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace mwstrat;
+using test::blob_batches;
+using test::momentum_sgd;
+using test::softmax_regression;
+namespace fs = std::filesystem;
+
+constexpr std::size_t features = 6, classes = 3, examples = 240;
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    static std::atomic<int> n{0};
+    path = fs::temp_directory_path() / ("mwstrat_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~temp_dir() { fs::remove_all(path); }
+};
+
+// Throws on every worker once `global_step` steps are done: a job that dies mid-run.
+struct die_at {
+  std::uint64_t global_step;
+  template <class Ctx> void on_train_batch_end(Ctx& ctx, std::size_t, const batch_logs&) {
+    if (ctx.global_step() == global_step) throw std::runtime_error("injected failure");
+  }
+};
+
+struct run_options {
+  int workers = 2;
+  std::size_t global_batch = 24;
+  int epochs = 3;
+  std::optional<backup_options> backup;
+  std::optional<std::uint64_t> die_at_step;
+  std::uint32_t init_seed = 1;
+};
+
+struct run_result {
+  std::vector<float> params;
+  std::vector<float> velocity;
+  bool failed = false;
+  std::optional<std::uint64_t> resumed_at;
+  std::string error;
+};
+
+run_result run(const run_options& o) {
+  run_result out;
+  std::mutex m;
+  try {
+    spawn_ranks(o.workers, [&](local_collective& c) {
+      mirrored_strategy<local_collective&> strategy(c);
+      softmax_regression model(features, classes, o.init_seed);
+      momentum_sgd sgd(model.parameters().size());
+      blob_batches data(examples, features, classes, o.global_batch, c.size(), c.rank(), 9);
+      fit_options fo;
+      fo.epochs = o.epochs;
+      std::optional<backup_and_restore> backup;
+      if (o.backup) {
+        backup_options bo = *o.backup;
+        std::ostringstream silent;
+        bo.log = &silent;
+        backup.emplace(bo);
+      }
+      die_at die{o.die_at_step.value_or(~std::uint64_t{0})};
+      if (backup) fit(strategy, model, sgd, data, fo, *backup, die);
+      else fit(strategy, model, sgd, data, fo, die);
+      if (c.rank() == 0) {
+        const std::lock_guard lock(m);
+        out.params.assign(model.parameters().begin(), model.parameters().end());
+        out.velocity = sgd.velocity;
+        if (backup) out.resumed_at = backup->resumed_at();
+      }
+    });
+  } catch (const std::exception& e) {
+    out.failed = true;
+    out.error = e.what();
+  }
+  return out;
+}
+
+TEST(backup_and_restore, resumed_run_is_bitwise_identical_to_an_uninterrupted_one) {
+  const run_result reference = run({});
+  ASSERT_FALSE(reference.failed) << reference.error;
+  for (std::size_t freq : {0u, 1u, 4u, 7u}) {  // 0: every epoch
+    temp_dir dir;
+    run_options o;
+    o.backup = backup_options{dir.path, freq == 0 ? save_frequency::epoch() : save_frequency::every(freq)};
+    o.die_at_step = 23;  // mid-epoch 2 (10 steps per epoch)
+    const run_result crashed = run(o);
+    ASSERT_TRUE(crashed.failed);
+    EXPECT_TRUE(fs::exists(dir.path / "backup.index.json"));
+    o.die_at_step.reset();
+    o.init_seed = 77;  // a restarted job initialises differently; the backup must override it
+    const run_result resumed = run(o);
+    ASSERT_FALSE(resumed.failed) << resumed.error;
+    const std::uint64_t expected_resume = freq == 0 ? 20 : 23 / freq * freq;
+    EXPECT_EQ(resumed.resumed_at, expected_resume) << "save_freq " << freq;
+    EXPECT_EQ(resumed.params, reference.params) << "save_freq " << freq;
+    EXPECT_EQ(resumed.velocity, reference.velocity) << "save_freq " << freq;
+    EXPECT_FALSE(fs::exists(dir.path)) << "the backup is removed after a successful fit";
+  }
+}
+
+TEST(backup_and_restore, a_corrupt_latest_backup_falls_back_to_the_previous_one) {
+  const run_result reference = run({});
+  temp_dir dir;
+  run_options o;
+  o.backup = backup_options{dir.path, save_frequency::every(5)};
+  o.die_at_step = 17;
+  ASSERT_TRUE(run(o).failed);
+  const fs::path latest = dir.path / "backup-15.safetensors";
+  ASSERT_TRUE(fs::exists(latest));
+  {
+    std::fstream f(latest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x5a');
+  }
+  o.die_at_step.reset();
+  const run_result resumed = run(o);
+  ASSERT_FALSE(resumed.failed) << resumed.error;
+  EXPECT_EQ(resumed.resumed_at, 10u);
+  EXPECT_EQ(resumed.params, reference.params);
+}
+
+TEST(backup_and_restore, changing_the_world_size_with_the_same_global_batch_stays_close) {
+  const run_result reference = run({});
+  temp_dir dir;
+  run_options o;
+  o.backup = backup_options{dir.path, save_frequency::every(6)};
+  o.die_at_step = 14;
+  ASSERT_TRUE(run(o).failed);
+  o.die_at_step.reset();
+  o.workers = 4;  // 24 / 4 = 6 per worker instead of 12
+  const run_result resumed = run(o);
+  ASSERT_FALSE(resumed.failed) << resumed.error;
+  EXPECT_EQ(resumed.resumed_at, 12u);
+  for (std::size_t i = 0; i < reference.params.size(); ++i) {
+    EXPECT_NEAR(resumed.params[i], reference.params[i], 1e-5 * std::max(1.0f, std::abs(reference.params[i])));
+  }
+}
+
+TEST(backup_and_restore, a_backup_of_another_model_fails_every_worker_clearly) {
+  temp_dir dir;
+  run_options o;
+  o.backup = backup_options{dir.path, save_frequency::every(3)};
+  o.die_at_step = 4;
+  ASSERT_TRUE(run(o).failed);
+  std::vector<std::string> errors(2);
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features + 1, classes, 1);
+    momentum_sgd sgd(model.parameters().size());
+    blob_batches data(examples, features + 1, classes, 24, 2, c.rank(), 9);
+    backup_and_restore backup({dir.path});
+    try {
+      fit(strategy, model, sgd, data, fit_options{}, backup);
+    } catch (const checkpoint_error& e) {
+      errors[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  EXPECT_NE(errors[0].find("the backup is of another model ('softmax_regression(6x3)', this one is "
+                           "'softmax_regression(7x3)')"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[1].find("the chief could not restore the backup"), std::string::npos) << errors[1];
+  EXPECT_TRUE(fs::exists(dir.path / "backup-3.safetensors")) << "nothing already saved is lost";
+}
+
+TEST(backup_and_restore, save_freq_parses_like_keras) {
+  EXPECT_TRUE(save_frequency::parse("epoch").per_epoch());
+  EXPECT_EQ(save_frequency::parse("30").steps, 30u);
+  for (const char* bad : {"", "0", "-3", "12x", "epochs"}) {
+    EXPECT_THROW((void)save_frequency::parse(bad), config_error) << bad;
+  }
+}
+
+TEST(model_checkpoint, formats_paths_like_keras) {
+  epoch_logs logs;
+  logs.loss = 0.123456;
+  logs.val_loss = 1.5;
+  EXPECT_EQ(model_checkpoint::format("w.{epoch:02d}-{val_loss:.2f}.st", 3, logs), "w.03-1.50.st");
+  EXPECT_EQ(model_checkpoint::format("{epoch}/{loss:.3f}", 12, logs), "12/0.123");
+  EXPECT_THROW((void)model_checkpoint::format("{epoch", 1, logs), config_error);
+  EXPECT_THROW((void)model_checkpoint::format("{speed}", 1, logs), config_error);
+  EXPECT_THROW(model_checkpoint({"x-{epoch:.2f}"}), config_error);
+}
+
+TEST(model_checkpoint, chief_saves_each_epoch_or_only_the_best) {
+  temp_dir dir;
+  std::vector<std::vector<fs::path>> saved(2), best(2);
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 1);
+    momentum_sgd sgd(model.parameters().size());
+    blob_batches train(examples, features, classes, 24, 2, c.rank(), 9), val(120, features, classes, 24, 2, c.rank(), 10);
+    model_checkpoint every({(dir.path / "all/w.{epoch:02d}.safetensors").string()});
+    model_checkpoint_options bo;
+    bo.filepath = (dir.path / "best.safetensors").string();
+    bo.save_best_only = true;
+    bo.monitor = "val_accuracy";
+    bo.save_weights_only = true;
+    model_checkpoint only_best(bo);
+    fit_options fo;
+    fo.epochs = 3;
+    fit(strategy, model, sgd, train, val, fo, every, only_best);
+    saved[static_cast<std::size_t>(c.rank())] = every.saved();
+    best[static_cast<std::size_t>(c.rank())] = only_best.saved();
+  });
+  EXPECT_EQ(saved[0].size(), 3u);
+  EXPECT_TRUE(saved[1].empty()) << "only the chief writes";
+  EXPECT_TRUE(fs::exists(dir.path / "all/w.01.safetensors"));
+  EXPECT_TRUE(fs::exists(dir.path / "all/w.03.safetensors"));
+  EXPECT_GE(best[0].size(), 1u);
+  EXPECT_LE(best[0].size(), 3u);
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+TEST(saved_model, same_weights_give_byte_identical_files_and_load_back) {
+  temp_dir dir;
+  softmax_regression a(features, classes, 5), b(features, classes, 6);
+  momentum_sgd sa(a.parameters().size()), sb(b.parameters().size());
+  sa.velocity[3] = 0.5f;
+  sa.steps = 42;
+  save_model(dir.path / "a.safetensors", a, sa);
+  save_model(dir.path / "a2.safetensors", a, sa);
+  EXPECT_EQ(read_all(dir.path / "a.safetensors"), read_all(dir.path / "a2.safetensors"));
+  load_model(dir.path / "a.safetensors", b, sb);
+  EXPECT_TRUE(std::equal(a.parameters().begin(), a.parameters().end(), b.parameters().begin()));
+  EXPECT_EQ(sb.velocity, sa.velocity);
+  EXPECT_EQ(sb.steps, 42);
+  softmax_regression other(features + 2, classes, 5);
+  EXPECT_THROW(load_weights(dir.path / "a.safetensors", other), checkpoint_error);
+}
+
+TEST(saved_model, a_saved_multi_worker_model_continues_training_on_one_worker) {
+  temp_dir dir;
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 1);
+    momentum_sgd sgd(model.parameters().size());
+    blob_batches data(examples, features, classes, 24, 2, c.rank(), 9);
+    fit(strategy, model, sgd, data, fit_options{});
+    EXPECT_EQ(save_model(strategy, dir.path / "model.safetensors", model, sgd), c.rank() == 0);
+  });
+  spawn_ranks(1, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 99);
+    momentum_sgd sgd(model.parameters().size());
+    load_model(dir.path / "model.safetensors", model, sgd);
+    EXPECT_EQ(sgd.steps, 10);
+    blob_batches data(examples, features, classes, 24, 1, 0, 9);
+    const evaluation before = evaluate(strategy, model, data);
+    fit_options fo;
+    fo.epochs = 2;
+    fit(strategy, model, sgd, data, fo);
+    const evaluation after = evaluate(strategy, model, data);
+    EXPECT_GT(before.accuracy, 0.5) << "the loaded weights are the trained ones";
+    EXPECT_LE(after.loss, before.loss);
+  });
+}
+
+}  // namespace
