@@ -97,8 +97,8 @@ class any_shard_policy {
   any_shard_policy() : any_shard_policy(auto_shard{}) {}
 
   /// Holds a copy of `policy`.
-  template <sharding_policy P>
-    requires(!std::is_same_v<std::remove_cvref_t<P>, any_shard_policy>)
+  template <class P>  // the same-type test comes first, or checking copyable<any_shard_policy> would recurse
+    requires(!std::is_same_v<std::remove_cvref_t<P>, any_shard_policy> && sharding_policy<P>)
   any_shard_policy(P policy)  // NOLINT(google-explicit-constructor): a policy is meant to convert implicitly
       : name_(policy.name()), resolve_([p = std::move(policy)](const shard_request& r) { return p.resolve(r); }) {}
 
