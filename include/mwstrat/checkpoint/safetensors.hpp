@@ -1,0 +1,316 @@
+#pragma once
+/// \file
+/// The safetensors format: writing named tensors with string metadata, and reading them back with every offset
+/// checked.
+///
+/// Layout: an 8-byte little-endian header length N, N bytes of JSON header
+/// `{"__metadata__": {...}, "<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...}`
+/// padded with spaces so the data starts on an 8-byte boundary, then the raw little-endian data, tensor after
+/// tensor, with no gaps. Python's `safetensors` and plain numpy read these files.
+///
+/// Determinism: the writer orders tensors by element size (largest first, which keeps every tensor aligned to
+/// its element size) and then as given, writes `__metadata__` keys sorted, and adds the data's CRC32C under
+/// `mwstrat.crc32c` and one of the header's content under `mwstrat.header_crc32c`; the same tensors and metadata
+/// always give the same bytes.
+///
+/// Reading never trusts the file: the header length is checked against the file size and a 100 MB limit before
+/// anything is allocated; every entry's dtype, shape and offsets are checked; the tensors must tile the data
+/// exactly; the checksums, when present, must match. Any defect is a `checkpoint_error` naming the file.
+
+#include <mwstrat/checkpoint/atomic_file.hpp>
+#include <mwstrat/checkpoint/crc32c.hpp>
+#include <mwstrat/checkpoint/detail/fail.hpp>
+#include <mwstrat/checkpoint/detail/posix_file.hpp>
+#include <mwstrat/checkpoint/detail/safetensors_header.hpp>
+#include <mwstrat/checkpoint/dtype.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <new>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mwstrat {
+
+/// The metadata key under which the writer stores the data section's CRC32C (8 lowercase hex digits).
+inline constexpr std::string_view crc32c_metadata_key = detail::data_crc_key;
+/// The metadata key under which the writer stores the CRC32C of the header's content (every tensor's name, dtype,
+/// shape and offsets and every other metadata entry, in a canonical form: see docs/checkpointing.md).
+inline constexpr std::string_view header_crc32c_metadata_key = detail::header_crc_key;
+
+/// One tensor to write: its bytes are not copied; they must stay alive until the write returns.
+struct tensor_entry {
+  std::string name;                  ///< unique, non-empty, not "__metadata__"
+  dtype type = dtype::f32;           ///< element type
+  std::vector<std::int64_t> shape;   ///< dimensions; their product times the element size is `data.size()`
+  std::span<const std::byte> data;   ///< raw little-endian elements
+};
+
+/// A `tensor_entry` viewing `values` with `shape` (a flat vector when `shape` is empty).
+template <class T>
+  requires(dtype_of<T>.has_value())
+[[nodiscard]] tensor_entry make_tensor_entry(std::string name, std::span<const T> values,
+                                             std::vector<std::int64_t> shape = {}) {
+  if (shape.empty()) shape.push_back(static_cast<std::int64_t>(values.size()));
+  return {std::move(name), *dtype_of<T>, std::move(shape), std::as_bytes(values)};
+}
+
+/// How safetensors files are read.
+struct read_options {
+  /// This worker's rank, for error messages.
+  std::optional<int> rank = {};
+  /// Refuse a file without `mwstrat.crc32c` and `mwstrat.header_crc32c` (files written by other tools have none).
+  bool require_crc = false;
+};
+
+/// One stored tensor, viewing the bytes of a `safetensors_view` or `safetensors_file`.
+struct tensor_view {
+  std::string name;
+  dtype type = dtype::u8;
+  std::vector<std::int64_t> shape;
+  std::span<const std::byte> data;
+
+  /// Number of elements (the product of `shape`).
+  [[nodiscard]] std::uint64_t element_count() const noexcept { return data.size() / size_of(type); }
+
+  /// The elements as `T`, without a copy, when `T` is this tensor's type and the bytes are aligned for it
+  /// (they are in files written by mwstrat or by Python's safetensors); otherwise nothing.
+  template <class T>
+  [[nodiscard]] std::optional<std::span<const T>> try_values() const noexcept {
+    if (dtype_of<T> != type) return std::nullopt;
+    if (reinterpret_cast<std::uintptr_t>(data.data()) % alignof(T) != 0) return std::nullopt;
+    return std::span<const T>(reinterpret_cast<const T*>(data.data()), data.size() / sizeof(T));
+  }
+
+  /// A copy of the elements as `T` (any alignment); nothing if `T` is not this tensor's type.
+  template <class T>
+  [[nodiscard]] std::optional<std::vector<T>> copy_values() const {
+    if (dtype_of<T> != type) return std::nullopt;
+    std::vector<T> out(data.size() / sizeof(T));
+    if (!data.empty()) std::memcpy(out.data(), data.data(), data.size());
+    return out;
+  }
+};
+
+/// The tensors and metadata of safetensors bytes held elsewhere (a buffer received over the network, say).
+class safetensors_view {
+ public:
+  /// Validates `bytes` (see the file comment) and indexes them; `source` names them in errors.
+  [[nodiscard]] static safetensors_view parse(std::span<const std::byte> bytes,
+                                              const std::filesystem::path& source = "<memory>",
+                                              const read_options& options = {}) {
+    const auto fail = [&](std::string_view what) { detail::checkpoint_fail(options.rank, source, what); };
+    if (bytes.size() < 8)
+      fail("too short for a safetensors file (" + std::to_string(bytes.size()) + " bytes, need at least 8)");
+    std::uint64_t header_length = 0;
+    std::memcpy(&header_length, bytes.data(), 8);
+    check_header_length(header_length, bytes.size(), source, options.rank);
+    const std::string_view header_text(reinterpret_cast<const char*>(bytes.data()) + 8, header_length);
+    const std::uint64_t data_size = bytes.size() - 8 - header_length;
+    detail::parsed_header header = detail::parse_header(header_text, data_size, source, options.rank);
+    const std::span<const std::byte> data = bytes.subspan(8 + header_length);
+    verify_checksums(header, crc32c(data), source, options);
+
+    safetensors_view view;
+    view.metadata_ = std::move(header.metadata);
+    view.tensors_.reserve(header.tensors.size());
+    for (auto& t : header.tensors)
+      view.tensors_.push_back({std::move(t.name), t.type, std::move(t.shape), data.subspan(t.begin, t.end - t.begin)});
+    view.by_name_.reserve(view.tensors_.size());
+    for (std::size_t i = 0; i < view.tensors_.size(); ++i) view.by_name_.push_back(i);
+    std::sort(view.by_name_.begin(), view.by_name_.end(),
+              [&](std::size_t a, std::size_t b) { return view.tensors_[a].name < view.tensors_[b].name; });
+    return view;
+  }
+
+  /// Every tensor, in the order of its data in the file.
+  [[nodiscard]] const std::vector<tensor_view>& tensors() const noexcept { return tensors_; }
+  /// The tensor called `name`, or null.
+  [[nodiscard]] const tensor_view* find(std::string_view name) const noexcept {
+    const auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
+                                     [&](std::size_t i, std::string_view n) { return tensors_[i].name < n; });
+    return it != by_name_.end() && tensors_[*it].name == name ? &tensors_[*it] : nullptr;
+  }
+  /// The `__metadata__` entries (including `mwstrat.crc32c` when present).
+  [[nodiscard]] const metadata_map& metadata() const noexcept { return metadata_; }
+
+  /// Throws `checkpoint_error` if `header_length` cannot be right for a file of `file_size` bytes.
+  static void check_header_length(std::uint64_t header_length, std::uint64_t file_size,
+                                  const std::filesystem::path& source, std::optional<int> rank) {
+    if (header_length > detail::safetensors_max_header)
+      detail::checkpoint_fail(rank, source,
+                              "header length " + std::to_string(header_length) + " exceeds the limit of " +
+                                  std::to_string(detail::safetensors_max_header) + " bytes");
+    if (header_length > file_size - 8)
+      detail::checkpoint_fail(rank, source,
+                              "header length " + std::to_string(header_length) + " runs past the end of the file (" +
+                                  std::to_string(file_size) + " bytes; truncated?)");
+  }
+
+  /// Checks the checksums `header` carries: `mwstrat.crc32c` against `data_crc` (the data section's CRC32C) and
+  /// `mwstrat.header_crc32c` against the header's content. Throws `checkpoint_error` on a mismatch, a malformed
+  /// value, or (with `require_crc`) a missing one.
+  static void verify_checksums(const detail::parsed_header& header, std::uint32_t data_crc,
+                               const std::filesystem::path& source, const read_options& options) {
+    const auto check = [&](std::string_view key, std::uint32_t actual, std::string_view what) {
+      const auto it = header.metadata.find(key);
+      if (it == header.metadata.end()) {
+        if (options.require_crc)
+          detail::checkpoint_fail(options.rank, source, "no " + std::string(key) + " in __metadata__");
+        return;
+      }
+      const auto expected = detail::parse_hex32(it->second);
+      if (!expected)
+        detail::checkpoint_fail(options.rank, source, std::string(key) + " is not 8 lowercase hex digits");
+      if (*expected != actual)
+        detail::checkpoint_fail(options.rank, source,
+                                std::string(what) + " CRC32C mismatch: stored " + it->second + ", computed " +
+                                    detail::hex32(actual) + " (corrupt " + std::string(what) + ")");
+    };
+    check(detail::header_crc_key, detail::header_checksum(header.tensors, header.metadata), "header");
+    check(detail::data_crc_key, data_crc, "data");
+  }
+
+ private:
+  std::vector<tensor_view> tensors_;
+  std::vector<std::size_t> by_name_;
+  metadata_map metadata_;
+};
+
+/// A safetensors file read into memory (64-byte aligned, so typed views of its tensors are aligned too).
+class safetensors_file {
+ public:
+  /// Reads and validates `path`; throws `checkpoint_error` naming it if it is missing, unreadable or corrupt.
+  [[nodiscard]] static safetensors_file open(const std::filesystem::path& path, const read_options& options = {}) {
+    detail::unique_fd fd = detail::open_for_reading(path, options.rank);
+    const std::uint64_t size = detail::file_size(fd.get(), path, options.rank);
+    if (size < 8)
+      detail::checkpoint_fail(options.rank, path,
+                              "too short for a safetensors file (" + std::to_string(size) + " bytes, need at least 8)");
+    std::uint64_t header_length = 0;
+    detail::read_exact(fd.get(), std::as_writable_bytes(std::span(&header_length, 1)), 0, path, options.rank);
+    safetensors_view::check_header_length(header_length, size, path, options.rank);
+    safetensors_file file;
+    file.size_ = static_cast<std::size_t>(size);
+    file.buffer_.reset(static_cast<std::byte*>(::operator new(file.size_, std::align_val_t{64})));
+    detail::read_exact(fd.get(), {file.buffer_.get(), file.size_}, 0, path, options.rank);
+    file.view_ = safetensors_view::parse({file.buffer_.get(), file.size_}, path, options);
+    file.path_ = path;
+    return file;
+  }
+
+  /// Every tensor, in the order of its data in the file.
+  [[nodiscard]] const std::vector<tensor_view>& tensors() const noexcept { return view_.tensors(); }
+  /// The tensor called `name`, or null.
+  [[nodiscard]] const tensor_view* find(std::string_view name) const noexcept { return view_.find(name); }
+  /// The `__metadata__` entries.
+  [[nodiscard]] const metadata_map& metadata() const noexcept { return view_.metadata(); }
+  /// The file's path.
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// The whole file's bytes.
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {buffer_.get(), size_}; }
+
+ private:
+  struct aligned_delete {
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte, aligned_delete> buffer_;
+  std::size_t size_ = 0;
+  safetensors_view view_;
+  std::filesystem::path path_;
+};
+
+namespace detail {
+
+/// What a write will put where: validated entries in data order, the padded header, the data's CRC32C.
+struct safetensors_plan {
+  std::vector<const tensor_entry*> order;
+  std::string header;
+  std::uint64_t data_size = 0;
+};
+
+inline safetensors_plan plan_safetensors(std::span<const tensor_entry> entries, metadata_map metadata,
+                                         const std::filesystem::path& target, std::optional<int> rank) {
+  safetensors_plan plan;
+  plan.order.reserve(entries.size());
+  for (const auto& e : entries) plan.order.push_back(&e);
+  // Largest elements first keeps every tensor aligned to its element size; stable keeps the caller's order.
+  std::stable_sort(plan.order.begin(), plan.order.end(),
+                   [](const tensor_entry* a, const tensor_entry* b) { return size_of(a->type) > size_of(b->type); });
+
+  std::vector<const tensor_entry*> by_name = plan.order;
+  std::sort(by_name.begin(), by_name.end(), [](const tensor_entry* a, const tensor_entry* b) { return a->name < b->name; });
+  for (std::size_t i = 0; i + 1 < by_name.size(); ++i)
+    if (by_name[i]->name == by_name[i + 1]->name)
+      checkpoint_fail(rank, target, "two tensors are called '" + by_name[i]->name + "'");
+
+  std::vector<stored_tensor> stored;
+  stored.reserve(plan.order.size());
+  std::uint32_t crc = 0;
+  for (const tensor_entry* e : plan.order) {
+    const std::string where = "cannot write tensor '" + e->name + "': ";
+    if (e->name.empty()) checkpoint_fail(rank, target, "cannot write a tensor with an empty name");
+    if (e->name == safetensors_metadata_key) checkpoint_fail(rank, target, where + "the name is reserved");
+    const auto bytes = tensor_bytes(e->shape, size_of(e->type), std::numeric_limits<std::uint64_t>::max());
+    if (!bytes || *bytes != e->data.size())
+      checkpoint_fail(rank, target,
+                      where + "shape and dtype " + std::string(to_string(e->type)) + " do not match its " +
+                          std::to_string(e->data.size()) + " bytes");
+    stored.push_back({e->name, e->type, e->shape, plan.data_size, plan.data_size + e->data.size()});
+    plan.data_size += e->data.size();
+    crc = crc32c_extend(crc, e->data);
+  }
+  metadata.insert_or_assign(std::string(data_crc_key), hex32(crc));
+  metadata.insert_or_assign(std::string(header_crc_key), hex32(header_checksum(stored, metadata)));
+  plan.header = build_header(stored, metadata);
+  return plan;
+}
+
+inline std::array<std::byte, 8> length_prefix(std::uint64_t length) noexcept {
+  std::array<std::byte, 8> out{};
+  std::memcpy(out.data(), &length, 8);
+  return out;
+}
+
+}  // namespace detail
+
+/// The bytes of a safetensors file holding `entries` and `metadata` (plus the two checksums).
+[[nodiscard]] inline std::vector<std::byte> encode_safetensors(std::span<const tensor_entry> entries,
+                                                               const metadata_map& metadata = {},
+                                                               std::optional<int> rank = {}) {
+  const detail::safetensors_plan plan = detail::plan_safetensors(entries, metadata, "<memory>", rank);
+  std::vector<std::byte> out;
+  out.reserve(8 + plan.header.size() + plan.data_size);
+  const auto prefix = detail::length_prefix(plan.header.size());
+  out.insert(out.end(), prefix.begin(), prefix.end());
+  const auto header = std::as_bytes(std::span(plan.header));
+  out.insert(out.end(), header.begin(), header.end());
+  for (const tensor_entry* e : plan.order) out.insert(out.end(), e->data.begin(), e->data.end());
+  return out;
+}
+
+/// Writes `entries` and `metadata` (plus the two checksums) to `path` atomically (see `write_file_atomically`).
+/// On failure `path` is untouched and a `checkpoint_error` names it.
+inline void save_safetensors(const std::filesystem::path& path, std::span<const tensor_entry> entries,
+                             const metadata_map& metadata = {}, const write_options& options = {}) {
+  const detail::safetensors_plan plan = detail::plan_safetensors(entries, metadata, path, options.rank);
+  const auto prefix = detail::length_prefix(plan.header.size());
+  std::vector<std::span<const std::byte>> buffers;
+  buffers.reserve(2 + plan.order.size());
+  buffers.emplace_back(prefix);
+  buffers.push_back(std::as_bytes(std::span(plan.header)));
+  for (const tensor_entry* e : plan.order) buffers.push_back(e->data);
+  write_file_atomically(path, [&](file_sink& sink) { sink.write(buffers); }, options);
+}
+
+}  // namespace mwstrat
