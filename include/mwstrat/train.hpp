@@ -1,0 +1,18 @@
+#pragma once
+/// \file
+/// The train family: `fit`/`evaluate`, their concepts, callbacks, model saving and the distributed input.
+
+#include <mwstrat/train/callback.hpp>
+#include <mwstrat/train/callbacks/backup_and_restore.hpp>
+#include <mwstrat/train/callbacks/csv_logger.hpp>
+#include <mwstrat/train/callbacks/learning_rate_scheduler.hpp>
+#include <mwstrat/train/callbacks/model_checkpoint.hpp>
+#include <mwstrat/train/callbacks/progress_logger.hpp>
+#include <mwstrat/train/callbacks/terminate_on_nan.hpp>
+#include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/distributed_input.hpp>
+#include <mwstrat/train/fit.hpp>
+#include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/model_state.hpp>
+#include <mwstrat/train/saved_model.hpp>
+#include <mwstrat/train/train_context.hpp>
