@@ -1,0 +1,10 @@
+#pragma once
+/// \file
+/// The nn family: the reference CNN's layers, losses, optimizers, metrics and oneTBB kernels.
+
+#include <mwstrat/nn/initializers.hpp>
+#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/losses.hpp>
+#include <mwstrat/nn/metrics.hpp>
+#include <mwstrat/nn/model.hpp>
+#include <mwstrat/nn/optimizers.hpp>

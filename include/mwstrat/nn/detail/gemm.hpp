@@ -1,0 +1,354 @@
+#pragma once
+// Cache-blocked, vectorised GEMM for the nn kernels, in two forms that between them avoid every transpose the
+// reference CNN would otherwise need:
+//
+//   gemm_nn: C[M x N] = bias + sum_k A(i, k) * B[k][j]    (outer products; A by any strides, B rows contiguous)
+//   gemm_nt: C[M x N] = bias + sum_k A[i][k] * B[j][k]    (dot products; both operands contiguous along k)
+//
+// Determinism: every output element's sum is formed by one task in an order fixed by the shapes alone; a long
+// reduction is split into chunks of a fixed length whose partial results are added afterwards in chunk order.
+// So results are bitwise identical for any number of threads.
+
+#include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/detail/simd.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <utility>
+
+#define MWSTRAT_NN_UNROLL _Pragma("GCC unroll 32")
+
+namespace mwstrat::detail {
+
+// ---------------------------------------------------------------------------------------------- gemm_nn
+// A(i, k) = a[i * ars + k * aks]; B[k][j] = b[k * ldb + j]; C[i][j] = c[i * ldc + j].
+
+template <class T, int MR, int NV>
+inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b,
+                      std::size_t ldb, T* c, std::size_t ldc, const T* bias) noexcept {
+  using V = vec_t<T>;
+  constexpr int L = lanes_v<T>;
+  V acc[MR][NV];
+  MWSTRAT_NN_UNROLL
+  for (int v = 0; v < NV; ++v) {
+    V init = {};
+    if (bias != nullptr) vload(init, bias + v * L);
+    MWSTRAT_NN_UNROLL
+    for (int i = 0; i < MR; ++i) acc[i][v] = init;
+  }
+  const T* arow[MR];
+  MWSTRAT_NN_UNROLL
+  for (int i = 0; i < MR; ++i) arow[i] = a + i * ars;
+  for (std::size_t k = 0; k < K; ++k) {
+    V bv[NV];
+    const T* bk = b + k * ldb;
+    MWSTRAT_NN_UNROLL
+    for (int v = 0; v < NV; ++v) vload(bv[v], bk + v * L);
+    const std::ptrdiff_t ko = static_cast<std::ptrdiff_t>(k) * aks;
+    MWSTRAT_NN_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      const T s = arow[i][ko];
+      MWSTRAT_NN_UNROLL
+      for (int v = 0; v < NV; ++v) acc[i][v] += s * bv[v];
+    }
+  }
+  MWSTRAT_NN_UNROLL
+  for (int i = 0; i < MR; ++i)
+    MWSTRAT_NN_UNROLL
+    for (int v = 0; v < NV; ++v) vstore(c + i * ldc + v * L, acc[i][v]);
+}
+
+template <class T, int NV, int MR, int R = 1>
+inline void kernel_nn_rows(int rows, std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks,
+                           const T* b, std::size_t ldb, T* c, std::size_t ldc, const T* bias) noexcept {
+  if constexpr (R <= MR) {
+    if (rows == R) {
+      kernel_nn<T, R, NV>(K, a, ars, aks, b, ldb, c, ldc, bias);
+    } else {
+      kernel_nn_rows<T, NV, MR, R + 1>(rows, K, a, ars, aks, b, ldb, c, ldc, bias);
+    }
+  }
+}
+
+template <class T>
+inline void scalar_nn(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, const T* a,
+                      std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
+                      const T* bias) noexcept {
+  for (std::size_t i = m0; i < m1; ++i) {
+    for (std::size_t j = n0; j < n1; ++j) {
+      T s = bias != nullptr ? bias[j] : T{};
+      const T* ai = a + static_cast<std::ptrdiff_t>(i) * ars;
+      for (std::size_t k = 0; k < K; ++k) s += ai[static_cast<std::ptrdiff_t>(k) * aks] * b[k * ldb + j];
+      c[i * ldc + j] = s;
+    }
+  }
+}
+
+/// One task's block [m0, m1) x [n0, n1) of gemm_nn, serially.
+template <class T>
+void gemm_nn_block(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, const T* a,
+                   std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
+                   const T* bias) noexcept {
+  constexpr std::size_t L = lanes_v<T>;
+  std::size_t j = n0;
+  auto a_at = [&](std::size_t i) { return a + static_cast<std::ptrdiff_t>(i) * ars; };
+  auto bias_at = [&](std::size_t col) { return bias != nullptr ? bias + col : nullptr; };
+  for (; j + 4 * L <= n1; j += 4 * L) {
+    constexpr int MR = 6;
+    std::size_t i = m0;
+    for (; i + MR <= m1; i += MR)
+      kernel_nn<T, MR, 4>(K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc, bias_at(j));
+    if (i < m1)
+      kernel_nn_rows<T, 4, MR>(static_cast<int>(m1 - i), K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc,
+                               bias_at(j));
+  }
+  for (; j + 2 * L <= n1; j += 2 * L) {
+    constexpr int MR = 12;
+    std::size_t i = m0;
+    for (; i + MR <= m1; i += MR)
+      kernel_nn<T, MR, 2>(K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc, bias_at(j));
+    if (i < m1)
+      kernel_nn_rows<T, 2, MR>(static_cast<int>(m1 - i), K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc,
+                               bias_at(j));
+  }
+  for (; j + L <= n1; j += L) {
+    constexpr int MR = 12;
+    std::size_t i = m0;
+    for (; i + MR <= m1; i += MR)
+      kernel_nn<T, MR, 1>(K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc, bias_at(j));
+    if (i < m1)
+      kernel_nn_rows<T, 1, MR>(static_cast<int>(m1 - i), K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc,
+                               bias_at(j));
+  }
+  if (j < n1) scalar_nn(m0, m1, j, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
+}
+
+/// Tiles of gemm_nn, chosen from the shape only.
+struct nn_tiling {
+  std::size_t mt, nt, tiles_m, tiles_n;
+};
+
+inline nn_tiling gemm_nn_tiling(std::size_t M, std::size_t N, std::size_t K) noexcept {
+  nn_tiling t{};
+  t.nt = 256;
+  const std::size_t row_flops = 2 * std::max<std::size_t>(K, 1) * std::min(N, t.nt);
+  t.mt = std::max<std::size_t>(96, round_up((std::size_t{1} << 20) / std::max<std::size_t>(row_flops, 1), 12));
+  t.tiles_m = ceil_div(M, t.mt);
+  t.tiles_n = ceil_div(N, t.nt);
+  return t;
+}
+
+/// C = bias + A * B (then max(0, .) if relu), parallel over output tiles.
+template <class T>
+void gemm_nn(std::size_t M, std::size_t N, std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks,
+             const T* b, std::size_t ldb, T* c, std::size_t ldc, const T* bias = nullptr, bool relu = false) {
+  if (M == 0 || N == 0) return;
+  const nn_tiling t = gemm_nn_tiling(M, N, K);
+  parallel_tasks(t.tiles_m * t.tiles_n, [&](std::size_t task) {
+    const std::size_t tm = task / t.tiles_n;
+    const std::size_t tn = task % t.tiles_n;
+    const std::size_t m0 = tm * t.mt;
+    const std::size_t n0 = tn * t.nt;
+    const std::size_t m1 = std::min(M, m0 + t.mt);
+    const std::size_t n1 = std::min(N, n0 + t.nt);
+    gemm_nn_block(m0, m1, n0, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
+    if (relu)
+      for (std::size_t i = m0; i < m1; ++i)
+        for (std::size_t j = n0; j < n1; ++j) c[i * ldc + j] = c[i * ldc + j] > T{} ? c[i * ldc + j] : T{};
+  });
+}
+
+// ---------------------------------------------------------------------------------------------- gemm_nt
+// A[i][k] = a[i * lda + k]; B[j][k] = b[j * ldb + k]; vectors run along k and are summed horizontally by a
+// fixed shuffle tree.
+
+template <int L, int H>
+constexpr int nt_lo_index(int lane) {
+  const int block = lane / (2 * H);
+  const int pos = lane % (2 * H);
+  return pos < H ? block * 2 * H + pos : L + block * 2 * H + (pos - H);
+}
+
+// out = x's and y's neighbouring halves added: within each block of 2H lanes, x's H partial sums then y's.
+template <class V, int L, int H, std::size_t... I>
+inline void nt_combine(const V& x, const V& y, V& out, std::index_sequence<I...>) noexcept {
+  out = __builtin_shufflevector(x, y, nt_lo_index<L, H>(static_cast<int>(I))...) +
+        __builtin_shufflevector(x, y, (nt_lo_index<L, H>(static_cast<int>(I)) + H)...);
+}
+
+constexpr int bit_reverse(int value, int bits) {
+  int r = 0;
+  for (int b = 0; b < bits; ++b) r |= ((value >> b) & 1) << (bits - 1 - b);
+  return r;
+}
+
+constexpr int log2_int(int v) { return v <= 1 ? 0 : 1 + log2_int(v / 2); }
+
+// Sums each of the L vectors acc[0..L) horizontally; out[a] = sum of the lanes of acc[a].
+template <class T>
+inline void horizontal_sums(vec_t<T> (&acc)[lanes_v<T>], T* out) noexcept {
+  using V = vec_t<T>;
+  constexpr int L = lanes_v<T>;
+  constexpr int B = log2_int(L);
+  V level[L];
+  MWSTRAT_NN_UNROLL
+  for (int q = 0; q < L; ++q) level[q] = acc[q];
+  int count = L;
+  [&]<int... S>(std::integer_sequence<int, S...>) {
+    (
+        [&] {
+          constexpr int H = L >> (S + 1);
+          for (int p = 0; p < count / 2; ++p)
+            nt_combine<V, L, H>(level[2 * p], level[2 * p + 1], level[p], std::make_index_sequence<L>{});
+          count /= 2;
+        }(),
+        ...);
+  }(std::make_integer_sequence<int, B>{});
+  MWSTRAT_NN_UNROLL
+  for (int lane = 0; lane < L; ++lane) out[bit_reverse(lane, B)] = level[0][lane];
+}
+
+template <class T>
+struct nt_shape {
+  static constexpr int mr = 4;
+  static constexpr int nr = lanes_v<T> / 4;
+};
+
+// The (mr x nr) outputs at (i, j) over k in [k0, k1): c[...] = init + dot.
+template <class T>
+inline void kernel_nt(std::size_t k0, std::size_t k1, const T* a, std::size_t lda, const T* b, std::size_t ldb,
+                      T (&result)[lanes_v<T>]) noexcept {
+  using V = vec_t<T>;
+  constexpr int L = lanes_v<T>;
+  constexpr int MR = nt_shape<T>::mr;
+  constexpr int NR = nt_shape<T>::nr;
+  V acc[L];
+  MWSTRAT_NN_UNROLL
+  for (int q = 0; q < L; ++q) acc[q] = V{};
+  std::size_t k = k0;
+  for (; k + L <= k1; k += L) {
+    V av[MR];
+    V bv[NR];
+    MWSTRAT_NN_UNROLL
+    for (int i = 0; i < MR; ++i) vload(av[i], a + i * lda + k);
+    MWSTRAT_NN_UNROLL
+    for (int j = 0; j < NR; ++j) vload(bv[j], b + j * ldb + k);
+    MWSTRAT_NN_UNROLL
+    for (int i = 0; i < MR; ++i)
+      MWSTRAT_NN_UNROLL
+      for (int j = 0; j < NR; ++j) acc[i * NR + j] += av[i] * bv[j];
+  }
+  horizontal_sums<T>(acc, result);
+  for (; k < k1; ++k)
+    MWSTRAT_NN_UNROLL
+    for (int i = 0; i < MR; ++i)
+      MWSTRAT_NN_UNROLL
+      for (int j = 0; j < NR; ++j) result[i * NR + j] += a[i * lda + k] * b[j * ldb + k];
+}
+
+template <class T>
+inline T dot_nt(std::size_t k0, std::size_t k1, const T* a, const T* b) noexcept {
+  using V = vec_t<T>;
+  constexpr int L = lanes_v<T>;
+  V acc = {};
+  std::size_t k = k0;
+  for (; k + L <= k1; k += L) {
+    V x;
+    V y;
+    vload(x, a + k);
+    vload(y, b + k);
+    acc += x * y;
+  }
+  T s{};
+  MWSTRAT_NN_UNROLL
+  for (int lane = 0; lane < L; ++lane) s += acc[lane];
+  for (; k < k1; ++k) s += a[k] * b[k];
+  return s;
+}
+
+// out[i][j] (ldo) = sum over k in [k0, k1) for rows [m0, m1) and all N columns.
+template <class T>
+void gemm_nt_block(std::size_t m0, std::size_t m1, std::size_t N, std::size_t k0, std::size_t k1, const T* a,
+                   std::size_t lda, const T* b, std::size_t ldb, T* out, std::size_t ldo) noexcept {
+  constexpr int MR = nt_shape<T>::mr;
+  constexpr int NR = nt_shape<T>::nr;
+  std::size_t j = 0;
+  for (; j + NR <= N; j += NR) {
+    std::size_t i = m0;
+    for (; i + MR <= m1; i += MR) {
+      T r[lanes_v<T>];
+      kernel_nt<T>(k0, k1, a + i * lda, lda, b + j * ldb, ldb, r);
+      MWSTRAT_NN_UNROLL
+      for (int ii = 0; ii < MR; ++ii)
+        MWSTRAT_NN_UNROLL
+        for (int jj = 0; jj < NR; ++jj) out[(i + ii) * ldo + j + jj] = r[ii * NR + jj];
+    }
+    for (; i < m1; ++i)
+      for (std::size_t jj = j; jj < j + NR; ++jj) out[i * ldo + jj] = dot_nt(k0, k1, a + i * lda, b + jj * ldb);
+  }
+  for (; j < N; ++j)
+    for (std::size_t i = m0; i < m1; ++i) out[i * ldo + j] = dot_nt(k0, k1, a + i * lda, b + j * ldb);
+}
+
+/// The split of gemm_nt's reduction: chunks of `kc` along k and tiles of `mt` rows.
+struct nt_tiling {
+  std::size_t kc, chunks, mt, tiles_m;
+};
+
+inline nt_tiling gemm_nt_tiling(std::size_t M, std::size_t K) noexcept {
+  nt_tiling t{};
+  t.kc = 1024;
+  t.chunks = std::max<std::size_t>(1, ceil_div(K, t.kc));
+  t.mt = 64;
+  t.tiles_m = ceil_div(M, t.mt);
+  return t;
+}
+
+/// Scratch gemm_nt needs for an M x N result over K.
+inline std::size_t gemm_nt_workspace(std::size_t M, std::size_t N, std::size_t K) noexcept {
+  const nt_tiling t = gemm_nt_tiling(M, K);
+  return t.chunks > 1 ? t.chunks * M * N : 0;
+}
+
+/// C = bias + A * B^T (then max(0, .) if relu), parallel over (k chunk, row tile).
+template <class T>
+void gemm_nt(std::size_t M, std::size_t N, std::size_t K, const T* a, std::size_t lda, const T* b,
+             std::size_t ldb, T* c, std::size_t ldc, const T* bias, bool relu, std::span<T> workspace) {
+  if (M == 0 || N == 0) return;
+  const nt_tiling t = gemm_nt_tiling(M, K);
+  auto finish = [&](std::size_t i, std::size_t j, T sum) {
+    if (bias != nullptr) sum = bias[j] + sum;
+    if (relu && !(sum > T{})) sum = T{};
+    c[i * ldc + j] = sum;
+  };
+  if (t.chunks == 1) {
+    parallel_tasks(t.tiles_m, [&](std::size_t tm) {
+      const std::size_t m0 = tm * t.mt;
+      const std::size_t m1 = std::min(M, m0 + t.mt);
+      gemm_nt_block(m0, m1, N, 0, K, a, lda, b, ldb, c, ldc);
+      for (std::size_t i = m0; i < m1; ++i)
+        for (std::size_t j = 0; j < N; ++j) finish(i, j, c[i * ldc + j]);
+    });
+    return;
+  }
+  T* part = workspace.data();
+  parallel_tasks(t.chunks * t.tiles_m, [&](std::size_t task) {
+    const std::size_t chunk = task / t.tiles_m;
+    const std::size_t tm = task % t.tiles_m;
+    const std::size_t m0 = tm * t.mt;
+    const std::size_t k0 = chunk * t.kc;
+    gemm_nt_block(m0, std::min(M, m0 + t.mt), N, k0, std::min(K, k0 + t.kc), a, lda, b, ldb,
+                  part + chunk * M * N, N);
+  });
+  parallel_chunks(M, 16, [&](std::size_t m0, std::size_t m1) {
+    for (std::size_t i = m0; i < m1; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        T sum = part[i * N + j];
+        for (std::size_t chunk = 1; chunk < t.chunks; ++chunk) sum += part[chunk * M * N + i * N + j];
+        finish(i, j, sum);
+      }
+  });
+}
+
+}  // namespace mwstrat::detail

@@ -1,0 +1,409 @@
+#pragma once
+/// \file
+/// `nn::sequential`: a Keras-style sequential model whose parameters and gradients live in one contiguous arena.
+///
+/// - `parameters()` / `gradients()` are spans over the whole arena in layer order (each layer: kernel, then
+///   bias), so a strategy broadcasts, all-reduces or checkpoints a model in one piece.
+/// - `train_batch` runs forward, loss and backward; it OVERWRITES the gradients with d(mean loss)/d(params) and
+///   calls `on_ready(offset, count)` for each layer's gradient slice as soon as it is final, last layer first.
+/// - Work runs in the model's own oneTBB arena of `threads` threads; every result is bitwise the same for any
+///   number of threads. Once a batch size has been seen (or reserved), a step allocates nothing.
+
+#include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/losses.hpp>
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <iomanip>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace mwstrat::nn {
+
+/// Loss and accuracy counts of one batch: the mean loss is loss_sum / count, the accuracy correct / count.
+struct step_stats {
+  double loss_sum = 0;     ///< sum over the batch of the per-sample loss
+  std::size_t correct = 0; ///< samples whose arg-max logit is the label
+  std::size_t count = 0;   ///< samples in the batch
+};
+
+/// How a model is built and run.
+struct model_options {
+  int threads = 1;          ///< threads of the model's oneTBB arena (results do not depend on it)
+  std::uint64_t seed = 0;   ///< seed of the initialisers and dropout masks
+  std::size_t max_batch = 0;///< if non-zero, buffers for this batch size are allocated at construction
+};
+
+/// A sequential model over elements of type `T` (float, or double for gradient checks).
+template <class T = float>
+class basic_sequential {
+  static_assert(std::is_floating_point_v<T>, "basic_sequential<T>: T must be a floating-point type");
+
+ public:
+  using value_type = T;
+
+  /// Builds the layers described by `specs` (the first must be `nn::input`) and initialises them with
+  /// `options.seed`.
+  basic_sequential(std::initializer_list<layer_spec> specs, model_options options = {})
+      : basic_sequential(std::vector<layer_spec>(specs), options) {}
+
+  /// Builds the layers described by `specs` (the first must be `nn::input`).
+  explicit basic_sequential(std::vector<layer_spec> specs, model_options options = {}) : options_(options) {
+    if (specs.empty() || !std::holds_alternative<input>(specs.front()))
+      detail::nn_config_error("sequential: the first layer must be nn::input");
+    set_threads(options.threads);
+    build(specs);
+    initialize(options.seed);
+    if (options.max_batch != 0) reserve(options.max_batch);
+  }
+
+  basic_sequential(basic_sequential&&) noexcept = default;
+  basic_sequential& operator=(basic_sequential&&) noexcept = default;
+
+  // ------------------------------------------------------------------------------------------ arena
+  /// All parameters, layer by layer (kernel then bias).
+  [[nodiscard]] std::span<T> parameters() noexcept { return {arena_.data(), count_}; }
+  /// All parameters, layer by layer (kernel then bias).
+  [[nodiscard]] std::span<const T> parameters() const noexcept { return {arena_.data(), count_}; }
+  /// The gradients, same layout as `parameters()`.
+  [[nodiscard]] std::span<T> gradients() noexcept { return {arena_.data() + count_, count_}; }
+  /// The gradients, same layout as `parameters()`.
+  [[nodiscard]] std::span<const T> gradients() const noexcept { return {arena_.data() + count_, count_}; }
+  /// Number of trainable parameters.
+  [[nodiscard]] std::size_t parameter_count() const noexcept { return count_; }
+
+  /// One layer's place in the arena.
+  struct layer_info {
+    std::string name;      ///< Keras-style unique name ("conv2d", "dense_1")
+    std::string type;      ///< Keras class name ("Conv2D")
+    shape_t output_shape;  ///< per sample
+    std::size_t offset;    ///< first parameter in the arena
+    std::size_t count;     ///< number of parameters
+  };
+  /// The layers (after the input), in order.
+  [[nodiscard]] const std::vector<layer_info>& layers() const noexcept { return info_; }
+
+  /// Re-initialises all parameters (glorot_uniform kernels, zero biases) from `seed`; gradients to zero.
+  void initialize(std::uint64_t seed) {
+    seed_ = seed;
+    step_ = 0;
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      layers_[i]->initialize(parameters().subspan(offsets_[i], layers_[i]->param_count()), seed, i);
+    for (auto& g : gradients()) g = T{};
+  }
+
+  /// A string naming each layer's kind and shape: equal for models of the same architecture and element type.
+  [[nodiscard]] std::string fingerprint() const {
+    std::string s = sizeof(T) == 4 ? "sequential<f32>[input" : "sequential<f64>[input";
+    s.append(detail::shape_string(input_shape_));
+    for (const auto& l : layers_) {
+      s.append(";").append(l->config()).append("->").append(detail::shape_string(l->output_shape()));
+    }
+    s.append("]params=").append(std::to_string(count_));
+    return s;
+  }
+
+  /// Prints a Keras-style summary: layers, output shapes, parameter counts.
+  void summary(std::ostream& out) const {
+    std::ostringstream o;
+    const std::string rule(65, '_');
+    const std::string thick(65, '=');
+    o << "Model: \"sequential\"\n" << rule << "\n";
+    o << std::left << std::setw(29) << " Layer (type)" << std::setw(26) << "Output Shape" << "Param #\n" << thick << "\n";
+    for (std::size_t i = 0; i < info_.size(); ++i) {
+      std::string shape = "(None";
+      for (auto e : info_[i].output_shape) shape += ", " + std::to_string(e);
+      shape += ")";
+      o << " " << std::setw(28) << (info_[i].name + " (" + info_[i].type + ")") << std::setw(26) << shape
+        << info_[i].count << "\n";
+      if (i + 1 < info_.size()) o << "\n";
+    }
+    o << thick << "\nTotal params: " << count_ << "\nTrainable params: " << count_
+      << "\nNon-trainable params: 0\n" << rule << "\n";
+    out << o.str();
+  }
+
+  /// Shape of one input sample.
+  [[nodiscard]] const shape_t& input_shape() const noexcept { return input_shape_; }
+  /// Shape of one output sample (the logits).
+  [[nodiscard]] const shape_t& output_shape() const noexcept { return layers_.back()->output_shape(); }
+  /// Elements of one input sample.
+  [[nodiscard]] std::size_t input_size() const { return detail::shape_size(input_shape_); }
+  /// Elements of one output sample.
+  [[nodiscard]] std::size_t output_size() const { return layers_.back()->output_size(); }
+
+  // ------------------------------------------------------------------------------------------ threads
+  /// Number of threads the kernels use.
+  [[nodiscard]] int threads() const noexcept { return threads_; }
+  /// Sets the number of threads the kernels use (results do not change).
+  void set_threads(int threads) {
+    if (threads < 1) detail::nn_config_error("sequential: threads must be at least 1, got " + std::to_string(threads));
+    threads_ = threads;
+    arena_threads_ = std::make_unique<tbb::task_arena>(threads);
+  }
+  /// Runs `f()` inside the model's thread arena (e.g. an optimizer's update), returning its result.
+  template <class F>
+  decltype(auto) execute(F&& f) {
+    return arena_threads_->execute(std::forward<F>(f));
+  }
+
+  // ------------------------------------------------------------------------------------------ steps
+  /// Allocates every buffer a batch of up to `batch` samples needs, so that later steps allocate nothing.
+  void reserve(std::size_t batch) {
+    if (batch <= capacity_) return;
+    capacity_ = batch;
+    for (auto& l : layers_) l->reserve(batch);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (!layers_[i]->aliases_input()) acts_[i + 1].assign(batch * layers_[i]->output_size(), T{});
+      if (needs_input_grad_[i] && !layers_[i]->aliases_input()) grads_[i].assign(batch * layers_[i]->input_size(), T{});
+    }
+    grads_[layers_.size()].assign(batch * output_size(), T{});
+    losses_.assign(batch, T{});
+    hits_.assign(batch, 0);
+  }
+
+  /// The training step counter that keys dropout masks (saved and restored with a checkpoint).
+  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
+  /// Sets the training step counter.
+  void set_step(std::uint64_t step) noexcept { step_ = step; }
+
+  /// Forward, loss and backward on one batch. Overwrites `gradients()` with d(mean loss over the batch)/d(params)
+  /// and calls `on_ready(offset, count)` for each layer's gradient slice once it is final, last layer first.
+  template <class OnReady>
+  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch,
+                         OnReady&& on_ready) {
+    check(inputs, labels, batch, "train_batch");
+    step_stats stats;
+    arena_threads_->execute([&] {
+      forward_pass(inputs.data(), batch, true);
+      stats = loss_pass(labels, batch, true);
+      backward_pass(batch, on_ready);
+    });
+    ++step_;
+    return stats;
+  }
+  /// Forward, loss and backward on one batch (gradients overwritten, no readiness callback).
+  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
+    return train_batch(inputs, labels, batch, [](std::size_t, std::size_t) {});
+  }
+
+  /// Forward and loss on one batch in inference mode (dropout off); gradients untouched.
+  step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
+    check(inputs, labels, batch, "evaluate_batch");
+    step_stats stats;
+    arena_threads_->execute([&] {
+      forward_pass(inputs.data(), batch, false);
+      stats = loss_pass(labels, batch, false);
+    });
+    return stats;
+  }
+
+  /// Loss and counts of one batch with dropout as in training at the current step, without gradients or
+  /// advancing the step (for finite-difference checks).
+  step_stats training_loss(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
+    check(inputs, labels, batch, "training_loss");
+    step_stats stats;
+    arena_threads_->execute([&] {
+      forward_pass(inputs.data(), batch, true);
+      stats = loss_pass(labels, batch, false);
+    });
+    return stats;
+  }
+
+  /// The model's outputs (logits) for a batch, in inference mode unless `training` (dropout on, at the current
+  /// step); valid until the next call.
+  std::span<const T> predict(std::span<const T> inputs, std::size_t batch, bool training = false) {
+    if (inputs.size() != batch * input_size())
+      detail::nn_config_error("predict: " + std::to_string(inputs.size()) + " input values for a batch of " +
+                              std::to_string(batch) + " samples of " + std::to_string(input_size()));
+    reserve(batch);
+    arena_threads_->execute([&] { forward_pass(inputs.data(), batch, training); });
+    return {output_ptr(), batch * output_size()};
+  }
+
+ private:
+  void build(const std::vector<layer_spec>& specs) {
+    input_shape_ = std::get<input>(specs.front()).shape;
+    if (input_shape_.empty() || detail::shape_size(input_shape_) == 0)
+      detail::nn_config_error("input: shape " + detail::shape_string(input_shape_) + " is empty");
+    shape_t shape = input_shape_;
+    std::size_t offset = 0;
+    for (std::size_t i = 1; i < specs.size(); ++i) {
+      auto layer = std::visit([&](const auto& s) { return make(s, shape, i); }, specs[i]);
+      shape = layer->output_shape();
+      offsets_.push_back(offset);
+      offset += layer->param_count();
+      layers_.push_back(std::move(layer));
+    }
+    if (layers_.empty()) detail::nn_config_error("sequential: no layers after nn::input");
+    count_ = offset;
+    arena_.assign(2 * count_, T{});
+    // A layer needs its input's gradient only if some layer before it has parameters.
+    bool params_below = false;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      needs_input_grad_.push_back(params_below);
+      params_below = params_below || layers_[i]->param_count() > 0;
+    }
+    acts_.resize(layers_.size() + 1);
+    grads_.resize(layers_.size() + 1);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const std::string base = layers_[i]->base_name();
+      std::size_t n = 0;
+      for (std::size_t j = 0; j < i; ++j) n += layers_[j]->base_name() == base ? 1 : 0;
+      info_.push_back({n == 0 ? base : base + "_" + std::to_string(n), layers_[i]->keras_type(),
+                       layers_[i]->output_shape(), offsets_[i], layers_[i]->param_count()});
+    }
+  }
+
+  std::unique_ptr<detail::layer_impl<T>> make(const input& s, const shape_t&, std::size_t) {
+    (void)s;
+    detail::nn_config_error("sequential: nn::input may only be the first layer");
+  }
+  std::unique_ptr<detail::layer_impl<T>> make(const reshape& s, const shape_t& in, std::size_t) {
+    if (detail::shape_size(s.target_shape) != detail::shape_size(in) || s.target_shape.empty())
+      detail::nn_config_error("reshape: cannot reshape " + detail::shape_string(in) + " to " +
+                              detail::shape_string(s.target_shape));
+    return std::make_unique<detail::alias_layer<T>>("Reshape", "reshape", in, s.target_shape);
+  }
+  std::unique_ptr<detail::layer_impl<T>> make(const flatten&, const shape_t& in, std::size_t) {
+    return std::make_unique<detail::alias_layer<T>>("Flatten", "flatten", in, shape_t{detail::shape_size(in)});
+  }
+  std::unique_ptr<detail::layer_impl<T>> make(const conv2d& s, const shape_t& in, std::size_t) {
+    return std::make_unique<detail::conv2d_layer<T>>(s, in);
+  }
+  std::unique_ptr<detail::layer_impl<T>> make(const max_pool2d& s, const shape_t& in, std::size_t) {
+    return std::make_unique<detail::max_pool2d_layer<T>>(s, in);
+  }
+  std::unique_ptr<detail::layer_impl<T>> make(const relu&, const shape_t& in, std::size_t) {
+    return std::make_unique<detail::relu_layer<T>>(in);
+  }
+  std::unique_ptr<detail::layer_impl<T>> make(const dense& s, const shape_t& in, std::size_t) {
+    return std::make_unique<detail::dense_layer<T>>(s, in);
+  }
+  std::unique_ptr<detail::layer_impl<T>> make(const dropout& s, const shape_t& in, std::size_t i) {
+    return std::make_unique<detail::dropout_layer<T>>(s, in, i);
+  }
+  std::unique_ptr<detail::layer_impl<T>> make(const softmax&, const shape_t& in, std::size_t) {
+    return std::make_unique<detail::softmax_layer<T>>(in);
+  }
+
+  void check(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch, const char* what) {
+    if (batch == 0) detail::nn_config_error(std::string(what) + ": empty batch");
+    if (inputs.size() != batch * input_size())
+      detail::nn_config_error(std::string(what) + ": " + std::to_string(inputs.size()) + " input values for a batch of " +
+                              std::to_string(batch) + " samples of " + std::to_string(input_size()));
+    if (labels.size() != batch)
+      detail::nn_config_error(std::string(what) + ": " + std::to_string(labels.size()) + " labels for a batch of " +
+                              std::to_string(batch));
+    const auto classes = static_cast<std::int64_t>(output_size());
+    for (std::size_t i = 0; i < batch; ++i)
+      if (labels[i] < 0 || labels[i] >= classes)
+        throw data_error({"nn"}, "", std::string(what) + ": label " + std::to_string(labels[i]) + " of sample " +
+                                         std::to_string(i) + " outside [0, " + std::to_string(classes) + ")");
+    reserve(batch);
+  }
+
+  const T* act_ptr(std::size_t i) const {
+    for (; i > 0; --i)
+      if (!layers_[i - 1]->aliases_input()) return acts_[i].data();
+    return input_;
+  }
+  T* act_mut(std::size_t i) { return acts_[i].data(); }
+  const T* output_ptr() const { return act_ptr(layers_.size()); }
+  // Where the gradient w.r.t. activation i is written: aliasing layers pass it through.
+  T* grad_ptr(std::size_t i) {
+    for (; i < layers_.size(); ++i)
+      if (!layers_[i]->aliases_input()) return grads_[i].data();
+    return grads_[layers_.size()].data();
+  }
+
+  void forward_pass(const T* x, std::size_t batch, bool training) {
+    input_ = x;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (layers_[i]->aliases_input()) continue;
+      layers_[i]->forward({batch, act_ptr(i), act_mut(i + 1), arena_.data() + offsets_[i], training, step_});
+    }
+  }
+
+  step_stats loss_pass(std::span<const std::int64_t> labels, std::size_t batch, bool with_grad) {
+    const std::size_t k = output_size();
+    const T* logits = output_ptr();
+    T* dlogits = grads_[layers_.size()].data();
+    const T scale = T{1} / static_cast<T>(batch);
+    detail::parallel_chunks(batch, 64, [&](std::size_t b, std::size_t e) {
+      for (std::size_t s = b; s < e; ++s) {
+        std::span<const T> row(logits + s * k, k);
+        losses_[s] = sparse_categorical_crossentropy<T>(row, labels[s],
+                                                        with_grad ? std::span<T>(dlogits + s * k, k) : std::span<T>{}, scale);
+        hits_[s] = static_cast<std::int64_t>(arg_max(row)) == labels[s] ? 1 : 0;
+      }
+    });
+    step_stats st;
+    st.count = batch;
+    for (std::size_t s = 0; s < batch; ++s) {
+      st.loss_sum += static_cast<double>(losses_[s]);
+      st.correct += hits_[s];
+    }
+    return st;
+  }
+
+  template <class OnReady>
+  void backward_pass(std::size_t batch, OnReady& on_ready) {
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      auto& l = *layers_[i];
+      const std::size_t n = l.param_count();
+      if (!l.aliases_input() && (n > 0 || needs_input_grad_[i])) {
+        l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), needs_input_grad_[i] ? grad_ptr(i) : nullptr,
+                    arena_.data() + offsets_[i], arena_.data() + count_ + offsets_[i], step_});
+      }
+      if (n > 0) on_ready(offsets_[i], n);
+    }
+  }
+
+  model_options options_;
+  int threads_ = 1;
+  std::unique_ptr<tbb::task_arena> arena_threads_;
+  shape_t input_shape_;
+  std::vector<std::unique_ptr<detail::layer_impl<T>>> layers_;
+  std::vector<std::size_t> offsets_;
+  std::vector<bool> needs_input_grad_;
+  std::vector<layer_info> info_;
+  std::size_t count_ = 0;
+  detail::aligned_vector<T> arena_;  // [parameters | gradients]
+  std::vector<detail::aligned_vector<T>> acts_;   // acts_[i]: input of layer i (owned unless aliased)
+  std::vector<detail::aligned_vector<T>> grads_;  // grads_[i]: gradient w.r.t. input of layer i; [n]: logits
+  std::vector<T> losses_;
+  std::vector<std::uint8_t> hits_;
+  const T* input_ = nullptr;
+  std::size_t capacity_ = 0;
+  std::uint64_t seed_ = 0;
+  std::uint64_t step_ = 0;
+};
+
+/// The model of float elements.
+using sequential = basic_sequential<float>;
+
+/// The tutorial's CNN: input 28x28 -> reshape 28x28x1 -> Conv2D(32, 3x3, relu) -> Flatten -> Dense(128, relu)
+/// -> Dense(10) logits; 2 770 634 parameters.
+template <class T = float>
+basic_sequential<T> reference_cnn(model_options options = {}) {
+  return basic_sequential<T>({input{{28, 28}}, reshape{{28, 28, 1}}, conv2d{32, {3, 3}, activation::relu}, flatten{},
+                              dense{128, activation::relu}, dense{10}},
+                             options);
+}
+
+}  // namespace mwstrat::nn

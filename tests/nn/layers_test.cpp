@@ -1,0 +1,139 @@
+// Forward values of each layer against small cases computed by hand.
+#include <mwstrat/error.hpp>
+#include <mwstrat/nn.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace nn = mwstrat::nn;
+
+namespace {
+std::vector<float> run(nn::sequential& model, const std::vector<float>& x, std::size_t batch, bool training = false) {
+  auto out = model.predict(x, batch, training);
+  return {out.begin(), out.end()};
+}
+void set_params(nn::sequential& model, const std::vector<float>& values) {
+  auto p = model.parameters();
+  ASSERT_EQ(p.size(), values.size());
+  std::copy(values.begin(), values.end(), p.begin());
+}
+}  // namespace
+
+TEST(NnLayers, Conv2dValid) {
+  nn::sequential model{nn::input{{3, 3, 1}}, nn::conv2d{1, {2, 2}}};
+  set_params(model, {1, 2, 3, 4, 0.5f});  // kernel [kh][kw][in][out], then bias
+  EXPECT_EQ(run(model, {1, 2, 3, 4, 5, 6, 7, 8, 9}, 1), (std::vector<float>{37.5f, 47.5f, 67.5f, 77.5f}));
+}
+
+TEST(NnLayers, Conv2dSameWithStridePadsLikeKeras) {
+  // 3x3 input, 2x2 kernel, stride 2, same: output 2x2, one row/column of zeros after the input (none before).
+  nn::sequential model{nn::input{{3, 3, 1}}, nn::conv2d{1, {2, 2}, nn::activation::linear, {2, 2}, nn::padding::same}};
+  set_params(model, {1, 2, 3, 4, 0.5f});
+  EXPECT_EQ(model.output_shape(), (nn::shape_t{2, 2, 1}));
+  EXPECT_EQ(run(model, {1, 2, 3, 4, 5, 6, 7, 8, 9}, 1), (std::vector<float>{37.5f, 21.5f, 23.5f, 9.5f}));
+}
+
+TEST(NnLayers, Conv2dChannelsAndRelu) {
+  // 1x1 input with 2 channels, 1x1 kernel, 2 filters: out[f] = relu(sum_c x[c] k[c][f] + b[f]).
+  nn::sequential model{nn::input{{1, 1, 2}}, nn::conv2d{2, {1, 1}, nn::activation::relu}};
+  set_params(model, {1, -1, 2, -2, 0.25f, 0.5f});  // k[c=0] = {1, -1}, k[c=1] = {2, -2}, b = {0.25, 0.5}
+  EXPECT_EQ(run(model, {1, 2, 3, 1}, 2), (std::vector<float>{5.25f, 0, 5.25f, 0}));
+  EXPECT_EQ(run(model, {-1, -2, 0, 0}, 2), (std::vector<float>{0, 5.5f, 0.25f, 0.5f}));
+}
+
+TEST(NnLayers, MaxPool) {
+  nn::sequential valid{nn::input{{4, 4, 1}}, nn::max_pool2d{}};
+  std::vector<float> x(16);
+  for (int i = 0; i < 16; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>((i * 7) % 16);
+  // rows: 0 7 14 5 | 12 3 10 1 | 8 15 6 13 | 4 11 2 9
+  EXPECT_EQ(run(valid, x, 1), (std::vector<float>{12, 14, 15, 13}));
+  nn::sequential same{nn::input{{3, 3, 1}}, nn::max_pool2d{{2, 2}, {2, 2}, nn::padding::same}};
+  EXPECT_EQ(run(same, {-1, -2, -3, -4, -5, -6, -7, -8, -9}, 1), (std::vector<float>{-1, -3, -7, -9}));
+  nn::sequential strided{nn::input{{1, 3, 2}}, nn::max_pool2d{{1, 2}, {1, 1}}};
+  EXPECT_EQ(run(strided, {1, 6, 3, 2, 2, 4}, 1), (std::vector<float>{3, 6, 3, 4}));
+}
+
+TEST(NnLayers, DenseOutputMajorKernel) {
+  nn::sequential model{nn::input{{3}}, nn::dense{2}};
+  set_params(model, {1, 2, 3, 4, 5, 6, 0.5f, -1});
+  EXPECT_EQ(run(model, {1, 1, 2}, 1), (std::vector<float>{9.5f, 20}));
+  nn::sequential relu{nn::input{{3}}, nn::dense{2, nn::activation::relu}};
+  set_params(relu, {1, 2, 3, -4, -5, -6, 0.5f, -1});
+  EXPECT_EQ(run(relu, {1, 1, 2, 0, 0, 0}, 2), (std::vector<float>{9.5f, 0, 0.5f, 0}));
+}
+
+TEST(NnLayers, DenseOnTheLastAxis) {
+  nn::sequential model{nn::input{{2, 2}}, nn::dense{1}};
+  set_params(model, {1, 10, 0});
+  EXPECT_EQ(model.output_shape(), (nn::shape_t{2, 1}));
+  EXPECT_EQ(run(model, {1, 2, 3, 4}, 1), (std::vector<float>{21, 43}));
+}
+
+TEST(NnLayers, ReluSoftmaxReshapeFlatten) {
+  nn::sequential relu{nn::input{{4}}, nn::relu{}};
+  EXPECT_EQ(run(relu, {-1, 0, 2, -0.5f}, 1), (std::vector<float>{0, 0, 2, 0}));
+  nn::sequential soft{nn::input{{2}}, nn::softmax{}};
+  auto p = run(soft, {0, std::log(3.0f), 1000, 1000}, 2);
+  EXPECT_NEAR(p[0], 0.25f, 1e-6f);
+  EXPECT_NEAR(p[1], 0.75f, 1e-6f);
+  EXPECT_NEAR(p[2], 0.5f, 1e-6f);
+  nn::sequential shape{nn::input{{2, 3}}, nn::reshape{{3, 2}}, nn::flatten{}};
+  EXPECT_EQ(shape.output_shape(), (nn::shape_t{6}));
+  EXPECT_EQ(run(shape, {1, 2, 3, 4, 5, 6}, 1), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_THROW((nn::sequential{nn::input{{2, 3}}, nn::reshape{{4, 2}}}), mwstrat::config_error);
+}
+
+TEST(NnLayers, DropoutIsSeededScaledAndOffInInference) {
+  const std::size_t n = 20000;
+  nn::sequential model({nn::input{{n}}, nn::dropout{0.25}}, {.seed = 7});
+  std::vector<float> x(n, 1.0f);
+  EXPECT_EQ(run(model, x, 1, false), x);
+  auto a = run(model, x, 1, true);
+  auto b = run(model, x, 1, true);
+  EXPECT_EQ(a, b);  // same step, same mask
+  std::size_t zeros = 0;
+  for (float v : a) {
+    if (v == 0.0f) {
+      ++zeros;
+    } else {
+      EXPECT_FLOAT_EQ(v, 1.0f / 0.75f);
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(zeros) / n, 0.25, 0.015);
+  model.set_step(1);
+  EXPECT_NE(run(model, x, 1, true), a);
+  nn::sequential other({nn::input{{n}}, nn::dropout{0.25}}, {.seed = 8});
+  EXPECT_NE(run(other, x, 1, true), a);
+  EXPECT_THROW((nn::sequential{nn::input{{2}}, nn::dropout{1.0}}), mwstrat::config_error);
+}
+
+TEST(NnLoss, CrossEntropyFromLogitsIsStable) {
+  std::vector<double> logits{1000, 0, -1000};
+  std::vector<double> grad(3);
+  EXPECT_NEAR(nn::sparse_categorical_crossentropy<double>(logits, 0, grad), 0.0, 1e-12);
+  EXPECT_NEAR(nn::sparse_categorical_crossentropy<double>(logits, 1), 1000.0, 1e-9);
+  EXPECT_NEAR(nn::sparse_categorical_crossentropy<double>(logits, 2), 2000.0, 1e-9);
+  EXPECT_NEAR(grad[0] + grad[1] + grad[2], 0.0, 1e-15);
+  std::vector<float> uniform{2, 2, 2, 2};
+  EXPECT_NEAR(nn::sparse_categorical_crossentropy<float>(uniform, 3), std::log(4.0f), 1e-6f);
+  EXPECT_THROW((void)nn::sparse_categorical_crossentropy<float>(uniform, 4), mwstrat::data_error);
+  std::vector<float> probs(4);
+  nn::apply_softmax<float>(std::vector<float>{0, 0, 1000, 1000}, probs, 2);
+  EXPECT_EQ(probs, (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));
+}
+
+TEST(NnLoss, CrossEntropyGradientMatchesFiniteDifferences) {
+  std::vector<double> z{0.3, -1.2, 2.0, 0.7};
+  std::vector<double> grad(4);
+  (void)nn::sparse_categorical_crossentropy<double>(z, 2, grad, 0.5);
+  for (std::size_t j = 0; j < z.size(); ++j) {
+    auto zp = z, zm = z;
+    zp[j] += 1e-6;
+    zm[j] -= 1e-6;
+    const double fd = 0.5 * (nn::sparse_categorical_crossentropy<double>(zp, 2) -
+                             nn::sparse_categorical_crossentropy<double>(zm, 2)) / 2e-6;
+    EXPECT_LT(std::abs(fd - grad[j]) / std::max(std::abs(grad[j]), 1e-12), 1e-6) << j;
+  }
+}
