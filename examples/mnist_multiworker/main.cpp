@@ -6,6 +6,7 @@
 // saves the final model to --model-dir and evaluates it on the 10 000 test images.
 #include <mwstrat/mwstrat.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -31,6 +32,25 @@ struct flags {
   double connect_timeout_s = 60;
   double op_timeout_s = 60;
   bool evaluate_test = true;
+  // Fault injection (tests, demos of BackupAndRestore): rank kill_rank SIGKILLs itself after global step
+  // kill_at_step, on the first launch attempt only (MWSTRAT_LAUNCH_ATTEMPT unset or 0).
+  std::optional<std::uint64_t> kill_at_step;
+  int kill_rank = 1;
+};
+
+// Kills this process (SIGKILL: no cleanup, no goodbye to its peers) at a chosen step, like a lost machine.
+struct fault_injector {
+  std::optional<std::uint64_t> at_step;
+  int rank;
+  template <class Ctx>
+  void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
+    if (at_step && ctx.global_step() == *at_step && ctx.strategy.replica_id() == rank) {
+      std::fprintf(stderr, "fault injection: rank %d kills itself after global step %llu\n", rank,
+                   static_cast<unsigned long long>(*at_step));
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    }
+  }
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -38,7 +58,7 @@ struct flags {
             << "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
                "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
                "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
-               "  [--no-test]\n";
+               "  [--no-test] [--kill-at-step N [--kill-rank R]]\n";
   std::exit(2);
 }
 
@@ -75,11 +95,15 @@ flags parse(int argc, char** argv) {
     else if (a == "--connect-timeout") f.connect_timeout_s = number(value());
     else if (a == "--op-timeout") f.op_timeout_s = number(value());
     else if (a == "--no-test") f.evaluate_test = false;
+    else if (a == "--kill-at-step") f.kill_at_step = count(value());
+    else if (a == "--kill-rank") f.kill_rank = static_cast<int>(count(value()));
     else usage("unknown flag '" + a + "'");
   }
   if (f.optimizer != "sgd" && f.optimizer != "adam") usage("--optimizer: '" + f.optimizer + "' is not sgd or adam");
   if (f.batch_size == 0) usage("--batch-size must be at least 1");
   if (f.threads < 1) usage("--threads must be at least 1");
+  const char* attempt = std::getenv("MWSTRAT_LAUNCH_ATTEMPT");
+  if (attempt && std::string(attempt) != "0") f.kill_at_step.reset();  // a restarted job runs clean
   return f;
 }
 
@@ -105,14 +129,15 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy, Opt
   options.steps_per_epoch = f.steps_per_epoch;
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
+  fault_injector fault{f.kill_at_step, f.kill_rank};
   std::optional<mwstrat::backup_and_restore> backup;
   if (!f.backup_dir.empty()) {
     backup.emplace(mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
   }
   if (backup) {
-    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, *backup);
+    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, *backup, fault);
   } else {
-    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard);
+    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, fault);
   }
 
   if (!f.model_dir.empty()) {
