@@ -252,3 +252,26 @@ TEST(safetensors, garbage_files_are_refused) {
 }
 
 }  // namespace
+
+namespace {
+
+// Written by Python: safetensors.numpy.save_file({"x": np.arange(3, dtype=np.float32),
+// "y": np.ones((2, 2), dtype=np.float64)}, path, metadata={"m": "1"}).
+TEST(safetensors, reads_a_file_written_by_python_safetensors) {
+  const auto file = mwstrat::safetensors_file::open(std::filesystem::path(MWSTRAT_TEST_SOURCE_DIR) / "tests" /
+                                                    "checkpoint" / "fuzz_corpus" / "python_written.safetensors");
+  EXPECT_EQ(file.metadata().at("m"), "1");
+  EXPECT_EQ(file.metadata().count("mwstrat.crc32c"), 0u);
+  const auto* x = file.find("x");
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->shape, (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(*x->copy_values<float>(), (std::vector<float>{0.0f, 1.0f, 2.0f}));
+  const auto* y = file.find("y");
+  ASSERT_NE(y, nullptr);
+  EXPECT_EQ(y->shape, (std::vector<std::int64_t>{2, 2}));
+  const auto values = y->try_values<double>();
+  ASSERT_TRUE(values.has_value()) << "Python aligns tensors too";
+  EXPECT_EQ(std::vector<double>(values->begin(), values->end()), (std::vector<double>(4, 1.0)));
+}
+
+}  // namespace
