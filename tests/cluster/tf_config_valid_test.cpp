@@ -143,6 +143,12 @@ TEST(tf_config_resolver, reads_the_variable_at_resolve_time) {
   const mwstrat::tf_config_resolver set{mwstrat::environment(mwstrat::environment_map
       {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})"}})};
   EXPECT_EQ(set.resolve().rank(), 1);
+
+  const mwstrat::tf_config_resolver inline_form(
+      {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})"}, {"X", "y"}});
+  EXPECT_EQ(inline_form.resolve().num_workers(), 1);
+  EXPECT_TRUE(mwstrat::environment{}.is_process_environment());
+  EXPECT_FALSE(mwstrat::environment(mwstrat::environment_map{}).is_process_environment());
 }
 
 TEST(tf_config_resolver, reads_the_process_environment) {

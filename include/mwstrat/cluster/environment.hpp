@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -22,6 +23,9 @@ class environment {
   environment() = default;
   /// A fixed set of variables; nothing is read from the process.
   explicit environment(environment_map variables) : variables_(std::move(variables)) {}
+  /// A fixed set of variables, written inline: `environment{{"TF_CONFIG", "{}"}, {"SLURM_PROCID", "0"}}`.
+  /// (`environment{}` is the process environment; an empty fixed set is `environment(environment_map{})`.)
+  environment(std::initializer_list<environment_map::value_type> variables) : variables_(environment_map(variables)) {}
 
   /// The value of `name`, or nothing when it is not set. An empty value is returned as "" (set but empty).
   [[nodiscard]] std::optional<std::string> get(std::string_view name) const {
