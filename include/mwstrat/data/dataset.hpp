@@ -228,9 +228,10 @@ class dataset {
   /// Starts a pass (same as begin()).
   [[nodiscard]] iterator make_iterator() const { return begin(); }
 
-  /// Shuffles. `buffer_size` 0 (the default) shuffles each whole pass uniformly; n > 0 is tf.data's streaming
-  /// shuffle (each output drawn uniformly from the next n waiting elements). The order of the k-th pass is a
-  /// function of (seed, k), or of seed alone when `reshuffle_each_iteration` is false.
+  /// Shuffles. `buffer_size` 0 (the default) shuffles each whole pass uniformly, so it reads the whole upstream
+  /// pass first: put it before `repeat()`, not after an endless one. n > 0 is tf.data's streaming shuffle (each
+  /// output drawn uniformly from the next n waiting elements), which works on endless streams. The order of the
+  /// k-th pass is a function of (seed, k), or of seed alone when `reshuffle_each_iteration` is false.
   [[nodiscard]] dataset shuffle(std::uint64_t seed, bool reshuffle_each_iteration = true,
                                 std::size_t buffer_size = 0) const {
     auto counter = std::make_shared<std::atomic<std::uint64_t>>(0);
