@@ -160,19 +160,27 @@ TEST(training_state, plain_safetensors_files_are_not_training_states) {
 
 TEST(training_state, truncated_and_bit_flipped_files_are_refused) {
   temp_dir dir;
-  const auto bytes = encode_training_state(make_state(10));
+  training_state state = make_state(10);
+  state.rng_state = "5489 17";  // a short RNG string keeps the exhaustive sweep below fast
+  const auto bytes = encode_training_state(state);
+  ASSERT_LT(bytes.size(), 1500u);
   const auto path = dir / "bad";
-  for (std::size_t length = 0; length < bytes.size(); length += 7) {
-    write_bytes(path, std::span(bytes).first(length));
-    const auto e = expect_checkpoint_error([&] { (void)load_training_state(path); });
-    EXPECT_EQ(e.path(), path.string());
+  for (std::size_t length = 0; length < bytes.size(); ++length) {
+    expect_checkpoint_error([&] { (void)decode_training_state(std::span(bytes).first(length)); });
+    if (length % 29 == 0) {  // the file path too, on a sample (file writes are slow on a busy disk)
+      write_bytes(path, std::span(bytes).first(length));
+      const auto e = expect_checkpoint_error([&] { (void)load_training_state(path); });
+      EXPECT_EQ(e.path(), path.string());
+    }
   }
   std::vector<std::byte> flipped = bytes;
-  for (std::size_t bit = 0; bit < bytes.size() * 8; bit += 13) {
+  for (std::size_t bit = 0; bit < bytes.size() * 8; ++bit) {
     flipped[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
-    write_bytes(path, flipped);
-    expect_checkpoint_error([&] { (void)load_training_state(path); });
     expect_checkpoint_error([&] { (void)decode_training_state(flipped); });
+    if (bit % 101 == 0) {
+      write_bytes(path, flipped);
+      expect_checkpoint_error([&] { (void)load_training_state(path); });
+    }
     flipped[bit / 8] = bytes[bit / 8];
   }
 }
