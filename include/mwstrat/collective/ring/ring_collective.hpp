@@ -361,10 +361,14 @@ class ring_collective {
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
           want_out = true;
         } else {
+          const int err = errno;
+          // The next rank may have said why before it closed: an abort waiting on the back channel names the
+          // real culprit (it is readable even after a reset).
+          if (auto told = read_back_channel(true, where())) return told;
           next_dead_ = true;
-          const detail::io_result r{errno == ECONNRESET || errno == EPIPE ? detail::io_status::closed
-                                                                          : detail::io_status::failed,
-                                    errno};
+          const detail::io_result r{err == ECONNRESET || err == EPIPE ? detail::io_status::closed
+                                                                      : detail::io_status::failed,
+                                    err};
           return failure{error_kind::peer_lost, next(),
                          "send to " + peer(next()) + ": " + r.describe() + " during " + where()};
         }
@@ -652,7 +656,7 @@ class ring_collective {
       socklen_t len = sizeof from;
       const int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) continue;
-      detail::unique_fd conn(fd);
+      detail::unique_socket conn(fd);
       const auto who = peer_name(from);
       const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
       if (auto refused = serve_handshake(conn.get(), limit)) {
@@ -722,7 +726,7 @@ class ring_collective {
     auto backoff = std::chrono::milliseconds(10);
     while (steady::now() < deadline) {
       const auto ep = resolve(to, false);
-      detail::unique_fd fd(::socket(ep.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      detail::unique_socket fd(::socket(ep.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
       if (!fd) throw io_error({"ring", rank_}, std::string("socket: ") + std::strerror(errno));
       detail::tune_socket(fd.get(), options_.socket_buffer_bytes);
       int rc = ::connect(fd.get(), ep.data(), static_cast<socklen_t>(ep.size()));
@@ -830,7 +834,7 @@ class ring_collective {
   std::string token_;
   std::size_t chunk_bytes_ = 0;
   detail::digest cluster_digest_{}, model_digest_{};
-  detail::unique_fd next_, prev_;
+  detail::unique_socket next_, prev_;
   std::unique_ptr<std::uint8_t, aligned_delete> scratch_;
   inflight_frame inflight_;
   bool next_dead_ = false, prev_dead_ = false, next_eof_ = false;

@@ -19,21 +19,21 @@ namespace mwstrat::detail {
 
 using steady = std::chrono::steady_clock;
 
-class unique_fd {
+class unique_socket {
  public:
-  unique_fd() = default;
-  explicit unique_fd(int fd) : fd_(fd) {}
-  unique_fd(unique_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  unique_fd& operator=(unique_fd&& o) noexcept {
+  unique_socket() = default;
+  explicit unique_socket(int fd) : fd_(fd) {}
+  unique_socket(unique_socket&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  unique_socket& operator=(unique_socket&& o) noexcept {
     if (this != &o) {
       reset();
       fd_ = std::exchange(o.fd_, -1);
     }
     return *this;
   }
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  ~unique_fd() { reset(); }
+  unique_socket(const unique_socket&) = delete;
+  unique_socket& operator=(const unique_socket&) = delete;
+  ~unique_socket() { reset(); }
   void reset() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
