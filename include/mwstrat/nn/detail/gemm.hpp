@@ -26,7 +26,7 @@ namespace mwstrat::detail {
 
 template <class T, int MR, int NV>
 inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b,
-                      std::size_t ldb, T* c, std::size_t ldc, const T* bias) noexcept {
+                      std::size_t ldb, T* c, std::size_t ldc, const T* bias, bool accumulate) noexcept {
   using V = vec_t<T>;
   constexpr int L = lanes_v<T>;
   V acc[MR][NV];
@@ -35,7 +35,13 @@ inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdif
     V init = {};
     if (bias != nullptr) vload(init, bias + v * L);
     MWSTRAT_NN_UNROLL
-    for (int i = 0; i < MR; ++i) acc[i][v] = init;
+    for (int i = 0; i < MR; ++i) {
+      if (accumulate) {
+        vload(acc[i][v], c + i * ldc + v * L);
+      } else {
+        acc[i][v] = init;
+      }
+    }
   }
   const T* arow[MR];
   MWSTRAT_NN_UNROLL
@@ -61,12 +67,12 @@ inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdif
 
 template <class T, int NV, int MR, int R = 1>
 inline void kernel_nn_rows(int rows, std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks,
-                           const T* b, std::size_t ldb, T* c, std::size_t ldc, const T* bias) noexcept {
+                           const T* b, std::size_t ldb, T* c, std::size_t ldc, const T* bias, bool accumulate) noexcept {
   if constexpr (R <= MR) {
     if (rows == R) {
-      kernel_nn<T, R, NV>(K, a, ars, aks, b, ldb, c, ldc, bias);
+      kernel_nn<T, R, NV>(K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
     } else {
-      kernel_nn_rows<T, NV, MR, R + 1>(rows, K, a, ars, aks, b, ldb, c, ldc, bias);
+      kernel_nn_rows<T, NV, MR, R + 1>(rows, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
     }
   }
 }
@@ -85,6 +91,42 @@ inline void scalar_nn(std::size_t m0, std::size_t m1, std::size_t n0, std::size_
   }
 }
 
+// One strip of NV vectors of columns [j, j + NV*L) for rows [m0, m1). A strip of B whose rows lie far apart
+// (a wide matrix) is first copied, kb rows at a time, into a contiguous buffer on the stack: that keeps it in L1
+// and in a few TLB entries while every row tile reuses it. Blocking k does not change any sum: a partial sum is
+// stored in C and reloaded exactly, so the additions happen in the same order.
+template <class T, int NV, int MR>
+inline void gemm_nn_strip(std::size_t m0, std::size_t m1, std::size_t j, std::size_t K, const T* a,
+                          std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
+                          const T* bias) noexcept {
+  constexpr std::size_t L = lanes_v<T>;
+  constexpr std::size_t width = NV * L;
+  constexpr std::size_t kb = 128;
+  const T* bias_j = bias != nullptr ? bias + j : nullptr;
+  auto run = [&](std::size_t k0, std::size_t kk, const T* bp, std::size_t ldbp) {
+    const T* ak = a + static_cast<std::ptrdiff_t>(k0) * aks;
+    const bool accumulate = k0 > 0;
+    std::size_t i = m0;
+    for (; i + MR <= m1; i += MR)
+      kernel_nn<T, MR, NV>(kk, ak + static_cast<std::ptrdiff_t>(i) * ars, ars, aks, bp, ldbp, c + i * ldc + j, ldc,
+                           bias_j, accumulate);
+    if (i < m1)
+      kernel_nn_rows<T, NV, MR>(static_cast<int>(m1 - i), kk, ak + static_cast<std::ptrdiff_t>(i) * ars, ars, aks, bp,
+                                ldbp, c + i * ldc + j, ldc, bias_j, accumulate);
+  };
+  if (ldb == width || m1 - m0 <= static_cast<std::size_t>(MR)) {
+    run(0, K, b + j, ldb);
+    return;
+  }
+  alignas(64) T pack[kb * width];
+  for (std::size_t k0 = 0; k0 < K || k0 == 0; k0 += kb) {
+    const std::size_t kk = std::min(kb, K - k0);
+    for (std::size_t k = 0; k < kk; ++k) std::memcpy(pack + k * width, b + (k0 + k) * ldb + j, width * sizeof(T));
+    run(k0, kk, pack, width);
+    if (K == 0) break;
+  }
+}
+
 /// One task's block [m0, m1) x [n0, n1) of gemm_nn, serially.
 template <class T>
 void gemm_nn_block(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, const T* a,
@@ -92,35 +134,9 @@ void gemm_nn_block(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n
                    const T* bias) noexcept {
   constexpr std::size_t L = lanes_v<T>;
   std::size_t j = n0;
-  auto a_at = [&](std::size_t i) { return a + static_cast<std::ptrdiff_t>(i) * ars; };
-  auto bias_at = [&](std::size_t col) { return bias != nullptr ? bias + col : nullptr; };
-  for (; j + 4 * L <= n1; j += 4 * L) {
-    constexpr int MR = 6;
-    std::size_t i = m0;
-    for (; i + MR <= m1; i += MR)
-      kernel_nn<T, MR, 4>(K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc, bias_at(j));
-    if (i < m1)
-      kernel_nn_rows<T, 4, MR>(static_cast<int>(m1 - i), K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc,
-                               bias_at(j));
-  }
-  for (; j + 2 * L <= n1; j += 2 * L) {
-    constexpr int MR = 12;
-    std::size_t i = m0;
-    for (; i + MR <= m1; i += MR)
-      kernel_nn<T, MR, 2>(K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc, bias_at(j));
-    if (i < m1)
-      kernel_nn_rows<T, 2, MR>(static_cast<int>(m1 - i), K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc,
-                               bias_at(j));
-  }
-  for (; j + L <= n1; j += L) {
-    constexpr int MR = 12;
-    std::size_t i = m0;
-    for (; i + MR <= m1; i += MR)
-      kernel_nn<T, MR, 1>(K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc, bias_at(j));
-    if (i < m1)
-      kernel_nn_rows<T, 1, MR>(static_cast<int>(m1 - i), K, a_at(i), ars, aks, b + j, ldb, c + i * ldc + j, ldc,
-                               bias_at(j));
-  }
+  for (; j + 4 * L <= n1; j += 4 * L) gemm_nn_strip<T, 4, 6>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias);
+  for (; j + 2 * L <= n1; j += 2 * L) gemm_nn_strip<T, 2, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias);
+  for (; j + L <= n1; j += L) gemm_nn_strip<T, 1, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias);
   if (j < n1) scalar_nn(m0, m1, j, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
 }
 
@@ -209,10 +225,11 @@ inline void horizontal_sums(vec_t<T> (&acc)[lanes_v<T>], T* out) noexcept {
   for (int lane = 0; lane < L; ++lane) out[bit_reverse(lane, B)] = level[0][lane];
 }
 
+// 2 rows of A (streamed from L2) against 8 (float) rows of B kept in L1: L accumulators, one per output.
 template <class T>
 struct nt_shape {
-  static constexpr int mr = 4;
-  static constexpr int nr = lanes_v<T> / 4;
+  static constexpr int mr = 2;
+  static constexpr int nr = lanes_v<T> / 2;
 };
 
 // The (mr x nr) outputs at (i, j) over k in [k0, k1): c[...] = init + dot.
