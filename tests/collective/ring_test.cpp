@@ -12,6 +12,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -182,6 +183,7 @@ TEST(ring_collective, garbage_a_wrong_token_and_a_wrong_fingerprint_are_refused_
 struct outcome {
   std::exception_ptr error;
   bool ok = false;
+  std::chrono::steady_clock::time_point finished;
 };
 
 std::vector<outcome> start_ring(std::vector<ring_options> opts, std::vector<std::string>* logs = nullptr) {
@@ -202,6 +204,7 @@ std::vector<outcome> start_ring(std::vector<ring_options> opts, std::vector<std:
       } catch (...) {
         out[r].error = std::current_exception();
       }
+      out[r].finished = std::chrono::steady_clock::now();
     });
   }
   for (auto& t : threads) t.join();
@@ -242,25 +245,35 @@ bool throws_kind(const std::exception_ptr& e, std::string* what = nullptr) {
   }
 }
 
+// The rank whose hello is refused fails at once; the refusing rank logs the reason and keeps waiting for the
+// right peer (a stranger must not end the job), so it fails at its deadline, naming the refusal.
 TEST(ring_collective, a_mismatched_fingerprint_or_token_fails_fast_with_a_reason) {
   for (int variant = 0; variant < 2; ++variant) {
-    auto opts = options_for(2, 5s);
+    auto opts = options_for(2, 3s);
     if (variant == 0) opts[1].cluster_fingerprint = "other";
     if (variant == 1) opts[1].job_token = "only-one-side";
+    const std::string reason = variant == 0 ? "cluster fingerprint differs" : "token";
     std::vector<std::string> logs;
     const auto start = std::chrono::steady_clock::now();
     const auto out = start_ring(opts, &logs);
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "no rank failed fast";
+    const auto first = std::min(out[0].finished, out[1].finished);
+    EXPECT_LT(first - start, 2s) << "no rank failed fast";
     int protocol_errors = 0;
     for (auto& r : out) {
-      EXPECT_TRUE(r.error) << "variant " << variant;
+      ASSERT_TRUE(r.error) << "variant " << variant;
       std::string what;
       if (throws_kind<protocol_error>(r.error, &what)) {
         ++protocol_errors;
-        EXPECT_NE(what.find(variant == 0 ? "cluster fingerprint differs" : "token"), std::string::npos) << what;
+        EXPECT_NE(what.find(reason), std::string::npos) << what;
+      } else {
+        EXPECT_TRUE(throws_kind<timeout_error>(r.error, &what)) << "variant " << variant;
+        EXPECT_NE(what.find(reason), std::string::npos) << what;
       }
     }
     EXPECT_GE(protocol_errors, 1);
+    bool logged = false;
+    for (auto& l : logs) logged = logged || l.find(reason) != std::string::npos;
+    EXPECT_TRUE(logged);
   }
 }
 

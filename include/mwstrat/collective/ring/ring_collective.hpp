@@ -38,6 +38,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <span>
@@ -662,6 +663,10 @@ class ring_collective {
       if (auto refused = serve_handshake(conn.get(), limit)) {
         last_refusal = who + ": " + *refused;
         log("refused connection from " + last_refusal);
+        {
+          const std::lock_guard lock(refusal_mutex_);
+          last_refusal_ = last_refusal;
+        }
         continue;
       }
       detail::tune_socket(conn.get(), options_.socket_buffer_bytes);
@@ -758,9 +763,14 @@ class ring_collective {
       std::this_thread::sleep_for(pause);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
     }
+    std::string refused;
+    {
+      const std::lock_guard lock(refusal_mutex_);
+      if (!last_refusal_.empty()) refused = "; meanwhile refused a connection from " + last_refusal_;
+    }
     throw timeout_error({"ring", rank_},
                         "could not connect to rank " + std::to_string(to) + " (" + address(to) + ") within " +
-                            std::to_string(options_.connect_timeout.count()) + " ms: " + last,
+                            std::to_string(options_.connect_timeout.count()) + " ms: " + last + refused,
                         to);
   }
 
@@ -840,6 +850,8 @@ class ring_collective {
   bool next_dead_ = false, prev_dead_ = false, next_eof_ = false;
   std::uint64_t next_seq_ = 0;
   std::exception_ptr broken_;
+  std::mutex refusal_mutex_;
+  std::string last_refusal_;  // start-up only: the acceptor's latest refusal, for the connector's error
   detail::op_queue queue_;  // last: its worker is joined before the sockets close
 };
 
