@@ -2,20 +2,26 @@
 # Reference CNN: mwstrat vs PyTorch (python3-torch) training samples/s, and mwstrat's dense GEMMs vs OpenBLAS
 # sgemm, on this machine, in one run. PyTorch and OpenBLAS are run with and without OPENBLAS_CORETYPE=SkylakeX
 # (Debian's OpenBLAS may pick a generic kernel otherwise) and compared at their faster.
-#   usage: benchmarks/nn/compare.sh BUILD_DIR       (a Release build with MWSTRAT_BUILD_BENCHMARKS=ON)
+#   usage: benchmarks/nn/compare.sh BUILD_DIR [RESULTS_DIR]   (a Release build with MWSTRAT_BUILD_BENCHMARKS=ON;
+#          the raw JSON and PyTorch figures are kept in RESULTS_DIR when given)
 set -euo pipefail
-build=${1:?usage: compare.sh BUILD_DIR}
+build=${1:?usage: compare.sh BUILD_DIR [RESULTS_DIR]}
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$build/benchmarks/nn/mwstrat_bench_nn
 blas=$build/benchmarks/nn/mwstrat_bench_nn_openblas
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+if [[ $# -ge 2 ]]; then
+  tmp=$2
+  mkdir -p "$tmp"
+else
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+fi
 echo "load before: $(uptime)"
 
-"$bench" --benchmark_format=json --benchmark_out="$tmp/mw.json" --benchmark_out_format=json >/dev/null
+"$bench" --benchmark_out="$tmp/mw.json" --benchmark_out_format=json >/dev/null 2>&1
 if [[ -x $blas ]]; then
-  OPENBLAS_CORETYPE= "$blas" --benchmark_out="$tmp/blas_default.json" --benchmark_out_format=json >/dev/null
-  OPENBLAS_CORETYPE=SkylakeX "$blas" --benchmark_out="$tmp/blas_skx.json" --benchmark_out_format=json >/dev/null
+  OPENBLAS_CORETYPE= "$blas" --benchmark_out="$tmp/blas_default.json" --benchmark_out_format=json >/dev/null 2>&1
+  OPENBLAS_CORETYPE=SkylakeX "$blas" --benchmark_out="$tmp/blas_skx.json" --benchmark_out_format=json >/dev/null 2>&1
 fi
 for b in 64 128; do
   for t in 1 2; do
@@ -34,7 +40,7 @@ def load(name):
         return {}
     out = {}
     for b in json.load(open(path))["benchmarks"]:
-        out[b["name"].split("/real_time")[0]] = b
+        out[b["name"].split("/min_time")[0].split("/real_time")[0]] = b
     return out
 mw = load("mw.json")
 print("\nTraining, reference CNN (forward + backward + SGD), samples/s")
