@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <utility>
 #include <random>
 #include <span>
 #include <vector>
@@ -36,22 +38,32 @@ TEST(crc32c, matches_published_check_values) {
   EXPECT_EQ(crc32c(bytes_of({0x61})), 0xC1D04330u);  // "a"
 }
 
-// The fast path (three streams stitched with shift tables) must agree with the portable table loop for every
-// length around the block boundaries and at every alignment.
-TEST(crc32c, fast_path_agrees_with_portable_path) {
+// Every hardware path this CPU has (AVX-512 VPCLMULQDQ folding, three crc32 streams stitched with shift tables)
+// must agree with the portable table loop for every length around the block boundaries and at every alignment.
+TEST(crc32c, fast_paths_agree_with_portable_path) {
   std::mt19937 rng(42);
   std::vector<std::byte> data(3 * 4096 * 3 + 64);
   for (auto& b : data) b = static_cast<std::byte>(rng());
+  using update = std::uint32_t (*)(std::uint32_t, const std::byte*, std::size_t) noexcept;
+  std::vector<std::pair<const char*, update>> paths = {{"dispatched", &mwstrat::detail::crc32c_update}};
+#if MWSTRAT_CRC32C_X86
+  if (mwstrat::detail::cpu_has_sse42()) paths.emplace_back("sse4.2", &mwstrat::detail::crc32c_update_sse42);
+  if (mwstrat::detail::cpu_has_vpclmul()) paths.emplace_back("vpclmulqdq", &mwstrat::detail::crc32c_update_vpclmul);
+#endif
+  std::printf("crc32c paths tested:");
+  for (const auto& [name, fn] : paths) std::printf(" %s", name);
+  std::printf("\n");
   const std::size_t block = 3 * 4096;
   for (std::size_t length : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9},
-                             std::size_t{4095}, block - 1, block, block + 1, block + 13, 2 * block, 2 * block + 7,
-                             3 * block}) {
+                             std::size_t{1023}, std::size_t{1024}, std::size_t{1025}, std::size_t{1279},
+                             std::size_t{1280}, std::size_t{4095}, block - 1, block, block + 1, block + 13, 2 * block,
+                             2 * block + 7, 3 * block}) {
     for (std::size_t offset = 0; offset < 8; ++offset) {
       const std::byte* p = data.data() + offset;
       for (std::uint32_t seed : {0u, 0xFFFFFFFFu, 0x12345678u}) {
-        EXPECT_EQ(mwstrat::detail::crc32c_update(seed, p, length),
-                  mwstrat::detail::crc32c_update_portable(seed, p, length))
-            << "length " << length << " offset " << offset << " seed " << seed;
+        const std::uint32_t expected = mwstrat::detail::crc32c_update_portable(seed, p, length);
+        for (const auto& [name, fn] : paths)
+          EXPECT_EQ(fn(seed, p, length), expected) << name << ": length " << length << " offset " << offset;
       }
     }
   }

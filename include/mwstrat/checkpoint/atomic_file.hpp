@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <concepts>
+#include <cstdint>
 #include <cstddef>
 #include <exception>
 #include <filesystem>
@@ -60,25 +61,42 @@ struct write_options {
   std::function<void(write_stage, const std::filesystem::path&, const std::filesystem::path&)> on_stage = {};
 };
 
-/// Where an atomic write puts its bytes: gathered writes straight into the temporary file.
+/// Where an atomic write puts its bytes: gathered writes straight into the temporary file. When the write is to be
+/// fsynced, the sink starts the disk writing every few MiB, so the final fsync waits for little more than the tail.
 class file_sink {
  public:
-  file_sink(int fd, const std::filesystem::path& path, std::optional<int> rank) noexcept
-      : fd_(fd), path_(path), rank_(rank) {}
+  file_sink(int fd, const std::filesystem::path& path, std::optional<int> rank, bool sync = false) noexcept
+      : fd_(fd), path_(path), rank_(rank), sync_(sync) {}
 
   /// Appends the buffers, in order, without copying them together.
-  void write(std::span<const std::span<const std::byte>> buffers) { detail::write_all(fd_, buffers, path_, rank_); }
+  void write(std::span<const std::span<const std::byte>> buffers) {
+    detail::write_all(fd_, buffers, path_, rank_);
+    for (const auto& b : buffers) size_ += b.size();
+    if (sync_ && size_ - started_ >= writeback_step) {
+      detail::start_writeback(fd_, started_, size_ - started_);
+      started_ = size_;
+    }
+  }
   /// Appends one buffer.
   void write(std::span<const std::byte> bytes) { write(std::span<const std::span<const std::byte>>(&bytes, 1)); }
+  /// Overwrites bytes already appended, at `offset` (a header whose checksums are known only at the end, say).
+  void write_at(std::uint64_t offset, std::span<const std::byte> bytes) {
+    if (offset + bytes.size() > size_) detail::checkpoint_fail(rank_, path_, "write_at past the end of what was written");
+    detail::pwrite_all(fd_, bytes, offset, path_, rank_);
+  }
+  /// Bytes appended so far.
+  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
   /// The temporary file being written.
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-  /// The descriptor, for writers that need positioned writes.
-  [[nodiscard]] int fd() const noexcept { return fd_; }
 
  private:
+  static constexpr std::uint64_t writeback_step = std::uint64_t{8} << 20;
   int fd_;
   const std::filesystem::path& path_;
   std::optional<int> rank_;
+  bool sync_;
+  std::uint64_t size_ = 0;
+  std::uint64_t started_ = 0;
 };
 
 namespace detail {
@@ -116,7 +134,7 @@ void write_file_atomically(const std::filesystem::path& target, Body&& write_bod
   try {
     detail::unique_fd fd = detail::create_exclusive(temporary, options.rank);
     stage(write_stage::created);
-    file_sink sink(fd.get(), temporary, options.rank);
+    file_sink sink(fd.get(), temporary, options.rank, options.sync);
     write_body(sink);
     stage(write_stage::written);
     if (options.sync) detail::sync_fd(fd.get(), temporary, options.rank);

@@ -232,16 +232,18 @@ class safetensors_file {
 
 namespace detail {
 
-/// What a write will put where: validated entries in data order, the padded header, the data's CRC32C.
+/// What a write will put where: validated entries in data order with their offsets.
 struct safetensors_plan {
   std::vector<const tensor_entry*> order;
-  std::string header;
+  std::vector<stored_tensor> stored;
+  metadata_map metadata;
   std::uint64_t data_size = 0;
 };
 
 inline safetensors_plan plan_safetensors(std::span<const tensor_entry> entries, metadata_map metadata,
                                          const std::filesystem::path& target, std::optional<int> rank) {
   safetensors_plan plan;
+  plan.metadata = std::move(metadata);
   plan.order.reserve(entries.size());
   for (const auto& e : entries) plan.order.push_back(&e);
   // Largest elements first keeps every tensor aligned to its element size; stable keeps the caller's order.
@@ -254,9 +256,7 @@ inline safetensors_plan plan_safetensors(std::span<const tensor_entry> entries, 
     if (by_name[i]->name == by_name[i + 1]->name)
       checkpoint_fail(rank, target, "two tensors are called '" + by_name[i]->name + "'");
 
-  std::vector<stored_tensor> stored;
-  stored.reserve(plan.order.size());
-  std::uint32_t crc = 0;
+  plan.stored.reserve(plan.order.size());
   for (const tensor_entry* e : plan.order) {
     const std::string where = "cannot write tensor '" + e->name + "': ";
     if (e->name.empty()) checkpoint_fail(rank, target, "cannot write a tensor with an empty name");
@@ -266,14 +266,19 @@ inline safetensors_plan plan_safetensors(std::span<const tensor_entry> entries, 
       checkpoint_fail(rank, target,
                       where + "shape and dtype " + std::string(to_string(e->type)) + " do not match its " +
                           std::to_string(e->data.size()) + " bytes");
-    stored.push_back({e->name, e->type, e->shape, plan.data_size, plan.data_size + e->data.size()});
+    plan.stored.push_back({e->name, e->type, e->shape, plan.data_size, plan.data_size + e->data.size()});
     plan.data_size += e->data.size();
-    crc = crc32c_extend(crc, e->data);
   }
-  metadata.insert_or_assign(std::string(data_crc_key), hex32(crc));
-  metadata.insert_or_assign(std::string(header_crc_key), hex32(header_checksum(stored, metadata)));
-  plan.header = build_header(stored, metadata);
   return plan;
+}
+
+/// The padded header for `plan` once the data's CRC32C is known. Its length does not depend on the CRC (both
+/// checksums are always 8 hex digits), which lets a streaming writer put a placeholder first and patch it.
+inline std::string header_for(const safetensors_plan& plan, std::uint32_t data_crc) {
+  metadata_map metadata = plan.metadata;
+  metadata.insert_or_assign(std::string(data_crc_key), hex32(data_crc));
+  metadata.insert_or_assign(std::string(header_crc_key), hex32(header_checksum(plan.stored, metadata)));
+  return build_header(plan.stored, metadata);
 }
 
 inline std::array<std::byte, 8> length_prefix(std::uint64_t length) noexcept {
@@ -289,28 +294,49 @@ inline std::array<std::byte, 8> length_prefix(std::uint64_t length) noexcept {
                                                                const metadata_map& metadata = {},
                                                                std::optional<int> rank = {}) {
   const detail::safetensors_plan plan = detail::plan_safetensors(entries, metadata, "<memory>", rank);
-  std::vector<std::byte> out;
-  out.reserve(8 + plan.header.size() + plan.data_size);
-  const auto prefix = detail::length_prefix(plan.header.size());
-  out.insert(out.end(), prefix.begin(), prefix.end());
-  const auto header = std::as_bytes(std::span(plan.header));
-  out.insert(out.end(), header.begin(), header.end());
-  for (const tensor_entry* e : plan.order) out.insert(out.end(), e->data.begin(), e->data.end());
+  std::uint32_t crc = 0;
+  for (const tensor_entry* e : plan.order) crc = crc32c_extend(crc, e->data);
+  const std::string header = detail::header_for(plan, crc);
+  std::vector<std::byte> out(8 + header.size() + static_cast<std::size_t>(plan.data_size));
+  const auto prefix = detail::length_prefix(header.size());
+  std::memcpy(out.data(), prefix.data(), prefix.size());
+  std::memcpy(out.data() + 8, header.data(), header.size());
+  std::size_t at = 8 + header.size();
+  for (const tensor_entry* e : plan.order) {
+    if (!e->data.empty()) std::memcpy(out.data() + at, e->data.data(), e->data.size());
+    at += e->data.size();
+  }
   return out;
 }
 
 /// Writes `entries` and `metadata` (plus the two checksums) to `path` atomically (see `write_file_atomically`).
-/// On failure `path` is untouched and a `checkpoint_error` names it.
+/// On failure `path` is untouched and a `checkpoint_error` names it. The data goes out in slices that are
+/// checksummed just before they are written, while still in cache; the header, written first with placeholder
+/// checksums of the same length, is patched at the end.
 inline void save_safetensors(const std::filesystem::path& path, std::span<const tensor_entry> entries,
                              const metadata_map& metadata = {}, const write_options& options = {}) {
   const detail::safetensors_plan plan = detail::plan_safetensors(entries, metadata, path, options.rank);
-  const auto prefix = detail::length_prefix(plan.header.size());
-  std::vector<std::span<const std::byte>> buffers;
-  buffers.reserve(2 + plan.order.size());
-  buffers.emplace_back(prefix);
-  buffers.push_back(std::as_bytes(std::span(plan.header)));
-  for (const tensor_entry* e : plan.order) buffers.push_back(e->data);
-  write_file_atomically(path, [&](file_sink& sink) { sink.write(buffers); }, options);
+  write_file_atomically(
+      path,
+      [&](file_sink& sink) {
+        const std::string placeholder = detail::header_for(plan, 0);
+        const auto prefix = detail::length_prefix(placeholder.size());
+        const std::span<const std::byte> head[] = {prefix, std::as_bytes(std::span(placeholder))};
+        sink.write(head);
+        constexpr std::size_t slice = std::size_t{1} << 20;
+        std::uint32_t crc = 0;
+        for (const tensor_entry* e : plan.order)
+          for (std::size_t done = 0; done < e->data.size(); done += slice) {
+            const auto part = e->data.subspan(done, std::min(slice, e->data.size() - done));
+            crc = crc32c_extend(crc, part);
+            sink.write(part);
+          }
+        const std::string header = detail::header_for(plan, crc);
+        if (header.size() != placeholder.size())
+          detail::checkpoint_fail(options.rank, path, "internal error: the header changed length");
+        sink.write_at(8, std::as_bytes(std::span(header)));
+      },
+      options);
 }
 
 }  // namespace mwstrat

@@ -134,6 +134,31 @@ inline void write_all(int fd, std::span<const std::span<const std::byte>> buffer
   }
 }
 
+/// Overwrites `bytes` at `offset`.
+inline void pwrite_all(int fd, std::span<const std::byte> bytes, std::uint64_t offset,
+                       const std::filesystem::path& path, std::optional<int> rank) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const std::size_t len = std::min(bytes.size() - done, max_io_chunk);
+    const ssize_t n = ::pwrite(fd, bytes.data() + done, len, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      checkpoint_fail_errno(rank, path, "write failed", errno);
+    }
+    if (n == 0) checkpoint_fail(rank, path, "write made no progress");
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+/// Asks the kernel to start writing `[offset, offset + length)` to disk now, without waiting, so the final fsync
+/// finds most of the file already on its way. Only a hint: errors surface at fsync.
+inline void start_writeback([[maybe_unused]] int fd, [[maybe_unused]] std::uint64_t offset,
+                            [[maybe_unused]] std::uint64_t length) noexcept {
+#if defined(__linux__)
+  (void)::sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(length), SYNC_FILE_RANGE_WRITE);
+#endif
+}
+
 /// Reads exactly `out.size()` bytes at `offset`; a short file is a corrupt checkpoint, not an I/O error.
 inline void read_exact(int fd, std::span<std::byte> out, std::uint64_t offset, const std::filesystem::path& path,
                        std::optional<int> rank) {
