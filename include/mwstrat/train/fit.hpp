@@ -98,6 +98,18 @@ class gradient_sync {
   typename buckets_for<Strategy>::type buckets_;
 };
 
+// The optimizer's update, inside the model's own threads where the model has them (its oneTBB arena), so a
+// worker never uses more cores than it was given.
+template <class Model, class Optimizer>
+void apply_update(Model& model, Optimizer& optimizer) {
+  auto update = [&] { optimizer.apply(model.parameters(), std::span<const float>(model.gradients())); };
+  if constexpr (requires { model.execute(update); }) {
+    model.execute(update);
+  } else {
+    update();
+  }
+}
+
 template <class Strategy>
 [[noreturn]] void throw_fit_error(Strategy& s, const std::string& what) {
   throw config_error({"train", s.replica_id()}, what);
@@ -166,7 +178,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
       detail::fire_batch_begin(ctx, step, callbacks...);
       const auto& batch = train.batch_at(static_cast<std::size_t>(epoch), step);
       const auto result = sync.train(batch);
-      optimizer.apply(model.parameters(), std::span<const float>(model.gradients()));
+      detail::apply_update(model, optimizer);
       const metric_sums global = detail::reduce_stats(strategy, result);
       ctx.epoch_sums.loss_sum += global.loss_sum;
       ctx.epoch_sums.correct += global.correct;
