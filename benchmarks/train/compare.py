@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Training throughput of the tutorial CNN: mwstrat vs PyTorch DDP vs TensorFlow MultiWorkerMirroredStrategy.
+
+Runs, for N workers in --workers (1 and 2), each with --threads threads (1) and per-worker batch 64:
+  mwstrat         BUILD/tools/mwstrat-launch -n N -- BUILD/benchmarks/train/train_throughput ...
+  torch-ddp       N processes of ddp_throughput.py (Debian's python3-torch, gloo over tcp://127.0.0.1), once with
+                  Debian's OpenBLAS choosing its kernel and once with OPENBLAS_CORETYPE=SkylakeX
+  tensorflow-mwms N processes of tf_throughput.py with their own TF_CONFIG (pip's tensorflow-cpu; skipped, and
+                  said so, when no Python with TensorFlow is found)
+Every configuration runs --repeats times (3), interleaved (repeat 1 of everything, then repeat 2, ...) so that a
+change of load hits all of them alike; the table shows the median run by samples/s. Each program times the same
+span: --steps steps after --warmup warm-up steps, inside one training run, clock read at step ends.
+
+  python3 benchmarks/train/compare.py --build build/trainbench --data-dir .cache/mnist
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def json_line(text, impl):
+    for line in text.splitlines():
+        at = line.find("{")
+        if at < 0:
+            continue
+        try:
+            record = json.loads(line[at:])
+        except ValueError:
+            continue
+        if record.get("impl") == impl:
+            return record
+    return None
+
+
+def run_group(commands, timeout):
+    """Starts every (argv, env) at once; returns (returncodes, rank 0's stdout, everyone's stderr)."""
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv, env in commands]
+    deadline = time.monotonic() + timeout
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs[len(outs):]:
+            outs.append(p.communicate())
+        return [None] * len(procs), outs[0][0], "timed out after %ss\n" % timeout + "".join(e for _, e in outs)
+    return [p.returncode for p in procs], outs[0][0], "".join(e for _, e in outs)
+
+
+def base_env(threads):
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    env.pop("OPENBLAS_CORETYPE", None)
+    env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def common_args(a):
+    return ["--data-dir", a.data_dir, "--batch", str(a.batch), "--warmup", str(a.warmup), "--steps", str(a.steps),
+            "--threads", str(a.threads)]
+
+
+def mwstrat_cmd(a, n):
+    launch = os.path.join(a.build, "tools", "mwstrat-launch")
+    prog = os.path.join(a.build, "benchmarks", "train", "train_throughput")
+    return [([launch, "-n", str(n), "--", prog] + common_args(a), base_env(a.threads))]
+
+
+def torch_cmd(a, n, coretype):
+    port = free_ports(1)[0]
+    cmds = []
+    for r in range(n):
+        env = base_env(a.threads)
+        env.update(RANK=str(r), WORLD_SIZE=str(n), MASTER_PORT=str(port))
+        if coretype:
+            env["OPENBLAS_CORETYPE"] = coretype
+        cmds.append(([a.torch_python, os.path.join(HERE, "ddp_throughput.py")] + common_args(a), env))
+    return cmds
+
+
+def tf_cmd(a, n):
+    ports = free_ports(n)
+    workers = [f"127.0.0.1:{p}" for p in ports]
+    cmds = []
+    for r in range(n):
+        env = base_env(a.threads)
+        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": r}})
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        cmds.append(([a.tf_python, os.path.join(HERE, "tf_throughput.py")] + common_args(a), env))
+    return cmds
+
+
+def find_tf_python(a):
+    candidates = [a.tf_python] if a.tf_python else [
+        os.path.join(ROOT, "build", "trainbench", "tfvenv", "bin", "python"), sys.executable, "/usr/bin/python3"]
+    for c in candidates:
+        if c and shutil.which(c) or (c and os.path.exists(c)):
+            r = subprocess.run([c, "-c", "import tensorflow as t; print(t.__version__)"], capture_output=True,
+                               text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+            if r.returncode == 0:
+                return c, r.stdout.strip().splitlines()[-1]
+    return None, None
+
+
+def loadavg():
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=os.path.join(ROOT, "build", "trainbench"))
+    p.add_argument("--data-dir", default=os.path.join(ROOT, ".cache", "mnist"))
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    p.add_argument("--torch-python", default="/usr/bin/python3")
+    p.add_argument("--tf-python", default=None)
+    p.add_argument("--skip-tf", action="store_true")
+    p.add_argument("--json-out", default=None, help="also write every run's record here")
+    a = p.parse_args()
+
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; cpus: {os.cpu_count()}; "
+          f"load average at start: {loadavg()}", flush=True)
+    tf_python, tf_version = (None, None) if a.skip_tf else find_tf_python(a)
+    if not a.skip_tf and tf_python is None:
+        print("tensorflow: not found in any candidate Python; its rows are left out", flush=True)
+    a.tf_python = tf_python
+
+    configs = []  # (label, impl, workers, command factory)
+    for n in a.workers:
+        configs.append(("mwstrat", "mwstrat", n, lambda n=n: mwstrat_cmd(a, n)))
+        configs.append(("torch-ddp (OpenBLAS default)", "torch-ddp", n, lambda n=n: torch_cmd(a, n, None)))
+        configs.append(("torch-ddp (OPENBLAS_CORETYPE=SkylakeX)", "torch-ddp", n,
+                        lambda n=n: torch_cmd(a, n, "SkylakeX")))
+        if tf_python:
+            configs.append((f"tensorflow-mwms {tf_version}", "tensorflow-mwms", n, lambda n=n: tf_cmd(a, n)))
+
+    records = {(c[0], c[2]): [] for c in configs}
+    failures = []
+    for rep in range(a.repeats):
+        for label, impl, n, make in configs:
+            codes, out, err = run_group(make(), a.timeout)
+            rec = json_line(out, impl)
+            if rec is None or any(c != 0 for c in codes):
+                failures.append(f"{label} N={n} repeat {rep + 1}: exit codes {codes}\n{err[-2000:]}")
+                print(f"FAILED {label} N={n} repeat {rep + 1}: exit codes {codes}", flush=True)
+                continue
+            rec["label"] = label
+            records[(label, n)].append(rec)
+            print(f"repeat {rep + 1} {label:40s} N={n}: {rec['samples_per_s']:8.1f} samples/s, "
+                  f"{rec['cpu_s_per_step'] * 1000:6.1f} CPU ms/step, peak RSS {rec['peak_rss_mib']:.1f} MiB "
+                  f"(load {loadavg()})", flush=True)
+    end_load = loadavg()
+
+    med = {}
+    for key, runs in records.items():
+        if runs:
+            runs = sorted(runs, key=lambda r: r["samples_per_s"])
+            med[key] = dict(runs[len(runs) // 2], runs=len(runs),
+                            spread=(runs[0]["samples_per_s"], runs[-1]["samples_per_s"]),
+                            cpu_ms=1000 * statistics.median(r["cpu_s_per_step"] for r in runs))
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({str(k): v for k, v in records.items()}, f, indent=1)
+
+    print(f"\nload average at start / end: see above / {end_load}\n")
+    print("| impl | workers × threads | steps/s | samples/s (global) | min–max of runs | scaling efficiency "
+          "| CPU ms per step (all workers) | peak RSS per worker, MiB | mwstrat ÷ this (samples/s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, impl, n, _ in configs:
+        m = med.get((label, n))
+        if m is None:
+            print(f"| {label} | {n} × {a.threads} | failed | | | | | | |")
+            continue
+        one = med.get((label, 1))
+        eff = (f"{100 * m['samples_per_s'] / (n * one['samples_per_s']):.0f}%" if one and n > 1 else
+               ("—" if n == 1 else "n/a"))
+        mw = med.get(("mwstrat", n))
+        ratio = f"{mw['samples_per_s'] / m['samples_per_s']:.2f}×" if mw else "n/a"
+        rss = " / ".join(f"{v:.0f}" for v in m["peak_rss_mib_per_worker"])
+        print(f"| {label} | {n} × {a.threads} | {m['steps_per_s']:.2f} | {m['samples_per_s']:.0f} | "
+              f"{m['spread'][0]:.0f}–{m['spread'][1]:.0f} | {eff} | {m['cpu_ms']:.1f} | {rss} | {ratio} |")
+
+    # The issue's goals, judged on the medians (torch at its faster OpenBLAS setting).
+    print("\ngoals (issue 7):")
+    for n in a.workers:
+        mw = med.get(("mwstrat", n))
+        if not mw:
+            continue
+        if n > 1 and ("mwstrat", 1) in med:
+            eff = mw["samples_per_s"] / (n * med[("mwstrat", 1)]["samples_per_s"])
+            print(f"  N={n}: scaling efficiency {100 * eff:.0f}% (goal >= 85%): {'met' if eff >= 0.85 else 'NOT met'}")
+        torch = [med[k] for k in med if k[1] == n and k[0].startswith("torch")]
+        if torch:
+            best = max(t["samples_per_s"] for t in torch)
+            r = mw["samples_per_s"] / best
+            print(f"  N={n}: {r:.2f}x PyTorch DDP's faster setting (goal >= 1.5x): {'met' if r >= 1.5 else 'NOT met'}")
+        tfm = [med[k] for k in med if k[1] == n and k[0].startswith("tensorflow")]
+        if tfm:
+            r = mw["samples_per_s"] / tfm[0]["samples_per_s"]
+            print(f"  N={n}: {r:.2f}x TensorFlow MWMS (goal >= 2x): {'met' if r >= 2 else 'NOT met'}")
+    if failures:
+        print("\nfailures:")
+        for f in failures:
+            print(f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+// Training throughput of the tutorial CNN under MultiWorkerMirroredStrategy (see benchmarks/RESULTS.md,
+// "Training throughput"). Every worker runs this program with its own TF_CONFIG (mwstrat-launch sets it):
+//   mwstrat-launch -n 2 -- train_throughput --data-dir .cache/mnist --threads 1
+// It trains on real MNIST with SGD(0.001), per-worker batch --batch (64), global batch = 64 × workers, in one `fit`
+// of --warmup + --steps steps; a callback reads a steady clock at the end of the last warm-up step and at the end of
+// the last step, so the timed part is --steps whole steps (input, forward, backward, all-reduce, update, metrics)
+// and nothing of fit's start. ddp_throughput.py and tf_throughput.py time the same span. The chief prints:
+//   {"impl":"mwstrat","workers":N,"threads":T,"batch":64,"steps":S,"seconds":...,"steps_per_s":...,
+//    "samples_per_s":... (global),"peak_rss_mib":... (max over workers),"peak_rss_mib_per_worker":[...],
+//    "cpu_s_per_step":... (CPU seconds of all workers per timed step),"loss":... (mean training loss)}
+#include <mwstrat/mwstrat.hpp>
+
+#include <sys/resource.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct flags {
+  std::string data_dir = ".cache/mnist";
+  std::size_t batch = 64;  // per worker
+  std::size_t warmup = 10;
+  std::size_t steps = 100;
+  int threads = 1;
+  std::uint64_t seed = 42;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::cerr << "train_throughput: " << problem << "\n"
+            << "usage: train_throughput [--data-dir D] [--batch B (per worker)] [--warmup N] [--steps N] "
+               "[--threads T] [--seed S]\n";
+  std::exit(2);
+}
+
+flags parse(int argc, char** argv) {
+  flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    auto count = [&](const std::string& text) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || text[0] == '-') usage(a + ": '" + text + "' is not a whole number");
+      return static_cast<std::size_t>(v);
+    };
+    if (a == "--data-dir") f.data_dir = value();
+    else if (a == "--batch") f.batch = count(value());
+    else if (a == "--warmup") f.warmup = count(value());
+    else if (a == "--steps") f.steps = count(value());
+    else if (a == "--threads") f.threads = static_cast<int>(count(value()));
+    else if (a == "--seed") f.seed = count(value());
+    else usage("unknown flag '" + a + "'");
+  }
+  if (f.batch == 0) usage("--batch must be at least 1");
+  if (f.steps == 0) usage("--steps must be at least 1");
+  if (f.threads < 1) usage("--threads must be at least 1");
+  return f;
+}
+
+// Peak resident set size of this process so far, in MiB (VmHWM; getrusage as a fallback).
+// Reads the clock at the end of step `warmup - 1` (at the start of training when there is no warm-up) and at the
+// end of step `warmup + steps - 1`.
+struct step_timer {
+  using clock = std::chrono::steady_clock;
+  std::size_t warmup;
+  std::size_t last;
+  clock::time_point start{};
+  clock::time_point stop{};
+  double cpu_start = 0;
+  double cpu_stop = 0;
+
+  // CPU time of the whole process (every thread), to tell a busy machine from a slow program.
+  static double cpu_now() {
+    timespec t{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
+
+  template <class Ctx>
+  void on_train_begin(Ctx&) {
+    if (warmup == 0) mark_start();
+  }
+  template <class Ctx>
+  void on_train_batch_end(Ctx&, std::size_t step, const mwstrat::batch_logs&) {
+    if (step + 1 == warmup) mark_start();
+    if (step == last) {
+      stop = clock::now();
+      cpu_stop = cpu_now();
+    }
+  }
+  void mark_start() {
+    start = clock::now();
+    cpu_start = cpu_now();
+  }
+  [[nodiscard]] double seconds() const { return std::chrono::duration<double>(stop - start).count(); }
+};
+
+double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;  // kB
+  }
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // kB on Linux
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const flags f = parse(argc, argv);
+  try {
+    auto strategy = mwstrat::make_multi_worker_mirrored_strategy();  // TF_CONFIG; waits for every worker
+    const auto workers = static_cast<std::size_t>(strategy.num_replicas_in_sync());
+    const std::size_t global_batch = f.batch * workers;
+    mwstrat::distributed_input train(mwstrat::data::load_mnist(f.data_dir, mwstrat::data::mnist_split::train),
+                                     global_batch, strategy, f.seed);
+    if (train.steps_per_epoch() < f.warmup + f.steps) {
+      usage("--warmup + --steps must fit in one epoch (" + std::to_string(train.steps_per_epoch()) +
+            " global steps)");
+    }
+
+    mwstrat::nn::model_options mo;
+    mo.threads = f.threads;
+    mo.seed = f.seed;
+    mo.max_batch = f.batch;
+    auto model = mwstrat::nn::reference_cnn(mo);
+    mwstrat::nn::sgd optimizer(0.001);
+
+    mwstrat::fit_options options;
+    options.epochs = 1;
+    options.steps_per_epoch = f.warmup + f.steps;
+    step_timer timer{f.warmup, f.warmup + f.steps - 1};
+    const mwstrat::history h = mwstrat::fit(strategy, model, optimizer, train, options, timer);
+    const double seconds = timer.seconds();
+    const double cpu_seconds = timer.cpu_stop - timer.cpu_start;
+
+    // Every worker's peak RSS and CPU seconds, gathered (a sum over one-hot slots: the ring's double all-reduce).
+    std::vector<double> slots(2 * workers, 0.0);
+    slots[static_cast<std::size_t>(strategy.replica_id())] = peak_rss_mib();
+    slots[workers + static_cast<std::size_t>(strategy.replica_id())] = cpu_seconds;
+    strategy.sum_metrics(std::span<double>(slots));
+    const std::vector<double> rss(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(workers));
+    double cpu_total = 0;
+    for (std::size_t i = workers; i < slots.size(); ++i) cpu_total += slots[i];
+    // The slowest worker's time is the job's.
+    double job_seconds = seconds;
+    strategy.collective().all_reduce(std::span<double>(&job_seconds, 1), mwstrat::reduce_op::max);
+
+    if (strategy.is_chief()) {
+      double peak = 0;
+      std::string per_worker;
+      for (std::size_t i = 0; i < rss.size(); ++i) {
+        peak = std::max(peak, rss[i]);
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%.1f", i == 0 ? "" : ",", rss[i]);
+        per_worker += buf;
+      }
+      const double steps_per_s = static_cast<double>(f.steps) / job_seconds;
+      std::printf("{\"impl\":\"mwstrat\",\"workers\":%zu,\"threads\":%d,\"batch\":%zu,\"steps\":%zu,"
+                  "\"seconds\":%.4f,\"steps_per_s\":%.3f,\"samples_per_s\":%.1f,\"peak_rss_mib\":%.1f,"
+                  "\"peak_rss_mib_per_worker\":[%s],\"cpu_s_per_step\":%.5f,\"loss\":%.5f}\n",
+                  workers, f.threads, f.batch, f.steps, job_seconds, steps_per_s,
+                  steps_per_s * static_cast<double>(global_batch), peak, per_worker.c_str(),
+                  cpu_total / static_cast<double>(f.steps), h.epochs.empty() ? 0.0 : h.epochs.back().loss);
+      std::fflush(stdout);
+    }
+    return 0;
+  } catch (const mwstrat::error& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+}
