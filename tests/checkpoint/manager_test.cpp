@@ -233,6 +233,19 @@ TEST(checkpoint_manager, remove_all_deletes_its_files_and_the_empty_folder_only)
   other.remove_all();  // nothing there: no error
 }
 
+TEST(checkpoint_manager, cleans_only_its_own_temporaries) {
+  temp_dir dir;
+  const std::vector<std::byte> junk(10);
+  write_bytes(dir / ".ckpt-3.safetensors.tmp-1-0", junk);       // ours: a crashed save
+  write_bytes(dir / ".ckpt.index.json.tmp-1-1", junk);          // ours: a crashed index update
+  write_bytes(dir / ".ckpt_best-3.safetensors.tmp-1-0", junk);  // another manager's, maybe in flight
+  checkpoint_manager manager(dir.path(), 2);
+  manager.save(make_state(1), 1);
+  EXPECT_FALSE(std::filesystem::exists(dir / ".ckpt-3.safetensors.tmp-1-0"));
+  EXPECT_FALSE(std::filesystem::exists(dir / ".ckpt.index.json.tmp-1-1"));
+  EXPECT_TRUE(std::filesystem::exists(dir / ".ckpt_best-3.safetensors.tmp-1-0"));
+}
+
 TEST(checkpoint_manager, rejects_bad_configuration) {
   temp_dir dir;
   EXPECT_THROW(checkpoint_manager(dir.path(), 0), config_error);

@@ -99,7 +99,7 @@ class checkpoint_manager {
     std::error_code ec;
     std::filesystem::create_directories(directory_, ec);
     if (ec) detail::checkpoint_fail(rank(), directory_, "cannot create the checkpoint folder: " + ec.message());
-    remove_stale_temporaries(directory_, prefix_);
+    remove_own_temporaries();
 
     const std::string name = file_name(step);
     const std::filesystem::path target = directory_ / name;
@@ -187,7 +187,7 @@ class checkpoint_manager {
     };
     for (const auto& name : names) remove(directory_ / name);
     remove(index_path());
-    remove_stale_temporaries(directory_, prefix_);
+    remove_own_temporaries();
     std::error_code dir_ec;
     if (std::filesystem::is_empty(directory_, dir_ec) && !dir_ec) std::filesystem::remove(directory_, dir_ec);
     if (failed) detail::checkpoint_fail(rank(), *failed, "cannot delete: " + reason);
@@ -216,6 +216,12 @@ class checkpoint_manager {
       return;
     }
     std::cerr << error::format({"checkpoint", rank()}, "warning: " + message) << std::endl;
+  }
+
+  /// Temporaries of this prefix's checkpoints and index only ("ckpt" must not touch "ckpt_best"'s).
+  void remove_own_temporaries() const {
+    remove_stale_temporaries(directory_, prefix_ + "-");
+    remove_stale_temporaries(directory_, prefix_ + ".index.json");
   }
 
   [[nodiscard]] std::string file_name(std::int64_t step) const {
