@@ -8,6 +8,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,7 +24,15 @@ namespace {
 struct result {
   std::size_t bytes;
   double seconds;
+  double cpu;  // CPU seconds per all-reduce of rank 0 (all its threads)
 };
+
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
 
 void run_rank(int n, int rank, const std::string& dir, const std::vector<std::size_t>& sizes, int out) {
   gloo::transport::tcp::attr attr;
@@ -58,10 +67,11 @@ void run_rank(int n, int rank, const std::string& dir, const std::vector<std::si
     }
     const auto iters = static_cast<long>(iters_d);
     t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_seconds();
     for (long i = 0; i < iters; ++i) reduce(count);
     const double per = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
     if (rank == 0) {
-      const result r{bytes, per};
+      const result r{bytes, per, (cpu_seconds() - c0) / static_cast<double>(iters)};
       if (::write(out, &r, sizeof r) != sizeof r) std::_Exit(3);
     }
   }
@@ -94,7 +104,7 @@ int main(int argc, char** argv) {
     sizes.push_back(std::size_t{11} << 20);
     std::sort(sizes.begin(), sizes.end());
   }
-  std::printf("%-8s %12s %12s %14s\n", "ranks", "bytes", "time_us", "busbw_GB/s");
+  std::printf("%-6s %10s %10s %10s %9s %11s\n", "ranks", "bytes", "time_us", "busbw", "cpu_us", "cpu_busbw");
   for (int n : ranks) {
     const auto dir = std::filesystem::temp_directory_path() / ("mwstrat-gloo-" + std::to_string(::getpid()) + "-" +
                                                                std::to_string(n));
@@ -114,8 +124,9 @@ int main(int argc, char** argv) {
     ::close(fds[1]);
     result r{};
     while (::read(fds[0], &r, sizeof r) == sizeof r) {
-      const double bus = static_cast<double>(r.bytes) * 2.0 * (n - 1) / n / r.seconds;
-      std::printf("%-8d %12zu %12.1f %14.2f\n", n, r.bytes, r.seconds * 1e6, bus / 1e9);
+      const double moved = static_cast<double>(r.bytes) * 2.0 * (n - 1) / n;
+      std::printf("%-6d %10zu %10.1f %10.2f %9.1f %11.2f\n", n, r.bytes, r.seconds * 1e6, moved / r.seconds / 1e9,
+                  r.cpu * 1e6, moved / r.cpu / 1e9);
       std::fflush(stdout);
     }
     ::close(fds[0]);

@@ -43,7 +43,10 @@ inline std::vector<int> free_ports(int n) {
 
 inline std::string join_ports(const std::vector<int>& ports) {
   std::string s;
-  for (auto p : ports) s += (s.empty() ? "" : ",") + std::to_string(p);
+  for (auto p : ports) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(p);
+  }
   return s;
 }
 
