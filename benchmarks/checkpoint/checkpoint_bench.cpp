@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -98,6 +99,27 @@ void raw_write(const std::filesystem::path& path, const std::vector<std::byte>& 
   check(::close(fd) == 0, "close");
 }
 
+// The same, but asking the kernel to start writeback every 8 MiB as the checkpoint writer does: the strongest raw
+// baseline.
+void raw_write_writeback(const std::filesystem::path& path, const std::vector<std::byte>& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  check(fd >= 0, "open");
+  constexpr std::size_t step = std::size_t{8} << 20;
+  std::size_t done = 0;
+  std::size_t started = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, std::min(step, bytes.size() - done));
+    check(n > 0, "write");
+    done += static_cast<std::size_t>(n);
+    if (done - started >= step) {
+      ::sync_file_range(fd, static_cast<off_t>(started), static_cast<off_t>(done - started), SYNC_FILE_RANGE_WRITE);
+      started = done;
+    }
+  }
+  check(::fsync(fd) == 0, "fsync");
+  check(::close(fd) == 0, "close");
+}
+
 void raw_read(const std::filesystem::path& path, std::vector<std::byte>& into) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   check(fd >= 0, "open");
@@ -119,6 +141,14 @@ void BM_raw_write_fsync(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * bytes.size()));
 }
 BENCHMARK(BM_raw_write_fsync)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_raw_write_fsync_writeback(benchmark::State& st) {
+  const std::vector<std::byte> bytes(state_file_size(), std::byte{0x5A});
+  const auto path = bench_dir() / "raw.bin";
+  for (auto _ : st) raw_write_writeback(path, bytes);
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * bytes.size()));
+}
+BENCHMARK(BM_raw_write_fsync_writeback)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_save_training_state(benchmark::State& st) {
   const training_state_view view = view_of(cnn_state());
