@@ -2,7 +2,7 @@
 // reporting time per all-reduce and bus bandwidth (bytes * 2(n-1)/n / time), plus the raw loopback TCP duplex
 // bandwidth (every process sends to the next and receives from the previous at once, as the ring does).
 //
-//   mwstrat_bench_collective [--ranks 2,4] [--min 4096] [--max 67108864] [--chunk BYTES] [--duplex-only]
+//   mwstrat_bench_collective [--ranks 2,4] [--min 4096] [--max 67108864] [--chunk BYTES] [--sockbuf BYTES] [--duplex-only]
 
 #include <mwstrat/collective.hpp>
 
@@ -60,6 +60,8 @@ double cpu_seconds() {
 }
 
 // One rank: every size, timed on rank 0 after warm-up; results written to `out` (a pipe).
+int socket_buffer = -1;  // --sockbuf: ring_options::socket_buffer_bytes (-1: the default)
+
 void run_rank(int n, int rank, const std::vector<std::string>& addrs, const std::vector<std::size_t>& sizes,
               std::size_t chunk, int out) {
   mwstrat::ring_options o;
@@ -69,6 +71,7 @@ void run_rank(int n, int rank, const std::vector<std::string>& addrs, const std:
   o.job_token = "";
   o.log = [](std::string_view) {};
   if (chunk) o.chunk_bytes = chunk;
+  if (socket_buffer >= 0) o.socket_buffer_bytes = socket_buffer;
   mwstrat::ring_collective ring(o);
   std::vector<float> data(sizes.back() / sizeof(float), 1.0f);
   for (auto bytes : sizes) {
@@ -220,10 +223,12 @@ int main(int argc, char** argv) {
       max_bytes = std::stoul(argv[++i]);
     } else if (a == "--chunk" && i + 1 < argc) {
       chunk = std::stoul(argv[++i]);
+    } else if (a == "--sockbuf" && i + 1 < argc) {
+      socket_buffer = std::stoi(argv[++i]);
     } else if (a == "--duplex-only") {
       duplex_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--ranks 2,4] [--min B] [--max B] [--chunk B] [--duplex-only]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--ranks 2,4] [--min B] [--max B] [--chunk B] [--sockbuf B] [--duplex-only]\n", argv[0]);
       return 2;
     }
   }
