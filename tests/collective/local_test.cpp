@@ -109,6 +109,29 @@ TEST(local_collective, bad_arguments_are_config_errors) {
                config_error);
 }
 
+TEST(local_collective, a_rank_unwinding_with_queued_async_work_fails_the_others_at_once) {
+  std::atomic<bool> peer_lost_seen{false};
+  EXPECT_THROW(spawn_ranks(
+                   2,
+                   [&](local_collective& c) {
+                     std::vector<float> g(100, 1.0f);
+                     if (c.rank() == 0) {
+                       auto h = c.all_reduce_async(std::span<float>(g), reduce_op::sum);
+                       throw std::runtime_error("rank 0 gives up with an all-reduce queued");
+                     }
+                     std::this_thread::sleep_for(300ms);
+                     try {
+                       c.all_reduce(std::span<float>(g), reduce_op::sum);
+                     } catch (const peer_lost_error& e) {
+                       peer_lost_seen = e.peer_rank() == 0;
+                       throw;
+                     }
+                   },
+                   local_options{30s}),
+               std::runtime_error);
+  EXPECT_TRUE(peer_lost_seen);
+}
+
 TEST(local_collective, async_failure_surfaces_on_wait) {
   EXPECT_ANY_THROW(spawn_ranks(
       2,

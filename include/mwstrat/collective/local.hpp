@@ -132,9 +132,11 @@ class local_collective {
   local_collective(const local_collective&) = delete;
   local_collective& operator=(const local_collective&) = delete;
 
+  /// Waits for this rank's queued asynchronous operations. When destroyed by an exception, first reports this
+  /// rank as failed, so those operations and the other ranks fail fast instead of waiting for their deadline.
   ~local_collective() {
-    queue_.stop();
     if (std::uncaught_exceptions() > uncaught_) group_->abort(rank_, "its thread is unwinding an exception");
+    queue_.stop();
   }
 
   /// This rank, in [0, size()).

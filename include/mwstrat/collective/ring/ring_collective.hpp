@@ -55,7 +55,8 @@ class ring_collective {
   /// Listens, connects and handshakes per `options`; throws `config_error` for bad options, `timeout_error`
   /// when the neighbours do not appear before `connect_timeout`, `protocol_error` when a neighbour refuses
   /// this rank or is not an mwstrat peer, `io_error` when the address cannot be listened on.
-  explicit ring_collective(ring_options options) : options_(std::move(options)) {
+  explicit ring_collective(ring_options options)
+      : options_(std::move(options)), uncaught_(std::uncaught_exceptions()) {
     n_ = static_cast<int>(options_.addresses.size());
     rank_ = options_.rank;
     if (n_ < 1) throw config_error({"ring"}, "ring_options.addresses is empty");
@@ -90,7 +91,15 @@ class ring_collective {
   ring_collective& operator=(const ring_collective&) = delete;
 
   /// Waits for queued asynchronous operations (each bounded by its deadline), then closes the connections.
-  ~ring_collective() { queue_.stop(); }
+  /// When destroyed by an exception, shuts the connections down first, so queued operations and the other
+  /// ranks fail fast (`peer_lost_error` naming this rank) instead of waiting for their deadline.
+  ~ring_collective() {
+    if (std::uncaught_exceptions() > uncaught_) {
+      if (next_) ::shutdown(next_.get(), SHUT_RDWR);
+      if (prev_) ::shutdown(prev_.get(), SHUT_RDWR);
+    }
+    queue_.stop();
+  }
 
   /// This rank, in [0, size()).
   [[nodiscard]] int rank() const noexcept { return rank_; }
@@ -838,6 +847,7 @@ class ring_collective {
   };
 
   ring_options options_;
+  int uncaught_ = 0;
   int n_ = 0;
   int rank_ = 0;
   std::vector<detail::host_port> parsed_;
