@@ -101,9 +101,17 @@ std::string run(const std::string& command, int& status) {
 }
 
 TEST(python_interop, numpy_and_safetensors_read_our_files) {
+  // Debian's interpreter first: scripts/test installs python3-numpy for it (a pyenv python3 on PATH may lack it).
   int status = 0;
-  run("python3 -c 'import numpy'", status);
-  if (status != 0) GTEST_SKIP() << "SKIPPED: python3 with numpy is not available (pip install numpy safetensors)";
+  std::string python;
+  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
+    run(std::string(candidate) + " -c 'import numpy' 2>/dev/null", status);
+    if (status == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python.empty()) GTEST_SKIP() << "SKIPPED: no python3 with numpy (apt-get install python3-numpy)";
 
   temp_dir dir;
   std::vector<float> a(6);
@@ -134,7 +142,7 @@ TEST(python_interop, numpy_and_safetensors_read_our_files) {
   save_training_state(dir / "state.safetensors", state);
 
   std::ofstream(dir / "check.py") << script;
-  const std::string output = run("python3 " + (dir / "check.py").string() + " " +
+  const std::string output = run(python + " " + (dir / "check.py").string() + " " +
                                      (dir / "mixed.safetensors").string() + " " + (dir / "state.safetensors").string(),
                                  status);
   EXPECT_EQ(status, 0) << output;
