@@ -6,7 +6,8 @@ set(MWSTRAT_CMAKE_DIR "${CMAKE_INSTALL_DATADIR}/cmake/mwstrat" CACHE STRING
     "Where mwstratConfig.cmake is installed (header-only: architecture independent)")
 
 install(TARGETS mwstrat EXPORT mwstratTargets
-        FILE_SET HEADERS DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+        FILE_SET HEADERS DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
+        FILE_SET mpi_headers DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")  # mwstrat/collective/mpi/: link MPI yourself
 install(EXPORT mwstratTargets NAMESPACE mwstrat:: DESTINATION "${MWSTRAT_CMAKE_DIR}")
 
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/mwstratConfig.cmake.in"

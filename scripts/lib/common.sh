@@ -23,7 +23,8 @@ MWSTRAT_PACKAGES=(
   libgtest-dev libbenchmark-dev
   clang libclang-rt-14-dev                      # libFuzzer targets
   libeigen3-dev                                 # examples/custom_tensor
-  libopenmpi-dev openmpi-bin                    # the optional MPI collective
+  libopenmpi-dev openmpi-bin                    # the optional MPI collective (and its tests under mpirun)
+  libgloo-dev libopenblas-dev                   # benchmark baselines: Gloo all-reduce, OpenBLAS sgemm
   dataset-fashion-mnist                         # real Fashion-MNIST (gzipped IDX)
   python3 python3-venv python3-pip python3-numpy  # Conan (in a venv), checkpoint interop test
 )
