@@ -19,6 +19,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -63,7 +64,7 @@ class gradient_sync {
   gradient_sync(Strategy& s, Model& m, std::size_t bucket_bytes) : strategy_(s), model_(m) {
     if constexpr (has_async_collective<Strategy>) {
       if (bucket_bytes > 0 && s.num_replicas_in_sync() > 1) {
-        buckets_.emplace(s.collective(), m.gradients(), bucket_bytes / sizeof(float));
+        buckets_ = std::make_unique<bucketed_t<Strategy>>(s.collective(), m.gradients(), bucket_bytes / sizeof(float));
       }
     }
   }
@@ -86,16 +87,18 @@ class gradient_sync {
  private:
   template <class S, bool Async = has_async_collective<S>>
   struct buckets_for {
-    using type = std::optional<int>;  // never engaged: the strategy has no asynchronous all-reduce
+    using type = int;  // never made: the strategy has no asynchronous all-reduce
   };
   template <class S>
   struct buckets_for<S, true> {
-    using type = std::optional<bucketed_reduction<std::remove_reference_t<decltype(std::declval<S&>().collective())>>>;
+    using type = bucketed_reduction<std::remove_reference_t<decltype(std::declval<S&>().collective())>>;
   };
+  template <class S>
+  using bucketed_t = typename buckets_for<S>::type;
 
   Strategy& strategy_;
   Model& model_;
-  typename buckets_for<Strategy>::type buckets_;
+  std::unique_ptr<bucketed_t<Strategy>> buckets_;  // on the heap: made once per fit, empty when not overlapping
 };
 
 // The optimizer's update, inside the model's own threads where the model has them (its oneTBB arena), so a
