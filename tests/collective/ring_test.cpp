@@ -172,7 +172,7 @@ TEST(ring_collective, garbage_a_wrong_token_and_a_wrong_fingerprint_are_refused_
   ASSERT_TRUE(done) << log0 << rank1.stderr_text();
   EXPECT_EQ(rank0.exit_code, 0) << rank0.stdout_text() << log0;
   EXPECT_EQ(rank1.exit_code, 0) << rank1.stdout_text() << rank1.stderr_text();
-  EXPECT_NE(log0.find("started: tcp://127.0.0.1:" + std::to_string(ports[0]) + ", waiting for 1 workers"),
+  EXPECT_NE(log0.find("started: tcp://127.0.0.1:" + std::to_string(ports[0]) + ", waiting for 2 workers"),
             std::string::npos) << log0;
   EXPECT_NE(log0.find("not an mwstrat ring peer"), std::string::npos) << log0;
   EXPECT_NE(log0.find("wrong MWSTRAT_JOB_TOKEN"), std::string::npos) << log0;
@@ -311,7 +311,7 @@ TEST(ring_collective, a_single_rank_needs_no_network) {
   ring.all_reduce(std::span<double>(v), reduce_op::mean);
   EXPECT_EQ(v[1], 2.5);
   ASSERT_EQ(logs.size(), 1u);
-  EXPECT_EQ(logs[0], "[mwstrat.ring] rank 0: started: tcp://127.0.0.1:1, waiting for 0 workers");
+  EXPECT_EQ(logs[0], "[mwstrat.ring] rank 0: started: tcp://127.0.0.1:1, waiting for 1 worker (itself)");
 }
 
 TEST(ring_collective, results_are_bitwise_deterministic_for_non_integer_floats) {

@@ -19,6 +19,7 @@ TEST(mnist_example, two_ring_workers_train_and_only_the_chief_writes) {
                      240);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[worker 0] [mwstrat.ring] rank 0: started: tcp://127.0.0.1:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", waiting for 2 workers"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("ring of 2 ranks connected"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[worker 0] Total params: 2770634"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[worker 0] Epoch 1/1"), std::string::npos) << r.output;

@@ -83,7 +83,7 @@ class ring_collective {
       scratch_.reset(static_cast<std::uint8_t*>(::operator new(chunk_bytes_, std::align_val_t{64})));
       connect_ring();
     } else if (rank_ == 0) {
-      log("started: tcp://" + options_.addresses[0] + ", waiting for 0 workers");
+      log("started: tcp://" + options_.addresses[0] + ", waiting for 1 worker (itself)");
     }
   }
 
@@ -627,7 +627,7 @@ class ring_collective {
     if (!ec) acceptor.non_blocking(true, ec);
     if (ec) throw io_error({"ring", rank_}, "cannot listen on " + address(rank_) + ": " + ec.message());
     if (rank_ == 0)
-      log("started: tcp://" + address(0) + ", waiting for " + std::to_string(n_ - 1) + " workers");
+      log("started: tcp://" + address(0) + ", waiting for " + std::to_string(n_) + " workers");
 
     std::atomic<bool> stop{false};
     std::exception_ptr accept_error;
