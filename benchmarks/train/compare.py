@@ -54,22 +54,35 @@ def json_line(text, impl):
 
 
 def run_group(commands, timeout):
-    """Starts every (argv, env) at once; returns (returncodes, rank 0's stdout, everyone's stderr)."""
-    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for argv, env in commands]
+    """Starts every (argv, env) at once; returns (returncodes, rank 0's stdout, everyone's stderr).
+
+    When one process fails, or the deadline passes, the others are killed (a peer left waiting on a dead rank would
+    otherwise wait for its framework's own timeout); their return codes then read -9.
+    """
+    import tempfile
+    files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
+    procs = [subprocess.Popen(argv, env=env, stdout=o, stderr=e, text=True)
+             for (argv, env), (o, e) in zip(commands, files)]
     deadline = time.monotonic() + timeout
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for p in procs[len(outs):]:
-            outs.append(p.communicate())
-        return [None] * len(procs), outs[0][0], "timed out after %ss\n" % timeout + "".join(e for _, e in outs)
-    return [p.returncode for p in procs], outs[0][0], "".join(e for _, e in outs)
+    note = ""
+    while any(p.poll() is None for p in procs):
+        failed = any(p.returncode not in (None, 0) for p in procs)
+        if failed or time.monotonic() > deadline:
+            note = "a worker failed; the others were killed\n" if failed else f"timed out after {timeout}s\n"
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(0.05)
+    codes = [p.wait() for p in procs]  # -9 for the killed ones
+    texts = []
+    for o, e in files:
+        o.seek(0)
+        e.seek(0)
+        texts.append((o.read(), e.read()))
+        o.close()
+        e.close()
+    return codes, texts[0][0], note + "".join(e for _, e in texts)
 
 
 def base_env(threads):
@@ -142,7 +155,7 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    p.add_argument("--timeout", type=float, default=300, help="seconds per run")
     p.add_argument("--torch-python", default="/usr/bin/python3")
     p.add_argument("--tf-python", default=None)
     p.add_argument("--skip-tf", action="store_true")

@@ -13,6 +13,7 @@ and normalising it to float [0, 1]. --warmup steps, then --steps timed steps (cl
 and after the last step, as mwstrat's timer does). Rank 0 prints one JSON line like train_throughput's.
 """
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -39,7 +40,8 @@ def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     port = int(os.environ.get("MASTER_PORT", "29500"))
     torch.set_num_threads(a.threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
 
     images, labels = mnist_idx.load_train(a.data_dir)
     x_all = torch.from_numpy(images.copy()).unsqueeze(1)  # uint8 [N, 1, 28, 28]
