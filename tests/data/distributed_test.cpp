@@ -26,6 +26,10 @@
 #endif
 #endif
 
+// GCC takes the replaced new/delete pair built on malloc/free for a mismatch once it inlines them (-O1 and up).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 namespace {
 std::atomic<std::size_t> allocations{0};
 }  // namespace
