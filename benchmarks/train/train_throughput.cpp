@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <span>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,12 +33,14 @@ struct flags {
   std::size_t steps = 100;
   int threads = 1;
   std::uint64_t seed = 42;
+  std::string backup_dir;     // with --save-freq: BackupAndRestore's cost (issue 8's speed goal)
+  std::size_t save_freq = 0;  // steps between backups; 0: no backup
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "train_throughput: " << problem << "\n"
             << "usage: train_throughput [--data-dir D] [--batch B (per worker)] [--warmup N] [--steps N] "
-               "[--threads T] [--seed S]\n";
+               "[--threads T] [--seed S] [--backup-dir DIR --save-freq N]\n";
   std::exit(2);
 }
 
@@ -61,11 +64,14 @@ flags parse(int argc, char** argv) {
     else if (a == "--steps") f.steps = count(value());
     else if (a == "--threads") f.threads = static_cast<int>(count(value()));
     else if (a == "--seed") f.seed = count(value());
+    else if (a == "--backup-dir") f.backup_dir = value();
+    else if (a == "--save-freq") f.save_freq = count(value());
     else usage("unknown flag '" + a + "'");
   }
   if (f.batch == 0) usage("--batch must be at least 1");
   if (f.steps == 0) usage("--steps must be at least 1");
   if (f.threads < 1) usage("--threads must be at least 1");
+  if (f.backup_dir.empty() != (f.save_freq == 0)) usage("--backup-dir and --save-freq go together");
   return f;
 }
 
@@ -144,7 +150,12 @@ int main(int argc, char** argv) {
     options.epochs = 1;
     options.steps_per_epoch = f.warmup + f.steps;
     step_timer timer{f.warmup, f.warmup + f.steps - 1};
-    const mwstrat::history h = mwstrat::fit(strategy, model, optimizer, train, options, timer);
+    std::optional<mwstrat::backup_and_restore> backup;
+    if (f.save_freq != 0) {
+      backup.emplace(mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::every(f.save_freq)});
+    }
+    const mwstrat::history h = backup ? mwstrat::fit(strategy, model, optimizer, train, options, timer, *backup)
+                                      : mwstrat::fit(strategy, model, optimizer, train, options, timer);
     const double seconds = timer.seconds();
     const double cpu_seconds = timer.cpu_stop - timer.cpu_start;
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -38,6 +39,26 @@ inline std::vector<float> saved_weights(const std::filesystem::path& p) {
   std::vector<float> all;
   for (const auto& t : s.weights) all.insert(all.end(), t.values.begin(), t.values.end());
   return all;
+}
+
+/// The number printed right after the first occurrence of `marker` that is followed by `after` on the same line
+/// (e.g. marker "[worker 0] test: loss=", after " accuracy="); -1 when there is none. (No std::regex: GCC 12
+/// warns inside it under -O1, which -Werror turns into an error.)
+inline double number_after(const std::string& output, const std::string& marker, const std::string& after = "") {
+  for (std::size_t at = output.find(marker); at != std::string::npos; at = output.find(marker, at + 1)) {
+    std::size_t from = at + marker.size();
+    const std::size_t line_end = output.find('\n', from);
+    if (!after.empty()) {
+      const std::size_t a = output.find(after, from);
+      if (a == std::string::npos || a > line_end) continue;
+      from = a + after.size();
+    }
+    const std::string tail = output.substr(from, line_end == std::string::npos ? std::string::npos : line_end - from);
+    char* end = nullptr;
+    const double v = std::strtod(tail.c_str(), &end);
+    if (end != tail.c_str()) return v;
+  }
+  return -1;
 }
 
 inline const std::string example = MWSTRAT_EXAMPLE_MNIST;

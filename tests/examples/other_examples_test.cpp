@@ -5,25 +5,18 @@
 
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <string>
 
 namespace {
 
 using namespace mwstrat::test;
 
-double accuracy_in(const std::string& output, const std::string& pattern) {
-  std::smatch m;
-  if (!std::regex_search(output, m, std::regex(pattern))) return -1;
-  return std::stod(m[1].str());
-}
-
 TEST(custom_loop_example, two_ring_workers_learn_with_the_strategy_used_directly) {
   const auto r = run(launcher + " -n 2 -- " + std::string(MWSTRAT_EXAMPLE_CUSTOM_LOOP) + " --data-dir " + mnist_dir +
                          " --steps 50",
                      240);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_GT(accuracy_in(r.output, R"(\[worker 0\] step 50: loss=[0-9.]+ accuracy=([0-9.]+))"), 0.6) << r.output;
+  EXPECT_GT(number_after(r.output, "[worker 0] step 50: loss=", " accuracy="), 0.6) << r.output;
   EXPECT_EQ(r.output.find("[worker 1] step"), std::string::npos) << "only the chief prints";
 }
 
@@ -34,7 +27,7 @@ TEST(custom_tensor_example, an_eigen_model_trains_on_local_replicas_and_checkpoi
                          " --replicas 2 --steps 40 --checkpoint-dir " + (dir / "ckpt"),
                      240);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_GT(accuracy_in(r.output, R"(test: loss=[0-9.]+ accuracy=([0-9.]+))"), 0.6) << r.output;
+  EXPECT_GT(number_after(r.output, "test: loss=", " accuracy="), 0.6) << r.output;
   const mwstrat::training_state s = mwstrat::load_training_state(dir.path / "ckpt" / "mlp-40.safetensors");
   ASSERT_EQ(s.weights.size(), 4u);
   EXPECT_EQ(s.weights[0].name, "dense/kernel");
