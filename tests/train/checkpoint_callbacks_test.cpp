@@ -79,10 +79,10 @@ run_result run(const run_options& o) {
       blob_batches data(examples, features, classes, o.global_batch, c.size(), c.rank(), 9);
       fit_options fo;
       fo.epochs = o.epochs;
+      std::ostringstream silent;  // outlives `backup`, which logs to it
       std::optional<backup_and_restore> backup;
       if (o.backup) {
         backup_options bo = *o.backup;
-        std::ostringstream silent;
         bo.log = &silent;
         backup.emplace(bo);
       }
