@@ -191,9 +191,8 @@ TEST(ring_wire, shared_memory_offers_round_trip_and_reject_foreign_names) {
   encode(o, raw);
   raw[shm_offer_size - 1] = 'a';
   EXPECT_FALSE(decode_shm_offer(raw));
-  raw[0] = 'X';
   encode(o, raw);
-  raw[0] = 'X';
+  raw[0] = 'X';  // not our magic
   EXPECT_FALSE(decode_shm_offer(raw));
 
   std::array<std::uint8_t, shm_answer_size> ans{};

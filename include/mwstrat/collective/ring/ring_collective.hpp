@@ -95,8 +95,9 @@ class ring_collective {
     cluster_digest_ = detail::sha256(options_.cluster_fingerprint);
     model_digest_ = detail::sha256(options_.model_fingerprint);
     if (n_ > 1) {
-      scratch_.reset(static_cast<std::uint8_t*>(::operator new(chunk_bytes_, std::align_val_t{64})));
       connect_ring();
+      // TCP payloads land in scratch before they are combined; shared-memory ones are combined from their slot.
+      if (!shm_in_) scratch_.reset(static_cast<std::uint8_t*>(::operator new(chunk_bytes_, std::align_val_t{64})));
     } else if (rank_ == 0) {
       log("started: tcp://" + options_.addresses[0] + ", waiting for 1 worker (itself)");
     }
