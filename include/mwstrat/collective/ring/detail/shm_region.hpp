@@ -99,7 +99,8 @@ class shm_region {
       reset();
       return why;
     }
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // MAP_POPULATE: the page tables are filled now, not by faults during the first operations.
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     const int map_errno = errno;
     ::close(fd);
     if (p == MAP_FAILED) {
@@ -134,7 +135,7 @@ class shm_region {
       ::close(fd);
       return why;
     }
-    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     const int map_errno = errno;
     ::close(fd);
     if (p == MAP_FAILED) return std::string("mmap of the shared-memory region failed: ") + std::strerror(map_errno);
