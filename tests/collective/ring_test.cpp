@@ -384,6 +384,7 @@ TEST(ring_collective, a_declined_shared_memory_region_falls_back_to_tcp_with_a_l
     told = told || (l.find("rank 0:") != std::string::npos && l.find("it declined the shared memory") != std::string::npos);
   }
   EXPECT_TRUE(declined && told) << ::testing::PrintToString(logs);
+  EXPECT_EQ(test::shm_leftovers({::getpid()}), std::vector<std::string>{}) << "a declined region's name must go too";
 }
 
 TEST(ring_collective, the_environment_chooses_the_transport) {

@@ -850,11 +850,13 @@ class ring_collective {
       return std::nullopt;
     }
     detail::shm_region region;
-    std::string why = region.open(detail::shm_directory, offer->name, offer->slots, offer->slot_bytes);
-    if (why.empty() && offer->slot_bytes != chunk_bytes_) {
-      why = "its chunk_bytes (" + std::to_string(offer->slot_bytes) + ") differ from ours (" +
-            std::to_string(chunk_bytes_) + ")";
-      region.reset();
+    std::string why;
+    if (offer->slot_bytes != chunk_bytes_ || offer->slots > shm_slots) {  // judged before mapping anything
+      why = "its region (" + std::to_string(offer->slots) + " x " + std::to_string(offer->slot_bytes) +
+            " bytes) does not match our chunk_bytes (" + std::to_string(chunk_bytes_) + ")";
+      detail::shm_region::discard(detail::shm_directory, offer->name);
+    } else {
+      why = region.open(detail::shm_directory, offer->name, offer->slots, offer->slot_bytes);
     }
     std::array<std::uint8_t, detail::shm_answer_size> answer{};
     detail::encode_shm_answer(why.empty(), answer);

@@ -146,6 +146,11 @@ class shm_region {
     return {};
   }
 
+  // The receiver's side when it declines an offer without opening it: the name must still go.
+  static void discard(const std::string& dir, const std::string& name) {
+    if (valid_shm_name(name)) ::unlink((dir + "/" + name).c_str());
+  }
+
   // Removes the name (the mapping stays); idempotent.
   void unlink() {
     if (!path_.empty()) ::unlink(path_.c_str());
