@@ -1,8 +1,11 @@
 // Ring all-reduce on loopback: n worker processes (fork) on 127.0.0.1, float buffers of 4 KiB ... 64 MiB,
 // reporting time per all-reduce and bus bandwidth (bytes * 2(n-1)/n / time), plus the raw loopback TCP duplex
-// bandwidth (every process sends to the next and receives from the previous at once, as the ring does).
+// bandwidth (every process sends to the next and receives from the previous at once, as the ring does). Each
+// size runs with payloads over TCP ("tcp" rows) and through shared memory ("shm" rows, the default between
+// processes of one host); the CPU columns show what the all-reduce takes away from training on the busiest rank.
 //
-//   mwstrat_bench_collective [--ranks 2,4] [--min 4096] [--max 67108864] [--chunk BYTES] [--sockbuf BYTES] [--duplex-only]
+//   mwstrat_bench_collective [--ranks 2,4] [--min 4096] [--max 67108864] [--chunk BYTES] [--sockbuf BYTES]
+//                            [--transport tcp,shm] [--duplex-only]
 
 #include <mwstrat/collective.hpp>
 
@@ -63,8 +66,9 @@ double cpu_seconds() {
 int socket_buffer = -1;  // --sockbuf: ring_options::socket_buffer_bytes (-1: the default)
 
 void run_rank(int n, int rank, const std::vector<std::string>& addrs, const std::vector<std::size_t>& sizes,
-              std::size_t chunk, int out) {
+              std::size_t chunk, bool shm, int out) {
   mwstrat::ring_options o;
+  o.transport = shm ? mwstrat::ring_transport::automatic : mwstrat::ring_transport::tcp;
   o.addresses = addrs;
   o.rank = rank;
   o.connect_timeout = std::chrono::seconds(30);
@@ -73,6 +77,11 @@ void run_rank(int n, int rank, const std::vector<std::string>& addrs, const std:
   if (chunk) o.chunk_bytes = chunk;
   if (socket_buffer >= 0) o.socket_buffer_bytes = socket_buffer;
   mwstrat::ring_collective ring(o);
+  if (ring.uses_shared_memory() != shm) {
+    std::fprintf(stderr, "rank %d: wanted %s payloads, got the other transport (see MWSTRAT_RING_TRANSPORT)\n", rank,
+                 shm ? "shared-memory" : "TCP");
+    std::_Exit(2);
+  }
   std::vector<float> data(sizes.back() / sizeof(float), 1.0f);
   for (auto bytes : sizes) {
     std::span<float> s(data.data(), bytes / sizeof(float));
@@ -99,7 +108,7 @@ void run_rank(int n, int rank, const std::vector<std::string>& addrs, const std:
   }
 }
 
-std::vector<result> bench_ring(int n, const std::vector<std::size_t>& sizes, std::size_t chunk) {
+std::vector<result> bench_ring(int n, const std::vector<std::size_t>& sizes, std::size_t chunk, bool shm) {
   const auto ports = free_ports(n);
   std::vector<std::string> addrs;
   for (int p : ports) addrs.push_back("127.0.0.1:" + std::to_string(p));
@@ -111,7 +120,7 @@ std::vector<result> bench_ring(int n, const std::vector<std::size_t>& sizes, std
     if (pid == 0) {
       ::close(fds[0]);
       try {
-        run_rank(n, r, addrs, sizes, chunk, fds[1]);
+        run_rank(n, r, addrs, sizes, chunk, shm, fds[1]);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         std::_Exit(2);
@@ -207,6 +216,7 @@ int main(int argc, char** argv) {
   std::vector<int> ranks = {2, 4};
   std::size_t min_bytes = 4096, max_bytes = std::size_t{64} << 20, chunk = 0;
   bool duplex_only = false;
+  std::vector<std::string> transports = {"tcp", "shm"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ranks" && i + 1 < argc) {
@@ -225,10 +235,25 @@ int main(int argc, char** argv) {
       chunk = std::stoul(argv[++i]);
     } else if (a == "--sockbuf" && i + 1 < argc) {
       socket_buffer = std::stoi(argv[++i]);
+    } else if (a == "--transport" && i + 1 < argc) {
+      transports.clear();
+      std::string v = argv[++i];
+      for (std::size_t at = 0; at <= v.size();) {
+        const auto c = std::min(v.find(',', at), v.size());
+        transports.push_back(v.substr(at, c - at));
+        if (transports.back() != "tcp" && transports.back() != "shm") {
+          std::fprintf(stderr, "--transport takes tcp, shm or tcp,shm\n");
+          return 2;
+        }
+        at = c + 1;
+      }
     } else if (a == "--duplex-only") {
       duplex_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--ranks 2,4] [--min B] [--max B] [--chunk B] [--sockbuf B] [--duplex-only]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--ranks 2,4] [--min B] [--max B] [--chunk B] [--sockbuf B] [--transport tcp,shm] "
+                   "[--duplex-only]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -244,15 +269,19 @@ int main(int argc, char** argv) {
                 n, duplex.wall_bps / 1e9, duplex.cpu_bps / 1e9);
     if (duplex_only) continue;
     // busbw = bytes * 2(n-1)/n / time; "cpu" columns use the busiest rank's CPU time instead of wall time.
-    std::printf("%-6s %10s %10s %10s %10s %9s %11s %9s\n", "ranks", "bytes", "time_us", "busbw", "of_duplex",
-                "cpu_us", "cpu_busbw", "of_duplex");
-    for (const auto& r : bench_ring(n, sizes, chunk)) {
-      const double moved = static_cast<double>(r.bytes) * 2.0 * (n - 1) / n;
-      const double bus = moved / r.seconds, cbus = moved / r.cpu;
-      std::printf("%-6d %10zu %10.1f %10.2f %9.0f%% %9.1f %11.2f %8.0f%%\n", n, r.bytes, r.seconds * 1e6, bus / 1e9,
-                  100.0 * bus / duplex.wall_bps, r.cpu * 1e6, cbus / 1e9, 100.0 * cbus / duplex.cpu_bps);
+    // of_duplex: relative to the raw TCP duplex above (shm rows can exceed 100%).
+    std::printf("%-6s %-9s %10s %10s %10s %10s %9s %11s %9s\n", "ranks", "transport", "bytes", "time_us", "busbw",
+                "of_duplex", "cpu_us", "cpu_busbw", "of_duplex");
+    for (const auto& t : transports) {
+      for (const auto& r : bench_ring(n, sizes, chunk, t == "shm")) {
+        const double moved = static_cast<double>(r.bytes) * 2.0 * (n - 1) / n;
+        const double bus = moved / r.seconds, cbus = moved / r.cpu;
+        std::printf("%-6d %-9s %10zu %10.1f %10.2f %9.0f%% %9.1f %11.2f %8.0f%%\n", n, t.c_str(), r.bytes,
+                    r.seconds * 1e6, bus / 1e9, 100.0 * bus / duplex.wall_bps, r.cpu * 1e6, cbus / 1e9,
+                    100.0 * cbus / duplex.cpu_bps);
+      }
+      std::fflush(stdout);
     }
-    std::fflush(stdout);
   }
   return 0;
 }

@@ -6,7 +6,7 @@ set -eu
 bin="${1:-build/release}/benchmarks/collective"
 echo "== load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 echo "== mwstrat ring_collective"
-"$bin/mwstrat_bench_collective" --ranks 2,4
+"$bin/mwstrat_bench_collective" --ranks 2,4  # tcp and shm rows
 if [ -x "$bin/mwstrat_bench_collective_gloo" ]; then
   echo "== Gloo allreduce (ring, TCP transport)"
   "$bin/mwstrat_bench_collective_gloo" --ranks 2,4

@@ -1,5 +1,6 @@
 // libFuzzer target: every parser the ring runs on bytes from the network (addresses from configuration,
-// handshake messages, frame headers, abort notices) must reject or accept arbitrary input without crashing.
+// handshake messages, shared-memory offers and answers, frame headers, abort notices) must reject or accept
+// arbitrary input without crashing.
 
 #include <mwstrat/collective/ring/detail/wire.hpp>
 
@@ -14,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::uint8_t selector = data[0];
   const std::span<const std::uint8_t> in(data + 1, size - 1);
-  switch (selector % 6) {
+  switch (selector % 8) {
     case 0: (void)parse_address(std::string_view(reinterpret_cast<const char*>(in.data()), in.size())); break;
     case 1:
       if (auto h = decode_hello(in)) (void)judge_hello(*h, 4, 1, sha256("c"), sha256("m"), (selector & 8) != 0);
@@ -34,6 +35,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     }
     case 5: (void)decode_abort(in, 1 + (selector >> 4)); break;
+    case 6:
+      if (auto o = decode_shm_offer(in)) (void)valid_shm_name(o->name);
+      break;
+    case 7: (void)decode_shm_answer(in); break;
   }
   return 0;
 }

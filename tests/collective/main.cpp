@@ -1,5 +1,6 @@
 // The collective suite's main: normally GoogleTest; with `--ring-worker <scenario> <rank> <ports> [k=v...]` one
-// rank of a ring test (a real process on 127.0.0.1), reporting "OK" or "ERROR <kind> <peer> <message>" on stdout.
+// rank of a ring test (a real process on 127.0.0.1), reporting "transport=<shm|tcp>" once connected, then "OK" or
+// "ERROR <kind> <peer> <message>" on stdout. `transport=tcp` forces TCP payloads (default: automatic).
 
 #include "process.hpp"
 #include "sweep.hpp"
@@ -45,8 +46,11 @@ int run_worker(int argc, char** argv) {
   o.chunk_bytes = std::stoul(get("chunk", "16384"));
   o.cluster_fingerprint = get("fingerprint", "test-cluster");
   if (kv.count("token")) o.job_token = kv["token"];
+  o.transport = get("transport", "auto") == "tcp" ? ring_transport::tcp : ring_transport::automatic;
   try {
     ring_collective ring(o);
+    std::printf("transport=%s\n", ring.uses_shared_memory() ? "shm" : "tcp");
+    std::fflush(stdout);
     if (scenario == "sweep") {
       test::run_sweep(ring, get("large", "0") == "1");
     } else if (scenario == "loop") {

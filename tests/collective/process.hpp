@@ -160,6 +160,22 @@ inline bool wait_for_output(const worker& w, const std::string& marker, std::chr
   return false;
 }
 
+// Shared-memory objects that processes `pids` created (named mwstrat-ring-<pid>-...) and that are still in
+// /dev/shm: the ring must leave none behind, whether it ended normally or through errors.
+inline std::vector<std::string> shm_leftovers(const std::vector<pid_t>& pids) {
+  std::vector<std::string> left;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const auto name = entry.path().filename().string();
+    for (auto pid : pids)
+      if (name.starts_with("mwstrat-ring-" + std::to_string(pid) + "-")) left.push_back(name);
+  }
+  return left;
+}
+
+// Whether this machine has a usable /dev/shm (where the ring's shared-memory transport lives).
+inline bool have_dev_shm() { return ::access("/dev/shm", W_OK | X_OK) == 0; }
+
 // A whole ring of workers running `scenario`, each told its rank and everyone's ports.
 struct ring_run {
   temp_dir dir;
@@ -180,6 +196,12 @@ struct ring_run {
     std::vector<worker*> ws;
     for (auto& w : workers) ws.push_back(&w);
     return wait_workers(ws, limit);
+  }
+
+  [[nodiscard]] std::vector<pid_t> pids() const {
+    std::vector<pid_t> v;
+    for (const auto& w : workers) v.push_back(w.pid);
+    return v;
   }
 
   [[nodiscard]] std::string report() const {

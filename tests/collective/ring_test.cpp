@@ -41,9 +41,16 @@ void expect_all_report(test::ring_run& ring, int culprit, const std::string& kin
   }
 }
 
-TEST(ring_collective, sigkill_of_one_rank_mid_all_reduce_gives_every_other_rank_peer_lost_naming_it) {
-  test::ring_run ring(4, "loop", {"timeout_ms=60000"});
+// "tcp" or "auto" (shared memory between these same-host processes); checks the ring really uses it.
+void expect_transport(const test::ring_run& ring, const std::string& transport) {
+  const std::string want = transport == "tcp" ? "transport=tcp" : "transport=shm";
+  for (const auto& w : ring.workers) EXPECT_NE(w.stdout_text().find(want), std::string::npos) << ring.report();
+}
+
+void sigkill_mid_all_reduce(const std::string& transport) {
+  test::ring_run ring(4, "loop", {"timeout_ms=60000", "transport=" + transport});
   ASSERT_TRUE(test::wait_for_output(ring.workers[2], "ready", 30s)) << ring.report();
+  expect_transport(ring, transport);
   std::this_thread::sleep_for(20ms);
   ::kill(ring.workers[2].pid, SIGKILL);
   // The deadline is 60 s: finishing well inside 30 s means the failure was detected, not timed out.
@@ -51,11 +58,23 @@ TEST(ring_collective, sigkill_of_one_rank_mid_all_reduce_gives_every_other_rank_
   expect_all_report(ring, 2, "peer_lost");
   EXPECT_EQ(ring.workers[2].signal, SIGKILL);
   for (int r : {0, 1, 3}) EXPECT_NE(ring.workers[static_cast<std::size_t>(r)].stdout_text().find("127.0.0.1:"), std::string::npos);
+  // Neither the killed rank nor the ranks that exited through errors left a shared-memory object behind.
+  EXPECT_EQ(test::shm_leftovers(ring.pids()), std::vector<std::string>{});
 }
 
-TEST(ring_collective, sigstop_of_one_rank_gives_the_others_timeout_error) {
-  test::ring_run ring(3, "loop", {"timeout_ms=1500"});
+TEST(ring_collective, sigkill_of_one_rank_mid_all_reduce_gives_every_other_rank_peer_lost_naming_it) {
+  sigkill_mid_all_reduce("tcp");
+}
+
+TEST(ring_collective, sigkill_of_one_rank_mid_all_reduce_through_shared_memory_gives_peer_lost_and_leaves_no_shm) {
+  if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
+  sigkill_mid_all_reduce("auto");
+}
+
+void sigstop_gives_timeout(const std::string& transport) {
+  test::ring_run ring(3, "loop", {"timeout_ms=1500", "transport=" + transport});
   ASSERT_TRUE(test::wait_for_output(ring.workers[1], "ready", 30s)) << ring.report();
+  expect_transport(ring, transport);
   ::kill(ring.workers[1].pid, SIGSTOP);
   const bool others_done = test::wait_workers({&ring.workers[0], &ring.workers[2]}, 30s);
   ::kill(ring.workers[1].pid, SIGKILL);
@@ -66,14 +85,24 @@ TEST(ring_collective, sigstop_of_one_rank_gives_the_others_timeout_error) {
     EXPECT_NE(ring.workers[static_cast<std::size_t>(r)].stdout_text().find("ERROR timeout"), std::string::npos)
         << ring.report();
   }
+  EXPECT_EQ(test::shm_leftovers(ring.pids()), std::vector<std::string>{});
+}
+
+TEST(ring_collective, sigstop_of_one_rank_gives_the_others_timeout_error) { sigstop_gives_timeout("tcp"); }
+
+TEST(ring_collective, sigstop_of_one_rank_through_shared_memory_gives_the_others_timeout_error) {
+  if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
+  sigstop_gives_timeout("auto");
 }
 
 TEST(ring_collective, ranks_calling_different_sizes_get_a_protocol_error) {
-  test::ring_run ring(3, "mismatch", {"timeout_ms=20000"});
-  ASSERT_TRUE(ring.wait_all(30s)) << ring.report();
-  for (auto& w : ring.workers) {
-    EXPECT_EQ(w.exit_code, 3) << ring.report();
-    EXPECT_NE(w.stdout_text().find("ERROR protocol"), std::string::npos) << ring.report();
+  for (const std::string transport : {"tcp", "auto"}) {
+    test::ring_run ring(3, "mismatch", {"timeout_ms=20000", "transport=" + transport});
+    ASSERT_TRUE(ring.wait_all(30s)) << ring.report();
+    for (auto& w : ring.workers) {
+      EXPECT_EQ(w.exit_code, 3) << transport << "\n" << ring.report();
+      EXPECT_NE(w.stdout_text().find("ERROR protocol"), std::string::npos) << transport << "\n" << ring.report();
+    }
   }
 }
 
@@ -314,26 +343,81 @@ TEST(ring_collective, a_single_rank_needs_no_network) {
   EXPECT_EQ(logs[0], "[mwstrat.ring] rank 0: started: tcp://127.0.0.1:1, waiting for 1 worker (itself)");
 }
 
-TEST(ring_collective, results_are_bitwise_deterministic_for_non_integer_floats) {
-  // Values whose sums depend on the order of addition: every run and every rank gets the same bits.
+TEST(ring_collective, results_are_bitwise_deterministic_for_non_integer_floats_and_the_same_on_both_transports) {
+  // Values whose sums depend on the order of addition: every run, every rank and both transports get the same bits.
   auto opts = options_for(3);
   std::vector<std::vector<float>> results(3);
   for (auto& o : opts) o.chunk_bytes = 4096;
-  for (int run = 0; run < 2; ++run) {
+  const bool shm = test::have_dev_shm();
+  for (int run = 0; run < 3; ++run) {
+    for (auto& o : opts) o.transport = run == 0 ? ring_transport::tcp : ring_transport::automatic;
     std::vector<std::thread> threads;
     for (int r = 0; r < 3; ++r)
       threads.emplace_back([&, r] {
         ring_collective ring(opts[static_cast<std::size_t>(r)]);
+        EXPECT_EQ(ring.uses_shared_memory(), run > 0 && shm) << "run " << run << ", rank " << r;
         std::vector<float> v(50001);
         for (std::size_t i = 0; i < v.size(); ++i) v[i] = 1.0f / static_cast<float>(i + 1 + 1000 * r) + 1e-3f * static_cast<float>(r);
         ring.all_reduce(std::span<float>(v), reduce_op::mean);
         if (run == 0) results[static_cast<std::size_t>(r)] = v;
-        else EXPECT_EQ(results[static_cast<std::size_t>(r)], v) << "run-to-run difference on rank " << r;
+        else EXPECT_EQ(results[static_cast<std::size_t>(r)], v) << "difference on rank " << r << " in run " << run;
       });
     for (auto& t : threads) t.join();
     EXPECT_EQ(results[0], results[1]);
     EXPECT_EQ(results[0], results[2]);
   }
+}
+
+// A link whose shared memory cannot be agreed on logs why and carries its payloads over TCP; the job goes on.
+// Here rank 1's chunk size differs from rank 0's (both fit the small operation in one chunk), so rank 1 declines
+// rank 0's region.
+TEST(ring_collective, a_declined_shared_memory_region_falls_back_to_tcp_with_a_logged_reason) {
+  if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
+  auto opts = options_for(2);
+  opts[1].chunk_bytes = 8192;
+  std::vector<std::string> logs;
+  for (auto& r : start_ring(opts, &logs)) EXPECT_TRUE(r.ok && !r.error);
+  bool declined = false, told = false;
+  for (auto& l : logs) {
+    declined = declined || (l.find("rank 1:") != std::string::npos && l.find("over TCP: shared memory declined") !=
+                                                                            std::string::npos && l.find("chunk_bytes") != std::string::npos);
+    told = told || (l.find("rank 0:") != std::string::npos && l.find("it declined the shared memory") != std::string::npos);
+  }
+  EXPECT_TRUE(declined && told) << ::testing::PrintToString(logs);
+  EXPECT_EQ(test::shm_leftovers({::getpid()}), std::vector<std::string>{}) << "a declined region's name must go too";
+}
+
+TEST(ring_collective, the_environment_chooses_the_transport) {
+  if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
+  const auto ring_uses_shm = [](ring_transport t) {
+    auto opts = options_for(2);
+    std::vector<int> shm(2, -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        opts[static_cast<std::size_t>(r)].transport = t;
+        ring_collective ring(opts[static_cast<std::size_t>(r)]);
+        shm[static_cast<std::size_t>(r)] = ring.uses_shared_memory() ? 1 : 0;
+        ring.barrier();
+      });
+    for (auto& th : threads) th.join();
+    return shm;
+  };
+  ::setenv("MWSTRAT_RING_TRANSPORT", "tcp", 1);
+  EXPECT_EQ(ring_uses_shm(ring_transport::automatic), (std::vector<int>{0, 0}));
+  ::setenv("MWSTRAT_RING_TRANSPORT", "auto", 1);
+  EXPECT_EQ(ring_uses_shm(ring_transport::tcp), (std::vector<int>{1, 1}));
+  ::setenv("MWSTRAT_RING_TRANSPORT", "shared", 1);
+  ring_options o = options_for(2)[0];
+  try {
+    ring_collective ring(o);
+    ADD_FAILURE() << "accepted MWSTRAT_RING_TRANSPORT=shared";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MWSTRAT_RING_TRANSPORT"), std::string::npos) << e.what();
+  }
+  ::unsetenv("MWSTRAT_RING_TRANSPORT");
+  EXPECT_EQ(ring_uses_shm(ring_transport::automatic), (std::vector<int>{1, 1}));
+  EXPECT_EQ(ring_uses_shm(ring_transport::tcp), (std::vector<int>{0, 0}));
 }
 
 }  // namespace

@@ -1,6 +1,13 @@
 // The ring's wire formats: addresses, handshake messages, frame headers, abort notices, HMAC.
 
+#include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -39,12 +46,15 @@ TEST(ring_wire, hello_round_trips_and_is_judged) {
   h.cluster = sha256("c");
   h.model = sha256("m");
   h.nonce = random_nonce();
+  h.host = host_identity();
   std::array<std::uint8_t, hello_size> raw{};
   encode(h, raw);
   const auto back = decode_hello(raw);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->rank, 2u);
   EXPECT_EQ(back->nonce, h.nonce);
+  EXPECT_EQ(back->host, h.host);
+  EXPECT_EQ(back->version, 2);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true), refusal::none);
   EXPECT_EQ(judge_hello(*back, 5, 2, sha256("c"), sha256("m"), true), refusal::wrong_world);
   EXPECT_EQ(judge_hello(*back, 4, 1, sha256("c"), sha256("m"), true), refusal::wrong_rank);
@@ -116,6 +126,149 @@ TEST(ring_wire, abort_notices_round_trip_and_stay_printable) {
   EXPECT_EQ(back->text, "lost?rank 3");
   EXPECT_FALSE(decode_abort(std::span(raw.data(), len), 3));      // culprit out of range
   EXPECT_FALSE(decode_abort(std::span(raw.data(), len - 1), 4));  // length disagrees
+}
+
+TEST(ring_wire, host_identity_is_stable_within_a_process_and_hides_its_inputs) {
+  EXPECT_EQ(host_identity(), host_identity());
+  EXPECT_NE(host_identity(), digest{});
+  hello_reply r;
+  r.host = host_identity();
+  r.flags = flag_shm;
+  std::array<std::uint8_t, hello_reply_size> raw{};
+  encode(r, raw);
+  const auto back = decode_hello_reply(raw);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->host, r.host);
+  EXPECT_EQ(back->flags, flag_shm);
+}
+
+TEST(ring_wire, shared_memory_offers_round_trip_and_reject_foreign_names) {
+  shm_offer o;
+  o.status = 1;
+  o.slots = 8;
+  o.slot_bytes = 512 << 10;
+  o.name = "mwstrat-ring-1234-0123456789abcdef0123456789abcdef";
+  std::array<std::uint8_t, shm_offer_size> raw{};
+  encode(o, raw);
+  const auto back = decode_shm_offer(raw);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->name, o.name);
+  EXPECT_EQ(back->slots, 8u);
+  EXPECT_EQ(back->slot_bytes, o.slot_bytes);
+  const auto rejected = [&](shm_offer bad) {
+    encode(bad, raw);
+    return !decode_shm_offer(raw);
+  };
+  auto bad = o;
+  bad.name = "../../etc/passwd";
+  EXPECT_TRUE(rejected(bad));
+  bad.name = "mwstrat-ring-1234/../x";
+  EXPECT_TRUE(rejected(bad));
+  bad.name = "mwstrat-ring-";
+  EXPECT_TRUE(rejected(bad));
+  bad = o;
+  bad.slots = 0;
+  EXPECT_TRUE(rejected(bad));
+  bad.slots = max_shm_slots + 1;
+  EXPECT_TRUE(rejected(bad));
+  bad = o;
+  bad.slot_bytes = 1000;  // not a multiple of 64
+  EXPECT_TRUE(rejected(bad));
+  bad.slot_bytes = max_shm_slot_bytes * 2;
+  EXPECT_TRUE(rejected(bad));
+  bad = o;
+  bad.status = 7;
+  EXPECT_TRUE(rejected(bad));
+  // "none" carries nothing else.
+  shm_offer none;
+  encode(none, raw);
+  const auto n = decode_shm_offer(raw);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->status, 0);
+  none.slots = 3;
+  EXPECT_TRUE(rejected(none));
+  // A name without its terminating NUL, or with bytes after it, is malformed.
+  encode(o, raw);
+  raw[shm_offer_size - 1] = 'a';
+  EXPECT_FALSE(decode_shm_offer(raw));
+  encode(o, raw);
+  raw[0] = 'X';  // not our magic
+  EXPECT_FALSE(decode_shm_offer(raw));
+
+  std::array<std::uint8_t, shm_answer_size> ans{};
+  encode_shm_answer(true, ans);
+  EXPECT_EQ(decode_shm_answer(ans), std::optional<bool>(true));
+  encode_shm_answer(false, ans);
+  EXPECT_EQ(decode_shm_answer(ans), std::optional<bool>(false));
+  ans[8] = 2;
+  EXPECT_FALSE(decode_shm_answer(ans));
+}
+
+TEST(ring_wire, slot_and_credit_frames) {
+  frame_header h;
+  h.type = frame_type::slot;
+  h.seq = 5;
+  h.count = 100;
+  h.payload = 400;
+  std::array<std::uint8_t, frame_header_size> raw{};
+  encode(h, raw);
+  std::string why;
+  const auto back = decode_frame_header(raw, &why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(back->type, frame_type::slot);
+  EXPECT_FALSE(frame_mismatch(*back, h));
+  auto data = h;
+  data.type = frame_type::data;
+  const auto bad = frame_mismatch(*back, data);  // a slot frame where TCP payload was expected, or the reverse
+  ASSERT_TRUE(bad);
+  EXPECT_NE(bad->find("shared-memory all_reduce"), std::string::npos) << *bad;
+  h.type = frame_type::credit;
+  h.payload = 0;
+  encode(h, raw);
+  ASSERT_TRUE(decode_frame_header(raw, &why)) << why;
+  h.payload = 1;  // credits carry nothing
+  encode(h, raw);
+  EXPECT_FALSE(decode_frame_header(raw, &why));
+  EXPECT_EQ(why, "credit frame with a payload");
+  raw[4] = 5;  // unknown type
+  EXPECT_FALSE(decode_frame_header(raw, &why));
+}
+
+// The region's own checks: creation failures are reasons (the ring then uses TCP), the receiver refuses objects
+// of the wrong size or mode, and names never outlive the set-up.
+TEST(ring_shm_region, creation_failure_is_a_reason_not_a_crash) {
+  shm_region r;
+  const auto why = r.create("/nonexistent-mwstrat-dir", 2, 4096);
+  EXPECT_NE(why.find("cannot create"), std::string::npos) << why;
+  EXPECT_FALSE(r);
+}
+
+TEST(ring_shm_region, sender_and_receiver_share_slots_and_the_name_is_unlinked) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mwstrat-shm-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  shm_region out, in;
+  ASSERT_EQ(out.create(dir.string(), 3, 4096), "");
+  const auto path = dir / out.name();
+  EXPECT_TRUE(std::filesystem::exists(path));
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(in.open(dir.string(), out.name(), 3, 8192), std::string(path.string() + " holds 12288 bytes, expected 24576"));
+  EXPECT_FALSE(std::filesystem::exists(path)) << "a failed open must still remove the name";
+  // Again, properly.
+  ASSERT_EQ(out.create(dir.string(), 3, 4096), "");
+  ASSERT_EQ(in.open(dir.string(), out.name(), 3, 4096), "");
+  EXPECT_FALSE(std::filesystem::exists(dir / out.name()));
+  out.slot(4)[7] = 42;  // slot 4 is slot 1 of 3
+  EXPECT_EQ(in.slot(1)[7], 42);
+  EXPECT_EQ(in.open(dir.string(), "../passwd", 3, 4096), "malformed shared-memory name");
+  // A sender that goes away before the receiver maps the region leaves nothing behind either.
+  {
+    shm_region gone;
+    ASSERT_EQ(gone.create(dir.string(), 1, 4096), "");
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

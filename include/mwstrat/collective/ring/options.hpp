@@ -13,6 +13,15 @@
 
 namespace mwstrat {
 
+/// How a ring link carries payloads. Frame headers, aborts and liveness always travel over the TCP connection.
+enum class ring_transport {
+  /// Shared memory when both ends of a link are on the same host (same kernel, user and namespaces), else TCP;
+  /// a link whose shared memory cannot be set up (no /dev/shm, out of space, mmap failure) logs why and uses TCP.
+  automatic,
+  /// Payloads on the TCP connection, always.
+  tcp,
+};
+
 /// Options of the TCP ring backend.
 struct ring_options {
   /// Every rank's listening address, "host:port" or "[v6]:port"; the index is the rank.
@@ -38,6 +47,9 @@ struct ring_options {
   std::size_t chunk_bytes = std::size_t{512} << 10;
   /// SO_SNDBUF / SO_RCVBUF of the ring's sockets; 0 leaves the kernel's autotuning alone.
   int socket_buffer_bytes = 4 << 20;
+  /// Payload transport of each link; the environment variable `MWSTRAT_RING_TRANSPORT` (`tcp` or `auto`)
+  /// overrides it.
+  ring_transport transport = ring_transport::automatic;
   /// Where the ring logs (start-up, refused connections, failures); empty: standard error.
   std::function<void(std::string_view)> log;
 };

@@ -15,11 +15,17 @@
 /// not the one expected `protocol_error`; the rank that detects a failure tells both neighbours (an abort
 /// frame naming the culprit), which pass it on, so every rank fails fast naming the same culprit. A failed
 /// ring stays failed: later operations rethrow the first error.
+///
+/// Transport: when both ends of a link are on the same host (and `ring_options::transport` allows it), the
+/// payloads travel through a shared-memory region owned by that link, and the TCP connection carries only the
+/// frame headers (one per chunk, naming the slot implicitly: slots are used in turn) and, backwards, one credit
+/// per slot the receiver is done with. Everything above — validation, aborts, deadlines — is unchanged.
 
 #include <mwstrat/collective/concepts.hpp>
 #include <mwstrat/collective/detail/op_queue.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/handle.hpp>
+#include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
 #include <mwstrat/collective/ring/options.hpp>
@@ -43,6 +49,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -77,11 +84,20 @@ class ring_collective {
       token_ = env;
     }
     chunk_bytes_ = std::max<std::size_t>(4096, (options_.chunk_bytes + 63) / 64 * 64);
+    want_shm_ = options_.transport == ring_transport::automatic;
+    if (const char* env = std::getenv("MWSTRAT_RING_TRANSPORT")) {
+      const std::string_view v = env;
+      if (v == "tcp") want_shm_ = false;
+      else if (v == "auto") want_shm_ = true;
+      else throw config_error({"ring", rank_}, "MWSTRAT_RING_TRANSPORT is '" + std::string(v) + "', expected tcp or auto");
+    }
+    if (want_shm_ && n_ > 1) host_ = detail::host_identity();
     cluster_digest_ = detail::sha256(options_.cluster_fingerprint);
     model_digest_ = detail::sha256(options_.model_fingerprint);
     if (n_ > 1) {
-      scratch_.reset(static_cast<std::uint8_t*>(::operator new(chunk_bytes_, std::align_val_t{64})));
       connect_ring();
+      // TCP payloads land in scratch before they are combined; shared-memory ones are combined from their slot.
+      if (!shm_in_) scratch_.reset(static_cast<std::uint8_t*>(::operator new(chunk_bytes_, std::align_val_t{64})));
     } else if (rank_ == 0) {
       log("started: tcp://" + options_.addresses[0] + ", waiting for 1 worker (itself)");
     }
@@ -105,6 +121,8 @@ class ring_collective {
   [[nodiscard]] int rank() const noexcept { return rank_; }
   /// The number of ranks in the ring.
   [[nodiscard]] int size() const noexcept { return n_; }
+  /// True when both links of this rank carry payloads through shared memory (see `ring_transport`).
+  [[nodiscard]] bool uses_shared_memory() const noexcept { return shm_out_ && shm_in_; }
   /// The configured address of rank `r`.
   [[nodiscard]] const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
 
@@ -267,9 +285,9 @@ class ring_collective {
     return t < p.chunks ? 0 : t - p.chunks + 1;
   }
 
-  detail::frame_header header_for(const plan& p, const item& it) const {
+  detail::frame_header header_for(const plan& p, const item& it, bool through_shm) const {
     detail::frame_header h;
-    h.type = detail::frame_type::data;
+    h.type = through_shm ? detail::frame_type::slot : detail::frame_type::data;
     h.op = p.kind;
     h.type_of_elements = p.type;
     h.reduction = p.reduction;
@@ -314,10 +332,12 @@ class ring_collective {
   template <class T>
   std::optional<failure> pump(const plan& p, steady::time_point deadline, std::chrono::milliseconds timeout) {
     const int out = next_.get(), in = prev_.get();
+    const bool shm_send = static_cast<bool>(shm_out_), shm_recv = static_cast<bool>(shm_in_);
     const std::size_t total = p.items;
     std::size_t ts = 0, tr = 0;  // next item to send / receive
     item si, ri;
-    bool sending = false, receiving = false, reading_header = true;
+    bool sending = false, receiving = false, reading_header = true, credit_wait = false;
+    std::size_t send_payload = 0;  // bytes of the current send item that go on the socket (0 through shm)
     std::array<std::uint8_t, detail::frame_header_size> send_header{}, recv_header{};
     std::size_t sent = 0, got = 0, combined = 0;  // bytes of the current send item / receive item
     inflight_ = {};
@@ -326,12 +346,30 @@ class ring_collective {
     const auto peer = [&](int r) { return "rank " + std::to_string(r) + " (" + address(r) + ")"; };
 
     for (;;) {
+      credit_wait = false;
       if (!sending) {
         while (ts < total && !send_item(p, ts, si)) ++ts;
         if (ts < total && tr >= send_dependency(p, ts)) {
-          detail::encode(header_for(p, si), std::span<std::uint8_t, detail::frame_header_size>(send_header));
-          sending = true;
-          sent = 0;
+          // Through shared memory a send needs a free slot: collect the credits that have come back.
+          if (shm_send && credits_ == 0 && !next_eof_)
+            if (auto f = read_back_channel(true, where())) return f;
+          if (shm_send && credits_ == 0) {
+            if (next_eof_)
+              return failure{error_kind::peer_lost, next(), "send to " + peer(next()) + ": connection closed during " +
+                                                                where()};
+            credit_wait = true;
+          } else {
+            if (shm_send) {
+              std::memcpy(shm_out_.slot(send_slot_++), si.ptr, si.bytes);
+              --credits_;
+              std::atomic_thread_fence(std::memory_order_release);  // the slot's bytes before the header names it
+            }
+            send_payload = shm_send ? 0 : si.bytes;
+            detail::encode(header_for(p, si, shm_send),
+                           std::span<std::uint8_t, detail::frame_header_size>(send_header));
+            sending = true;
+            sent = 0;
+          }
         }
       }
       if (!receiving) {
@@ -343,7 +381,7 @@ class ring_collective {
           combined = 0;
         }
       }
-      if (!sending && !receiving) {
+      if (!sending && !receiving && !credit_wait) {
         if (ts >= total) break;
         // A send waits for a receive that is not coming: only possible if the plan is inconsistent.
         return failure{error_kind::protocol, rank_, "internal: ring schedule stalled during " + where()};
@@ -354,7 +392,7 @@ class ring_collective {
         int count = 0;
         if (sent < send_header.size()) iov[count++] = {send_header.data() + sent, send_header.size() - sent};
         const std::size_t body = sent > send_header.size() ? sent - send_header.size() : 0;
-        if (si.bytes > body) iov[count++] = {si.ptr + body, si.bytes - body};
+        if (send_payload > body) iov[count++] = {si.ptr + body, send_payload - body};
         msghdr msg{};
         msg.msg_iov = iov;
         msg.msg_iovlen = static_cast<decltype(msg.msg_iovlen)>(count);
@@ -362,8 +400,8 @@ class ring_collective {
         if (n > 0) {
           sent += static_cast<std::size_t>(n);
           progress = true;
-          inflight_ = {si.ptr, send_header.size() + si.bytes, sent, send_header};
-          if (sent == send_header.size() + si.bytes) {
+          inflight_ = {si.ptr, send_header.size() + send_payload, sent, send_header};
+          if (sent == send_header.size() + send_payload) {
             sending = false;
             inflight_ = {};
             ++ts;
@@ -398,17 +436,22 @@ class ring_collective {
                 prev_dead_ = true;  // it gave up; do not wait on it again
                 return read_abort(in, *h, prev(), where());
               }
-              if (auto bad = detail::frame_mismatch(*h, header_for(p, ri)))
+              if (auto bad = detail::frame_mismatch(*h, header_for(p, ri, shm_recv)))
                 return failure{error_kind::protocol, prev(),
                                "recv from " + peer(prev()) + ": " + *bad + " during " + where()};
               reading_header = false;
               got = 0;
+              if (shm_recv) {
+                if (auto f = take_slot<T>(p, ri, deadline, where())) return f;
+                receiving = false;
+                ++tr;
+              }
             }
           } else if (auto f = recv_failed(n, prev(), where())) {
             return f;
           }
         }
-        if (!reading_header) {
+        if (receiving && !reading_header) {
           std::uint8_t* dest = ri.reduce ? scratch_.get() : ri.ptr;
           ssize_t n = 0;
           if (got < ri.bytes) n = ::recv(in, dest + got, ri.bytes - got, MSG_DONTWAIT);
@@ -464,6 +507,40 @@ class ring_collective {
     return std::nullopt;
   }
 
+  // The payload of a slot frame: combined (or copied) straight from the link's next slot, then the slot is
+  // handed back with a credit on the reverse direction of the same connection.
+  template <class T>
+  std::optional<failure> take_slot(const plan& p, const item& ri, steady::time_point deadline,
+                                   const std::string& where) {
+    if (ri.bytes > shm_in_.slot_bytes())
+      return failure{error_kind::protocol, rank_, "internal: a chunk larger than a shared-memory slot during " + where};
+    std::atomic_thread_fence(std::memory_order_acquire);  // the header arrived, so the slot's bytes have too
+    const std::uint8_t* src = shm_in_.slot(recv_slot_++);
+    if (ri.reduce)
+      detail::reduce_into(reinterpret_cast<T*>(ri.ptr), reinterpret_cast<const T*>(src), ri.bytes / sizeof(T), p.op);
+    else
+      std::memcpy(ri.ptr, src, ri.bytes);
+    if (ri.finish) detail::finish_reduce(reinterpret_cast<T*>(ri.ptr), ri.bytes / sizeof(T), p.op, n_);
+    detail::frame_header h;
+    h.type = detail::frame_type::credit;
+    h.op = p.kind;
+    h.type_of_elements = p.type;
+    h.seq = p.seq;
+    std::array<std::uint8_t, detail::frame_header_size> raw{};
+    detail::encode(h, raw);
+    if (credits_refused_) return std::nullopt;
+    // At most one credit per slot is ever unread, far below the socket buffer: this does not wait in practice.
+    const auto r = detail::write_all(prev_.get(), raw.data(), raw.size(), deadline);
+    if (r.status == detail::io_status::ok) return std::nullopt;
+    if (r.status == detail::io_status::timed_out)
+      return failure{error_kind::timeout, prev(), "could not return a shared-memory slot to rank " +
+                                                      std::to_string(prev()) + " (" + address(prev()) + ") during " + where};
+    // The previous rank closed its end after sending its last frame (it needs no more slots) or died (the data
+    // stream reports that, naming it, on the next receive).
+    credits_refused_ = true;
+    return std::nullopt;
+  }
+
   std::optional<failure> recv_failed(ssize_t n, int from, const std::string& where) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return std::nullopt;
     prev_dead_ = true;
@@ -472,8 +549,18 @@ class ring_collective {
                    "recv from rank " + std::to_string(from) + " (" + address(from) + "): " + why + " during " + where};
   }
 
-  // The next rank writes to us only to abort. EOF there matters only while we still have something to send.
+  // The next rank writes to us only to return shared-memory slots (credits) and to abort. EOF there matters only
+  // while we still have something to send.
   std::optional<failure> read_back_channel(bool sends_left, const std::string& where) {
+    for (;;) {
+      bool credit = false;
+      auto f = read_back_frame(sends_left, where, credit);
+      if (!credit) return f;
+    }
+  }
+
+  // One frame from the back channel, if any is waiting; `credit` is set when it was a credit (taken).
+  std::optional<failure> read_back_frame(bool sends_left, const std::string& where, bool& credit) {
     std::array<std::uint8_t, detail::frame_header_size> raw{};
     const auto first = ::recv(next_.get(), raw.data(), raw.size(), MSG_DONTWAIT);
     if (first < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return std::nullopt;
@@ -491,11 +578,19 @@ class ring_collective {
     std::string why = "truncated message";
     std::optional<detail::frame_header> h;
     if (r.status == detail::io_status::ok) h = detail::decode_frame_header(raw, &why);
+    if (h && h->type == detail::frame_type::credit && shm_out_ && credits_ < shm_out_.slots()) {
+      ++credits_;
+      credit = true;
+      return std::nullopt;
+    }
     next_dead_ = true;
     if (!h || h->type != detail::frame_type::abort)
       return failure{error_kind::protocol, next(),
                      "rank " + std::to_string(next()) + " (" + address(next()) + ") wrote " +
-                         (h ? std::string("a data frame") : why) + " on the back channel during " + where};
+                         (h ? std::string(h->type == detail::frame_type::credit ? "a credit it did not owe"
+                                                                                : "a data frame")
+                            : why) +
+                         " on the back channel during " + where};
     return read_abort(next_.get(), *h, next(), where);
   }
 
@@ -695,10 +790,11 @@ class ring_collective {
     detail::hello_reply reply;
     reply.status = detail::judge_hello(*h, static_cast<std::uint32_t>(n_), static_cast<std::uint32_t>(prev()),
                                        cluster_digest_, model_digest_, have_token);
-    reply.flags = have_token ? detail::flag_token : 0;
+    reply.flags = static_cast<std::uint8_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0));
     reply.world = static_cast<std::uint32_t>(n_);
     reply.rank = static_cast<std::uint32_t>(rank_);
     reply.nonce = detail::random_nonce();
+    reply.host = host_;
     if (reply.status == detail::refusal::none && have_token)
       reply.proof = detail::handshake_proof(token_, true, h->nonce, reply.nonce, cluster_digest_, reply.world,
                                             h->rank, reply.rank);
@@ -731,6 +827,85 @@ class ring_collective {
     const auto told = detail::write_all(fd, fin.data(), fin.size(), limit);
     if (verdict.status != detail::refusal::none) return std::string(detail::refusal_text(verdict.status));
     if (told.status != detail::io_status::ok) return "verdict failed (" + told.describe() + ")";
+    if (same_host(h->flags, h->host)) return accept_shm(fd, limit);
+    return std::nullopt;
+  }
+
+  // Both ends want shared memory and share a kernel, user and namespaces.
+  bool same_host(std::uint16_t peer_flags, const detail::digest& peer_host) const {
+    return want_shm_ && (peer_flags & detail::flag_shm) != 0 && detail::digest_equal(peer_host, host_);
+  }
+
+  // The receiving end of a same-host link: maps the region the previous rank offers, or says why not (then the
+  // link carries payloads over TCP). A reason when the connection itself failed.
+  std::optional<std::string> accept_shm(int fd, steady::time_point limit) {
+    std::array<std::uint8_t, detail::shm_offer_size> raw{};
+    if (auto r = detail::read_exact(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
+      return "no shared-memory offer (" + r.describe() + ")";
+    const auto offer = detail::decode_shm_offer(raw);
+    if (!offer) return std::string("malformed shared-memory offer");
+    const auto from = "rank " + std::to_string(prev()) + " (" + address(prev()) + ")";
+    if (offer->status == 0) {
+      log("payloads from " + from + " over TCP: it could not set up shared memory");
+      return std::nullopt;
+    }
+    detail::shm_region region;
+    std::string why;
+    if (offer->slot_bytes != chunk_bytes_ || offer->slots > shm_slots) {  // judged before mapping anything
+      why = "its region (" + std::to_string(offer->slots) + " x " + std::to_string(offer->slot_bytes) +
+            " bytes) does not match our chunk_bytes (" + std::to_string(chunk_bytes_) + ")";
+      detail::shm_region::discard(detail::shm_directory, offer->name);
+    } else {
+      why = region.open(detail::shm_directory, offer->name, offer->slots, offer->slot_bytes);
+    }
+    std::array<std::uint8_t, detail::shm_answer_size> answer{};
+    detail::encode_shm_answer(why.empty(), answer);
+    if (auto r = detail::write_all(fd, answer.data(), answer.size(), limit); r.status != detail::io_status::ok)
+      return "shared-memory answer failed (" + r.describe() + ")";
+    if (!why.empty()) {
+      log("payloads from " + from + " over TCP: shared memory declined: " + why);
+      return std::nullopt;
+    }
+    shm_in_ = std::move(region);
+    recv_slot_ = 0;
+    return std::nullopt;
+  }
+
+  // The sending end: creates the region (bounded: shm_slots × chunk_bytes), offers it, and uses it once the next
+  // rank has mapped it. The name is gone from /dev/shm when this returns, whatever happened. A reason when the
+  // connection itself failed (the caller retries).
+  std::optional<std::string> offer_shm(int fd, steady::time_point limit) {
+    const auto to = "rank " + std::to_string(next()) + " (" + address(next()) + ")";
+    detail::shm_region region;
+    const std::string why = region.create(detail::shm_directory, shm_slots, chunk_bytes_);
+    detail::shm_offer offer;
+    if (why.empty()) {
+      offer.status = 1;
+      offer.slots = static_cast<std::uint32_t>(shm_slots);
+      offer.slot_bytes = chunk_bytes_;
+      offer.name = region.name();
+    }
+    std::array<std::uint8_t, detail::shm_offer_size> raw{};
+    detail::encode(offer, raw);
+    if (auto r = detail::write_all(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
+      return "shared-memory offer: " + r.describe();
+    if (!why.empty()) {
+      log("payloads to " + to + " over TCP: " + why);
+      return std::nullopt;
+    }
+    std::array<std::uint8_t, detail::shm_answer_size> answer{};
+    const auto r = detail::read_exact(fd, answer.data(), answer.size(), limit);
+    region.unlink();  // the receiver unlinks it once it has it open; this covers every other path
+    if (r.status != detail::io_status::ok) return "shared-memory answer: " + r.describe();
+    const auto mapped = detail::decode_shm_answer(answer);
+    if (!mapped) throw protocol_error({"ring", rank_}, to + " sent a malformed shared-memory answer");
+    if (!*mapped) {
+      log("payloads to " + to + " over TCP: it declined the shared memory (see its log)");
+      return std::nullopt;
+    }
+    shm_out_ = std::move(region);
+    send_slot_ = 0;
+    credits_ = shm_slots;
     return std::nullopt;
   }
 
@@ -790,12 +965,13 @@ class ring_collective {
     const auto who = "rank " + std::to_string(to) + " (" + address(to) + ")";
     const bool have_token = !token_.empty();
     detail::hello h;
-    h.flags = have_token ? detail::flag_token : 0;
+    h.flags = static_cast<std::uint16_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0));
     h.world = static_cast<std::uint32_t>(n_);
     h.rank = static_cast<std::uint32_t>(rank_);
     h.cluster = cluster_digest_;
     h.model = model_digest_;
     h.nonce = detail::random_nonce();
+    h.host = host_;
     std::array<std::uint8_t, detail::hello_size> out{};
     detail::encode(h, out);
     if (auto r = detail::write_all(fd, out.data(), out.size(), limit); r.status != detail::io_status::ok)
@@ -833,6 +1009,7 @@ class ring_collective {
     if (!verdict) throw protocol_error({"ring", rank_}, who + " is not an mwstrat ring peer (bad verdict)");
     if (verdict->status != detail::refusal::none)
       throw protocol_error({"ring", rank_}, who + " refused this rank: " + detail::refusal_text(verdict->status));
+    if (same_host(reply->flags, reply->host)) return offer_shm(fd, limit);
     return std::nullopt;
   }
 
@@ -846,6 +1023,10 @@ class ring_collective {
     std::array<std::uint8_t, detail::frame_header_size> header{};
   };
 
+  // Slots of a link's shared-memory region: enough to keep a few chunks in flight (as the socket buffers do for
+  // TCP) while bounding its memory to shm_slots × chunk_bytes.
+  static constexpr std::size_t shm_slots = 8;
+
   ring_options options_;
   int uncaught_ = 0;
   int n_ = 0;
@@ -855,6 +1036,12 @@ class ring_collective {
   std::size_t chunk_bytes_ = 0;
   detail::digest cluster_digest_{}, model_digest_{};
   detail::unique_socket next_, prev_;
+  bool want_shm_ = false;
+  detail::digest host_{};
+  detail::shm_region shm_out_, shm_in_;  // payloads to the next rank / from the previous one, when same-host
+  std::size_t send_slot_ = 0, recv_slot_ = 0;  // slots used so far (mod slots: the next one)
+  std::size_t credits_ = 0;                    // free slots of shm_out_
+  bool credits_refused_ = false;               // the previous rank closed the back channel: stop returning slots
   std::unique_ptr<std::uint8_t, aligned_delete> scratch_;
   inflight_frame inflight_;
   bool next_dead_ = false, prev_dead_ = false, next_eof_ = false;

@@ -135,8 +135,9 @@ inline digest random_nonce() {
 // ---- handshake ----
 
 inline constexpr std::array<std::uint8_t, 8> hello_magic = {'M', 'W', 'S', 'R', 'I', 'N', 'G', '1'};
-inline constexpr std::uint16_t protocol_version = 1;
+inline constexpr std::uint16_t protocol_version = 2;  // 2: host identity, shared-memory offer, slot/credit frames
 inline constexpr std::uint16_t flag_token = 1;  // the sender holds a job token and will prove it
+inline constexpr std::uint16_t flag_shm = 2;    // the sender would carry payloads through shared memory
 
 // Why a server refused a client, sent back in the reply so both sides log the same reason.
 enum class refusal : std::uint8_t {
@@ -175,8 +176,9 @@ struct hello {
   digest cluster{};
   digest model{};
   digest nonce{};
+  digest host{};  // host_identity(): equal on both ends means shared memory can reach the peer
 };
-inline constexpr std::size_t hello_size = 8 + 2 + 2 + 4 + 4 + 32 * 3;
+inline constexpr std::size_t hello_size = 8 + 2 + 2 + 4 + 4 + 32 * 4;
 
 // server -> client
 struct hello_reply {
@@ -187,8 +189,9 @@ struct hello_reply {
   std::uint32_t rank = 0;
   digest nonce{};
   digest proof{};  // HMAC over the transcript, zero without a token
+  digest host{};
 };
-inline constexpr std::size_t hello_reply_size = 8 + 2 + 1 + 1 + 4 + 4 + 32 * 2;
+inline constexpr std::size_t hello_reply_size = 8 + 2 + 1 + 1 + 4 + 4 + 32 * 3;
 
 // client -> server (its proof), then server -> client (the verdict), both this shape.
 struct hello_finish {
@@ -207,6 +210,7 @@ inline void encode(const hello& h, std::span<std::uint8_t, hello_size> out) {
   w.bytes(h.cluster);
   w.bytes(h.model);
   w.bytes(h.nonce);
+  w.bytes(h.host);
 }
 
 inline bool has_magic(std::span<const std::uint8_t> in) {
@@ -225,6 +229,7 @@ inline std::optional<hello> decode_hello(std::span<const std::uint8_t> in) {
   r.bytes(h.cluster);
   r.bytes(h.model);
   r.bytes(h.nonce);
+  r.bytes(h.host);
   return h;
 }
 
@@ -238,6 +243,7 @@ inline void encode(const hello_reply& h, std::span<std::uint8_t, hello_reply_siz
   w.u32(h.rank);
   w.bytes(h.nonce);
   w.bytes(h.proof);
+  w.bytes(h.host);
 }
 
 inline bool valid_refusal(std::uint8_t v) { return v <= static_cast<std::uint8_t>(refusal::bad_proof); }
@@ -255,6 +261,7 @@ inline std::optional<hello_reply> decode_hello_reply(std::span<const std::uint8_
   h.rank = r.u32();
   r.bytes(h.nonce);
   r.bytes(h.proof);
+  r.bytes(h.host);
   return h;
 }
 
@@ -308,10 +315,88 @@ inline digest handshake_proof(std::string_view token, bool from_server, const di
   return hmac_sha256(token, msg);
 }
 
+// ---- shared-memory offer (after a successful handshake, when both ends are on one host and want it) ----
+
+// Names of the regions: our prefix, the creator's pid, '-', 32 random hex digits (see shm_region.hpp).
+inline constexpr std::string_view shm_prefix = "mwstrat-ring-";
+inline constexpr std::size_t shm_name_size = 64;  // on the wire, NUL-padded
+inline constexpr std::uint32_t max_shm_slots = 64;
+inline constexpr std::uint64_t max_shm_slot_bytes = std::uint64_t{1} << 30;
+
+// Only names of our own shape: nothing that could walk out of /dev/shm or name someone else's object.
+inline bool valid_shm_name(std::string_view name) {
+  if (name.size() <= shm_prefix.size() || name.size() >= shm_name_size || !name.starts_with(shm_prefix)) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(shm_prefix.size()), name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || c == '-'; });
+}
+
+// sender (client) -> receiver (server): the region it created, or none (status 0) when it could not.
+struct shm_offer {
+  std::uint8_t status = 0;  // 1 = offered
+  std::uint32_t slots = 0;
+  std::uint64_t slot_bytes = 0;
+  std::string name;
+};
+inline constexpr std::size_t shm_offer_size = 8 + 4 + 4 + 8 + shm_name_size;
+
+// receiver -> sender: 0 = mapped (payloads go through the region), 1 = declined (TCP).
+inline constexpr std::size_t shm_answer_size = 8 + 1;
+
+inline void encode(const shm_offer& o, std::span<std::uint8_t, shm_offer_size> out) {
+  byte_writer w(out);
+  w.bytes(hello_magic);
+  w.u8(o.status);
+  w.u8(0);
+  w.u8(0);
+  w.u8(0);
+  w.u32(o.slots);
+  w.u64(o.slot_bytes);
+  std::array<std::uint8_t, shm_name_size> name{};
+  std::memcpy(name.data(), o.name.data(), std::min(o.name.size(), shm_name_size - 1));
+  w.bytes(name);
+}
+
+// nullopt when malformed: bad magic, unknown status, slots or slot size out of range, a name not of our shape.
+inline std::optional<shm_offer> decode_shm_offer(std::span<const std::uint8_t> in) {
+  if (in.size() != shm_offer_size || !has_magic(in)) return std::nullopt;
+  byte_reader r(in.subspan(8));
+  shm_offer o;
+  o.status = r.u8();
+  if (r.u8() != 0 || r.u8() != 0 || r.u8() != 0) return std::nullopt;
+  o.slots = r.u32();
+  o.slot_bytes = r.u64();
+  std::array<std::uint8_t, shm_name_size> name{};
+  r.bytes(name);
+  if (o.status == 0) return o.slots == 0 && o.slot_bytes == 0 && name[0] == 0 ? std::optional(o) : std::nullopt;
+  if (o.status != 1 || o.slots < 1 || o.slots > max_shm_slots || o.slot_bytes < 64 ||
+      o.slot_bytes > max_shm_slot_bytes || o.slot_bytes % 64 != 0)
+    return std::nullopt;
+  const auto end = std::find(name.begin(), name.end(), std::uint8_t{0});
+  if (end == name.end()) return std::nullopt;
+  if (std::any_of(end, name.end(), [](std::uint8_t b) { return b != 0; })) return std::nullopt;
+  o.name.assign(name.begin(), end);
+  if (!valid_shm_name(o.name)) return std::nullopt;
+  return o;
+}
+
+inline void encode_shm_answer(bool mapped, std::span<std::uint8_t, shm_answer_size> out) {
+  byte_writer w(out);
+  w.bytes(hello_magic);
+  w.u8(mapped ? 0 : 1);
+}
+
+// true = mapped, false = declined, nullopt = malformed.
+inline std::optional<bool> decode_shm_answer(std::span<const std::uint8_t> in) {
+  if (in.size() != shm_answer_size || !has_magic(in) || in[8] > 1) return std::nullopt;
+  return in[8] == 0;
+}
+
 // ---- data frames ----
 
 inline constexpr std::uint32_t frame_magic = 0x4653574DU;  // "MWSF" on the wire
-enum class frame_type : std::uint8_t { data = 1, abort = 2 };
+// data: the payload follows on the socket. slot: the payload is in the link's next shared-memory slot (nothing
+// follows). credit: on the back channel, the receiver is done with its oldest slot (no payload). abort: see below.
+enum class frame_type : std::uint8_t { data = 1, abort = 2, slot = 3, credit = 4 };
 
 struct frame_header {
   frame_type type = frame_type::data;
@@ -355,7 +440,7 @@ inline std::optional<frame_header> decode_frame_header(std::span<const std::uint
   frame_header h;
   const auto type = r.u8(), op = r.u8(), dt = r.u8();
   h.reduction = r.u8();
-  if (type != 1 && type != 2) return fail("unknown frame type");
+  if (type < 1 || type > 4) return fail("unknown frame type");
   if (op < 1 || op > 4) return fail("unknown operation in frame");
   if (dt < 1 || dt > 4) return fail("unknown element type in frame");
   h.type = static_cast<frame_type>(type);
@@ -368,11 +453,13 @@ inline std::optional<frame_header> decode_frame_header(std::span<const std::uint
   h.payload = r.u64();
   if (h.type == frame_type::abort && (h.payload < abort_fixed_size || h.payload > abort_fixed_size + max_abort_text))
     return fail("abort frame with an out-of-range length");
+  if (h.type == frame_type::credit && h.payload != 0) return fail("credit frame with a payload");
   return h;
 }
 
 inline std::string describe(const frame_header& h) {
-  std::string s = op_name(h.op);
+  std::string s = h.type == frame_type::slot ? "shared-memory " : "";
+  s += op_name(h.op);
   s += "<";
   s += dtype_name(h.type_of_elements);
   s += "> #" + std::to_string(h.seq) + " (" + std::to_string(h.count) + " elements, step " + std::to_string(h.step) +
@@ -382,7 +469,7 @@ inline std::string describe(const frame_header& h) {
 
 // Compares a received data header with the one this rank expects next; an explanation when they differ.
 inline std::optional<std::string> frame_mismatch(const frame_header& got, const frame_header& want) {
-  if (got.type != frame_type::data || got.op != want.op || got.type_of_elements != want.type_of_elements ||
+  if (got.type != want.type || got.op != want.op || got.type_of_elements != want.type_of_elements ||
       got.reduction != want.reduction || got.seq != want.seq || got.count != want.count || got.step != want.step ||
       got.chunk != want.chunk || got.payload != want.payload)
     return "expected " + describe(want) + ", received " + describe(got);
