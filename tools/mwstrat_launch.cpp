@@ -185,7 +185,10 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt) {
   std::vector<worker> ws;
   for (int i = 0; i < o.workers; ++i) ws.push_back(start(o, ports, i, attempt));
   std::optional<int> failure;
-  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  // When the workers asked to end get SIGKILL; max() means no such deadline (a plain time point, not an optional:
+  // GCC 12 under TSan reports a false maybe-uninitialized on the optional).
+  constexpr auto no_kill = std::chrono::steady_clock::time_point::max();
+  auto kill_at = no_kill;
   auto end_all = [&](int sig) {
     for (auto& w : ws) if (!w.status) ::kill(-w.pid, sig);
   };
@@ -225,9 +228,9 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt) {
       end_all(SIGTERM);
       kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.grace_ms);
     }
-    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+    if (kill_at != no_kill && std::chrono::steady_clock::now() >= kill_at) {
       end_all(SIGKILL);
-      kill_at.reset();
+      kill_at = no_kill;
     }
     bool running = false;
     for (auto& w : ws) running = running || !w.status || w.out >= 0;
