@@ -207,7 +207,9 @@ std::function<void(write_stage, const fs::path&, const fs::path&)> fail_backup_o
 std::function<void(write_stage, const fs::path&, const fs::path&)> slow_backup_of(std::int64_t step) {
   return [name = "backup-" + std::to_string(step) + ".safetensors"](write_stage s, const fs::path&,
                                                                      const fs::path& target) {
-    if (s == write_stage::synced && target.filename() == name) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (s == write_stage::synced && target.filename() == name) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
   };
 }
 
