@@ -168,6 +168,21 @@ void BM_manager_save(benchmark::State& st) {
 }
 BENCHMARK(BM_manager_save)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// What a background backup costs the training thread: the copy of the state into the reused snapshot buffer.
+void BM_snapshot_into(benchmark::State& st) {
+  const training_state_view view = view_of(cnn_state());
+  training_state snapshot;
+  snapshot_into(view, snapshot);
+  for (auto _ : st) {
+    snapshot_into(view, snapshot);
+    benchmark::DoNotOptimize(snapshot.weights.front().values.data());
+    benchmark::ClobberMemory();
+  }
+  check(snapshot == cnn_state(), "snapshot");
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * state_file_size()));
+}
+BENCHMARK(BM_snapshot_into)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // --- reads, page cache warm -------------------------------------------------------------------------------
 
 void BM_raw_read_warm(benchmark::State& st) {

@@ -6,12 +6,14 @@
 // saves the final model to --model-dir and evaluates it on the 10 000 test images.
 #include <mwstrat/mwstrat.hpp>
 
+#include <array>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
 
@@ -33,18 +35,32 @@ struct flags {
   double op_timeout_s = 60;
   bool evaluate_test = true;
   // Fault injection (tests, demos of BackupAndRestore): rank kill_rank SIGKILLs itself after global step
-  // kill_at_step, on the first launch attempt only (MWSTRAT_LAUNCH_ATTEMPT unset or 0).
+  // kill_at_step, on the first launch attempt only (MWSTRAT_LAUNCH_ATTEMPT unset or 0). Every worker must be
+  // given the same flags: they all meet at that step (see fault_injector).
   std::optional<std::uint64_t> kill_at_step;
   int kill_rank = 1;
 };
 
 // Kills this process (SIGKILL: no cleanup, no goodbye to its peers) at a chosen step, like a lost machine.
+//
+// The chief writes backups in the background, so a kill right after a save point could land before that backup
+// is on disk, and the job would then resume from the one before: still exact, but the resume point would depend
+// on the timing. To make the resume point deterministic (tests assert it), the kill stands for a machine lost
+// *after* the last backup started is durable: at the kill step the chief waits for it, and every worker waits
+// for the chief (a one-value broadcast) before the chosen rank kills itself.
 struct fault_injector {
   std::optional<std::uint64_t> at_step;
   int rank;
+  mwstrat::backup_and_restore* backup = nullptr;
   template <class Ctx>
   void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
-    if (at_step && ctx.global_step() == *at_step && ctx.strategy.replica_id() == rank) {
+    if (!at_step || ctx.global_step() != *at_step) return;
+    if (backup) {
+      backup->wait_for_backup();  // on the chief; other workers have nothing in flight
+      std::array<double, 1> durable{};
+      ctx.strategy.mirror(std::span<double>(durable));
+    }
+    if (ctx.strategy.replica_id() == rank) {
       std::fprintf(stderr, "fault injection: rank %d kills itself after global step %llu\n", rank,
                    static_cast<unsigned long long>(*at_step));
       std::fflush(stderr);
@@ -129,11 +145,11 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy, Opt
   options.steps_per_epoch = f.steps_per_epoch;
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
-  fault_injector fault{f.kill_at_step, f.kill_rank};
   std::optional<mwstrat::backup_and_restore> backup;
   if (!f.backup_dir.empty()) {
     backup.emplace(mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
   }
+  fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr};
   if (backup) {
     mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, *backup, fault);
   } else {

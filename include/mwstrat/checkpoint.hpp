@@ -4,6 +4,7 @@
 /// checkpoint manager and the `checkpointer` concept. See docs/checkpointing.md.
 
 #include <mwstrat/checkpoint/atomic_file.hpp>
+#include <mwstrat/checkpoint/background_writer.hpp>
 #include <mwstrat/checkpoint/concepts.hpp>
 #include <mwstrat/checkpoint/crc32c.hpp>
 #include <mwstrat/checkpoint/dtype.hpp>

@@ -101,6 +101,32 @@ TEST(training_state, loading_into_an_existing_state_reuses_its_storage) {
   EXPECT_TRUE(into == make_state(7));
 }
 
+TEST(training_state, a_snapshot_is_an_independent_copy_that_reuses_its_storage) {
+  training_state source = make_state(8);
+  training_state snapshot;
+  snapshot_into(view_of(source), snapshot);
+  EXPECT_TRUE(snapshot == source);
+  const training_state expected = source;
+  source.weights[0].values[0] += 1.0f;  // training goes on changing the values the view points at
+  source.optimizer_slots.back().values.back() = -7.0f;
+  EXPECT_TRUE(snapshot == expected) << "the snapshot does not alias the source";
+  EXPECT_FALSE(snapshot == source);
+
+  const float* weights_storage = snapshot.weights[0].values.data();
+  const float* slot_storage = snapshot.optimizer_slots.back().values.data();
+  snapshot_into(view_of(source), snapshot);
+  EXPECT_TRUE(snapshot == source);
+  EXPECT_EQ(snapshot.weights[0].values.data(), weights_storage) << "a second snapshot of the same shapes reuses it";
+  EXPECT_EQ(snapshot.optimizer_slots.back().values.data(), slot_storage);
+
+  training_state other = make_state(9, 40);  // fewer tensors and other fields: still an exact copy
+  other.weights.pop_back();
+  other.optimizer_slots.resize(1);
+  other.extra.clear();
+  snapshot_into(view_of(other), snapshot);
+  EXPECT_TRUE(snapshot == other);
+}
+
 TEST(training_state, decode_of_encoded_bytes_round_trips) {
   const training_state state = make_state(8);
   const auto bytes = encode_training_state(state);

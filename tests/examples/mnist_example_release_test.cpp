@@ -69,12 +69,13 @@ TEST(mnist_example_release, a_killed_worker_is_named_and_the_relaunched_job_resu
   scratch_dir dir;
   const auto reference = train_job(dir, "reference", 2, resumable + " --backup-dir " + (dir / "backup_ref"));
 
-  // The job, started by hand: worker 1 SIGKILLs itself after global step 17 (mid epoch 2).
+  // The job, started by hand: worker 1 SIGKILLs itself after global step 17 (mid epoch 2). Both workers get the
+  // flag: they meet at that step, after the chief's step-15 backup (written in the background) is on disk.
   const auto ports = free_ports(2);
   const std::string job = example + common_flags() + resumable + " --backup-dir " + (dir / "backup") +
                           " --model-dir " + (dir / "model");
   process w1("TF_CONFIG='" + tf_config(ports, 1) + "' " + job + " --kill-at-step 17", 300);
-  process w0("TF_CONFIG='" + tf_config(ports, 0) + "' " + job, 300);
+  process w0("TF_CONFIG='" + tf_config(ports, 0) + "' " + job + " --kill-at-step 17", 300);
   const auto r1 = w1.finish();
   const auto r0 = w0.finish();
   EXPECT_EQ(r1.exit_code, 128 + 9) << r1.output;

@@ -13,13 +13,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -189,6 +192,132 @@ TEST(backup_and_restore, a_backup_of_another_model_fails_every_worker_clearly) {
       << errors[0];
   EXPECT_NE(errors[1].find("the chief could not restore the backup"), std::string::npos) << errors[1];
   EXPECT_TRUE(fs::exists(dir.path / "backup-3.safetensors")) << "nothing already saved is lost";
+}
+
+// A write hook that throws when the backup of `step` reaches `stage`, on whichever thread writes it.
+std::function<void(write_stage, const fs::path&, const fs::path&)> fail_backup_of(std::int64_t step,
+                                                                                  write_stage stage) {
+  return [name = "backup-" + std::to_string(step) + ".safetensors", stage](write_stage s, const fs::path&,
+                                                                           const fs::path& target) {
+    if (s == stage && target.filename() == name) throw std::runtime_error("injected write failure");
+  };
+}
+
+// A write hook that holds the backup of `step` just before its rename, so it is still in flight for a while.
+std::function<void(write_stage, const fs::path&, const fs::path&)> slow_backup_of(std::int64_t step) {
+  return [name = "backup-" + std::to_string(step) + ".safetensors"](write_stage s, const fs::path&,
+                                                                     const fs::path& target) {
+    if (s == write_stage::synced && target.filename() == name) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  };
+}
+
+TEST(backup_and_restore, a_failed_background_write_is_an_error_at_the_next_save_point) {
+  temp_dir dir;
+  run_options o;
+  backup_options bo{dir.path, save_frequency::every(5)};
+  bo.write.on_stage = fail_backup_of(5, write_stage::written);
+  o.backup = bo;
+  const run_result r = run(o);
+  ASSERT_TRUE(r.failed);
+  EXPECT_NE(r.error.find("the backup of global step 5 (written in the background to " + dir.path.string() +
+                         ") failed: injected write failure"),
+            std::string::npos)
+      << r.error;
+  EXPECT_FALSE(fs::exists(dir.path / "backup-5.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.path / "backup-10.safetensors")) << "the job stops at the next save point";
+}
+
+TEST(backup_and_restore, a_failed_last_background_write_is_an_error_at_the_end_of_fit) {
+  temp_dir dir;
+  run_options o;  // 3 epochs of 10 steps: backups at global steps 10, 20 and 30
+  backup_options bo{dir.path, save_frequency::every(10)};
+  bo.write.on_stage = fail_backup_of(30, write_stage::synced);
+  o.backup = bo;
+  const run_result r = run(o);
+  ASSERT_TRUE(r.failed) << "the last backup failed after the last step: fit must not succeed silently";
+  EXPECT_NE(r.error.find("the backup of global step 30"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("injected write failure"), std::string::npos) << r.error;
+  EXPECT_TRUE(fs::exists(dir.path / "backup-20.safetensors")) << "the previous backup is kept, not deleted";
+  EXPECT_FALSE(fs::exists(dir.path / "backup-30.safetensors"));
+}
+
+TEST(backup_and_restore, the_synchronous_mode_fails_at_the_save_itself) {
+  temp_dir dir;
+  run_options o;
+  backup_options bo{dir.path, save_frequency::every(5)};
+  bo.write_in_background = false;
+  bo.write.on_stage = fail_backup_of(5, write_stage::written);
+  o.backup = bo;
+  const run_result r = run(o);
+  ASSERT_TRUE(r.failed);
+  EXPECT_NE(r.error.find("injected write failure"), std::string::npos) << r.error;
+  EXPECT_EQ(r.error.find("in the background"), std::string::npos) << r.error;
+}
+
+TEST(backup_and_restore, background_and_synchronous_backups_are_byte_identical_and_a_failed_fit_waits_for_its_write) {
+  temp_dir background_dir;
+  temp_dir synchronous_dir;
+  run_options o;
+  o.die_at_step = 20;  // right after the save point of step 20: its write is still in flight when fit fails
+  backup_options background{background_dir.path, save_frequency::every(4)};
+  background.write.on_stage = slow_backup_of(20);
+  o.backup = background;
+  ASSERT_TRUE(run(o).failed);
+  // The callback is gone, and with it the writer: the step-20 backup it had in flight is complete on disk.
+  const training_state restored = load_training_state(background_dir.path / "backup-20.safetensors");
+  EXPECT_EQ(restored.step, 20);
+
+  backup_options synchronous{synchronous_dir.path, save_frequency::every(4)};
+  synchronous.write_in_background = false;
+  o.backup = synchronous;
+  ASSERT_TRUE(run(o).failed);
+  for (const char* name : {"backup-16.safetensors", "backup-20.safetensors", "backup.index.json"}) {
+    const auto read = [](const fs::path& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const std::string bytes = read(background_dir.path / name);
+    EXPECT_FALSE(bytes.empty()) << name;
+    EXPECT_EQ(bytes, read(synchronous_dir.path / name)) << name;
+  }
+  EXPECT_FALSE(fs::exists(background_dir.path / "backup-12.safetensors")) << "pruned in the background too";
+}
+
+// On the chief at `step`: whether `file` exists before and after `wait_for_backup`.
+struct check_durable_at {
+  std::uint64_t step;
+  backup_and_restore* backup;
+  fs::path file;
+  std::vector<std::string>* seen;
+  template <class Ctx> void on_train_batch_end(Ctx& ctx, std::size_t, const batch_logs&) {
+    if (ctx.global_step() != step || !ctx.strategy.is_chief()) return;
+    seen->push_back(fs::exists(file) ? "before: there" : "before: not yet");
+    backup->wait_for_backup();
+    seen->push_back(fs::exists(file) ? "after: there" : "after: missing");
+  }
+};
+
+TEST(backup_and_restore, wait_for_backup_returns_once_the_backup_is_durable) {
+  temp_dir dir;
+  std::vector<std::string> seen;
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 1);
+    momentum_sgd sgd(model.parameters().size());
+    blob_batches data(examples, features, classes, 24, 2, c.rank(), 9);
+    std::ostringstream silent;
+    backup_options bo{dir.path, save_frequency::every(5)};
+    bo.log = &silent;
+    bo.write.on_stage = slow_backup_of(5);
+    backup_and_restore backup(bo);
+    check_durable_at check{5, &backup, dir.path / "backup-5.safetensors", &seen};
+    fit_options fo;
+    fo.epochs = 1;
+    fit(strategy, model, sgd, data, fo, backup, check);
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"before: not yet", "after: there"}));
 }
 
 TEST(backup_and_restore, save_freq_parses_like_keras) {

@@ -120,6 +120,30 @@ using training_state_view = basic_training_state<float_tensor_view>;
   return v;
 }
 
+/// Copies `from` (values included) into `to`, reusing `to`'s storage: once `to` has held a state of the same
+/// shapes, taking another snapshot allocates nothing. What a trainer does to write a state in the background while
+/// training goes on changing the values `from` views.
+inline void snapshot_into(const training_state_view& from, training_state& to) {
+  to.epoch = from.epoch;
+  to.step = from.step;
+  to.cursor = from.cursor;
+  to.rng_state = from.rng_state;
+  to.world_size = from.world_size;
+  to.model_fingerprint = from.model_fingerprint;
+  to.optimizer_iterations = from.optimizer_iterations;
+  to.extra = from.extra;
+  const auto copy = [](const std::vector<float_tensor_view>& views, std::vector<float_tensor>& tensors) {
+    tensors.resize(views.size());
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      tensors[i].name = views[i].name;
+      tensors[i].shape = views[i].shape;
+      tensors[i].values.assign(views[i].values.begin(), views[i].values.end());
+    }
+  };
+  copy(from.weights, to.weights);
+  copy(from.optimizer_slots, to.optimizer_slots);
+}
+
 /// The prefix under which optimizer slots are stored.
 inline constexpr std::string_view optimizer_slot_prefix = "optimizer/";
 /// `mwstrat.format` of a training state.
@@ -344,17 +368,11 @@ inline void load_training_state(const std::filesystem::path& path, training_stat
   detail::read_training_metadata(header.metadata, state, path, options.rank);
   const std::vector<float_tensor*> targets = detail::shape_training_state(state, header, path, options.rank);
 
-  // Read in slices small enough to still be in cache when the CRC runs over them.
-  constexpr std::size_t slice = std::size_t{1} << 20;
   std::uint32_t crc = 0;
   for (std::size_t i = 0; i < targets.size(); ++i) {
     const std::span<std::byte> out = std::as_writable_bytes(std::span(targets[i]->values));
-    const std::uint64_t base = header.data_offset() + header.tensors[i].begin;
-    for (std::size_t done = 0; done < out.size(); done += slice) {
-      const std::span<std::byte> part = out.subspan(done, std::min(slice, out.size() - done));
-      detail::read_exact(fd.get(), part, base + done, path, options.rank);
-      crc = crc32c_extend(crc, part);
-    }
+    crc = detail::read_exact_checksummed(fd.get(), out, header.data_offset() + header.tensors[i].begin, crc, path,
+                                         options.rank);
   }
   safetensors_view::verify_checksums(header, crc, path, options);
 }

@@ -8,7 +8,16 @@
 /// newest good backup and broadcasts it to every worker; every worker then continues from it. The backup is
 /// written atomically (a crash mid-write leaves the previous one) and keeps the one before as a fallback; it is
 /// removed after a successful `fit` when `delete_checkpoint` is set.
+///
+/// Writing in the background (the default): at a save point the chief copies the state into a buffer it reuses
+/// (a memcpy of the weights and optimizer slots) and a writer thread serialises, writes, fsyncs, renames and
+/// prunes, while training goes on. At most one write is in flight: the next save point, `on_train_end`,
+/// `wait_for_backup` and the destructor wait for it. A failed background write is a `checkpoint_error` at the next
+/// save point or at `on_train_end` (the destructor, which cannot throw, logs it). Since every write is atomic, a
+/// crash at any instant still leaves the previous complete backup, and a restart resumes from the newest backup
+/// complete on disk, which may be one save point earlier than the last one started.
 
+#include <mwstrat/checkpoint/background_writer.hpp>
 #include <mwstrat/checkpoint/manager.hpp>
 #include <mwstrat/checkpoint/training_state.hpp>
 #include <mwstrat/error.hpp>
@@ -19,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -61,6 +71,12 @@ struct backup_options {
   save_frequency save_freq = save_frequency::epoch();
   bool delete_checkpoint = true;                   ///< remove the backup after a successful fit
   std::ostream* log = &std::cerr;                  ///< where the chief says what it restored
+  /// Write each backup on a background thread (see the file comment): a step then costs the chief a memcpy of
+  /// the state, and it holds one more copy of it. false: write on the training thread, which waits for the
+  /// serialisation, both fsyncs and the rename (the cost of a whole save at every save point, no extra memory).
+  bool write_in_background = true;
+  /// How the backup files are written (fsync, fault hooks for tests); the rank is filled in.
+  write_options write = {};
 };
 
 /// Backs up the whole training state and restores it when a job restarts (see the file comment).
@@ -68,6 +84,23 @@ class backup_and_restore {
  public:
   explicit backup_and_restore(backup_options options) : options_(std::move(options)) {
     if (options_.backup_dir.empty()) throw config_error({"train"}, "backup_and_restore: backup_dir is empty");
+  }
+  backup_and_restore(const backup_and_restore&) = delete;
+  backup_and_restore& operator=(const backup_and_restore&) = delete;
+  /// Waits for a backup still being written; logs its failure, if it failed, since nobody else will see it.
+  ~backup_and_restore() {
+    if (const std::exception_ptr failure = writer_.finish(); failure && options_.log) {
+      *options_.log << "[mwstrat.train.backup] rank " << rank_ << ": warning: " << failure_message(failure) << "\n"
+                    << std::flush;
+    }
+  }
+
+  /// Waits until the backup being written in the background, if any, is durable on disk; throws
+  /// `checkpoint_error` if writing it failed. Only the chief writes: on other workers it returns at once.
+  void wait_for_backup() {
+    if (const std::exception_ptr failure = writer_.finish()) {
+      throw checkpoint_error({"train.backup", rank_}, options_.backup_dir.string(), failure_message(failure));
+    }
   }
 
   /// Whether the last `fit` resumed from a backup, and at which global step.
@@ -77,8 +110,16 @@ class backup_and_restore {
   void on_train_begin(Ctx& ctx) {
     const int rank = ctx.strategy.replica_id();
     resumed_at_.reset();
+    // A write left in flight by an earlier fit that failed: let it finish before reading the folder. Its failure
+    // does not stop this run, which restores the newest complete backup, but it is said.
+    if (const std::exception_ptr failure = writer_.finish(); failure && options_.log) {
+      *options_.log << "[mwstrat.train.backup] rank " << rank_ << ": warning: " << failure_message(failure) << "\n"
+                    << std::flush;
+    }
+    rank_ = rank;
     if (ctx.strategy.is_chief()) {
       checkpoint_manager_options mo;
+      mo.write = options_.write;
       mo.write.rank = rank;
       manager_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
     }
@@ -158,7 +199,9 @@ class backup_and_restore {
 
   template <class Ctx>
   void on_train_end(Ctx& ctx, const history& h) {
-    if (!ctx.strategy.is_chief() || !options_.delete_checkpoint || h.stopped_early) return;
+    if (!ctx.strategy.is_chief()) return;
+    wait_for_backup();  // the last backup is on disk, or its failure is thrown, before fit returns or deletes it
+    if (!options_.delete_checkpoint || h.stopped_early) return;
     if (ctx.epoch < ctx.epochs) return;  // not finished: keep the backup
     manager_->remove_all();
   }
@@ -167,6 +210,7 @@ class backup_and_restore {
   template <class Ctx>
   void save(Ctx& ctx, int epoch, std::size_t step) {
     if (!ctx.strategy.is_chief()) return;
+    wait_for_backup();  // one write in flight at most; a failed one surfaces here
     training_state_view s;
     s.epoch = epoch;
     s.step = static_cast<std::int64_t>(static_cast<std::uint64_t>(epoch) * ctx.steps_per_epoch + step);
@@ -184,7 +228,30 @@ class backup_and_restore {
     s.extra["train.epoch_count"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.count);
     s.extra["train.steps_per_epoch"] = std::to_string(ctx.steps_per_epoch);
     if constexpr (requires { ctx.model.step(); }) s.extra["train.model_step"] = exact(double(ctx.model.step()));
-    manager_->save(s, s.step);
+    if (!options_.write_in_background) {
+      manager_->save(s, s.step);
+      return;
+    }
+    // Training changes the values `s` views as soon as this returns: the writer gets a copy.
+    snapshot_into(s, snapshot_);
+    pending_step_ = s.step;
+    writer_.submit([this] { manager_->save(snapshot_, snapshot_.step); });
+  }
+
+  /// What to say about a failed background write.
+  [[nodiscard]] std::string failure_message(const std::exception_ptr& failure) const {
+    std::string why;
+    try {
+      std::rethrow_exception(failure);
+    } catch (const error& e) {
+      why = e.detail();
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "unknown exception";
+    }
+    return "the backup of global step " + std::to_string(pending_step_) + " (written in the background to " +
+           options_.backup_dir.string() + ") failed: " + why;
   }
 
   template <class Ctx>
@@ -227,6 +294,11 @@ class backup_and_restore {
   std::optional<checkpoint_manager> manager_;
   std::string source_;
   std::optional<std::uint64_t> resumed_at_;
+  int rank_ = 0;
+  training_state snapshot_;        // the state being written in the background (its storage is reused)
+  std::int64_t pending_step_ = 0;  // the global step of the last background write, for messages
+  // Last, so that it is destroyed (its thread joined) before what the thread uses.
+  background_writer writer_;
 };
 
 }  // namespace mwstrat
