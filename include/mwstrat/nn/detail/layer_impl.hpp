@@ -8,6 +8,7 @@
 #include <mwstrat/nn/detail/gemm.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/initializers.hpp>
 #include <mwstrat/nn/layers.hpp>
 
@@ -107,11 +108,23 @@ class alias_layer final : public layer_impl<T> {
   std::string base_;
 };
 
-// dz = dy * (y > 0), elementwise in fixed chunks.
+// dz = dy where y > 0, else 0, elementwise in fixed chunks: a vector select, no branch on the data.
 template <class T>
 void relu_backward(std::size_t n, const T* y, const T* dy, T* dz) {
-  parallel_chunks(n, 1 << 16, [&](std::size_t b, std::size_t e) {
-    for (std::size_t i = b; i < e; ++i) dz[i] = y[i] > T{} ? dy[i] : T{};
+  parallel_chunks(n, 1 << 16, [y, dy, dz](std::size_t b, std::size_t e) {
+    using V = vec_t<T>;
+    constexpr std::size_t L = lanes_v<T>;
+    const V zero = {};
+    std::size_t i = b;
+    for (; i + L <= e; i += L) {
+      V yv;
+      V g;
+      vload(yv, y + i);
+      vload(g, dy + i);
+      const V r = yv > zero ? g : zero;
+      vstore(dz + i, r);
+    }
+    for (; i < e; ++i) dz[i] = y[i] > T{} ? dy[i] : T{};
   });
 }
 
@@ -318,26 +331,41 @@ class conv2d_layer final : public layer_impl<T> {
     return {nn_shape{g.oh, g.ow, spec.filters}, g};
   }
 
+  // cols[position][ky][kx][c]: a window row whose kw pixels all lie inside the input is kw * c contiguous
+  // elements (one short copy); only rows that touch the padding go pixel by pixel.
   void im2col(std::size_t batch, const T* x) {
     const std::size_t in_size = g_.h * g_.w * g_.c;
+    const std::size_t run = g_.kw * g_.c;
+    const std::ptrdiff_t h = static_cast<std::ptrdiff_t>(g_.h);
+    const std::ptrdiff_t w = static_cast<std::ptrdiff_t>(g_.w);
     parallel_tasks(batch, [&](std::size_t b) {
       const T* xs = x + b * in_size;
       T* col = cols_.data() + b * g_.oh * g_.ow * patch_;
       for (std::size_t oy = 0; oy < g_.oh; ++oy)
-        for (std::size_t ox = 0; ox < g_.ow; ++ox)
-          for (std::size_t ky = 0; ky < g_.kh; ++ky) {
+        for (std::size_t ox = 0; ox < g_.ow; ++ox) {
+          const std::ptrdiff_t ix0 = g_.in_col(ox, 0);
+          const bool cols_in = ix0 >= 0 && ix0 + static_cast<std::ptrdiff_t>(g_.kw) <= w;
+          for (std::size_t ky = 0; ky < g_.kh; ++ky, col += run) {
             const std::ptrdiff_t iy = g_.in_row(oy, ky);
-            const bool row_in = iy >= 0 && iy < static_cast<std::ptrdiff_t>(g_.h);
-            for (std::size_t kx = 0; kx < g_.kw; ++kx) {
-              const std::ptrdiff_t ix = g_.in_col(ox, kx);
-              if (row_in && ix >= 0 && ix < static_cast<std::ptrdiff_t>(g_.w)) {
-                const T* s = xs + (static_cast<std::size_t>(iy) * g_.w + static_cast<std::size_t>(ix)) * g_.c;
-                for (std::size_t c = 0; c < g_.c; ++c) *col++ = s[c];
-              } else {
-                for (std::size_t c = 0; c < g_.c; ++c) *col++ = T{};
+            if (iy < 0 || iy >= h) {
+              std::fill(col, col + run, T{});
+            } else if (cols_in) {
+              const T* s = xs + (static_cast<std::size_t>(iy) * g_.w + static_cast<std::size_t>(ix0)) * g_.c;
+              for (std::size_t t = 0; t < run; ++t) col[t] = s[t];
+            } else {
+              for (std::size_t kx = 0; kx < g_.kw; ++kx) {
+                const std::ptrdiff_t ix = ix0 + static_cast<std::ptrdiff_t>(kx);
+                T* d = col + kx * g_.c;
+                if (ix >= 0 && ix < w) {
+                  const T* s = xs + (static_cast<std::size_t>(iy) * g_.w + static_cast<std::size_t>(ix)) * g_.c;
+                  for (std::size_t c = 0; c < g_.c; ++c) d[c] = s[c];
+                } else {
+                  for (std::size_t c = 0; c < g_.c; ++c) d[c] = T{};
+                }
               }
             }
           }
+        }
     });
   }
 
