@@ -44,7 +44,7 @@ void Dense(benchmark::State& state) {
   tbb::task_arena arena(threads);
   const std::size_t F = 21632, U = 128;
   std::vector<float> x(batch * F, 0.5f), k(U * F, 0.25f), y(batch * U), dz(batch * U, 0.1f), dk(U * F), dx(batch * F),
-      bias(U, 0.0f), ws(mwstrat::detail::gemm_nt_workspace<float>(batch, U, F));
+      bias(U, 0.0f), ws(mwstrat::detail::gemm_nt_workspace(batch, U, F));
   auto run = [&] {
     arena.execute([&] {
       if (kind == 0)

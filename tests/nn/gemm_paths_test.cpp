@@ -1,6 +1,6 @@
-// The GEMM paths taken by the reference CNN's dense layer, each against a plain double-precision product on
+// The packed-panel path of gemm_nn (the dense layer's dK and dX) against a plain double-precision product on
 // shapes that exercise its edges (partial slivers and row groups, k blocks, streamed and unaligned outputs),
-// and their thread invariance; plus the register transpose and the vector relu gradient.
+// the dense layer's three products' thread invariance, and the vector relu gradient.
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
@@ -91,49 +91,6 @@ TEST(NnGemmPaths, LargeOutputIsStreamedAlignedOrNot) {
   check_panel<float>(67, 16384, 40, 0, false, 1e-5);  // every row line-aligned: the streamed stores
 }
 
-TEST(NnGemmPaths, TransposedGemmNtMatchesReference) {
-  for (std::size_t M : {16, 17, 33, 64})
-    for (std::size_t N : {8, 10, 70, 130})
-      for (std::size_t K : {1024, 1030, 2100}) {
-        ASSERT_TRUE(d::gemm_nt_transposes<float>(M, N, K));
-        SCOPED_TRACE(testing::Message() << M << "x" << N << "x" << K);
-        const auto a = filled<float>(M * K, 21);
-        const auto b = filled<float>(N * K, 22);
-        const auto bias = filled<float>(N, 23);
-        std::vector<float> c(M * N), c_relu(M * N), ws(d::gemm_nt_workspace<float>(M, N, K));
-        d::gemm_nt<float>(M, N, K, a.data(), K, b.data(), K, c.data(), N, bias.data(), false, ws);
-        d::gemm_nt<float>(M, N, K, a.data(), K, b.data(), K, c_relu.data(), N, nullptr, true, ws);
-        for (std::size_t i = 0; i < M; ++i)
-          for (std::size_t j = 0; j < N; ++j) {
-            double s = 0;
-            for (std::size_t k = 0; k < K; ++k)
-              s += static_cast<double>(a[i * K + k]) * static_cast<double>(b[j * K + k]);
-            const double tol = 1e-5 * std::sqrt(static_cast<double>(K));
-            ASSERT_NEAR(c[i * N + j], s + bias[j], tol) << i << "," << j;
-            ASSERT_NEAR(c_relu[i * N + j], std::max(s, 0.0), tol) << i << "," << j;
-          }
-      }
-}
-
-TEST(NnGemmPaths, TransposeBlockOnOddShapes) {
-  for (std::size_t M : {1, 15, 16, 17, 40})
-    for (auto [k0, k1] : {std::pair<std::size_t, std::size_t>{0, 16}, {3, 40}, {16, 17}, {5, 5}}) {
-      const std::size_t lda = 45;
-      const auto a = filled<float>(M * lda, 31);
-      const std::size_t ldo = M + 2;
-      std::vector<float> out((k1 - k0) * ldo, -9.0f);
-      d::transpose_block<float>(M, k0, k1, a.data(), lda, out.data(), ldo);
-      for (std::size_t k = k0; k < k1; ++k)
-        for (std::size_t i = 0; i < ldo; ++i)
-          ASSERT_EQ(out[(k - k0) * ldo + i], i < M ? a[i * lda + k] : -9.0f) << M << " " << k << "," << i;
-    }
-  const auto a = filled<double>(8 * 8, 32);
-  std::vector<double> out(64);
-  d::transpose_block<double>(8, 0, 8, a.data(), 8, out.data(), 8);
-  for (std::size_t i = 0; i < 8; ++i)
-    for (std::size_t k = 0; k < 8; ++k) ASSERT_EQ(out[k * 8 + i], a[i * 8 + k]);
-}
-
 TEST(NnGemmPaths, SameBitsForAnyThreadCount) {
   // The dense layer's three products at a small batch: dK (A column-major, streamed), dX and the forward.
   const std::size_t B = 24, F = 40000, U = 70;
@@ -146,7 +103,7 @@ TEST(NnGemmPaths, SameBitsForAnyThreadCount) {
   tbb::global_control allow_four(tbb::global_control::max_allowed_parallelism, 4);
   for (int threads : {1, 2, 4}) {
     tbb::task_arena arena(threads);
-    d::aligned_vector<float> dk(U * F), dx(B * F), y(B * U), ws(d::gemm_nt_workspace<float>(B, U, F));
+    d::aligned_vector<float> dk(U * F), dx(B * F), y(B * U), ws(d::gemm_nt_workspace(B, U, F));
     arena.execute([&] {
       d::gemm_nn<float>(U, F, B, dz.data(), 1, static_cast<std::ptrdiff_t>(U), x.data(), F, dk.data(), F);
       d::gemm_nn<float>(B, F, U, dz.data(), static_cast<std::ptrdiff_t>(U), 1, kern.data(), F, dx.data(), F);

@@ -37,7 +37,7 @@ void check_shapes(double tolerance) {
         for (std::size_t i = 0; i < M; ++i)
           for (std::size_t k = 0; k < K; ++k) at[k * M + i] = a[i * K + k];
         std::vector<T> nn(M * N), nn_t(M * N), nt(M * N), nt_relu(M * N);
-        std::vector<T> ws(mwstrat::detail::gemm_nt_workspace<T>(M, N, K));
+        std::vector<T> ws(mwstrat::detail::gemm_nt_workspace(M, N, K));
         mwstrat::detail::gemm_nn<T>(M, N, K, a.data(), static_cast<std::ptrdiff_t>(K), 1, b.data(), N, nn.data(), N,
                                     bias.data());
         mwstrat::detail::gemm_nn<T>(M, N, K, at.data(), 1, static_cast<std::ptrdiff_t>(M), b.data(), N, nn_t.data(),
@@ -70,7 +70,7 @@ TEST(NnGemm, SameBitsForAnyThreadCount) {
   tbb::global_control allow_four(tbb::global_control::max_allowed_parallelism, 4);
   for (int threads : {1, 2, 4}) {
     tbb::task_arena arena(threads);
-    std::vector<float> nn(M * N), nt(M * N), ws(mwstrat::detail::gemm_nt_workspace<float>(M, N, K));
+    std::vector<float> nn(M * N), nt(M * N), ws(mwstrat::detail::gemm_nt_workspace(M, N, K));
     arena.execute([&] {
       mwstrat::detail::gemm_nn<float>(M, N, K, a.data(), static_cast<std::ptrdiff_t>(K), 1, b.data(), N, nn.data(), N);
       mwstrat::detail::gemm_nt<float>(M, N, K, a.data(), K, b.data(), K, nt.data(), N, nullptr, false, ws);

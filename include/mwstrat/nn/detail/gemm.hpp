@@ -93,10 +93,10 @@ inline void kernel_nn_rows(int rows, std::size_t K, const T* a, std::ptrdiff_t a
 template <class T>
 inline void scalar_nn(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, const T* a,
                       std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
-                      const T* bias, bool accumulate) noexcept {
+                      const T* bias) noexcept {
   for (std::size_t i = m0; i < m1; ++i) {
     for (std::size_t j = n0; j < n1; ++j) {
-      T s = accumulate ? c[i * ldc + j] : bias != nullptr ? bias[j] : T{};
+      T s = bias != nullptr ? bias[j] : T{};
       const T* ai = a + static_cast<std::ptrdiff_t>(i) * ars;
       for (std::size_t k = 0; k < K; ++k) s += ai[static_cast<std::ptrdiff_t>(k) * aks] * b[k * ldb + j];
       c[i * ldc + j] = s;
@@ -104,21 +104,21 @@ inline void scalar_nn(std::size_t m0, std::size_t m1, std::size_t n0, std::size_
   }
 }
 
-// One strip of NV vectors of columns [j, j + NV*L) for rows [m0, m1); accumulate: add to C instead of bias. A strip of B whose rows lie far apart
+// One strip of NV vectors of columns [j, j + NV*L) for rows [m0, m1). A strip of B whose rows lie far apart
 // (a wide matrix) is first copied, kb rows at a time, into a contiguous buffer on the stack: that keeps it in L1
 // and in a few TLB entries while every row tile reuses it. Blocking k does not change any sum: a partial sum is
 // stored in C and reloaded exactly, so the additions happen in the same order.
 template <class T, int NV, int MR>
 inline void gemm_nn_strip(std::size_t m0, std::size_t m1, std::size_t j, std::size_t K, const T* a,
                           std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
-                          const T* bias, bool accumulate_all) noexcept {
+                          const T* bias) noexcept {
   constexpr std::size_t L = lanes_v<T>;
   constexpr std::size_t width = NV * L;
   constexpr std::size_t kb = 128;
   const T* bias_j = bias != nullptr ? bias + j : nullptr;
   auto run = [&](std::size_t k0, std::size_t kk, const T* bp, std::size_t ldbp) {
     const T* ak = a + static_cast<std::ptrdiff_t>(k0) * aks;
-    const bool accumulate = accumulate_all || k0 > 0;
+    const bool accumulate = k0 > 0;
     std::size_t i = m0;
     for (; i + MR <= m1; i += MR)
       kernel_nn<T, MR, NV>(kk, ak + static_cast<std::ptrdiff_t>(i) * ars, ars, aks, bp, ldbp, c + i * ldc + j, ldc,
@@ -127,12 +127,8 @@ inline void gemm_nn_strip(std::size_t m0, std::size_t m1, std::size_t j, std::si
       kernel_nn_rows<T, NV, MR>(static_cast<int>(m1 - i), kk, ak + static_cast<std::ptrdiff_t>(i) * ars, ars, aks, bp,
                                 ldbp, c + i * ldc + j, ldc, bias_j, accumulate);
   };
-  if (m1 - m0 <= static_cast<std::size_t>(MR) || (ldb == width && K <= kb)) {
+  if (ldb == width || m1 - m0 <= static_cast<std::size_t>(MR)) {
     run(0, K, b + j, ldb);
-    return;
-  }
-  if (ldb == width) {  // already contiguous: block k only, so each block of B is reused from L1 by every row tile
-    for (std::size_t k0 = 0; k0 < K; k0 += kb) run(k0, std::min(kb, K - k0), b + k0 * ldb + j, ldb);
     return;
   }
   alignas(64) T pack[kb * width];
@@ -144,19 +140,17 @@ inline void gemm_nn_strip(std::size_t m0, std::size_t m1, std::size_t j, std::si
   }
 }
 
-/// One task's block [m0, m1) x [n0, n1) of gemm_nn, serially; accumulate: C += A * B (bias unused).
+/// One task's block [m0, m1) x [n0, n1) of gemm_nn, serially.
 template <class T>
 void gemm_nn_block(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, const T* a,
                    std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
-                   const T* bias, bool accumulate = false) noexcept {
+                   const T* bias) noexcept {
   constexpr std::size_t L = lanes_v<T>;
   std::size_t j = n0;
-  for (; j + 4 * L <= n1; j += 4 * L)
-    gemm_nn_strip<T, 4, 6>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
-  for (; j + 2 * L <= n1; j += 2 * L)
-    gemm_nn_strip<T, 2, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
-  for (; j + L <= n1; j += L) gemm_nn_strip<T, 1, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
-  if (j < n1) scalar_nn(m0, m1, j, n1, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
+  for (; j + 4 * L <= n1; j += 4 * L) gemm_nn_strip<T, 4, 6>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias);
+  for (; j + 2 * L <= n1; j += 2 * L) gemm_nn_strip<T, 2, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias);
+  for (; j + L <= n1; j += L) gemm_nn_strip<T, 1, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias);
+  if (j < n1) scalar_nn(m0, m1, j, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
 }
 
 // Wide products (the dense layer's dK and dX: N in the tens of thousands, rows of B 86 KB apart) in Goto's
@@ -206,25 +200,23 @@ void gemm_nn_panel(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n
       for (std::size_t sl = 0; sl < slivers; ++sl) std::memcpy(pack + (sl * kk + k) * NR, row + sl * NR, NR * sizeof(T));
     }
     const T* ak = a + static_cast<std::ptrdiff_t>(k0) * aks;
-    auto tile = [&](std::size_t i, std::size_t sl) {
-      const std::size_t j = n0 + sl * NR;
+    auto row_group = [&](std::size_t i, auto rows) {
       const T* ai = ak + static_cast<std::ptrdiff_t>(i) * ars;
-      const T* bias_j = bias != nullptr ? bias + j : nullptr;
-      if (i + MR <= m1) {
-        kernel_nn<T, MR, NV>(kk, ai, ars, aks, pack + sl * kk * NR, NR, c + i * ldc + j, ldc, bias_j, accumulate,
-                             stream && last);
-      } else {
-        kernel_nn_rows<T, NV, MR>(static_cast<int>(m1 - i), kk, ai, ars, aks, pack + sl * kk * NR, NR,
-                                  c + i * ldc + j, ldc, bias_j, accumulate, stream && last);
+      for (std::size_t sl = 0; sl < slivers; ++sl) {
+        const std::size_t j = n0 + sl * NR;
+        const T* bias_j = bias != nullptr ? bias + j : nullptr;
+        if constexpr (decltype(rows)::value == MR) {
+          kernel_nn<T, MR, NV>(kk, ai, ars, aks, pack + sl * kk * NR, NR, c + i * ldc + j, ldc, bias_j, accumulate,
+                               stream && last);
+        } else {
+          kernel_nn_rows<T, NV, MR>(static_cast<int>(m1 - i), kk, ai, ars, aks, pack + sl * kk * NR, NR,
+                                    c + i * ldc + j, ldc, bias_j, accumulate, stream && last);
+        }
       }
     };
-#ifdef MWSTRAT_SLIVER_OUTER
-    for (std::size_t sl = 0; sl < slivers; ++sl)
-      for (std::size_t i = m0; i < m1; i += MR) tile(i, sl);
-#else
-    for (std::size_t i = m0; i < m1; i += MR)
-      for (std::size_t sl = 0; sl < slivers; ++sl) tile(i, sl);
-#endif
+    std::size_t i = m0;
+    for (; i + MR <= m1; i += MR) row_group(i, std::integral_constant<int, MR>{});
+    if (i < m1) row_group(i, std::integral_constant<int, 0>{});
     if (K == 0) break;
   }
   if (packed_end < n1) gemm_nn_block(m0, m1, packed_end, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
@@ -436,70 +428,6 @@ void gemm_nt_block(std::size_t m0, std::size_t m1, std::size_t N, std::size_t k0
     for (std::size_t i = m0; i < m1; ++i) out[i * ldo + j] = dot_nt(k0, k1, a + i * lda, b + j * ldb);
 }
 
-// ---------------------------------------------------------------------------------------------- transpose
-// out[k][i] = a[i][k] for i in [0, M), k in [k0, k1): L x L tiles are transposed in registers by log2(L)
-// butterfly stages (each swaps one bit of the row index with the same bit of the column index); edges go
-// element by element.
-
-template <int L, int H>
-constexpr int butterfly_lo(int lane) {
-  return (lane & H) == 0 ? lane : L + lane - H;
-}
-template <int L, int H>
-constexpr int butterfly_hi(int lane) {
-  return (lane & H) == 0 ? lane + H : L + lane;
-}
-
-template <class V, int L, int H, std::size_t... I>
-inline void butterfly(V& x, V& y, std::index_sequence<I...>) noexcept {
-  const V lo = __builtin_shufflevector(x, y, butterfly_lo<L, H>(static_cast<int>(I))...);
-  const V hi = __builtin_shufflevector(x, y, butterfly_hi<L, H>(static_cast<int>(I))...);
-  x = lo;
-  y = hi;
-}
-
-/// rows[r] becomes column r of the L x L tile they formed.
-template <class T>
-inline void transpose_tile(vec_t<T> (&rows)[lanes_v<T>]) noexcept {
-  using V = vec_t<T>;
-  constexpr int L = lanes_v<T>;
-  [&]<int... S>(std::integer_sequence<int, S...>) {
-    (
-        [&] {
-          constexpr int H = L >> (S + 1);
-          MWSTRAT_NN_UNROLL
-          for (int r = 0; r < L; ++r)
-            if ((r & H) == 0) butterfly<V, L, H>(rows[r], rows[r + H], std::make_index_sequence<L>{});
-        }(),
-        ...);
-  }(std::make_integer_sequence<int, log2_int(L)>{});
-}
-
-/// out[(k - k0) * ldo + i] = a[i * lda + k] for i in [0, M), k in [k0, k1). L rows at a time, each read along
-/// k to the end of the block, so the hardware prefetcher sees L sequential streams.
-template <class T>
-void transpose_block(std::size_t M, std::size_t k0, std::size_t k1, const T* a, std::size_t lda, T* out,
-                     std::size_t ldo) noexcept {
-  using V = vec_t<T>;
-  constexpr std::size_t L = lanes_v<T>;
-  const std::size_t k_tiles_end = k0 + (k1 - k0) / L * L;
-  std::size_t i = 0;
-  for (; i + L <= M; i += L) {
-    for (std::size_t k = k0; k < k_tiles_end; k += L) {
-      V tile[L];
-      MWSTRAT_NN_UNROLL
-      for (std::size_t r = 0; r < L; ++r) vload(tile[r], a + (i + r) * lda + k);
-      transpose_tile<T>(tile);
-      MWSTRAT_NN_UNROLL
-      for (std::size_t r = 0; r < L; ++r) vstore(out + (k - k0 + r) * ldo + i, tile[r]);
-    }
-    for (std::size_t r = 0; r < L; ++r)
-      for (std::size_t k = k_tiles_end; k < k1; ++k) out[(k - k0) * ldo + i + r] = a[(i + r) * lda + k];
-  }
-  for (; i < M; ++i)
-    for (std::size_t k = k0; k < k1; ++k) out[(k - k0) * ldo + i] = a[i * lda + k];
-}
-
 /// The split of gemm_nt's reduction: chunks of `kc` along k and tiles of `mt` rows.
 struct nt_tiling {
   std::size_t kc, chunks, mt, tiles_m;
@@ -514,19 +442,8 @@ inline nt_tiling gemm_nt_tiling(std::size_t M, std::size_t K) noexcept {
   return t;
 }
 
-// Long reductions with at least a vector's worth of rows of A (the dense layer's forward pass, K = 21632) are
-// turned into outer products: C^T = B A^T with A^T formed once in the workspace, then gemm_nn_block (k blocked,
-// each block of A^T reused from L1 by every group of B's rows). Each C^T element is summed by one task, k in
-// order; the bias is added last, as in the dot-product path.
-template <class T>
-constexpr bool gemm_nt_transposes(std::size_t M, std::size_t N, std::size_t K) noexcept {
-  return K >= 1024 && M >= static_cast<std::size_t>(lanes_v<T>) && N >= 8;
-}
-
 /// Scratch gemm_nt needs for an M x N result over K.
-template <class T>
 inline std::size_t gemm_nt_workspace(std::size_t M, std::size_t N, std::size_t K) noexcept {
-  if (gemm_nt_transposes<T>(M, N, K)) return K * M + N * M;
   const nt_tiling t = gemm_nt_tiling(M, K);
   return t.chunks > 1 ? t.chunks * M * N : 0;
 }
@@ -542,36 +459,6 @@ void gemm_nt(std::size_t M, std::size_t N, std::size_t K, const T* a, std::size_
     if (relu && !(sum > T{})) sum = T{};
     c[i * ldc + j] = sum;
   };
-  if (gemm_nt_transposes<T>(M, N, K)) {
-    T* at = workspace.data();  // A^T: K x M
-    T* ct = at + K * M;        // C^T: N x M
-    constexpr std::size_t kt = 1024;
-    parallel_tasks(ceil_div(K, kt), [&](std::size_t task) {
-      const std::size_t k0 = task * kt;
-      transpose_block(M, k0, std::min(K, k0 + kt), a, lda, at + k0 * M, M);
-    });
-    // Each task's rows of B are copied a block of k at a time (one long sequential read per row, which the
-    // prefetcher follows, instead of MR interleaved short ones) and multiplied by that block of A^T.
-    constexpr std::size_t nt = 64;
-    constexpr std::size_t kc = 512;
-    parallel_tasks(ceil_div(N, nt), [&](std::size_t task) {
-      const std::size_t n0 = task * nt;
-      const std::size_t n1 = std::min(N, n0 + nt);
-      thread_local aligned_vector<T> rows;
-      if (rows.size() < nt * kc) rows.resize(nt * kc);
-      for (std::size_t k0 = 0; k0 < K; k0 += kc) {
-        const std::size_t kk = std::min(kc, K - k0);
-        for (std::size_t j = n0; j < n1; ++j) std::memcpy(rows.data() + (j - n0) * kk, b + j * ldb + k0, kk * sizeof(T));
-        gemm_nn_block<T>(0, n1 - n0, 0, M, kk, rows.data(), static_cast<std::ptrdiff_t>(kk), 1, at + k0 * M, M,
-                         ct + n0 * M, M, nullptr, k0 > 0);
-      }
-    });
-    parallel_chunks(M, 16, [&](std::size_t m0, std::size_t m1) {
-      for (std::size_t i = m0; i < m1; ++i)
-        for (std::size_t j = 0; j < N; ++j) finish(i, j, ct[j * M + i]);
-    });
-    return;
-  }
   if (t.chunks == 1) {
     parallel_tasks(t.tiles_m, [&](std::size_t tm) {
       const std::size_t m0 = tm * t.mt;

@@ -147,7 +147,7 @@ class dense_layer final : public layer_impl<T> {
   }
   void reserve(std::size_t batch) override {
     const std::size_t rows = batch * rows_per_sample_;
-    workspace_.assign(gemm_nt_workspace<T>(rows, spec_.units, inputs_), T{});
+    workspace_.assign(gemm_nt_workspace(rows, spec_.units, inputs_), T{});
     if (spec_.activation == nn::activation::relu) dz_.assign(rows * spec_.units, T{});
   }
   void forward(const forward_args<T>& a) override {
