@@ -9,7 +9,6 @@
 // reduction is split into chunks of a fixed length whose partial results are added afterwards in chunk order.
 // So results are bitwise identical for any number of threads.
 
-#include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 
@@ -166,7 +165,7 @@ struct nn_panel_shape {
   static constexpr int nv = 4;
   static constexpr std::size_t nr = static_cast<std::size_t>(nv * lanes_v<T>);
   static constexpr std::size_t kc = 256;
-  static constexpr std::size_t pack_bytes = std::size_t{256} << 10;  // a panel: about an eighth of L2
+  static constexpr std::size_t pack_bytes = std::size_t{128} << 10;  // a panel: L2-resident, on the task's stack
   static constexpr std::size_t stream_bytes = std::size_t{4} << 20;  // C larger than this is streamed
 };
 
@@ -178,16 +177,17 @@ constexpr std::size_t nn_panel_width(std::size_t K) noexcept {
   return std::max(S::nr, S::pack_bytes / sizeof(T) / kk / S::nr * S::nr);
 }
 
-/// Block [m0, m1) x [n0, n1) of gemm_nn via packed panels; pack holds kc * (n1 - n0) elements.
+/// Block [m0, m1) x [n0, n1) of gemm_nn via packed panels; at most nn_panel_width(K) columns are packed.
 template <class T>
 void gemm_nn_panel(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, const T* a,
                    std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
-                   const T* bias, T* pack, bool stream) noexcept {
+                   const T* bias, bool stream) noexcept {
   using S = nn_panel_shape<T>;
   constexpr int MR = S::mr;
   constexpr int NV = S::nv;
   constexpr std::size_t NR = S::nr;
-  const std::size_t slivers = (n1 - n0) / NR;
+  alignas(64) T pack[S::pack_bytes / sizeof(T)];  // the stack, so a warm step allocates nothing
+  const std::size_t slivers = std::min((n1 - n0) / NR, nn_panel_width<T>(K) / NR);
   const std::size_t packed_end = n0 + slivers * NR;
   stream = stream && line_aligned(c + m0 * ldc + n0) && (ldc * sizeof(T)) % 64 == 0;
   for (std::size_t k0 = 0; k0 < K || k0 == 0; k0 += S::kc) {
@@ -240,7 +240,7 @@ inline nn_tiling gemm_nn_panel_tiling(std::size_t M, std::size_t N, std::size_t 
   t.mt = 384;
   t.nt = nn_panel_width<T>(K);
   t.tiles_m = ceil_div(M, t.mt);
-  t.tiles_n = std::max<std::size_t>(1, N / t.nt);  // the last panel takes the remainder
+  t.tiles_n = ceil_div(N, t.nt);
   return t;
 }
 
@@ -273,11 +273,8 @@ void gemm_nn(std::size_t M, std::size_t N, std::size_t K, const T* a, std::ptrdi
       const std::size_t m0 = tm * t.mt;
       const std::size_t n0 = tn * t.nt;
       const std::size_t m1 = std::min(M, m0 + t.mt);
-      const std::size_t n1 = tn + 1 == t.tiles_n ? N : n0 + t.nt;
-      thread_local aligned_vector<T> pack;
-      const std::size_t need = nn_panel_shape<T>::kc * (n1 - n0);
-      if (pack.size() < need) pack.resize(need);
-      gemm_nn_panel(m0, m1, n0, n1, K, a, ars, aks, b, ldb, c, ldc, bias, pack.data(), stream);
+      const std::size_t n1 = std::min(N, n0 + t.nt);
+      gemm_nn_panel(m0, m1, n0, n1, K, a, ars, aks, b, ldb, c, ldc, bias, stream);
       apply_relu(m0, m1, n0, n1);
     });
     return;
