@@ -2,6 +2,7 @@
 //   mwstrat_bench_nn --benchmark_filter=Train     samples/s at batch 64/128, 1 and 2 threads
 //   mwstrat_bench_nn --benchmark_filter=Dense     Dense(21632 -> 128) forward, dW and dX products
 #include <mwstrat/nn.hpp>
+#include <mwstrat/nn/detail/aligned.hpp>
 
 #include <benchmark/benchmark.h>
 #include <oneapi/tbb/global_control.h>

@@ -197,7 +197,8 @@ void gemm_nn_panel(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n
     // pack[s][k][0, NR) = B[k0 + k][n0 + s * NR + (0, NR)], read along B's rows.
     for (std::size_t k = 0; k < kk; ++k) {
       const T* row = b + (k0 + k) * ldb + n0;
-      for (std::size_t sl = 0; sl < slivers; ++sl) std::memcpy(pack + (sl * kk + k) * NR, row + sl * NR, NR * sizeof(T));
+      for (std::size_t sl = 0; sl < slivers; ++sl)
+        std::memcpy(pack + (sl * kk + k) * NR, row + sl * NR, NR * sizeof(T));
     }
     const T* ak = a + static_cast<std::ptrdiff_t>(k0) * aks;
     auto row_group = [&](std::size_t i, auto rows) {
