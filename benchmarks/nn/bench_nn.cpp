@@ -2,6 +2,7 @@
 //   mwstrat_bench_nn --benchmark_filter=Train     samples/s at batch 64/128, 1 and 2 threads
 //   mwstrat_bench_nn --benchmark_filter=Dense     Dense(21632 -> 128) forward, dW and dX products
 #include <mwstrat/nn.hpp>
+#include <mwstrat/nn/detail/aligned.hpp>
 
 #include <benchmark/benchmark.h>
 #include <oneapi/tbb/global_control.h>
@@ -43,8 +44,9 @@ void Dense(benchmark::State& state) {
   tbb::global_control allow(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
   tbb::task_arena arena(threads);
   const std::size_t F = 21632, U = 128;
-  std::vector<float> x(batch * F, 0.5f), k(U * F, 0.25f), y(batch * U), dz(batch * U, 0.1f), dk(U * F), dx(batch * F),
-      bias(U, 0.0f), ws(mwstrat::detail::gemm_nt_workspace(batch, U, F));
+  // 64-byte aligned like the model's arena and activations (gemm_nn streams large aligned outputs).
+  mwstrat::detail::aligned_vector<float> x(batch * F, 0.5f), k(U * F, 0.25f), y(batch * U), dz(batch * U, 0.1f),
+      dk(U * F), dx(batch * F), bias(U, 0.0f), ws(mwstrat::detail::gemm_nt_workspace(batch, U, F));
   auto run = [&] {
     arena.execute([&] {
       if (kind == 0)

@@ -43,6 +43,37 @@ TEST(NnLayers, Conv2dChannelsAndRelu) {
   EXPECT_EQ(run(model, {-1, -2, 0, 0}, 2), (std::vector<float>{0, 5.5f, 0.25f, 0.5f}));
 }
 
+TEST(NnLayers, Conv2dSamePaddingOnAllSidesMatchesDirectSum) {
+  // 5x4 input with 2 channels, 3x3 kernel, stride 1, same: every border row and column of windows touches the
+  // padding; checked against the convolution summed directly.
+  const std::size_t h = 5, w = 4, c = 2, f = 3;
+  nn::sequential model{nn::input{{h, w, c}}, nn::conv2d{f, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same}};
+  std::vector<float> params(3 * 3 * c * f + f);
+  for (std::size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+  set_params(model, params);
+  std::vector<float> x(2 * h * w * c);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+  const auto y = run(model, x, 2);
+  ASSERT_EQ(y.size(), 2 * h * w * f);
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t oy = 0; oy < h; ++oy)
+      for (std::size_t ox = 0; ox < w; ++ox)
+        for (std::size_t o = 0; o < f; ++o) {
+          float s = params[3 * 3 * c * f + o];
+          for (std::size_t ky = 0; ky < 3; ++ky)
+            for (std::size_t kx = 0; kx < 3; ++kx) {
+              const auto iy = static_cast<std::ptrdiff_t>(oy + ky) - 1;
+              const auto ix = static_cast<std::ptrdiff_t>(ox + kx) - 1;
+              if (iy < 0 || ix < 0 || iy >= static_cast<std::ptrdiff_t>(h) || ix >= static_cast<std::ptrdiff_t>(w))
+                continue;
+              for (std::size_t ch = 0; ch < c; ++ch)
+                s += x[((b * h + static_cast<std::size_t>(iy)) * w + static_cast<std::size_t>(ix)) * c + ch] *
+                     params[((ky * 3 + kx) * c + ch) * f + o];
+            }
+          EXPECT_EQ(y[((b * h + oy) * w + ox) * f + o], s) << b << " " << oy << " " << ox << " " << o;
+        }
+}
+
 TEST(NnLayers, MaxPool) {
   nn::sequential valid{nn::input{{4, 4, 1}}, nn::max_pool2d{}};
   std::vector<float> x(16);

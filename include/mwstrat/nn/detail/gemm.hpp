@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <span>
+#include <type_traits>
 #include <utility>
 
 #define MWSTRAT_NN_UNROLL _Pragma("GCC unroll 32")
@@ -24,9 +26,11 @@ namespace mwstrat::detail {
 // ---------------------------------------------------------------------------------------------- gemm_nn
 // A(i, k) = a[i * ars + k * aks]; B[k][j] = b[k * ldb + j]; C[i][j] = c[i * ldc + j].
 
+// stream: store C with non-temporal stores (C 64-byte aligned, ldc a whole number of lines; see vstream).
 template <class T, int MR, int NV>
 inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b,
-                      std::size_t ldb, T* c, std::size_t ldc, const T* bias, bool accumulate) noexcept {
+                      std::size_t ldb, T* c, std::size_t ldc, const T* bias, bool accumulate,
+                      bool stream = false) noexcept {
   using V = vec_t<T>;
   constexpr int L = lanes_v<T>;
   V acc[MR][NV];
@@ -59,6 +63,13 @@ inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdif
       for (int v = 0; v < NV; ++v) acc[i][v] += s * bv[v];
     }
   }
+  if (stream) {
+    MWSTRAT_NN_UNROLL
+    for (int i = 0; i < MR; ++i)
+      MWSTRAT_NN_UNROLL
+      for (int v = 0; v < NV; ++v) vstream(c + i * ldc + v * L, acc[i][v]);
+    return;
+  }
   MWSTRAT_NN_UNROLL
   for (int i = 0; i < MR; ++i)
     MWSTRAT_NN_UNROLL
@@ -67,12 +78,13 @@ inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdif
 
 template <class T, int NV, int MR, int R = 1>
 inline void kernel_nn_rows(int rows, std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks,
-                           const T* b, std::size_t ldb, T* c, std::size_t ldc, const T* bias, bool accumulate) noexcept {
+                           const T* b, std::size_t ldb, T* c, std::size_t ldc, const T* bias, bool accumulate,
+                           bool stream = false) noexcept {
   if constexpr (R <= MR) {
     if (rows == R) {
-      kernel_nn<T, R, NV>(K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
+      kernel_nn<T, R, NV>(K, a, ars, aks, b, ldb, c, ldc, bias, accumulate, stream);
     } else {
-      kernel_nn_rows<T, NV, MR, R + 1>(rows, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
+      kernel_nn_rows<T, NV, MR, R + 1>(rows, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate, stream);
     }
   }
 }
@@ -140,10 +152,98 @@ void gemm_nn_block(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n
   if (j < n1) scalar_nn(m0, m1, j, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
 }
 
+// Wide products (the dense layer's dK and dX: N in the tens of thousands, rows of B 86 KB apart) in Goto's
+// order: a panel of B, kc rows by nc columns, is packed once into contiguous slivers of NR columns that stay in
+// L2; then for each group of MR rows of C the micro-kernel streams the slivers left to right, so C is written
+// along its rows (a few write streams, not one per row) and, when C is too large to stay in cache, with
+// non-temporal stores (no read of the line before it is overwritten). Only whole slivers are packed; the last
+// < NR columns of a panel take gemm_nn_block. Sums are the same as gemm_nn_block's: bias, then k in order, a
+// partial sum stored in C between k blocks and reloaded exactly.
+template <class T>
+struct nn_panel_shape {
+  static constexpr int mr = 6;
+  static constexpr int nv = 4;
+  static constexpr std::size_t nr = static_cast<std::size_t>(nv * lanes_v<T>);
+  static constexpr std::size_t kc = 256;
+  static constexpr std::size_t pack_bytes = std::size_t{128} << 10;  // a panel: L2-resident, on the task's stack
+  static constexpr std::size_t stream_bytes = std::size_t{4} << 20;  // C larger than this is streamed
+};
+
+/// Columns per panel for a reduction of K: a multiple of NR with kc x nc elements in pack_bytes.
+template <class T>
+constexpr std::size_t nn_panel_width(std::size_t K) noexcept {
+  using S = nn_panel_shape<T>;
+  const std::size_t kk = std::clamp<std::size_t>(K, 1, S::kc);
+  return std::max(S::nr, S::pack_bytes / sizeof(T) / kk / S::nr * S::nr);
+}
+
+/// Block [m0, m1) x [n0, n1) of gemm_nn via packed panels; at most nn_panel_width(K) columns are packed.
+template <class T>
+void gemm_nn_panel(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, const T* a,
+                   std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
+                   const T* bias, bool stream) noexcept {
+  using S = nn_panel_shape<T>;
+  constexpr int MR = S::mr;
+  constexpr int NV = S::nv;
+  constexpr std::size_t NR = S::nr;
+  alignas(64) T pack[S::pack_bytes / sizeof(T)];  // the stack, so a warm step allocates nothing
+  const std::size_t slivers = std::min((n1 - n0) / NR, nn_panel_width<T>(K) / NR);
+  const std::size_t packed_end = n0 + slivers * NR;
+  stream = stream && line_aligned(c + m0 * ldc + n0) && (ldc * sizeof(T)) % 64 == 0;
+  for (std::size_t k0 = 0; k0 < K || k0 == 0; k0 += S::kc) {
+    const std::size_t kk = std::min(S::kc, K - k0);
+    const bool accumulate = k0 > 0;
+    const bool last = k0 + kk >= K;
+    // pack[s][k][0, NR) = B[k0 + k][n0 + s * NR + (0, NR)], read along B's rows.
+    for (std::size_t k = 0; k < kk; ++k) {
+      const T* row = b + (k0 + k) * ldb + n0;
+      for (std::size_t sl = 0; sl < slivers; ++sl)
+        std::memcpy(pack + (sl * kk + k) * NR, row + sl * NR, NR * sizeof(T));
+    }
+    const T* ak = a + static_cast<std::ptrdiff_t>(k0) * aks;
+    auto row_group = [&](std::size_t i, auto rows) {
+      const T* ai = ak + static_cast<std::ptrdiff_t>(i) * ars;
+      for (std::size_t sl = 0; sl < slivers; ++sl) {
+        const std::size_t j = n0 + sl * NR;
+        const T* bias_j = bias != nullptr ? bias + j : nullptr;
+        if constexpr (decltype(rows)::value == MR) {
+          kernel_nn<T, MR, NV>(kk, ai, ars, aks, pack + sl * kk * NR, NR, c + i * ldc + j, ldc, bias_j, accumulate,
+                               stream && last);
+        } else {
+          kernel_nn_rows<T, NV, MR>(static_cast<int>(m1 - i), kk, ai, ars, aks, pack + sl * kk * NR, NR,
+                                    c + i * ldc + j, ldc, bias_j, accumulate, stream && last);
+        }
+      }
+    };
+    std::size_t i = m0;
+    for (; i + MR <= m1; i += MR) row_group(i, std::integral_constant<int, MR>{});
+    if (i < m1) row_group(i, std::integral_constant<int, 0>{});
+    if (K == 0) break;
+  }
+  if (packed_end < n1) gemm_nn_block(m0, m1, packed_end, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
+  if (stream) stream_fence();
+}
+
+/// Whether gemm_nn takes the packed-panel path: wide enough for whole panels of slivers.
+template <class T>
+constexpr bool gemm_nn_uses_panels(std::size_t N, std::size_t K) noexcept {
+  return N >= 4 * nn_panel_shape<T>::nr && K > 0;
+}
+
 /// Tiles of gemm_nn, chosen from the shape only.
 struct nn_tiling {
   std::size_t mt, nt, tiles_m, tiles_n;
 };
+
+template <class T>
+inline nn_tiling gemm_nn_panel_tiling(std::size_t M, std::size_t N, std::size_t K) noexcept {
+  nn_tiling t{};
+  t.mt = 384;
+  t.nt = nn_panel_width<T>(K);
+  t.tiles_m = ceil_div(M, t.mt);
+  t.tiles_n = ceil_div(N, t.nt);
+  return t;
+}
 
 inline nn_tiling gemm_nn_tiling(std::size_t M, std::size_t N, std::size_t K) noexcept {
   nn_tiling t{};
@@ -160,6 +260,26 @@ template <class T>
 void gemm_nn(std::size_t M, std::size_t N, std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks,
              const T* b, std::size_t ldb, T* c, std::size_t ldc, const T* bias = nullptr, bool relu = false) {
   if (M == 0 || N == 0) return;
+  auto apply_relu = [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+    if (relu)
+      for (std::size_t i = m0; i < m1; ++i)
+        for (std::size_t j = n0; j < n1; ++j) c[i * ldc + j] = c[i * ldc + j] > T{} ? c[i * ldc + j] : T{};
+  };
+  if (gemm_nn_uses_panels<T>(N, K)) {
+    const nn_tiling t = gemm_nn_panel_tiling<T>(M, N, K);
+    const bool stream = !relu && M * N * sizeof(T) > nn_panel_shape<T>::stream_bytes;
+    parallel_tasks(t.tiles_m * t.tiles_n, [&](std::size_t task) {
+      const std::size_t tm = task / t.tiles_n;
+      const std::size_t tn = task % t.tiles_n;
+      const std::size_t m0 = tm * t.mt;
+      const std::size_t n0 = tn * t.nt;
+      const std::size_t m1 = std::min(M, m0 + t.mt);
+      const std::size_t n1 = std::min(N, n0 + t.nt);
+      gemm_nn_panel(m0, m1, n0, n1, K, a, ars, aks, b, ldb, c, ldc, bias, stream);
+      apply_relu(m0, m1, n0, n1);
+    });
+    return;
+  }
   const nn_tiling t = gemm_nn_tiling(M, N, K);
   parallel_tasks(t.tiles_m * t.tiles_n, [&](std::size_t task) {
     const std::size_t tm = task / t.tiles_n;
@@ -169,9 +289,7 @@ void gemm_nn(std::size_t M, std::size_t N, std::size_t K, const T* a, std::ptrdi
     const std::size_t m1 = std::min(M, m0 + t.mt);
     const std::size_t n1 = std::min(N, n0 + t.nt);
     gemm_nn_block(m0, m1, n0, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
-    if (relu)
-      for (std::size_t i = m0; i < m1; ++i)
-        for (std::size_t j = n0; j < n1; ++j) c[i * ldc + j] = c[i * ldc + j] > T{} ? c[i * ldc + j] : T{};
+    apply_relu(m0, m1, n0, n1);
   });
 }
 

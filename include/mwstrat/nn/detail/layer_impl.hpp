@@ -8,6 +8,7 @@
 #include <mwstrat/nn/detail/gemm.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/initializers.hpp>
 #include <mwstrat/nn/layers.hpp>
 
@@ -107,12 +108,28 @@ class alias_layer final : public layer_impl<T> {
   std::string base_;
 };
 
-// dz = dy * (y > 0), elementwise in fixed chunks.
+// dz[i] = dy[i] where y[i] > 0, else 0, for i in [b, e): a vector select, no branch on the data.
+template <class T>
+void relu_backward_range(std::size_t b, std::size_t e, const T* y, const T* dy, T* dz) noexcept {
+  using V = vec_t<T>;
+  constexpr std::size_t L = lanes_v<T>;
+  const V zero = {};
+  std::size_t i = b;
+  for (; i + L <= e; i += L) {
+    V yv;
+    V g;
+    vload(yv, y + i);
+    vload(g, dy + i);
+    const V r = yv > zero ? g : zero;
+    vstore(dz + i, r);
+  }
+  for (; i < e; ++i) dz[i] = y[i] > T{} ? dy[i] : T{};
+}
+
+// The same over [0, n) in fixed chunks.
 template <class T>
 void relu_backward(std::size_t n, const T* y, const T* dy, T* dz) {
-  parallel_chunks(n, 1 << 16, [&](std::size_t b, std::size_t e) {
-    for (std::size_t i = b; i < e; ++i) dz[i] = y[i] > T{} ? dy[i] : T{};
-  });
+  parallel_chunks(n, 1 << 16, [y, dy, dz](std::size_t b, std::size_t e) { relu_backward_range(b, e, y, dy, dz); });
 }
 
 template <class T>
@@ -259,16 +276,15 @@ class conv2d_layer final : public layer_impl<T> {
   void backward(const backward_args<T>& a) override {
     const std::size_t positions = a.batch * g_.oh * g_.ow;
     const std::size_t f = spec_.filters;
-    const T* dz = a.dy;
-    if (spec_.activation == nn::activation::relu) {
-      relu_backward(positions * f, a.y, a.dy, dz_.data());
-      dz = dz_.data();
-    }
+    const bool relu = spec_.activation == nn::activation::relu;
+    const T* dz = relu ? dz_.data() : a.dy;
     // dK[p][f] = sum_m cols[m][p] dz[m][f], db[f] = sum_m dz[m][f]: fixed chunks of rows, summed in chunk order.
+    // Each chunk first masks its own rows of the gradient by the ReLU, so they are still in cache for the GEMM.
     const std::size_t chunks = ceil_div(positions, chunk_rows);
     parallel_tasks(chunks, [&](std::size_t ch) {
       const std::size_t m0 = ch * chunk_rows;
       const std::size_t m1 = std::min(positions, m0 + chunk_rows);
+      if (relu) relu_backward_range(m0 * f, m1 * f, a.y, a.dy, dz_.data());
       T* part = partial_.data() + ch * (patch_ + 1) * f;
       gemm_nn_block<T>(0, patch_, 0, f, m1 - m0, cols_.data() + m0 * patch_, 1, static_cast<std::ptrdiff_t>(patch_),
                        dz + m0 * f, f, part, f, nullptr);
@@ -318,26 +334,37 @@ class conv2d_layer final : public layer_impl<T> {
     return {nn_shape{g.oh, g.ow, spec.filters}, g};
   }
 
+  // cols[position][ky][kx][c], filled one (output row, ky, kx, c) at a time along the output row: a simple
+  // strided loop with a predictable bounds test, instead of a tiny copy per window row (which the compiler
+  // turns into a memcpy call per position).
   void im2col(std::size_t batch, const T* x) {
     const std::size_t in_size = g_.h * g_.w * g_.c;
+    const std::size_t run = g_.kw * g_.c;
+    const std::ptrdiff_t h = static_cast<std::ptrdiff_t>(g_.h);
+    const std::ptrdiff_t w = static_cast<std::ptrdiff_t>(g_.w);
+    const std::size_t patch = patch_;
     parallel_tasks(batch, [&](std::size_t b) {
       const T* xs = x + b * in_size;
-      T* col = cols_.data() + b * g_.oh * g_.ow * patch_;
+      T* col_b = cols_.data() + b * g_.oh * g_.ow * patch;
       for (std::size_t oy = 0; oy < g_.oh; ++oy)
-        for (std::size_t ox = 0; ox < g_.ow; ++ox)
-          for (std::size_t ky = 0; ky < g_.kh; ++ky) {
-            const std::ptrdiff_t iy = g_.in_row(oy, ky);
-            const bool row_in = iy >= 0 && iy < static_cast<std::ptrdiff_t>(g_.h);
-            for (std::size_t kx = 0; kx < g_.kw; ++kx) {
-              const std::ptrdiff_t ix = g_.in_col(ox, kx);
-              if (row_in && ix >= 0 && ix < static_cast<std::ptrdiff_t>(g_.w)) {
-                const T* s = xs + (static_cast<std::size_t>(iy) * g_.w + static_cast<std::size_t>(ix)) * g_.c;
-                for (std::size_t c = 0; c < g_.c; ++c) *col++ = s[c];
-              } else {
-                for (std::size_t c = 0; c < g_.c; ++c) *col++ = T{};
+        for (std::size_t ky = 0; ky < g_.kh; ++ky) {
+          T* dst = col_b + oy * g_.ow * patch + ky * run;
+          const std::ptrdiff_t iy = g_.in_row(oy, ky);
+          if (iy < 0 || iy >= h) {
+            for (std::size_t ox = 0; ox < g_.ow; ++ox)
+              for (std::size_t t = 0; t < run; ++t) dst[ox * patch + t] = T{};
+            continue;
+          }
+          const T* src = xs + static_cast<std::size_t>(iy) * g_.w * g_.c;
+          for (std::size_t kx = 0; kx < g_.kw; ++kx)
+            for (std::size_t ch = 0; ch < g_.c; ++ch) {
+              T* d = dst + kx * g_.c + ch;
+              for (std::size_t ox = 0; ox < g_.ow; ++ox) {
+                const std::ptrdiff_t ix = g_.in_col(ox, kx);
+                d[ox * patch] = ix >= 0 && ix < w ? src[static_cast<std::size_t>(ix) * g_.c + ch] : T{};
               }
             }
-          }
+        }
     });
   }
 
