@@ -142,3 +142,34 @@ TEST(NnGemmPaths, ReluBackwardSelectsTheGradientWherePositive) {
     for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(dz[i], y[i] > 0.0f ? dy[i] : 0.0f) << n << " " << i;
   }
 }
+
+// A first conv layer (no input gradient wanted) masks its ReLU gradient block by block on the stack; the kernel
+// and bias gradients must be the same bits as the path that keeps the whole masked gradient (taken when an input
+// gradient is wanted). 3 samples of 26x26 positions: several stack blocks and several 2048-row chunks, a partial
+// last block, and ReLU zeros on both sides.
+TEST(NnGemmPaths, FirstConvLayerGradientIsTheSameBlockedOrNot) {
+  const mwstrat::nn::conv2d spec{32, {3, 3}, mwstrat::nn::activation::relu};
+  d::conv2d_layer<float> conv(spec, {28, 28, 1});
+  const std::size_t batch = 3;
+  conv.reserve(batch);
+  const std::size_t out = 26 * 26 * 32;
+  const auto x = filled<float>(batch * 28 * 28, 11);
+  const auto params = filled<float>(conv.param_count(), 12);
+  const auto dy = filled<float>(batch * out, 13);
+  d::aligned_vector<float> y(batch * out);
+  conv.forward({batch, x.data(), y.data(), params.data(), true, 0});
+  ASSERT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v == 0.0f; }));
+  ASSERT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v > 0.0f; }));
+  d::aligned_vector<float> blocked(conv.param_count(), -1.0f), whole(conv.param_count(), -2.0f);
+  d::aligned_vector<float> dx(batch * 28 * 28);
+  conv.backward({batch, x.data(), y.data(), dy.data(), nullptr, params.data(), blocked.data(), 0});
+  conv.backward({batch, x.data(), y.data(), dy.data(), dx.data(), params.data(), whole.data(), 0});
+  ASSERT_EQ(0, std::memcmp(blocked.data(), whole.data(), blocked.size() * sizeof(float)));
+  // And both are the gradient: the bias gradient of filter j is the sum of its masked output gradient.
+  for (std::size_t j = 0; j < 32; ++j) {
+    double s = 0;
+    for (std::size_t m = 0; m < batch * 26 * 26; ++m)
+      if (y[m * 32 + j] > 0) s += dy[m * 32 + j];
+    EXPECT_NEAR(blocked[9 * 32 + j], s, 1e-3) << "filter " << j;
+  }
+}

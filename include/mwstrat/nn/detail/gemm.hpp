@@ -92,10 +92,10 @@ inline void kernel_nn_rows(int rows, std::size_t K, const T* a, std::ptrdiff_t a
 template <class T>
 inline void scalar_nn(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, const T* a,
                       std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
-                      const T* bias) noexcept {
+                      const T* bias, bool accumulate = false) noexcept {
   for (std::size_t i = m0; i < m1; ++i) {
     for (std::size_t j = n0; j < n1; ++j) {
-      T s = bias != nullptr ? bias[j] : T{};
+      T s = accumulate ? c[i * ldc + j] : bias != nullptr ? bias[j] : T{};
       const T* ai = a + static_cast<std::ptrdiff_t>(i) * ars;
       for (std::size_t k = 0; k < K; ++k) s += ai[static_cast<std::ptrdiff_t>(k) * aks] * b[k * ldb + j];
       c[i * ldc + j] = s;
@@ -106,18 +106,19 @@ inline void scalar_nn(std::size_t m0, std::size_t m1, std::size_t n0, std::size_
 // One strip of NV vectors of columns [j, j + NV*L) for rows [m0, m1). A strip of B whose rows lie far apart
 // (a wide matrix) is first copied, kb rows at a time, into a contiguous buffer on the stack: that keeps it in L1
 // and in a few TLB entries while every row tile reuses it. Blocking k does not change any sum: a partial sum is
-// stored in C and reloaded exactly, so the additions happen in the same order.
+// stored in C and reloaded exactly, so the additions happen in the same order. `accumulate`: C already holds the
+// partial sums of earlier k (a caller's own k blocking), which continue in order.
 template <class T, int NV, int MR>
 inline void gemm_nn_strip(std::size_t m0, std::size_t m1, std::size_t j, std::size_t K, const T* a,
                           std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
-                          const T* bias) noexcept {
+                          const T* bias, bool accumulate_in = false) noexcept {
   constexpr std::size_t L = lanes_v<T>;
   constexpr std::size_t width = NV * L;
   constexpr std::size_t kb = 128;
   const T* bias_j = bias != nullptr ? bias + j : nullptr;
   auto run = [&](std::size_t k0, std::size_t kk, const T* bp, std::size_t ldbp) {
     const T* ak = a + static_cast<std::ptrdiff_t>(k0) * aks;
-    const bool accumulate = k0 > 0;
+    const bool accumulate = accumulate_in || k0 > 0;
     std::size_t i = m0;
     for (; i + MR <= m1; i += MR)
       kernel_nn<T, MR, NV>(kk, ak + static_cast<std::ptrdiff_t>(i) * ars, ars, aks, bp, ldbp, c + i * ldc + j, ldc,
@@ -139,17 +140,20 @@ inline void gemm_nn_strip(std::size_t m0, std::size_t m1, std::size_t j, std::si
   }
 }
 
-/// One task's block [m0, m1) x [n0, n1) of gemm_nn, serially.
+/// One task's block [m0, m1) x [n0, n1) of gemm_nn, serially. With `accumulate`, C holds the sums over earlier
+/// k and they continue in order: blocking k this way gives the same bits as one call over all of k.
 template <class T>
 void gemm_nn_block(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, const T* a,
                    std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
-                   const T* bias) noexcept {
+                   const T* bias, bool accumulate = false) noexcept {
   constexpr std::size_t L = lanes_v<T>;
   std::size_t j = n0;
-  for (; j + 4 * L <= n1; j += 4 * L) gemm_nn_strip<T, 4, 6>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias);
-  for (; j + 2 * L <= n1; j += 2 * L) gemm_nn_strip<T, 2, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias);
-  for (; j + L <= n1; j += L) gemm_nn_strip<T, 1, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias);
-  if (j < n1) scalar_nn(m0, m1, j, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
+  for (; j + 4 * L <= n1; j += 4 * L)
+    gemm_nn_strip<T, 4, 6>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
+  for (; j + 2 * L <= n1; j += 2 * L)
+    gemm_nn_strip<T, 2, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
+  for (; j + L <= n1; j += L) gemm_nn_strip<T, 1, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
+  if (j < n1) scalar_nn(m0, m1, j, n1, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
 }
 
 // Wide products (the dense layer's dK and dX: N in the tens of thousands, rows of B 86 KB apart) in Goto's

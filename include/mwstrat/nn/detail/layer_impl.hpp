@@ -281,17 +281,36 @@ class conv2d_layer final : public layer_impl<T> {
     // dK[p][f] = sum_m cols[m][p] dz[m][f], db[f] = sum_m dz[m][f]: fixed chunks of rows, summed in chunk order.
     // Each chunk first masks its own rows of the gradient by the ReLU, so they are still in cache for the GEMM.
     const std::size_t chunks = ceil_div(positions, chunk_rows);
+    // Without an input gradient to compute (a first layer), the masked gradient is needed only here: it is made a
+    // few rows at a time in a buffer on the stack and used while in L1, never written out (at batch 128 the whole
+    // of it is 11 MB of stores). The GEMM continues its sums across those blocks in order, so the bits are the same.
+    const std::size_t block_rows = stack_block_floats / std::max<std::size_t>(f, 1);
+    const bool blocked = relu && a.dx == nullptr && block_rows >= 8;
     parallel_tasks(chunks, [&](std::size_t ch) {
       const std::size_t m0 = ch * chunk_rows;
       const std::size_t m1 = std::min(positions, m0 + chunk_rows);
-      if (relu) relu_backward_range(m0 * f, m1 * f, a.y, a.dy, dz_.data());
       T* part = partial_.data() + ch * (patch_ + 1) * f;
-      gemm_nn_block<T>(0, patch_, 0, f, m1 - m0, cols_.data() + m0 * patch_, 1, static_cast<std::ptrdiff_t>(patch_),
-                       dz + m0 * f, f, part, f, nullptr);
       T* pb = part + patch_ * f;
       for (std::size_t j = 0; j < f; ++j) pb[j] = T{};
-      for (std::size_t m = m0; m < m1; ++m)
-        for (std::size_t j = 0; j < f; ++j) pb[j] += dz[m * f + j];
+      auto sum_bias = [pb, f](const T* rows, std::size_t count) {
+        for (std::size_t m = 0; m < count; ++m)
+          for (std::size_t j = 0; j < f; ++j) pb[j] += rows[m * f + j];
+      };
+      if (blocked) {
+        alignas(64) T block[stack_block_floats];
+        for (std::size_t b0 = m0; b0 < m1; b0 += block_rows) {
+          const std::size_t b1 = std::min(m1, b0 + block_rows);
+          relu_backward_range(0, (b1 - b0) * f, a.y + b0 * f, a.dy + b0 * f, block);
+          gemm_nn_block<T>(0, patch_, 0, f, b1 - b0, cols_.data() + b0 * patch_, 1,
+                           static_cast<std::ptrdiff_t>(patch_), block, f, part, f, nullptr, b0 > m0);
+          sum_bias(block, b1 - b0);
+        }
+        return;
+      }
+      if (relu) relu_backward_range(m0 * f, m1 * f, a.y, a.dy, dz_.data());
+      gemm_nn_block<T>(0, patch_, 0, f, m1 - m0, cols_.data() + m0 * patch_, 1, static_cast<std::ptrdiff_t>(patch_),
+                       dz + m0 * f, f, part, f, nullptr);
+      sum_bias(dz + m0 * f, m1 - m0);
     });
     const std::size_t n = (patch_ + 1) * f;
     parallel_chunks(n, 4096, [&](std::size_t b, std::size_t e) {
@@ -327,6 +346,7 @@ class conv2d_layer final : public layer_impl<T> {
 
  private:
   static constexpr std::size_t chunk_rows = 2048;
+  static constexpr std::size_t stack_block_floats = 4096;  // 16 KiB of masked gradient per block
 
   static std::pair<nn_shape, window_2d> geometry(const nn::conv2d& spec, const nn_shape& in) {
     if (spec.filters == 0) nn_config_error("conv2d: filters must be positive");
