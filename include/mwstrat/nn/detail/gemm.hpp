@@ -269,22 +269,10 @@ void gemm_nn(std::size_t M, std::size_t N, std::size_t K, const T* a, std::ptrdi
       for (std::size_t i = m0; i < m1; ++i)
         for (std::size_t j = n0; j < n1; ++j) c[i * ldc + j] = c[i * ldc + j] > T{} ? c[i * ldc + j] : T{};
   };
-  if (gemm_nn_uses_panels<T>(N, K)) {
-    const nn_tiling t = gemm_nn_panel_tiling<T>(M, N, K);
-    const bool stream = !relu && M * N * sizeof(T) > nn_panel_shape<T>::stream_bytes;
-    parallel_tasks(t.tiles_m * t.tiles_n, [&](std::size_t task) {
-      const std::size_t tm = task / t.tiles_n;
-      const std::size_t tn = task % t.tiles_n;
-      const std::size_t m0 = tm * t.mt;
-      const std::size_t n0 = tn * t.nt;
-      const std::size_t m1 = std::min(M, m0 + t.mt);
-      const std::size_t n1 = std::min(N, n0 + t.nt);
-      gemm_nn_panel(m0, m1, n0, n1, K, a, ars, aks, b, ldb, c, ldc, bias, stream);
-      apply_relu(m0, m1, n0, n1);
-    });
-    return;
-  }
-  const nn_tiling t = gemm_nn_tiling(M, N, K);
+  // Wide products take the packed-panel path; either way each task owns one output tile.
+  const bool panels = gemm_nn_uses_panels<T>(N, K);
+  const nn_tiling t = panels ? gemm_nn_panel_tiling<T>(M, N, K) : gemm_nn_tiling(M, N, K);
+  const bool stream = panels && !relu && M * N * sizeof(T) > nn_panel_shape<T>::stream_bytes;
   parallel_tasks(t.tiles_m * t.tiles_n, [&](std::size_t task) {
     const std::size_t tm = task / t.tiles_n;
     const std::size_t tn = task % t.tiles_n;
@@ -292,7 +280,11 @@ void gemm_nn(std::size_t M, std::size_t N, std::size_t K, const T* a, std::ptrdi
     const std::size_t n0 = tn * t.nt;
     const std::size_t m1 = std::min(M, m0 + t.mt);
     const std::size_t n1 = std::min(N, n0 + t.nt);
-    gemm_nn_block(m0, m1, n0, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
+    if (panels) {
+      gemm_nn_panel(m0, m1, n0, n1, K, a, ars, aks, b, ldb, c, ldc, bias, stream);
+    } else {
+      gemm_nn_block(m0, m1, n0, n1, K, a, ars, aks, b, ldb, c, ldc, bias);
+    }
     apply_relu(m0, m1, n0, n1);
   });
 }
