@@ -2,6 +2,7 @@
 // shapes that exercise its edges (partial slivers and row groups, k blocks, streamed and unaligned outputs),
 // the dense layer's three products' thread invariance, and the vector relu gradient.
 #include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/conv_filter_gradient.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/random.hpp>
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -143,33 +145,82 @@ TEST(NnGemmPaths, ReluBackwardSelectsTheGradientWherePositive) {
   }
 }
 
-// A first conv layer (no input gradient wanted) masks its ReLU gradient block by block on the stack; the kernel
-// and bias gradients must be the same bits as the path that keeps the whole masked gradient (taken when an input
-// gradient is wanted). 3 samples of 26x26 positions: several stack blocks and several 2048-row chunks, a partial
-// last block, and ReLU zeros on both sides.
-TEST(NnGemmPaths, FirstConvLayerGradientIsTheSameBlockedOrNot) {
+// The conv layer's filter gradient takes one of three paths: a small patch with one or two vectors of filters
+// runs the one-pass register kernel; otherwise a first layer (no input gradient wanted) masks its ReLU gradient
+// block by block on the stack, and a layer below others keeps the whole masked gradient. All must give the same
+// bits. 3 samples of 26x26 positions: several stack blocks and 2048-row chunks, a partial last block, and ReLU
+// zeros on both sides.
+void expect_first_conv_gradient_same_bits(std::size_t channels) {
+  SCOPED_TRACE("channels " + std::to_string(channels));
   const mwstrat::nn::conv2d spec{32, {3, 3}, mwstrat::nn::activation::relu};
-  d::conv2d_layer<float> conv(spec, {28, 28, 1});
+  d::conv2d_layer<float> conv(spec, {28, 28, channels});
   const std::size_t batch = 3;
+  const std::size_t patch = 9 * channels;
   conv.reserve(batch);
   const std::size_t out = 26 * 26 * 32;
-  const auto x = filled<float>(batch * 28 * 28, 11);
+  const auto x = filled<float>(batch * 28 * 28 * channels, 11);
   const auto params = filled<float>(conv.param_count(), 12);
   const auto dy = filled<float>(batch * out, 13);
   d::aligned_vector<float> y(batch * out);
   conv.forward({batch, x.data(), y.data(), params.data(), true, 0});
   ASSERT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v == 0.0f; }));
   ASSERT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v > 0.0f; }));
-  d::aligned_vector<float> blocked(conv.param_count(), -1.0f), whole(conv.param_count(), -2.0f);
-  d::aligned_vector<float> dx(batch * 28 * 28);
-  conv.backward({batch, x.data(), y.data(), dy.data(), nullptr, params.data(), blocked.data(), 0});
-  conv.backward({batch, x.data(), y.data(), dy.data(), dx.data(), params.data(), whole.data(), 0});
-  ASSERT_EQ(0, std::memcmp(blocked.data(), whole.data(), blocked.size() * sizeof(float)));
+  d::aligned_vector<float> first(conv.param_count(), -1.0f), inner(conv.param_count(), -2.0f);
+  d::aligned_vector<float> dx(batch * 28 * 28 * channels);
+  conv.backward({batch, x.data(), y.data(), dy.data(), nullptr, params.data(), first.data(), 0});
+  conv.backward({batch, x.data(), y.data(), dy.data(), dx.data(), params.data(), inner.data(), 0});
+  ASSERT_EQ(0, std::memcmp(first.data(), inner.data(), first.size() * sizeof(float)));
   // And both are the gradient: the bias gradient of filter j is the sum of its masked output gradient.
   for (std::size_t j = 0; j < 32; ++j) {
     double s = 0;
     for (std::size_t m = 0; m < batch * 26 * 26; ++m)
       if (y[m * 32 + j] > 0) s += dy[m * 32 + j];
-    EXPECT_NEAR(blocked[9 * 32 + j], s, 1e-3) << "filter " << j;
+    EXPECT_NEAR(first[patch * 32 + j], s, 1e-3) << "filter " << j;
   }
+}
+
+TEST(NnGemmPaths, FirstConvLayerGradientIsTheSameOnEveryPath) {
+  ASSERT_TRUE(d::small_filter_gradient<float>(9, 32));    // grey images: the register kernel
+  ASSERT_FALSE(d::small_filter_gradient<float>(27, 32));  // colour images: stack blocks or the whole gradient
+  expect_first_conv_gradient_same_bits(1);
+  expect_first_conv_gradient_same_bits(3);
+}
+
+// The register kernel against the general path it replaces (vector ReLU mask, gemm_nn_block, a bias loop), bit
+// for bit, for every patch it takes, one and two vectors of filters, with and without a ReLU, and the masked
+// gradient it writes when asked to.
+TEST(NnGemmPaths, SmallFilterGradientKernelMatchesTheGeneralPathBits) {
+  constexpr std::size_t L = d::lanes_v<float>;
+  const std::size_t rows = 301;
+  for (std::size_t patch = 1; patch <= d::small_patch_limit; ++patch)
+    for (const std::size_t f : {L, 2 * L})
+      for (const bool relu : {true, false}) {
+        SCOPED_TRACE("patch " + std::to_string(patch) + ", filters " + std::to_string(f) + (relu ? ", relu" : ""));
+        ASSERT_TRUE(d::small_filter_gradient<float>(patch, f));
+        const auto cols = filled<float>(rows * patch, 21 + patch);
+        const auto y = filled<float>(rows * f, 22 + f);  // half of it negative: the mask matters
+        const auto dy = filled<float>(rows * f, 23);
+        d::aligned_vector<float> expected_dz(rows * f), expected((patch + 1) * f, 0.0f);
+        if (relu) {
+          d::relu_backward_range<float>(0, rows * f, y.data(), dy.data(), expected_dz.data());
+        } else {
+          std::copy(dy.begin(), dy.end(), expected_dz.begin());
+        }
+        d::gemm_nn_block<float>(0, patch, 0, f, rows, cols.data(), 1, static_cast<std::ptrdiff_t>(patch),
+                                expected_dz.data(), f, expected.data(), f, nullptr);
+        for (std::size_t m = 0; m < rows; ++m)
+          for (std::size_t j = 0; j < f; ++j) expected[patch * f + j] += expected_dz[m * f + j];
+
+        d::aligned_vector<float> got((patch + 1) * f, -7.0f), dz(rows * f, -7.0f);
+        d::conv_filter_gradient<float>(patch, f, rows, cols.data(), relu ? y.data() : nullptr, dy.data(), dz.data(),
+                                       got.data());
+        EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)));
+        if (relu) {
+          EXPECT_EQ(0, std::memcmp(dz.data(), expected_dz.data(), dz.size() * sizeof(float)));
+        }
+        d::aligned_vector<float> again((patch + 1) * f, -9.0f);
+        d::conv_filter_gradient<float>(patch, f, rows, cols.data(), relu ? y.data() : nullptr, dy.data(), nullptr,
+                                       again.data());
+        EXPECT_EQ(0, std::memcmp(again.data(), expected.data(), again.size() * sizeof(float)));
+      }
 }

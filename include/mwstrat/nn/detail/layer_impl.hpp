@@ -5,6 +5,7 @@
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/conv_filter_gradient.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/random.hpp>
@@ -286,10 +287,17 @@ class conv2d_layer final : public layer_impl<T> {
     // of it is 11 MB of stores). The GEMM continues its sums across those blocks in order, so the bits are the same.
     const std::size_t block_rows = stack_block_floats / std::max<std::size_t>(f, 1);
     const bool blocked = relu && a.dx == nullptr && block_rows >= 8;
+    // A small patch (a first layer on few channels) and one or two vectors of filters: one pass in registers.
+    const bool small = small_filter_gradient<T>(patch_, f);
     parallel_tasks(chunks, [&](std::size_t ch) {
       const std::size_t m0 = ch * chunk_rows;
       const std::size_t m1 = std::min(positions, m0 + chunk_rows);
       T* part = partial_.data() + ch * (patch_ + 1) * f;
+      if (small) {
+        conv_filter_gradient<T>(patch_, f, m1 - m0, cols_.data() + m0 * patch_, relu ? a.y + m0 * f : nullptr,
+                                a.dy + m0 * f, relu && a.dx != nullptr ? dz_.data() + m0 * f : nullptr, part);
+        return;
+      }
       T* pb = part + patch_ * f;
       for (std::size_t j = 0; j < f; ++j) pb[j] = T{};
       auto sum_bias = [pb, f](const T* rows, std::size_t count) {
