@@ -35,12 +35,13 @@ struct flags {
   std::uint64_t seed = 42;
   std::string backup_dir;     // with --save-freq: BackupAndRestore's cost (issue 8's speed goal)
   std::size_t save_freq = 0;  // steps between backups; 0: no backup
+  mwstrat::reduction_overlap overlap = mwstrat::reduction_overlap::automatic;  // --overlap auto|always|never
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "train_throughput: " << problem << "\n"
             << "usage: train_throughput [--data-dir D] [--batch B (per worker)] [--warmup N] [--steps N] "
-               "[--threads T] [--seed S] [--backup-dir DIR --save-freq N]\n";
+               "[--threads T] [--seed S] [--backup-dir DIR --save-freq N] [--overlap auto|always|never]\n";
   std::exit(2);
 }
 
@@ -66,6 +67,13 @@ flags parse(int argc, char** argv) {
     else if (a == "--seed") f.seed = count(value());
     else if (a == "--backup-dir") f.backup_dir = value();
     else if (a == "--save-freq") f.save_freq = count(value());
+    else if (a == "--overlap") {
+      const std::string v = value();
+      if (v == "auto") f.overlap = mwstrat::reduction_overlap::automatic;
+      else if (v == "always") f.overlap = mwstrat::reduction_overlap::always;
+      else if (v == "never") f.overlap = mwstrat::reduction_overlap::never;
+      else usage("--overlap: '" + v + "' is not auto, always or never");
+    }
     else usage("unknown flag '" + a + "'");
   }
   if (f.batch == 0) usage("--batch must be at least 1");
@@ -149,6 +157,7 @@ int main(int argc, char** argv) {
     mwstrat::fit_options options;
     options.epochs = 1;
     options.steps_per_epoch = f.warmup + f.steps;
+    options.overlap = f.overlap;
     step_timer timer{f.warmup, f.warmup + f.steps - 1};
     std::optional<mwstrat::backup_and_restore> backup;
     if (f.save_freq != 0) {

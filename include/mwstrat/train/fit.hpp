@@ -4,7 +4,8 @@
 ///
 /// Every worker runs the same `fit`. Each step, each worker trains on its part of the global batch (global batch =
 /// per-worker batch × `num_replicas_in_sync()`, the dataset's job), the gradients are mean-reduced — in buckets
-/// that overlap backward when the strategy's collective offers an asynchronous all-reduce — and every replica
+/// that overlap backward when the strategy's collective offers an asynchronous all-reduce and the CPUs leave room
+/// for it (`reduction_overlap`) — and every replica
 /// applies the identical update. Metrics are reduced weighted by examples. Before the first step the workers
 /// compare model fingerprints and the chief's parameters are broadcast.
 
@@ -14,6 +15,7 @@
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/reduction_overlap.hpp>
 #include <mwstrat/train/train_context.hpp>
 
 #include <array>
@@ -36,6 +38,7 @@ struct fit_options {
   std::size_t validation_steps = 0;   ///< 0: the whole validation set
   int validation_freq = 1;            ///< validate after every n-th epoch
   std::size_t bucket_bytes = 4u << 20;  ///< gradient bucket size for overlapping reduction (0: one bucket, at the end)
+  reduction_overlap overlap = reduction_overlap::automatic;  ///< whether reduction overlaps backward (see its header)
 };
 
 /// A validation set for `fit` that is never used: the default.
@@ -61,9 +64,9 @@ constexpr bool has_async_collective = requires(Strategy& s, std::span<float> g) 
 template <class Strategy, class Model>
 class gradient_sync {
  public:
-  gradient_sync(Strategy& s, Model& m, std::size_t bucket_bytes) : strategy_(s), model_(m) {
+  gradient_sync(Strategy& s, Model& m, std::size_t bucket_bytes, reduction_overlap overlap) : strategy_(s), model_(m) {
     if constexpr (has_async_collective<Strategy>) {
-      if (bucket_bytes > 0 && s.num_replicas_in_sync() > 1) {
+      if (bucket_bytes > 0 && s.num_replicas_in_sync() > 1 && overlap_reduction(s, m, overlap)) {
         buckets_ = std::make_unique<bucketed_t<Strategy>>(s.collective(), m.gradients(), bucket_bytes / sizeof(float));
       }
     }
@@ -166,7 +169,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   strategy.verify_same("model fingerprint", model.fingerprint());
   strategy.mirror(model.parameters());
 
-  detail::gradient_sync<Strategy, Model> sync(strategy, model, options.bucket_bytes);
+  detail::gradient_sync<Strategy, Model> sync(strategy, model, options.bucket_bytes, options.overlap);
   history hist;
   detail::fire_train_begin(ctx, callbacks...);  // BackupAndRestore may move ctx to where a backup left off
 

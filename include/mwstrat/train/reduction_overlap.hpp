@@ -1,0 +1,109 @@
+#pragma once
+/// \file
+/// Whether `fit` overlaps the gradient all-reduce with backward, and how `automatic` decides.
+///
+/// Overlap pays when the reduction mostly waits (on a network, or on cores that backward leaves idle). When
+/// several replicas share a machine and their compute threads already take all of its CPUs, the reduction is
+/// memory copies that can only run on those same cores: overlapping then interleaves them with the matrix
+/// kernels (context switches, caches refilled) and the step gets slower — 2 workers × 1 thread on 2 cores trained
+/// ~6% faster without it (benchmarks/RESULTS.md). Whether to overlap never changes which elements are summed, only
+/// the bucket boundaries; every replica takes the same decision from the same gathered facts.
+
+#include <mwstrat/strategy/detail/hash.hpp>
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace mwstrat {
+
+/// When `fit` reduces gradients in buckets while backward still runs (`fit_options::overlap`).
+enum class reduction_overlap {
+  /// Overlap, except when on some machine more than one replica runs and their compute threads (the model's
+  /// `threads()`) add up to at least the CPUs there: then reduce once after backward. A model that does not say
+  /// how many threads it uses counts as leaving room (overlap).
+  automatic,
+  always,  ///< buckets of `fit_options::bucket_bytes`, sent as backward makes them ready
+  never,   ///< one all-reduce of every gradient after backward
+};
+
+namespace detail {
+
+// What one replica tells the others for the decision: its machine, its compute threads (0: unknown) and the CPUs
+// it may run on.
+struct replica_load {
+  std::int64_t host = 0;
+  std::int64_t threads = 0;
+  std::int64_t cpus = 1;
+};
+
+// A digest of the running kernel instance: replicas with equal keys share CPUs (containers on one kernel too).
+inline std::int64_t host_key() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string id((std::istreambuf_iterator<char>(boot)), std::istreambuf_iterator<char>());
+  std::array<char, 256> name{};
+  ::gethostname(name.data(), name.size() - 1);
+  id += '\0';
+  id += name.data();
+  return static_cast<std::int64_t>(fingerprint_hash(id));
+}
+
+// CPUs this process may run on (its affinity mask, which containers and taskset narrow).
+inline std::int64_t usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()));
+}
+
+// True when some machine runs more than one replica and their known threads fill its CPUs (the fewest any of
+// them may use). A replica of unknown threads makes its machine count as not full.
+inline bool some_host_is_full(std::span<const replica_load> replicas) {
+  struct host_total {
+    std::int64_t replicas = 0, threads = 0, cpus = 0;
+    bool unknown = false;
+  };
+  std::map<std::int64_t, host_total> hosts;
+  for (const auto& r : replicas) {
+    auto& h = hosts[r.host];
+    h.cpus = h.replicas == 0 ? r.cpus : std::min(h.cpus, r.cpus);
+    ++h.replicas;
+    h.threads += r.threads;
+    h.unknown = h.unknown || r.threads <= 0;
+  }
+  return std::any_of(hosts.begin(), hosts.end(), [](const auto& kv) {
+    const host_total& h = kv.second;
+    return h.replicas > 1 && !h.unknown && h.threads >= h.cpus;
+  });
+}
+
+// The decision, taken identically by every replica (one all-gather; call it on all of them at the same point).
+template <class Strategy, class Model>
+bool overlap_reduction(Strategy& strategy, const Model& model, reduction_overlap policy) {
+  if (policy != reduction_overlap::automatic) return policy == reduction_overlap::always;
+  replica_load mine;
+  mine.host = host_key();
+  if constexpr (requires { model.threads(); }) mine.threads = static_cast<std::int64_t>(model.threads());
+  mine.cpus = usable_cpus();
+  const auto n = static_cast<std::size_t>(strategy.num_replicas_in_sync());
+  const std::array<std::int64_t, 3> packed{mine.host, mine.threads, mine.cpus};
+  std::vector<std::int64_t> all(3 * n);
+  strategy.collective().all_gather(std::span<const std::int64_t>(packed), std::span<std::int64_t>(all));
+  std::vector<replica_load> replicas(n);
+  for (std::size_t r = 0; r < n; ++r) replicas[r] = {all[3 * r], all[3 * r + 1], all[3 * r + 2]};
+  return !some_host_is_full(replicas);
+}
+
+}  // namespace detail
+}  // namespace mwstrat
