@@ -2,6 +2,9 @@
 # Reference CNN: mwstrat vs PyTorch (python3-torch) training samples/s, and mwstrat's dense GEMMs vs OpenBLAS
 # sgemm, on this machine, in one run. PyTorch and OpenBLAS are run with and without OPENBLAS_CORETYPE=SkylakeX
 # (Debian's OpenBLAS may pick a generic kernel otherwise) and compared at their faster.
+# The training figures are taken in ROUNDS rounds (3; environment variable), mwstrat and both PyTorch settings once
+# per round, so a change of load on a shared machine hits all of them alike; the table shows each one's median and
+# the median of the per-round ratios.
 #   usage: benchmarks/nn/compare.sh BUILD_DIR [RESULTS_DIR]   (a Release build with MWSTRAT_BUILD_BENCHMARKS=ON;
 #          the raw JSON and PyTorch figures are kept in RESULTS_DIR when given)
 set -euo pipefail
@@ -16,24 +19,28 @@ else
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
 fi
+rounds=${ROUNDS:-3}
 echo "load before: $(uptime)"
 
-"$bench" --benchmark_out="$tmp/mw.json" --benchmark_out_format=json >/dev/null 2>&1
+"$bench" --benchmark_filter=Dense --benchmark_out="$tmp/mw_dense.json" --benchmark_out_format=json >/dev/null 2>&1
 if [[ -x $blas ]]; then
   OPENBLAS_CORETYPE= "$blas" --benchmark_out="$tmp/blas_default.json" --benchmark_out_format=json >/dev/null 2>&1
   OPENBLAS_CORETYPE=SkylakeX "$blas" --benchmark_out="$tmp/blas_skx.json" --benchmark_out_format=json >/dev/null 2>&1
 fi
-for b in 64 128; do
-  for t in 1 2; do
-    env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=$t /usr/bin/python3 "$here/torch_cnn.py" $b $t >"$tmp/torch_${b}_${t}_default"
-    OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=$t /usr/bin/python3 "$here/torch_cnn.py" $b $t >"$tmp/torch_${b}_${t}_skx"
+for ((r = 1; r <= rounds; r++)); do
+  "$bench" --benchmark_filter=Train --benchmark_out="$tmp/mw_train_$r.json" --benchmark_out_format=json >/dev/null 2>&1
+  for b in 64 128; do
+    for t in 1 2; do
+      env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=$t /usr/bin/python3 "$here/torch_cnn.py" $b $t >"$tmp/torch_${b}_${t}_default_$r"
+      OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=$t /usr/bin/python3 "$here/torch_cnn.py" $b $t >"$tmp/torch_${b}_${t}_skx_$r"
+    done
   done
 done
 echo "load after:  $(uptime)"
 
-python3 - "$tmp" <<'PY'
-import json, os, sys
-tmp = sys.argv[1]
+python3 - "$tmp" "$rounds" <<'PY'
+import json, os, statistics, sys
+tmp, rounds = sys.argv[1], int(sys.argv[2])
 def load(name):
     path = os.path.join(tmp, name)
     if not os.path.exists(path):
@@ -42,15 +49,22 @@ def load(name):
     for b in json.load(open(path))["benchmarks"]:
         out[b["name"].split("/min_time")[0].split("/real_time")[0]] = b
     return out
-mw = load("mw.json")
-print("\nTraining, reference CNN (forward + backward + SGD), samples/s")
-print(f"{'batch':>5} {'threads':>7} {'mwstrat':>9} {'torch':>9} {'torch SKX':>10} {'ratio vs faster':>16}")
+mw = load("mw_dense.json")
+trains = [load(f"mw_train_{r}.json") for r in range(1, rounds + 1)]
+def torch(b, t, variant, r):
+    return float(open(os.path.join(tmp, f"torch_{b}_{t}_{variant}_{r}")).read())
+print(f"\nTraining, reference CNN (forward + backward + SGD), samples/s, medians of {rounds} rounds")
+print(f"{'batch':>5} {'threads':>7} {'mwstrat':>9} {'torch':>9} {'torch SKX':>10} {'ratio vs faster':>16} "
+      f"{'per-round ratios':>20}")
 for b in (64, 128):
     for t in (1, 2):
-        m = mw[f"Train/batch:{b}/threads:{t}"]["samples/s"]
-        td = float(open(os.path.join(tmp, f"torch_{b}_{t}_default")).read())
-        ts = float(open(os.path.join(tmp, f"torch_{b}_{t}_skx")).read())
-        print(f"{b:>5} {t:>7} {m:>9.0f} {td:>9.0f} {ts:>10.0f} {m / max(td, ts):>15.2f}x")
+        ms = [tr[f"Train/batch:{b}/threads:{t}"]["samples/s"] for tr in trains]
+        tds = [torch(b, t, "default", r) for r in range(1, rounds + 1)]
+        tss = [torch(b, t, "skx", r) for r in range(1, rounds + 1)]
+        ratios = [m / max(d, s) for m, d, s in zip(ms, tds, tss)]
+        each = " ".join(f"{x:.2f}" for x in ratios)
+        print(f"{b:>5} {t:>7} {statistics.median(ms):>9.0f} {statistics.median(tds):>9.0f} "
+              f"{statistics.median(tss):>10.0f} {statistics.median(ratios):>15.2f}x {each:>20}")
 bd, bs = load("blas_default.json"), load("blas_skx.json")
 names = {0: "forward X K^T", 1: "dK = dZ^T X", 2: "dX = dZ K"}
 print("\nDense(21632 -> 128) GEMMs, GFLOP/s")

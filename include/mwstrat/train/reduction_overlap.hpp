@@ -6,8 +6,9 @@
 /// several replicas share a machine and their compute threads already take all of its CPUs, the reduction is
 /// memory copies that can only run on those same cores: overlapping then interleaves them with the matrix
 /// kernels (context switches, caches refilled) and the step gets slower — 2 workers × 1 thread on 2 cores trained
-/// ~6% faster without it (benchmarks/RESULTS.md). Whether to overlap never changes which elements are summed, only
-/// the bucket boundaries; every replica takes the same decision from the same gathered facts.
+/// ~3% faster without it (median of 14 interleaved pairs; benchmarks/RESULTS.md). Whether to overlap never
+/// changes which elements are summed, only the bucket boundaries; every replica takes the same decision from the
+/// same gathered facts.
 
 #include <mwstrat/strategy/detail/hash.hpp>
 
