@@ -189,6 +189,7 @@ def main():
                 print(f"FAILED {label} N={n} repeat {rep + 1}: exit codes {codes}", flush=True)
                 continue
             rec["label"] = label
+            rec["repeat"] = rep
             records[(label, n)].append(rec)
             print(f"repeat {rep + 1} {label:40s} N={n}: {rec['samples_per_s']:8.1f} samples/s, "
                   f"{rec['cpu_s_per_step'] * 1000:6.1f} CPU ms/step, peak RSS {rec['peak_rss_mib']:.1f} MiB "
@@ -242,6 +243,25 @@ def main():
         if tfm:
             r = mw["samples_per_s"] / tfm[0]["samples_per_s"]
             print(f"  N={n}: {r:.2f}x TensorFlow MWMS (goal >= 2x): {'met' if r >= 2 else 'NOT met'}")
+    # The same, repeat by repeat: the runs of one repeat are seconds apart, so a slow spell of a shared machine
+    # weighs on both sides of these ratios (the verdicts above stay on the medians).
+    by_rep = {(r["label"], n, r["repeat"]): r for (label, n), runs in records.items() for r in runs}
+    tf_label = next((c[0] for c in configs if c[1] == "tensorflow-mwms"), None)
+    lines = []
+    for n in a.workers:
+        if n > 1 and 1 in a.workers:
+            effs = [by_rep[("mwstrat", n, r)]["samples_per_s"] / (n * by_rep[("mwstrat", 1, r)]["samples_per_s"])
+                    for r in range(a.repeats) if ("mwstrat", n, r) in by_rep and ("mwstrat", 1, r) in by_rep]
+            if effs:
+                lines.append(f"  N={n}: scaling efficiency " + ", ".join(f"{100 * e:.0f}%" for e in effs))
+        if tf_label:
+            rs = [by_rep[("mwstrat", n, r)]["samples_per_s"] / by_rep[(tf_label, n, r)]["samples_per_s"]
+                  for r in range(a.repeats) if ("mwstrat", n, r) in by_rep and (tf_label, n, r) in by_rep]
+            if rs:
+                lines.append(f"  N={n}: mwstrat ÷ TensorFlow MWMS " + ", ".join(f"{x:.2f}x" for x in rs))
+    if lines:
+        print("\nwithin each repeat:")
+        print("\n".join(lines))
     if failures:
         print("\nfailures:")
         for f in failures:
