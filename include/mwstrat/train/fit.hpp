@@ -5,9 +5,9 @@
 /// Every worker runs the same `fit`. Each step, each worker trains on its part of the global batch (global batch =
 /// per-worker batch × `num_replicas_in_sync()`, the dataset's job), the gradients are mean-reduced — in buckets
 /// that overlap backward when the strategy's collective offers an asynchronous all-reduce and the CPUs leave room
-/// for it (`reduction_overlap`) — and every replica
-/// applies the identical update. Metrics are reduced weighted by examples. Before the first step the workers
-/// compare model fingerprints and the chief's parameters are broadcast.
+/// for it (`reduction_overlap`) — and every replica applies the identical update. Metrics are reduced weighted by
+/// examples. Before the first step the workers compare model fingerprints and the chief's parameters are
+/// broadcast.
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/strategy/bucketed_reduction.hpp>

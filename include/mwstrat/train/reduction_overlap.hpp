@@ -49,14 +49,16 @@ struct replica_load {
   std::int64_t cpus = 1;
 };
 
-// A digest of the running kernel instance: replicas with equal keys share CPUs (containers on one kernel too).
+// A digest of the running kernel instance (its boot id, random per boot): replicas with equal keys share CPUs,
+// containers on one kernel included, whatever their hostnames. Without /proc, the hostname stands in.
 inline std::int64_t host_key() {
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string id((std::istreambuf_iterator<char>(boot)), std::istreambuf_iterator<char>());
-  std::array<char, 256> name{};
-  ::gethostname(name.data(), name.size() - 1);
-  id += '\0';
-  id += name.data();
+  if (id.empty()) {
+    std::array<char, 256> name{};
+    ::gethostname(name.data(), name.size() - 1);
+    id = std::string("host:") + name.data();
+  }
   return static_cast<std::int64_t>(fingerprint_hash(id));
 }
 
