@@ -8,12 +8,21 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 
 #include <gtest/gtest.h>
 
 namespace {
 
 using namespace mwstrat::detail;
+
+// Encodes `h` and decodes it back, as the receiving end would; the decoder's reason lands in `why` on refusal.
+std::optional<frame_header> round_trip(const frame_header& h, std::string& why) {
+  std::array<std::uint8_t, frame_header_size> raw{};
+  encode(h, raw);
+  return decode_frame_header(raw, &why);
+}
 
 TEST(ring_wire, addresses) {
   auto a = parse_address("127.0.0.1:2222");
@@ -210,10 +219,8 @@ TEST(ring_wire, slot_and_credit_frames) {
   h.seq = 5;
   h.count = 100;
   h.payload = 400;
-  std::array<std::uint8_t, frame_header_size> raw{};
-  encode(h, raw);
   std::string why;
-  const auto back = decode_frame_header(raw, &why);
+  const auto back = round_trip(h, why);
   ASSERT_TRUE(back) << why;
   EXPECT_EQ(back->type, frame_type::slot);
   EXPECT_FALSE(frame_mismatch(*back, h));
@@ -224,12 +231,12 @@ TEST(ring_wire, slot_and_credit_frames) {
   EXPECT_NE(bad->find("shared-memory all_reduce"), std::string::npos) << *bad;
   h.type = frame_type::credit;
   h.payload = 0;
-  encode(h, raw);
-  ASSERT_TRUE(decode_frame_header(raw, &why)) << why;
+  ASSERT_TRUE(round_trip(h, why)) << why;
   h.payload = 1;  // credits carry nothing
-  encode(h, raw);
-  EXPECT_FALSE(decode_frame_header(raw, &why));
+  EXPECT_FALSE(round_trip(h, why));
   EXPECT_EQ(why, "credit frame with a payload");
+  std::array<std::uint8_t, frame_header_size> raw{};
+  encode(h, raw);
   raw[4] = 5;  // unknown type
   EXPECT_FALSE(decode_frame_header(raw, &why));
 }
