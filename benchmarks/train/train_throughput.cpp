@@ -7,7 +7,11 @@
 // and nothing of fit's start. ddp_throughput.py and tf_throughput.py time the same span. The chief prints:
 //   {"impl":"mwstrat","workers":N,"threads":T,"batch":64,"steps":S,"seconds":...,"steps_per_s":...,
 //    "samples_per_s":... (global),"peak_rss_mib":... (max over workers),"peak_rss_mib_per_worker":[...],
-//    "cpu_s_per_step":... (CPU seconds of all workers per timed step),"loss":... (mean training loss)}
+//    "cpu_s_per_step":... (CPU seconds of all workers per timed step),"loss":... (mean training loss),
+//    "gradients":"mean"|"local"}
+// `--gradients local` is a measurement, not training: the workers step in lockstep (the metrics are still summed
+// every step) but each applies its own gradients, so the difference to `mean` is what the gradient all-reduce costs
+// and the difference to two independent one-worker runs is what lockstep costs (benchmarks/train/ceiling.py).
 #include <mwstrat/mwstrat.hpp>
 
 #include <sys/resource.h>
@@ -36,12 +40,36 @@ struct flags {
   std::string backup_dir;     // with --save-freq: BackupAndRestore's cost (issue 8's speed goal)
   std::size_t save_freq = 0;  // steps between backups; 0: no backup
   mwstrat::reduction_overlap overlap = mwstrat::reduction_overlap::automatic;  // --overlap auto|always|never
+  bool local_gradients = false;  // --gradients local: no gradient all-reduce (see the header comment)
+};
+
+// The strategy with every member forwarded except the gradient mean, which leaves each worker's gradients as they
+// are. It has no collective(), so fit takes its one-reduction-after-backward path and calls mean_gradients.
+template <class Strategy>
+class local_gradients {
+ public:
+  explicit local_gradients(Strategy& s) : s_(s) {}
+  int num_replicas_in_sync() const { return s_.num_replicas_in_sync(); }
+  int replica_id() const { return s_.replica_id(); }
+  bool is_chief() const { return s_.is_chief(); }
+  void verify_same(std::string_view what, std::string_view text) { s_.verify_same(what, text); }
+  template <class T>
+  void mirror(std::span<T> values) {
+    s_.mirror(values);
+  }
+  void mean_gradients(std::span<float>) {}
+  void sum_metrics(std::span<double> m) { s_.sum_metrics(m); }
+  void barrier() { s_.barrier(); }
+
+ private:
+  Strategy& s_;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "train_throughput: " << problem << "\n"
             << "usage: train_throughput [--data-dir D] [--batch B (per worker)] [--warmup N] [--steps N] "
-               "[--threads T] [--seed S] [--backup-dir DIR --save-freq N] [--overlap auto|always|never]\n";
+               "[--threads T] [--seed S] [--backup-dir DIR --save-freq N] [--overlap auto|always|never] "
+               "[--gradients mean|local]\n";
   std::exit(2);
 }
 
@@ -73,6 +101,11 @@ flags parse(int argc, char** argv) {
       else if (v == "always") f.overlap = mwstrat::reduction_overlap::always;
       else if (v == "never") f.overlap = mwstrat::reduction_overlap::never;
       else usage("--overlap: '" + v + "' is not auto, always or never");
+    } else if (a == "--gradients") {
+      const std::string v = value();
+      if (v == "mean") f.local_gradients = false;
+      else if (v == "local") f.local_gradients = true;
+      else usage("--gradients: '" + v + "' is not mean or local");
     }
     else usage("unknown flag '" + a + "'");
   }
@@ -80,6 +113,7 @@ flags parse(int argc, char** argv) {
   if (f.steps == 0) usage("--steps must be at least 1");
   if (f.threads < 1) usage("--threads must be at least 1");
   if (f.backup_dir.empty() != (f.save_freq == 0)) usage("--backup-dir and --save-freq go together");
+  if (f.local_gradients && f.save_freq != 0) usage("--gradients local does not go with --save-freq");
   return f;
 }
 
@@ -163,8 +197,10 @@ int main(int argc, char** argv) {
     if (f.save_freq != 0) {
       backup.emplace(mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::every(f.save_freq)});
     }
-    const mwstrat::history h = backup ? mwstrat::fit(strategy, model, optimizer, train, options, timer, *backup)
-                                      : mwstrat::fit(strategy, model, optimizer, train, options, timer);
+    local_gradients<decltype(strategy)> unreduced(strategy);
+    const mwstrat::history h = f.local_gradients ? mwstrat::fit(unreduced, model, optimizer, train, options, timer)
+                               : backup ? mwstrat::fit(strategy, model, optimizer, train, options, timer, *backup)
+                                        : mwstrat::fit(strategy, model, optimizer, train, options, timer);
     const double seconds = timer.seconds();
     const double cpu_seconds = timer.cpu_stop - timer.cpu_start;
 
@@ -192,10 +228,11 @@ int main(int argc, char** argv) {
       const double steps_per_s = static_cast<double>(f.steps) / job_seconds;
       std::printf("{\"impl\":\"mwstrat\",\"workers\":%zu,\"threads\":%d,\"batch\":%zu,\"steps\":%zu,"
                   "\"seconds\":%.4f,\"steps_per_s\":%.3f,\"samples_per_s\":%.1f,\"peak_rss_mib\":%.1f,"
-                  "\"peak_rss_mib_per_worker\":[%s],\"cpu_s_per_step\":%.5f,\"loss\":%.5f}\n",
+                  "\"peak_rss_mib_per_worker\":[%s],\"cpu_s_per_step\":%.5f,\"loss\":%.5f,\"gradients\":\"%s\"}\n",
                   workers, f.threads, f.batch, f.steps, job_seconds, steps_per_s,
                   steps_per_s * static_cast<double>(global_batch), peak, per_worker.c_str(),
-                  cpu_total / static_cast<double>(f.steps), h.epochs.empty() ? 0.0 : h.epochs.back().loss);
+                  cpu_total / static_cast<double>(f.steps), h.epochs.empty() ? 0.0 : h.epochs.back().loss,
+                  f.local_gradients ? "local" : "mean");
       std::fflush(stdout);
     }
     return 0;
