@@ -1,0 +1,32 @@
+#!/bin/sh
+# Which of OpenMPI's all-reduce algorithms gives its default figures, beside the ring over TCP, at >= 1 MiB.
+# OpenMPI's tuned component picks an algorithm by message size and process count; forcing each one in turn
+# (coll_tuned_use_dynamic_rules + coll_tuned_allreduce_algorithm) tells which it chose and how OpenMPI's own ring
+# compares with ours. Usage: benchmarks/collective/mpi_algorithms.sh <build folder> [ranks, default 4]
+# (a Release build with -DMWSTRAT_BUILD_BENCHMARKS=ON and OpenMPI from libopenmpi-dev openmpi-bin).
+set -eu
+bin="${1:-build/release}/benchmarks/collective"
+n="${2:-4}"
+min=1048576
+max=67108864
+if [ ! -x "$bin/mwstrat_bench_collective_mpi" ] || ! command -v mpirun > /dev/null; then
+  echo "mpi_algorithms.sh: no OpenMPI benchmark in $bin or no mpirun" >&2
+  exit 2
+fi
+echo "== load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores, $n processes; bus bandwidth, GB/s"
+echo "== mwstrat ring, TCP"
+"$bin/mwstrat_bench_collective" --ranks "$n" --min "$min" --max "$max" --transport tcp |
+  awk -v n="$n" '$1 == n && $2 == "tcp" { printf "%10s %6s\n", $3, $5 }'
+# ompi_info names them: 3 recursive doubling, 4 ring, 5 segmented ring, 6 rabenseifner.
+for alg in default 3 4 5 6; do
+  if [ "$alg" = default ]; then
+    echo "== OpenMPI, its own choice"
+    set --
+  else
+    echo "== OpenMPI, coll_tuned_allreduce_algorithm $alg"
+    set -- --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm "$alg"
+  fi
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    mpirun -np "$n" --oversubscribe --bind-to none --mca btl tcp,self --mca btl_tcp_if_include lo "$@" \
+    "$bin/mwstrat_bench_collective_mpi" "$min" "$max" | awk -v n="$n" '$1 == n { printf "%10s %6s\n", $2, $4 }'
+done
