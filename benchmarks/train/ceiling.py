@@ -59,7 +59,12 @@ def main():
     def pair():
         procs = [subprocess.Popen(solo[0], env=solo[1], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                  for _ in range(2)]
-        outs = [p.communicate(timeout=a.timeout)[0] for p in procs]
+        try:
+            outs = [p.communicate(timeout=a.timeout)[0] for p in procs]
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            sys.exit(f"pair: timed out after {a.timeout}s")
         if any(p.returncode != 0 for p in procs):
             sys.exit("pair: a process failed")
         runs = [samples_per_s(o, "pair") for o in outs]
