@@ -2,7 +2,7 @@
 """Where two-worker scaling is lost: the tutorial CNN on 1 worker, on 2 independent workers at once, and on 2
 mwstrat workers with and without the gradient all-reduce.
 
-Each round runs, one after another (nothing else running), with --threads threads per worker and batch 64:
+Each round runs, one after another (nothing else running), with --threads (1) per worker and --batch (64) per worker:
   solo      one train_throughput process (no TF_CONFIG)
   pair      two such processes started together: what this machine gives two busy processes (no communication)
   lockstep  mwstrat-launch -n 2 -- train_throughput --gradients local: both workers step together (the metrics
