@@ -1,7 +1,8 @@
 #!/bin/sh
 # OpenMPI's all-reduce with its own choice of algorithm and with each tuned algorithm forced in turn
 # (coll_tuned_use_dynamic_rules + coll_tuned_allreduce_algorithm), beside the ring over TCP, at >= 1 MiB: which
-# algorithm its figures come close to, and how OpenMPI's own ring compares with ours. Usage: benchmarks/collective/mpi_algorithms.sh <build folder> [ranks, default 4]
+# algorithm its figures come close to, and how OpenMPI's own ring compares with ours.
+# Usage: benchmarks/collective/mpi_algorithms.sh <build folder> [ranks, default 4]
 # (a Release build with -DMWSTRAT_BUILD_BENCHMARKS=ON and OpenMPI from libopenmpi-dev openmpi-bin).
 set -eu
 bin="${1:-build/release}/benchmarks/collective"
