@@ -145,7 +145,7 @@ TEST(NnGemmPaths, ReluBackwardSelectsTheGradientWherePositive) {
   }
 }
 
-// The conv layer's filter gradient takes one of three paths: a small patch with one or two vectors of filters
+// The conv layer's filter gradient takes one of three paths: a small patch with a few vectors of filters
 // runs the one-pass register kernel; otherwise a first layer (no input gradient wanted) masks its ReLU gradient
 // block by block on the stack, and a layer below others keeps the whole masked gradient. All must give the same
 // bits. 3 samples of 26x26 positions: several stack blocks and 2048-row chunks, a partial last block, and ReLU
@@ -187,13 +187,13 @@ TEST(NnGemmPaths, FirstConvLayerGradientIsTheSameOnEveryPath) {
 }
 
 // The register kernel against the general path it replaces (vector ReLU mask, gemm_nn_block, a bias loop), bit
-// for bit, for every patch it takes, one and two vectors of filters, with and without a ReLU, and the masked
-// gradient it writes when asked to.
+// for bit, for every patch it takes, one to four vectors of filters (whole groups and a last odd vector on every
+// register file), with and without a ReLU, and the masked gradient it writes when asked to.
 TEST(NnGemmPaths, SmallFilterGradientKernelMatchesTheGeneralPathBits) {
   constexpr std::size_t L = d::lanes_v<float>;
   const std::size_t rows = 301;
   for (std::size_t patch = 1; patch <= d::small_patch_limit; ++patch)
-    for (const std::size_t f : {L, 2 * L})
+    for (const std::size_t f : {L, 2 * L, 3 * L, 4 * L})
       for (const bool relu : {true, false}) {
         SCOPED_TRACE("patch " + std::to_string(patch) + ", filters " + std::to_string(f) + (relu ? ", relu" : ""));
         ASSERT_TRUE(d::small_filter_gradient<float>(patch, f));

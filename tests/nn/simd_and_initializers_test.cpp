@@ -1,4 +1,4 @@
-// The vector helpers the kernels are built on (loads, stores, the non-temporal store and its alignment test) and
+// The vector helpers the kernels are built on (loads, stores, the non-temporal store and the line-alignment test) and
 // Keras's default initialisers (glorot_uniform's range, spread and reproducibility; zeros).
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
@@ -21,26 +21,26 @@ template <class T>
 void round_trips_through_every_store() {
   using V = d::vec_t<T>;
   constexpr int L = d::lanes_v<T>;
-  static_assert(sizeof(V) == 64 && L * sizeof(T) == 64);
+  static_assert(sizeof(V) == d::vector_bytes && L * sizeof(T) == d::vector_bytes);
   d::aligned_vector<T> src(2 * L), plain(2 * L, T{-1}), streamed(2 * L, T{-1});
   for (int i = 0; i < 2 * L; ++i) src[i] = static_cast<T>(i) * T{0.5} - T{3};
   ASSERT_TRUE(d::line_aligned(streamed.data()));
   ASSERT_FALSE(d::line_aligned(streamed.data() + 1));
   V v;
-  d::vload(v, src.data() + L);  // the second line
+  d::vload(v, src.data() + L);  // the second vector
   d::vstore(plain.data(), v);
   d::vstream(streamed.data(), v);
   d::stream_fence();
   for (int i = 0; i < L; ++i) {
     EXPECT_EQ(plain[i], src[L + i]) << i;
     EXPECT_EQ(streamed[i], src[L + i]) << i;
-    EXPECT_EQ(streamed[L + i], T{-1}) << "wrote past its line at " << i;
+    EXPECT_EQ(streamed[L + i], T{-1}) << "wrote past its vector at " << i;
   }
 }
 
 }  // namespace
 
-TEST(NnSimd, LoadStoreAndStreamedStoreKeepEveryBitAndStayInTheirLine) {
+TEST(NnSimd, LoadStoreAndStreamedStoreKeepEveryBitAndStayInTheirVector) {
   round_trips_through_every_store<float>();
   round_trips_through_every_store<double>();
 }

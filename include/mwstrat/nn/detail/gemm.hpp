@@ -26,6 +26,10 @@ namespace mwstrat::detail {
 // ---------------------------------------------------------------------------------------------- gemm_nn
 // A(i, k) = a[i * ars + k * aks]; B[k][j] = b[k * ldb + j]; C[i][j] = c[i * ldc + j].
 
+// Vectors of columns in the widest micro-kernel: 6 rows x W accumulators, plus W of B and one broadcast, must fit
+// the register file (32 registers: W = 4; 16: W = 2).
+inline constexpr int nn_wide_vectors = vector_registers >= 32 ? 4 : 2;
+
 // stream: store C with non-temporal stores (C 64-byte aligned, ldc a whole number of lines; see vstream).
 template <class T, int MR, int NV>
 inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b,
@@ -147,11 +151,12 @@ void gemm_nn_block(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n
                    std::ptrdiff_t ars, std::ptrdiff_t aks, const T* b, std::size_t ldb, T* c, std::size_t ldc,
                    const T* bias, bool accumulate = false) noexcept {
   constexpr std::size_t L = lanes_v<T>;
+  constexpr int W = nn_wide_vectors;  // accumulators: 6 x W, then 12 x W/2, then 12 x 1 (all in registers)
   std::size_t j = n0;
-  for (; j + 4 * L <= n1; j += 4 * L)
-    gemm_nn_strip<T, 4, 6>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
-  for (; j + 2 * L <= n1; j += 2 * L)
-    gemm_nn_strip<T, 2, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
+  for (; j + W * L <= n1; j += W * L)
+    gemm_nn_strip<T, W, 6>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
+  for (; j + (W / 2) * L <= n1; j += (W / 2) * L)
+    gemm_nn_strip<T, W / 2, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
   for (; j + L <= n1; j += L) gemm_nn_strip<T, 1, 12>(m0, m1, j, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
   if (j < n1) scalar_nn(m0, m1, j, n1, K, a, ars, aks, b, ldb, c, ldc, bias, accumulate);
 }
@@ -166,7 +171,7 @@ void gemm_nn_block(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n
 template <class T>
 struct nn_panel_shape {
   static constexpr int mr = 6;
-  static constexpr int nv = 4;
+  static constexpr int nv = nn_wide_vectors;
   static constexpr std::size_t nr = static_cast<std::size_t>(nv * lanes_v<T>);
   static constexpr std::size_t kc = 256;
   static constexpr std::size_t pack_bytes = std::size_t{128} << 10;  // a panel: L2-resident, on the task's stack
@@ -339,7 +344,8 @@ inline void horizontal_sums(vec_t<T> (&acc)[lanes_v<T>], T* out) noexcept {
   for (int lane = 0; lane < L; ++lane) out[bit_reverse(lane, B)] = level[0][lane];
 }
 
-// 2 rows of A (streamed from L2) against 8 (float) rows of B kept in L1: L accumulators, one per output.
+// 2 rows of A (streamed from L2) against L/2 rows of B kept in L1: L accumulators, one per output (with the
+// 2 + L/2 operand vectors, within 16 registers at every width).
 template <class T>
 struct nt_shape {
   static constexpr int mr = 2;

@@ -287,7 +287,7 @@ class conv2d_layer final : public layer_impl<T> {
     // of it is 11 MB of stores). The GEMM continues its sums across those blocks in order, so the bits are the same.
     const std::size_t block_rows = stack_block_floats / std::max<std::size_t>(f, 1);
     const bool blocked = relu && a.dx == nullptr && block_rows >= 8;
-    // A small patch (a first layer on few channels) and one or two vectors of filters: one pass in registers.
+    // A small patch (a first layer on few channels) and a few vectors of filters: sums in registers.
     const bool small = small_filter_gradient<T>(patch_, f);
     parallel_tasks(chunks, [&](std::size_t ch) {
       const std::size_t m0 = ch * chunk_rows;

@@ -1,6 +1,9 @@
 #pragma once
-// Portable 64-byte vectors (GCC/Clang vector extensions): one AVX-512 register with -march=native, split into
-// narrower registers by the compiler elsewhere. Vectors never cross a function boundary by value (psABI).
+// Portable vectors (GCC/Clang vector extensions) as wide as one register of the ISA the code is compiled for
+// (-march=native in optimised builds): 64 bytes with AVX-512, 32 with AVX/AVX2, 16 otherwise. The kernels size
+// their register blocks from `vector_registers`, so a micro-kernel's accumulators stay in registers on every ISA
+// (64-byte vectors on a 16-register AVX2 machine spill every accumulator and run ~10x slower). Vectors never
+// cross a function boundary by value (psABI).
 
 #include <cstddef>
 #include <cstdint>
@@ -13,10 +16,24 @@
 
 namespace mwstrat::detail {
 
+#if defined(__AVX512F__)
+inline constexpr std::size_t vector_bytes = 64;
+inline constexpr int vector_registers = 32;
+#elif defined(__AVX__)
+inline constexpr std::size_t vector_bytes = 32;
+inline constexpr int vector_registers = 16;
+#elif defined(__aarch64__)
+inline constexpr std::size_t vector_bytes = 16;
+inline constexpr int vector_registers = 32;
+#else
+inline constexpr std::size_t vector_bytes = 16;
+inline constexpr int vector_registers = 16;
+#endif
+
 template <class T>
 struct simd {
-  static constexpr int lanes = static_cast<int>(64 / sizeof(T));
-  typedef T vec __attribute__((vector_size(64)));
+  static constexpr int lanes = static_cast<int>(vector_bytes / sizeof(T));
+  typedef T vec __attribute__((vector_size(vector_bytes)));
 };
 
 template <class T>
@@ -35,12 +52,12 @@ inline void vstore(T* p, const V& v) noexcept {
   std::memcpy(p, &v, sizeof(V));
 }
 
-// Non-temporal store of a whole vector to 64-byte aligned memory: the line goes straight to memory without being
-// read first (write-allocate), for large outputs that will not be read again soon. Plain store where the ISA has
-// none; the bits stored are the same either way.
+// Non-temporal store of a whole vector to memory aligned to its size: the line goes straight to memory without
+// being read first (write-allocate), for large outputs that will not be read again soon. Plain store where the ISA
+// has none; the bits stored are the same either way.
 template <class V, class T>
 inline void vstream(T* p, const V& v) noexcept {
-  static_assert(sizeof(V) == 64);
+  static_assert(sizeof(V) == vector_bytes);
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float>) {
     __m512 r;
@@ -55,16 +72,26 @@ inline void vstream(T* p, const V& v) noexcept {
   }
 #elif defined(__AVX__)
   if constexpr (std::is_same_v<T, float>) {
-    __m256 r[2];
-    std::memcpy(r, &v, sizeof r);
-    _mm256_stream_ps(p, r[0]);
-    _mm256_stream_ps(p + 8, r[1]);
+    __m256 r;
+    std::memcpy(&r, &v, sizeof r);
+    _mm256_stream_ps(p, r);
     return;
   } else if constexpr (std::is_same_v<T, double>) {
-    __m256d r[2];
-    std::memcpy(r, &v, sizeof r);
-    _mm256_stream_pd(p, r[0]);
-    _mm256_stream_pd(p + 4, r[1]);
+    __m256d r;
+    std::memcpy(&r, &v, sizeof r);
+    _mm256_stream_pd(p, r);
+    return;
+  }
+#elif defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float>) {
+    __m128 r;
+    std::memcpy(&r, &v, sizeof r);
+    _mm_stream_ps(p, r);
+    return;
+  } else if constexpr (std::is_same_v<T, double>) {
+    __m128d r;
+    std::memcpy(&r, &v, sizeof r);
+    _mm_stream_pd(p, r);
     return;
   }
 #endif
@@ -78,7 +105,7 @@ inline void stream_fence() noexcept {
 #endif
 }
 
-/// Whether p is 64-byte aligned (vstream's requirement).
+/// Whether p is 64-byte (cache-line) aligned: enough for vstream at every vector width.
 inline bool line_aligned(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
 
 }  // namespace mwstrat::detail
