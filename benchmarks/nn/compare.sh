@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reference CNN: mwstrat vs PyTorch (python3-torch) training samples/s, and mwstrat's dense GEMMs vs OpenBLAS
-# sgemm, on this machine, in one run. PyTorch and OpenBLAS are run with and without OPENBLAS_CORETYPE=SkylakeX
-# (Debian's OpenBLAS may pick a generic kernel otherwise) and compared at their faster.
+# sgemm, on this machine, in one run. PyTorch and OpenBLAS are run with and without OPENBLAS_CORETYPE forced to the
+# CPU's best kernel family (SkylakeX with AVX-512, Haswell with AVX2; Debian's OpenBLAS may pick a generic kernel
+# otherwise) and compared at their faster.
 # The training figures are taken in ROUNDS rounds (3; environment variable), mwstrat and both PyTorch settings once
 # per round, so a change of load on a shared machine hits all of them alike; the table shows each one's median and
 # the median of the per-round ratios.
@@ -20,19 +21,20 @@ else
   trap 'rm -rf "$tmp"' EXIT
 fi
 rounds=${ROUNDS:-3}
+if grep -qw avx512f /proc/cpuinfo; then coretype=SkylakeX; else coretype=Haswell; fi
 echo "load before: $(uptime)"
 
 "$bench" --benchmark_filter=Dense --benchmark_out="$tmp/mw_dense.json" --benchmark_out_format=json >/dev/null 2>&1
 if [[ -x $blas ]]; then
   OPENBLAS_CORETYPE= "$blas" --benchmark_out="$tmp/blas_default.json" --benchmark_out_format=json >/dev/null 2>&1
-  OPENBLAS_CORETYPE=SkylakeX "$blas" --benchmark_out="$tmp/blas_skx.json" --benchmark_out_format=json >/dev/null 2>&1
+  OPENBLAS_CORETYPE=$coretype "$blas" --benchmark_out="$tmp/blas_skx.json" --benchmark_out_format=json >/dev/null 2>&1
 fi
 for ((r = 1; r <= rounds; r++)); do
   "$bench" --benchmark_filter=Train --benchmark_out="$tmp/mw_train_$r.json" --benchmark_out_format=json >/dev/null 2>&1
   for b in 64 128; do
     for t in 1 2; do
       env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=$t /usr/bin/python3 "$here/torch_cnn.py" $b $t >"$tmp/torch_${b}_${t}_default_$r"
-      OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=$t /usr/bin/python3 "$here/torch_cnn.py" $b $t >"$tmp/torch_${b}_${t}_skx_$r"
+      OPENBLAS_CORETYPE=$coretype OMP_NUM_THREADS=$t /usr/bin/python3 "$here/torch_cnn.py" $b $t >"$tmp/torch_${b}_${t}_skx_$r"
     done
   done
 done

@@ -4,7 +4,8 @@
 Runs, for N workers in --workers (1 and 2), each with --threads threads (1) and per-worker batch 64:
   mwstrat         BUILD/tools/mwstrat-launch -n N -- BUILD/benchmarks/train/train_throughput ...
   torch-ddp       N processes of ddp_throughput.py (Debian's python3-torch, gloo over tcp://127.0.0.1), once with
-                  Debian's OpenBLAS choosing its kernel and once with OPENBLAS_CORETYPE=SkylakeX
+                  Debian's OpenBLAS choosing its kernel and once with OPENBLAS_CORETYPE forced to this CPU's best
+                  (SkylakeX with AVX-512, Haswell with AVX2; a kernel the CPU lacks dies of SIGILL)
   tensorflow-mwms N processes of tf_throughput.py with their own TF_CONFIG (pip's tensorflow-cpu; skipped, and
                   said so, when no Python with TensorFlow is found)
 Every configuration runs --repeats times (3), interleaved (repeat 1 of everything, then repeat 2, ...) so that a
@@ -25,6 +26,20 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def openblas_coretype():
+    """The OpenBLAS kernel family this CPU runs best (None when neither AVX-512 nor AVX2 is there)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return None
+    if "avx512f" in flags:
+        return "SkylakeX"
+    if "avx2" in flags:
+        return "Haswell"
+    return None
 
 
 def free_ports(n):
@@ -169,12 +184,14 @@ def main():
         print("tensorflow: not found in any candidate Python; its rows are left out", flush=True)
     a.tf_python = tf_python
 
+    coretype = openblas_coretype()
     configs = []  # (label, impl, workers, command factory)
     for n in a.workers:
         configs.append(("mwstrat", "mwstrat", n, lambda n=n: mwstrat_cmd(a, n)))
         configs.append(("torch-ddp (OpenBLAS default)", "torch-ddp", n, lambda n=n: torch_cmd(a, n, None)))
-        configs.append(("torch-ddp (OPENBLAS_CORETYPE=SkylakeX)", "torch-ddp", n,
-                        lambda n=n: torch_cmd(a, n, "SkylakeX")))
+        if coretype:
+            configs.append((f"torch-ddp (OPENBLAS_CORETYPE={coretype})", "torch-ddp", n,
+                            lambda n=n: torch_cmd(a, n, coretype)))
         if tf_python:
             configs.append((f"tensorflow-mwms {tf_version}", "tensorflow-mwms", n, lambda n=n: tf_cmd(a, n)))
 

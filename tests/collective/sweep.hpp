@@ -4,9 +4,11 @@
 // std::runtime_error describing the first mismatch.
 
 #include <mwstrat/collective/concepts.hpp>
+#include <mwstrat/error.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -113,6 +115,44 @@ void sweep_type(C& c, const std::vector<std::size_t>& counts) {
     for (auto op : {reduce_op::sum, reduce_op::mean, reduce_op::min, reduce_op::max}) check_all_reduce<T>(c, count, op);
 }
 
+// all_reduce_update (the ring's fused sharded update) against all_reduce followed by the same update of every
+// element: the same bits in `params` on every rank, and each element updated at most once here — only this rank's part,
+// when there is more than one rank.
+template <class T, class C>
+void check_all_reduce_update(C& c, std::size_t count, reduce_op op) {
+  std::vector<T> grads(count), params(count), expected(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    grads[i] = input_value<T>(c.rank(), i) + static_cast<T>(0.3);  // not exact: the order of the sum shows in bits
+    params[i] = input_value<T>(0, i) * static_cast<T>(0.7);
+  }
+  std::vector<T> reduced = grads;
+  c.all_reduce(std::span<T>(reduced), op);
+  const T rate = static_cast<T>(0.25);
+  for (std::size_t i = 0; i < count; ++i) expected[i] = params[i] - rate * reduced[i];
+  std::vector<int> updated(count, 0);
+  std::size_t calls = 0;
+  c.all_reduce_update(std::span<T>(grads), op, std::span<T>(params), [&](std::size_t first, std::size_t n) {
+    ++calls;
+    for (std::size_t i = first; i < first + n; ++i) {
+      params[i] -= rate * grads[i];
+      ++updated[i];
+    }
+  });
+  const std::string what = "all_reduce_update(" + std::to_string(count) + ", " + std::string(to_string(op)) +
+                           ") on rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    if (std::memcmp(&params[i], &expected[i], sizeof(T)) != 0) expect_equal(params, i, expected[i], what);
+    if (updated[i] > 1) throw std::runtime_error(what + ": element " + std::to_string(i) + " updated twice");
+  }
+  std::size_t mine = 0;
+  for (const int u : updated) mine += static_cast<std::size_t>(u);
+  const auto n = static_cast<std::size_t>(c.size());
+  const std::size_t largest = (count + n - 1) / n;
+  if (mine > largest || (count > 0 && n == 1 && mine != count) || (count == 0 && calls != 0))
+    throw std::runtime_error(what + ": updated " + std::to_string(mine) + " elements here, expected this rank's " +
+                             "part (at most " + std::to_string(largest) + ")");
+}
+
 // Everything, for one world size. `large`: also the 8M-float all-reduce (mean) and broadcast.
 template <collective C>
 void run_sweep(C& c, bool large) {
@@ -129,6 +169,21 @@ void run_sweep(C& c, bool large) {
     check_all_gather<std::int32_t>(c, count);
   }
   check_all_gather<double>(c, 20001);
+  if constexpr (requires(std::span<float> v) { c.all_reduce_update(v, reduce_op::mean, v, [](std::size_t, std::size_t) {}); }) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}, std::size_t{100003}}) {
+      check_all_reduce_update<float>(c, count, reduce_op::mean);
+      check_all_reduce_update<double>(c, count, reduce_op::sum);
+    }
+    std::vector<float> grads(7), params(6);
+    bool refused = false;
+    try {
+      c.all_reduce_update(std::span<float>(grads), reduce_op::mean, std::span<float>(params),
+                          [](std::size_t, std::size_t) {});
+    } catch (const config_error&) {
+      refused = true;
+    }
+    if (!refused) throw std::runtime_error("all_reduce_update accepted 6 parameters for 7 gradients");
+  }
   for (int i = 0; i < 3; ++i) c.barrier();
   check_async(c);
   if (large) {

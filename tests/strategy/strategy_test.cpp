@@ -1,7 +1,10 @@
 #include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/ring/ring_collective.hpp>
+#include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/bucketed_reduction.hpp>
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/train/concepts.hpp>
 
 #include <gtest/gtest.h>
 
@@ -111,6 +114,60 @@ TEST(bucketed_reduction, equals_one_mean_and_sends_whole_layers) {
       EXPECT_EQ(r.buckets_sent(), bucket == 1 ? 4u : bucket == 60 ? 2u : 1u);
     });
   }
+}
+
+// The fused sharded update is offered by the ring (its typed suite checks it bit for bit against all_reduce and a
+// full update, tests/collective/sweep.hpp) and used by fit for plain SGD only: optimizers with slots take the full
+// update. These keep those checks from being skipped silently by a changed signature.
+static_assert(fuses_update_v<ring_collective>);
+static_assert(!fuses_update_v<local_collective>);
+static_assert(part_update_optimizer<nn::sgd>);
+static_assert(!part_update_optimizer<nn::adam>);
+
+TEST(mirrored_strategy, mean_gradients_and_update_without_a_fusing_collective_is_the_mean_then_the_whole_update) {
+  std::vector<std::vector<float>> fused(3), plain(3);
+  spawn_ranks(3, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    EXPECT_FALSE(strategy.fuses_update());
+    const auto r = static_cast<std::size_t>(c.rank());
+    std::vector<float> g(1001), p(1001);
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      g[i] = static_cast<float>((i * 7 + r * 13) % 17) * 0.1f;
+      p[i] = static_cast<float>(i % 5) * 0.3f;
+    }
+    std::vector<float> g2 = g, p2 = p;
+    std::size_t calls = 0;
+    const nn::sgd sgd(0.5);
+    strategy.mean_gradients_and_update(std::span<float>(g), std::span<float>(p), [&](std::size_t first, std::size_t n) {
+      ++calls;
+      sgd.apply_part(std::span<float>(p).subspan(first, n), std::span<const float>(g).subspan(first, n));
+    });
+    EXPECT_EQ(calls, 1u);
+    strategy.mean_gradients(std::span<float>(g2));
+    for (std::size_t i = 0; i < p2.size(); ++i) p2[i] -= 0.5f * g2[i];
+    fused[r] = p;
+    plain[r] = p2;
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(fused[r], plain[r]) << "rank " << r;
+    EXPECT_EQ(fused[r], fused[0]) << "rank " << r;
+  }
+}
+
+TEST(sgd, apply_part_is_apply_on_a_part_and_needs_no_momentum) {
+  std::vector<float> p(100, 1.0f), q(100, 1.0f), g(100);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i) * 0.01f;
+  nn::sgd whole(0.1), parts(0.1);
+  whole.apply(std::span<float>(p), std::span<const float>(g));
+  parts.apply_part(std::span<float>(q).subspan(0, 37), std::span<const float>(g).subspan(0, 37));
+  parts.apply_part(std::span<float>(q).subspan(37), std::span<const float>(g).subspan(37));
+  parts.count_step();
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(whole.iterations(), parts.iterations());
+  EXPECT_TRUE(parts.elementwise_stateless());
+  nn::sgd momentum(0.1, 0.9);
+  EXPECT_FALSE(momentum.elementwise_stateless());
+  EXPECT_THROW(momentum.apply_part(std::span<float>(q), std::span<const float>(g)), config_error);
 }
 
 TEST(bucketed_reduction, rejects_slices_out_of_order) {

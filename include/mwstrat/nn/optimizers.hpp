@@ -60,6 +60,23 @@ class basic_sgd {
     ++iterations_;
   }
 
+  /// True without momentum: the update of an element then depends only on its parameter and gradient (no slots),
+  /// so any part of the arena can be updated on its own with `apply_part` — which lets `fit` have each replica update
+  /// only the part of the parameters it reduced (see `mirrored_strategy::mean_gradients_and_update`).
+  [[nodiscard]] bool elementwise_stateless() const noexcept { return momentum_ == 0.0; }
+
+  /// The update of one part of the arena, serially, without counting a step; requires elementwise_stateless().
+  /// The same operation per element as `apply`, so the same bits.
+  void apply_part(std::span<T> params, std::span<const T> grads) const {
+    detail_opt::check_sizes("sgd", params.size(), grads.size());
+    if (!elementwise_stateless()) throw config_error({"nn"}, "sgd: apply_part needs momentum 0 (no velocity slots)");
+    const T lr = static_cast<T>(lr_);
+    for (std::size_t i = 0; i < params.size(); ++i) params[i] -= lr * grads[i];
+  }
+
+  /// Counts one step applied part by part with `apply_part`.
+  void count_step() noexcept { ++iterations_; }
+
   /// The learning rate.
   [[nodiscard]] double learning_rate() const noexcept { return lr_; }
   /// Sets the learning rate (schedules, warm-up).

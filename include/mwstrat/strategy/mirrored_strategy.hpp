@@ -48,6 +48,12 @@ struct collective_holder<std::unique_ptr<C>> {
 };
 }  // namespace detail
 
+/// Whether a collective offers `all_reduce_update` (the ring: an all-reduce fused with a sharded elementwise update).
+template <class C>
+inline constexpr bool fuses_update_v = requires(C& c, std::span<float> v, void (*update)(std::size_t, std::size_t)) {
+  c.all_reduce_update(v, reduce_op::mean, v, update);
+};
+
 /// Synchronous data parallelism over a `collective`, held by value (`C`), by reference (`C&`, e.g.
 /// `local_collective&` from `spawn_ranks`) or owned on the heap (`std::unique_ptr<C>`, e.g. a connected ring).
 template <class Collective>
@@ -103,6 +109,25 @@ class mirrored_strategy {
   /// Replaces `gradients` by their mean over all replicas, in place.
   void mean_gradients(std::span<float> gradients) { collective().all_reduce(gradients, reduce_op::mean); }
 
+  /// Whether `mean_gradients_and_update` shards the update (more than one replica, and a collective that fuses it).
+  [[nodiscard]] bool fuses_update() const { return collective_fuses_update && num_replicas_in_sync() > 1; }
+
+  /// Mean-reduces `gradients` and applies an elementwise update, `update(first, count)` updating
+  /// parameters[first, first + count) from gradients[first, first + count). Where the collective can fuse the two
+  /// (`all_reduce_update`: the ring), each replica updates only the part it reduced and the updated parameters are
+  /// gathered; otherwise the whole mean, then `update(0, size)` here. Either way every replica ends with the same
+  /// parameters, bit for bit, as after `mean_gradients` and a full update — for an update in which an element depends
+  /// only on its own parameter and gradient (see `fit`'s use of it).
+  template <class Update>
+  void mean_gradients_and_update(std::span<float> gradients, std::span<float> parameters, Update&& update) {
+    if constexpr (requires { collective().all_reduce_update(gradients, reduce_op::mean, parameters, update); }) {
+      collective().all_reduce_update(gradients, reduce_op::mean, parameters, update);
+    } else {
+      mean_gradients(gradients);
+      if (!gradients.empty()) update(std::size_t{0}, gradients.size());
+    }
+  }
+
   /// Replaces `values` by their sum over all replicas (metric sums and counts).
   void sum_metrics(std::span<double> values) { collective().all_reduce(values, reduce_op::sum); }
 
@@ -114,6 +139,7 @@ class mirrored_strategy {
   [[nodiscard]] const collective_type& collective() const { return detail::collective_holder<Collective>::get(held_); }
 
  private:
+  static constexpr bool collective_fuses_update = fuses_update_v<collective_type>;
   Collective held_;
   task_identity task_;
 };

@@ -23,8 +23,8 @@
 /// `r.count` (examples), so that metrics reduce over workers weighted by examples.
 ///
 /// `optimizer_for<O>`: `o.apply(params, gradients)` updates `params` in place. An optimizer may also offer
-/// `learning_rate()` / `set_learning_rate(x)` (used by schedules) and `state()` / `iterations()` /
-/// `set_iterations(n)` (saved by BackupAndRestore).
+/// `learning_rate()` / `set_learning_rate(x)` (used by schedules), `state()` / `iterations()` /
+/// `set_iterations(n)` (saved by BackupAndRestore) and the members of `part_update_optimizer` (sharded update).
 ///
 /// Opt-in example (a linear model on the user's own batch type):
 /// \code
@@ -119,6 +119,17 @@ concept trainable_model = requires(M& m, const M& cm, const Batch& b, detail::re
 /// An optimizer that updates parameters in place from their gradients.
 template <class O>
 concept optimizer_for = requires(O& o, std::span<float> p, std::span<const float> g) { o.apply(p, g); };
+
+/// An optimizer that can update one part of the arena on its own, for `fit_options::shard_update`: while
+/// `o.elementwise_stateless()` (the update of an element depends only on its parameter and gradient: no slots),
+/// `o.apply_part(params, gradients)` updates a part serially without counting a step and `o.count_step()` counts
+/// the step those parts made up.
+template <class O>
+concept part_update_optimizer = requires(O& o, std::span<float> p, std::span<const float> g) {
+  { o.elementwise_stateless() } -> std::convertible_to<bool>;
+  o.apply_part(p, g);
+  o.count_step();
+};
 
 /// An optimizer whose learning rate can be read and changed (for schedules).
 template <class O>

@@ -20,6 +20,7 @@
 
 #include <array>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -39,6 +40,11 @@ struct fit_options {
   int validation_freq = 1;            ///< validate after every n-th epoch
   std::size_t bucket_bytes = 4u << 20;  ///< gradient bucket size for overlapping reduction (0: one bucket, at the end)
   reduction_overlap overlap = reduction_overlap::automatic;  ///< whether reduction overlaps backward (see its header)
+  /// When the reduction does not overlap backward and the optimizer's update is elementwise without slots (plain
+  /// SGD; `part_update_optimizer`), each replica updates only the part of the parameters it finished reducing and
+  /// the updated parameters are all-gathered instead of the gradients (`mean_gradients_and_update`): the same bits,
+  /// 1/N of the update's work and memory traffic on each of N replicas. False: every replica updates everything.
+  bool shard_update = true;
 };
 
 /// A validation set for `fit` that is never used: the default.
@@ -60,30 +66,64 @@ constexpr bool has_async_collective = requires(Strategy& s, std::span<float> g) 
   s.collective().all_reduce_async(g, reduce_op::mean);
 };
 
-// Mean-reduces the gradients of one step: overlapped in buckets when possible, else once after backward.
-template <class Strategy, class Model>
+// The optimizer's update, inside the model's own threads where the model has them (its oneTBB arena), so a
+// worker never uses more cores than it was given.
+template <class Model, class Optimizer>
+void apply_update(Model& model, Optimizer& optimizer) {
+  auto update = [&] { optimizer.apply(model.parameters(), std::span<const float>(model.gradients())); };
+  if constexpr (requires { model.execute(update); }) {
+    model.execute(update);
+  } else {
+    update();
+  }
+}
+
+template <class Strategy>
+constexpr bool has_fused_update = requires(Strategy& s, std::span<float> g, std::span<float> p) {
+  { s.fuses_update() } -> std::convertible_to<bool>;
+  s.mean_gradients_and_update(g, p, [](std::size_t, std::size_t) {});
+};
+
+// One step's backward, gradient mean and update: the mean overlapped with backward in buckets when possible; else
+// after backward, fused with a sharded update when the optimizer allows it (fit_options::shard_update); else the
+// mean, then the whole update.
+template <class Strategy, class Model, class Optimizer>
 class gradient_sync {
  public:
-  gradient_sync(Strategy& s, Model& m, std::size_t bucket_bytes, reduction_overlap overlap) : strategy_(s), model_(m) {
+  gradient_sync(Strategy& s, Model& m, Optimizer& o, const fit_options& options)
+      : strategy_(s), model_(m), optimizer_(o), shard_(options.shard_update) {
     if constexpr (has_async_collective<Strategy>) {
-      if (bucket_bytes > 0 && s.num_replicas_in_sync() > 1 && overlap_reduction(s, m, overlap)) {
-        buckets_ = std::make_unique<bucketed_t<Strategy>>(s.collective(), m.gradients(), bucket_bytes / sizeof(float));
+      if (options.bucket_bytes > 0 && s.num_replicas_in_sync() > 1 && overlap_reduction(s, m, options.overlap)) {
+        buckets_ = std::make_unique<bucketed_t<Strategy>>(s.collective(), m.gradients(),
+                                                          options.bucket_bytes / sizeof(float));
       }
     }
   }
 
   template <class Batch>
-  auto train(const Batch& batch) {
+  auto train_and_update(const Batch& batch) {
     if constexpr (has_async_collective<Strategy>) {
       if (buckets_) {
         buckets_->begin();
         auto result = train_on_batch(model_, batch, [this](std::size_t o, std::size_t n) { buckets_->on_ready(o, n); });
         buckets_->finish();
+        apply_update(model_, optimizer_);
         return result;
       }
     }
     auto result = train_on_batch(model_, batch, [](std::size_t, std::size_t) {});
+    if constexpr (part_update_optimizer<Optimizer> && has_fused_update<Strategy>) {
+      if (shard_ && optimizer_.elementwise_stateless() && strategy_.fuses_update()) {
+        const std::span<float> params = model_.parameters(), grads = model_.gradients();
+        strategy_.mean_gradients_and_update(grads, params, [&](std::size_t first, std::size_t count) {
+          optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+        });
+        optimizer_.count_step();
+        return result;
+      }
+    }
     strategy_.mean_gradients(model_.gradients());
+    apply_update(model_, optimizer_);
     return result;
   }
 
@@ -101,20 +141,10 @@ class gradient_sync {
 
   Strategy& strategy_;
   Model& model_;
+  Optimizer& optimizer_;
+  bool shard_;
   std::unique_ptr<bucketed_t<Strategy>> buckets_;  // on the heap: made once per fit, empty when not overlapping
 };
-
-// The optimizer's update, inside the model's own threads where the model has them (its oneTBB arena), so a
-// worker never uses more cores than it was given.
-template <class Model, class Optimizer>
-void apply_update(Model& model, Optimizer& optimizer) {
-  auto update = [&] { optimizer.apply(model.parameters(), std::span<const float>(model.gradients())); };
-  if constexpr (requires { model.execute(update); }) {
-    model.execute(update);
-  } else {
-    update();
-  }
-}
 
 template <class Strategy>
 [[noreturn]] void throw_fit_error(Strategy& s, const std::string& what) {
@@ -169,7 +199,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   strategy.verify_same("model fingerprint", model.fingerprint());
   strategy.mirror(model.parameters());
 
-  detail::gradient_sync<Strategy, Model> sync(strategy, model, options.bucket_bytes, options.overlap);
+  detail::gradient_sync<Strategy, Model, Optimizer> sync(strategy, model, optimizer, options);
   history hist;
   detail::fire_train_begin(ctx, callbacks...);  // BackupAndRestore may move ctx to where a backup left off
 
@@ -183,8 +213,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
       const std::size_t step = ctx.step;
       detail::fire_batch_begin(ctx, step, callbacks...);
       const auto& batch = train.batch_at(static_cast<std::size_t>(epoch), step);
-      const auto result = sync.train(batch);
-      detail::apply_update(model, optimizer);
+      const auto result = sync.train_and_update(batch);
       const metric_sums global = detail::reduce_stats(strategy, result);
       ctx.epoch_sums.loss_sum += global.loss_sum;
       ctx.epoch_sums.correct += global.correct;

@@ -58,7 +58,7 @@ constexpr std::size_t dtype_size(wire_dtype t) noexcept {
 }
 
 // Which operation a message or rendezvous belongs to (also on the wire).
-enum class op_kind : std::uint8_t { all_reduce = 1, broadcast = 2, all_gather = 3, barrier = 4 };
+enum class op_kind : std::uint8_t { all_reduce = 1, broadcast = 2, all_gather = 3, barrier = 4, all_reduce_update = 5 };
 
 constexpr const char* op_name(op_kind k) noexcept {
   switch (k) {
@@ -66,6 +66,7 @@ constexpr const char* op_name(op_kind k) noexcept {
     case op_kind::broadcast: return "broadcast";
     case op_kind::all_gather: return "all_gather";
     case op_kind::barrier: return "barrier";
+    case op_kind::all_reduce_update: return "all_reduce_update";
   }
   return "?";
 }

@@ -51,6 +51,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace mwstrat {
@@ -140,6 +141,39 @@ class ring_collective {
     return queue_.push([this, data, op, options] { all_reduce_now(data, op, options); });
   }
 
+  /// All-reduce fused with an elementwise update, so that each rank updates only its own part of the parameters:
+  /// the reduce-scatter half of the ring leaves each rank one part of `gradients` fully reduced, and as each chunk
+  /// of it is final this rank calls `update(first, count)` (gradients[first, first + count) hold the result; the
+  /// call must update params[first, first + count) from them, touch nothing else, and not throw); the all-gather
+  /// half then carries those parts of `params`, not of the gradients. Every rank ends with the same `params`, each
+  /// part exactly as its owner updated it; the other parts of `gradients` are left partially reduced. For an
+  /// optimizer whose update of an element depends only on that element (plain SGD) this is the same result as
+  /// `all_reduce` then updating everything, with a fraction 1/size() of the update work and of its memory traffic.
+  template <collective_element T, class Update>
+  void all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update&& update,
+                         op_options options = {}) {
+    queue_.drain();
+    if (params.size() != gradients.size())
+      throw config_error({"ring", rank_}, "all_reduce_update: " + std::to_string(params.size()) +
+                                              " parameters but " + std::to_string(gradients.size()) + " gradients");
+    if (n_ == 1) {  // the reduction of one rank is its input
+      if (!gradients.empty()) update(std::size_t{0}, gradients.size());
+      return;
+    }
+    plan p = make_plan(detail::op_kind::all_reduce_update, detail::dtype_of<T>(), static_cast<std::uint8_t>(op),
+                       gradients.size(), reinterpret_cast<std::uint8_t*>(gradients.data()));
+    p.op = op;
+    p.gather_base = reinterpret_cast<std::uint8_t*>(params.data());
+    p.on_reduced_context = static_cast<void*>(std::addressof(update));
+    p.on_reduced = [](void* context, std::size_t first, std::size_t count) {
+      (*static_cast<std::remove_reference_t<Update>*>(context))(first, count);
+    };
+    const std::size_t largest = (gradients.size() + static_cast<std::size_t>(n_) - 1) / static_cast<std::size_t>(n_);
+    p.chunks = chunks_for(largest * sizeof(T));
+    p.items = static_cast<std::size_t>(2 * (n_ - 1)) * p.chunks;
+    run<T>(p, options);
+  }
+
   /// Copies `root`'s `data` into every rank's `data`, pipelined along the ring.
   template <collective_element T>
   void broadcast(std::span<T> data, int root, op_options options = {}) {
@@ -204,6 +238,9 @@ class ring_collective {
     std::size_t chunks = 1;   // chunks per segment (per buffer for broadcast)
     std::size_t items = 0;
     int root = 0;
+    std::uint8_t* gather_base = nullptr;  // all_reduce_update: the buffer the all-gather steps carry
+    void (*on_reduced)(void*, std::size_t, std::size_t) = nullptr;  // all_reduce_update: a part is final
+    void* on_reduced_context = nullptr;
   };
 
   struct item {
@@ -249,7 +286,8 @@ class ring_collective {
       len = seg_begin(p, seg + 1) - begin;
     }
     const std::size_t lo = begin + len * j / p.chunks, hi = begin + len * (j + 1) / p.chunks;
-    it.ptr = p.base + lo * p.esize;
+    const bool gathering = p.gather_base != nullptr && step >= static_cast<std::size_t>(n_ - 1);
+    it.ptr = (gathering ? p.gather_base : p.base) + lo * p.esize;
     it.bytes = (hi - lo) * p.esize;
     it.first = lo;
     it.step = static_cast<std::uint32_t>(step);
@@ -273,7 +311,8 @@ class ring_collective {
     }
     const auto step = static_cast<long long>(t / p.chunks);
     if (!chunk_of(p, t, mod(rank_ - step - 1), it)) return false;
-    const bool reducing = p.kind == detail::op_kind::all_reduce || p.kind == detail::op_kind::barrier;
+    const bool reducing = p.kind == detail::op_kind::all_reduce || p.kind == detail::op_kind::all_reduce_update ||
+                          p.kind == detail::op_kind::barrier;
     it.reduce = reducing && step < n_ - 1;
     it.finish = reducing && step == n_ - 2;
     return true;
@@ -468,7 +507,7 @@ class ring_collective {
             if (auto f = recv_failed(n, prev(), where())) return f;
           }
           if (got == ri.bytes) {
-            if (ri.finish) detail::finish_reduce(reinterpret_cast<T*>(ri.ptr), ri.bytes / sizeof(T), p.op, n_);
+            if (ri.finish) finish_part<T>(p, ri);
             receiving = false;
             ++tr;
             progress = true;
@@ -520,7 +559,7 @@ class ring_collective {
       detail::reduce_into(reinterpret_cast<T*>(ri.ptr), reinterpret_cast<const T*>(src), ri.bytes / sizeof(T), p.op);
     else
       std::memcpy(ri.ptr, src, ri.bytes);
-    if (ri.finish) detail::finish_reduce(reinterpret_cast<T*>(ri.ptr), ri.bytes / sizeof(T), p.op, n_);
+    if (ri.finish) finish_part<T>(p, ri);
     detail::frame_header h;
     h.type = detail::frame_type::credit;
     h.op = p.kind;
@@ -539,6 +578,13 @@ class ring_collective {
     // stream reports that, naming it, on the next receive).
     credits_refused_ = true;
     return std::nullopt;
+  }
+
+  // A chunk of this rank's part is fully reduced: the mean's division, then all_reduce_update's update of it.
+  template <class T>
+  void finish_part(const plan& p, const item& ri) const {
+    detail::finish_reduce(reinterpret_cast<T*>(ri.ptr), ri.bytes / sizeof(T), p.op, n_);
+    if (p.on_reduced != nullptr) p.on_reduced(p.on_reduced_context, ri.first, ri.bytes / sizeof(T));
   }
 
   std::optional<failure> recv_failed(ssize_t n, int from, const std::string& where) {

@@ -441,7 +441,7 @@ inline std::optional<frame_header> decode_frame_header(std::span<const std::uint
   const auto type = r.u8(), op = r.u8(), dt = r.u8();
   h.reduction = r.u8();
   if (type < 1 || type > 4) return fail("unknown frame type");
-  if (op < 1 || op > 4) return fail("unknown operation in frame");
+  if (op < 1 || op > 5) return fail("unknown operation in frame");
   if (dt < 1 || dt > 4) return fail("unknown element type in frame");
   h.type = static_cast<frame_type>(type);
   h.op = static_cast<op_kind>(op);
