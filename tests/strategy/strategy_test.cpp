@@ -116,42 +116,49 @@ TEST(bucketed_reduction, equals_one_mean_and_sends_whole_layers) {
   }
 }
 
-// The fused sharded update is offered by the ring (its typed suite checks it bit for bit against all_reduce and a
-// full update, tests/collective/sweep.hpp) and used by fit for plain SGD only: optimizers with slots take the full
-// update. These keep those checks from being skipped silently by a changed signature.
+// The fused sharded update is offered by the ring and the local collective (their typed suite checks it bit for
+// bit against all_reduce and a full update, tests/collective/sweep.hpp) and used by fit for plain SGD only:
+// optimizers with slots take the full update. These keep those checks from being skipped silently by a changed
+// signature.
 static_assert(fuses_update_v<ring_collective>);
-static_assert(!fuses_update_v<local_collective>);
+static_assert(fuses_update_v<local_collective>);
 static_assert(part_update_optimizer<nn::sgd>);
 static_assert(!part_update_optimizer<nn::adam>);
 
-TEST(mirrored_strategy, mean_gradients_and_update_without_a_fusing_collective_is_the_mean_then_the_whole_update) {
-  std::vector<std::vector<float>> fused(3), plain(3);
-  spawn_ranks(3, [&](local_collective& c) {
+// mean_gradients_and_update against mean_gradients and a whole update: fused with 3 replicas, the plain path with 1.
+void expect_fused_update_equals_mean_then_update(int replicas) {
+  std::vector<std::vector<float>> fused(static_cast<std::size_t>(replicas)), plain(fused.size());
+  spawn_ranks(replicas, [&](local_collective& c) {
     mirrored_strategy<local_collective&> strategy(c);
-    EXPECT_FALSE(strategy.fuses_update());
+    EXPECT_EQ(strategy.fuses_update(), replicas > 1);
     const auto r = static_cast<std::size_t>(c.rank());
-    std::vector<float> g(1001), p(1001);
+    std::vector<float> g(5001), p(5001);
     for (std::size_t i = 0; i < g.size(); ++i) {
       g[i] = static_cast<float>((i * 7 + r * 13) % 17) * 0.1f;
       p[i] = static_cast<float>(i % 5) * 0.3f;
     }
     std::vector<float> g2 = g, p2 = p;
-    std::size_t calls = 0;
+    std::size_t updated = 0;
     const nn::sgd sgd(0.5);
     strategy.mean_gradients_and_update(std::span<float>(g), std::span<float>(p), [&](std::size_t first, std::size_t n) {
-      ++calls;
+      updated += n;
       sgd.apply_part(std::span<float>(p).subspan(first, n), std::span<const float>(g).subspan(first, n));
     });
-    EXPECT_EQ(calls, 1u);
+    EXPECT_LE(updated, (g.size() + c.size() - 1) / static_cast<std::size_t>(c.size()));  // only its own part
     strategy.mean_gradients(std::span<float>(g2));
     for (std::size_t i = 0; i < p2.size(); ++i) p2[i] -= 0.5f * g2[i];
     fused[r] = p;
     plain[r] = p2;
   });
-  for (std::size_t r = 0; r < 3; ++r) {
+  for (std::size_t r = 0; r < fused.size(); ++r) {
     EXPECT_EQ(fused[r], plain[r]) << "rank " << r;
     EXPECT_EQ(fused[r], fused[0]) << "rank " << r;
   }
+}
+
+TEST(mirrored_strategy, mean_gradients_and_update_equals_the_mean_then_the_whole_update) {
+  expect_fused_update_equals_mean_then_update(3);
+  expect_fused_update_equals_mean_then_update(1);
 }
 
 TEST(sgd, apply_part_is_apply_on_a_part_and_needs_no_momentum) {

@@ -1,5 +1,6 @@
 // fit/evaluate over the local collective (replicas as threads) with a model on the test's own types.
 #include <mwstrat/collective/local.hpp>
+#include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/csv_logger.hpp>
 #include <mwstrat/train/callbacks/learning_rate_scheduler.hpp>
@@ -78,6 +79,33 @@ TEST(fit, same_world_size_and_seed_give_identical_bits) {
 TEST(fit, bucketed_overlap_gives_the_same_bits_as_one_reduction_per_step) {
   // Buckets of 1 float force one bucket per layer; 0 disables overlap. Each element is reduced the same way.
   EXPECT_EQ(train_replicas(2, 32, 1, 4), train_replicas(2, 32, 1, 0));
+}
+
+// fit_options::shard_update with plain SGD (each replica updates the part it reduced; the updated parameters are
+// gathered) against every replica updating everything: the same bits on every replica, and the same step count.
+TEST(fit, a_sharded_sgd_update_gives_the_same_bits_as_updating_everything) {
+  const auto run = [](bool shard) {
+    std::vector<std::vector<float>> all(3);
+    std::vector<std::uint64_t> steps(3);
+    spawn_ranks(3, [&](local_collective& c) {
+      mirrored_strategy<local_collective&> strategy(c);
+      softmax_regression model(features, classes, 55u + static_cast<std::uint32_t>(c.rank()));
+      nn::sgd sgd(0.1);
+      blob_batches data(examples, features, classes, 48, c.size(), c.rank(), 5);
+      fit_options options;
+      options.epochs = 2;
+      options.bucket_bytes = 0;  // one reduction after backward: where the sharded update applies
+      options.shard_update = shard;
+      fit(strategy, model, sgd, data, options);
+      const auto r = static_cast<std::size_t>(c.rank());
+      all[r].assign(model.parameters().begin(), model.parameters().end());
+      steps[r] = sgd.iterations();
+    });
+    for (std::size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << "replica " << r;
+    EXPECT_EQ(steps[0], 2u * (examples / 48));
+    return all[0];
+  };
+  EXPECT_EQ(run(true), run(false));
 }
 
 TEST(fit, every_replica_ends_with_the_same_parameters) {

@@ -157,6 +157,41 @@ class local_collective {
     return queue_.push([this, data, op, options] { all_reduce_now(data, op, options); });
   }
 
+  /// All-reduce fused with an elementwise update, as `ring_collective::all_reduce_update`: rank r reduces slice r
+  /// of every rank's gradients into its own, calls `update(first, count)` for each block of it (which must update
+  /// params[first, first + count) from gradients[first, first + count), touch nothing else, and not throw) and
+  /// copies that part of its updated parameters to every other rank. Every rank ends with the same `params`.
+  template <collective_element T, class Update>
+  void all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update&& update,
+                         op_options options = {}) {
+    queue_.drain();
+    if (params.size() != gradients.size())
+      throw config_error({"local", rank_}, "all_reduce_update: " + std::to_string(params.size()) +
+                                               " parameters but " + std::to_string(gradients.size()) + " gradients");
+    const auto seq = next_seq_++;
+    const auto deadline = deadline_of(options);
+    post(gradients.data(), params.data(), gradients.size(), detail::dtype_of<T>(), detail::op_kind::all_reduce_update,
+         op, 0, seq);
+    rendezvous(deadline, seq, detail::op_kind::all_reduce_update, true);
+    const std::size_t count = gradients.size();
+    const auto n = static_cast<std::size_t>(size());
+    const std::size_t begin = count * static_cast<std::size_t>(rank_) / n;
+    const std::size_t end = count * static_cast<std::size_t>(rank_ + 1) / n;
+    constexpr std::size_t block = 2048;
+    T acc[block];
+    for (std::size_t b = begin; b < end; b += block) {
+      const std::size_t len = std::min(block, end - b);
+      combine_slice(acc, b, len, op);
+      std::copy(acc, acc + len, gradients.data() + b);  // only this rank writes this slice of its own gradients
+      update(b, len);
+      for (std::size_t k = 0; k < n; ++k)
+        if (k != static_cast<std::size_t>(rank_))
+          std::copy(params.data() + b, params.data() + b + len, static_cast<T*>(group_->slots_[k].out) + b);
+    }
+    finish_compute();
+    rendezvous(deadline, seq, detail::op_kind::all_reduce_update, false);
+  }
+
   /// Copies `root`'s `data` into every rank's `data`.
   template <collective_element T>
   void broadcast(std::span<T> data, int root, op_options options = {}) {
@@ -230,16 +265,24 @@ class local_collective {
     T acc[block];
     for (std::size_t b = begin; b < end; b += block) {
       const std::size_t len = std::min(block, end - b);
-      const auto* first = static_cast<const T*>(group_->slots_[0].in) + b;
-      std::copy(first, first + len, acc);
-      for (int k = 1; k < n; ++k)
-        detail::reduce_into(acc, static_cast<const T*>(group_->slots_[static_cast<std::size_t>(k)].in) + b, len, op);
-      detail::finish_reduce(acc, len, op, n);
+      combine_slice(acc, b, len, op);
       for (int k = 0; k < n; ++k)
         std::copy(acc, acc + len, static_cast<T*>(group_->slots_[static_cast<std::size_t>(k)].out) + b);
     }
     finish_compute();
     rendezvous(deadline, seq, detail::op_kind::all_reduce, false);
+  }
+
+  // acc[0, len) = the reduction, in rank order, of elements [b, b + len) of every rank's posted input (then / n
+  // for mean).
+  template <class T>
+  void combine_slice(T* acc, std::size_t b, std::size_t len, reduce_op op) const {
+    const int n = size();
+    const auto* first = static_cast<const T*>(group_->slots_[0].in) + b;
+    std::copy(first, first + len, acc);
+    for (int k = 1; k < n; ++k)
+      detail::reduce_into(acc, static_cast<const T*>(group_->slots_[static_cast<std::size_t>(k)].in) + b, len, op);
+    detail::finish_reduce(acc, len, op, n);
   }
 
   void post(const void* in, void* out, std::size_t count, detail::wire_dtype type, detail::op_kind kind, reduce_op op,
@@ -333,7 +376,8 @@ class local_collective {
     text += "<";
     text += detail::dtype_name(s.type);
     text += ">(" + std::to_string(s.count) + " elements";
-    if (s.kind == detail::op_kind::all_reduce) text += ", " + std::string(to_string(s.op));
+    if (s.kind == detail::op_kind::all_reduce || s.kind == detail::op_kind::all_reduce_update)
+      text += ", " + std::string(to_string(s.op));
     if (s.kind == detail::op_kind::broadcast) text += ", root " + std::to_string(s.root);
     text += ") #" + std::to_string(s.seq);
     return text;
