@@ -48,7 +48,8 @@ struct collective_holder<std::unique_ptr<C>> {
 };
 }  // namespace detail
 
-/// Whether a collective offers `all_reduce_update` (the ring: an all-reduce fused with a sharded elementwise update).
+/// Whether a collective offers `all_reduce_update`: an all-reduce fused with a sharded elementwise update (the ring
+/// and the local collective do).
 template <class C>
 inline constexpr bool fuses_update_v = requires(C& c, std::span<float> v, void (*update)(std::size_t, std::size_t)) {
   c.all_reduce_update(v, reduce_op::mean, v, update);
@@ -114,7 +115,7 @@ class mirrored_strategy {
 
   /// Mean-reduces `gradients` and applies an elementwise update, `update(first, count)` updating
   /// parameters[first, first + count) from gradients[first, first + count). Where the collective can fuse the two
-  /// (`all_reduce_update`: the ring), each replica updates only the part it reduced and the updated parameters are
+  /// (`all_reduce_update`), each replica updates only the part it reduced and the updated parameters are
   /// gathered; otherwise the whole mean, then `update(0, size)` here. Either way every replica ends with the same
   /// parameters, bit for bit, as after `mean_gradients` and a full update — for an update in which an element depends
   /// only on its own parameter and gradient (see `fit`'s use of it).
