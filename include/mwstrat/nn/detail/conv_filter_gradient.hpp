@@ -8,7 +8,8 @@
 // the same rows three times and keeps its sums in memory.
 //
 // The sums are the same operations in the same order as the general path's (start at zero, then row by row,
-// `acc += cols[m][p] * dz[m]`), so the bits are the same whichever path runs.
+// `acc += cols[m][p] * dz[m]` as one `vfma`, like gemm_nn's micro-kernel), so the bits are the same whichever path
+// runs.
 
 #include <mwstrat/nn/detail/simd.hpp>
 
@@ -54,7 +55,7 @@ void conv_filter_gradient_rows(std::size_t rows, std::size_t f, std::size_t j0, 
     const T* c = cols + m * static_cast<std::size_t>(P);
     _Pragma("GCC unroll 32") for (int p = 0; p < P; ++p) {
       const T s = c[p];
-      _Pragma("GCC unroll 32") for (int v = 0; v < NV; ++v) acc[p][v] += s * g[v];
+      _Pragma("GCC unroll 32") for (int v = 0; v < NV; ++v) vfma(acc[p][v], s, g[v]);
     }
   }
   _Pragma("GCC unroll 32") for (int v = 0; v < NV; ++v) {

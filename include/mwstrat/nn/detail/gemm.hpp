@@ -64,7 +64,7 @@ inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdif
     for (int i = 0; i < MR; ++i) {
       const T s = arow[i][ko];
       MWSTRAT_NN_UNROLL
-      for (int v = 0; v < NV; ++v) acc[i][v] += s * bv[v];
+      for (int v = 0; v < NV; ++v) vfma(acc[i][v], s, bv[v]);
     }
   }
   if (stream) {

@@ -98,6 +98,62 @@ inline void vstream(T* p, const V& v) noexcept {
   vstore(p, v);
 }
 
+// acc += s * b, rounded once (a fused multiply-add) where the ISA has FMA, else a multiply and an add. The kernels
+// that must agree bit for bit (gemm_nn's micro-kernel and the conv filter-gradient register kernel) both use it, so
+// their sums do not depend on where the compiler chose to contract a multiply and an add.
+template <class V, class T>
+inline void vfma(V& acc, T s, const V& b) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64 && std::is_same_v<T, float>) {
+    __m512 a, x;
+    std::memcpy(&a, &acc, sizeof a);
+    std::memcpy(&x, &b, sizeof x);
+    a = _mm512_fmadd_ps(_mm512_set1_ps(s), x, a);
+    std::memcpy(&acc, &a, sizeof a);
+    return;
+  } else if constexpr (sizeof(V) == 64 && std::is_same_v<T, double>) {
+    __m512d a, x;
+    std::memcpy(&a, &acc, sizeof a);
+    std::memcpy(&x, &b, sizeof x);
+    a = _mm512_fmadd_pd(_mm512_set1_pd(s), x, a);
+    std::memcpy(&acc, &a, sizeof a);
+    return;
+  }
+#endif
+#if defined(__FMA__)
+  if constexpr (sizeof(V) == 32 && std::is_same_v<T, float>) {
+    __m256 a, x;
+    std::memcpy(&a, &acc, sizeof a);
+    std::memcpy(&x, &b, sizeof x);
+    a = _mm256_fmadd_ps(_mm256_set1_ps(s), x, a);
+    std::memcpy(&acc, &a, sizeof a);
+    return;
+  } else if constexpr (sizeof(V) == 32 && std::is_same_v<T, double>) {
+    __m256d a, x;
+    std::memcpy(&a, &acc, sizeof a);
+    std::memcpy(&x, &b, sizeof x);
+    a = _mm256_fmadd_pd(_mm256_set1_pd(s), x, a);
+    std::memcpy(&acc, &a, sizeof a);
+    return;
+  } else if constexpr (sizeof(V) == 16 && std::is_same_v<T, float>) {
+    __m128 a, x;
+    std::memcpy(&a, &acc, sizeof a);
+    std::memcpy(&x, &b, sizeof x);
+    a = _mm_fmadd_ps(_mm_set1_ps(s), x, a);
+    std::memcpy(&acc, &a, sizeof a);
+    return;
+  } else if constexpr (sizeof(V) == 16 && std::is_same_v<T, double>) {
+    __m128d a, x;
+    std::memcpy(&a, &acc, sizeof a);
+    std::memcpy(&x, &b, sizeof x);
+    a = _mm_fmadd_pd(_mm_set1_pd(s), x, a);
+    std::memcpy(&acc, &a, sizeof a);
+    return;
+  }
+#endif
+  acc += s * b;
+}
+
 /// Orders earlier non-temporal stores before later stores (before another thread may read them).
 inline void stream_fence() noexcept {
 #if defined(__SSE2__) || defined(__AVX__) || defined(__AVX512F__)
