@@ -44,7 +44,7 @@ class basic_sgd {
     const T lr = static_cast<T>(lr_);
     if (momentum_ == 0.0) {
       detail::parallel_chunks(params.size(), detail_opt::grain, [&](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) params[i] -= lr * grads[i];
+        descend(params.data(), grads.data(), lr, b, e);
       });
     } else {
       resize(params.size());
@@ -70,8 +70,7 @@ class basic_sgd {
   void apply_part(std::span<T> params, std::span<const T> grads) const {
     detail_opt::check_sizes("sgd", params.size(), grads.size());
     if (!elementwise_stateless()) throw config_error({"nn"}, "sgd: apply_part needs momentum 0 (no velocity slots)");
-    const T lr = static_cast<T>(lr_);
-    for (std::size_t i = 0; i < params.size(); ++i) params[i] -= lr * grads[i];
+    descend(params.data(), grads.data(), static_cast<T>(lr_), 0, params.size());
   }
 
   /// Counts one step applied part by part with `apply_part`.
@@ -104,6 +103,12 @@ class basic_sgd {
   }
 
  private:
+  // w -= lr * g over [b, e): the one loop both `apply` and `apply_part` run, so a sharded update rounds exactly as
+  // the whole one (the compiler contracts the same expression the same way).
+  static void descend(T* params, const T* grads, T lr, std::size_t b, std::size_t e) noexcept {
+    for (std::size_t i = b; i < e; ++i) params[i] -= lr * grads[i];
+  }
+
   double lr_;
   double momentum_;
   bool nesterov_;
