@@ -38,6 +38,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -92,6 +94,18 @@ class ring_collective {
       else if (v == "auto") want_shm_ = true;
       else throw config_error({"ring", rank_}, "MWSTRAT_RING_TRANSPORT is '" + std::string(v) + "', expected tcp or auto");
     }
+    spin_ = options_.spin;
+    if (const char* env = std::getenv("MWSTRAT_RING_SPIN_US")) {
+      const std::string_view v = env;
+      long long us = -1;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), us);
+      if (ec != std::errc{} || end != v.data() + v.size() || us < 0 || us > 1'000'000)
+        throw config_error({"ring", rank_}, "MWSTRAT_RING_SPIN_US is '" + std::string(v) +
+                                                "', expected microseconds in 0..1000000");
+      spin_ = std::chrono::microseconds(us);
+    }
+    if (spin_ < std::chrono::microseconds::zero())
+      throw config_error({"ring", rank_}, "ring_options.spin is negative");
     if (want_shm_ && n_ > 1) host_ = detail::host_identity();
     cluster_digest_ = detail::sha256(options_.cluster_fingerprint);
     model_digest_ = detail::sha256(options_.model_fingerprint);
@@ -380,6 +394,7 @@ class ring_collective {
     std::array<std::uint8_t, detail::frame_header_size> send_header{}, recv_header{};
     std::size_t sent = 0, got = 0, combined = 0;  // bytes of the current send item / receive item
     inflight_ = {};
+    steady::time_point idle_since{};  // when the current wait began (zero: not waiting)
 
     const auto where = [&] { return std::string(detail::op_name(p.kind)) + " #" + std::to_string(p.seq); };
     const auto peer = [&](int r) { return "rank " + std::to_string(r) + " (" + address(r) + ")"; };
@@ -514,8 +529,16 @@ class ring_collective {
           }
         }
       }
-      if (progress) continue;
-      // Nothing moved: sleep until a socket is ready, the next rank speaks on its back channel, or the deadline.
+      if (progress) {
+        idle_since = steady::time_point{};
+        continue;
+      }
+      // Nothing moved: wait until a socket is ready, the next rank speaks on its back channel, or the deadline —
+      // polling without sleeping for the first `spin_` of the wait (a sleeping rank's wake-up is the slow part of
+      // a small operation), then sleeping in poll().
+      const auto now = steady::now();
+      if (idle_since == steady::time_point{}) idle_since = now;
+      const bool spinning = now - idle_since < spin_ && now < deadline;
       pollfd fds[2];
       nfds_t count = 0;
       const bool watch_next = !next_eof_;
@@ -527,7 +550,7 @@ class ring_collective {
         return failure{error_kind::peer_lost, next(), "send to " + peer(next()) + ": connection closed during " +
                                                           where()};
       }
-      const int rc = ::poll(fds, count, detail::poll_ms(deadline));
+      const int rc = ::poll(fds, count, spinning ? 0 : detail::poll_ms(deadline));
       if (rc < 0 && errno != EINTR)
         return failure{error_kind::io, rank_, std::string("poll: ") + std::strerror(errno) + " during " + where()};
       if (rc == 0 && steady::now() >= deadline) {
@@ -1085,6 +1108,7 @@ class ring_collective {
   bool want_shm_ = false;
   detail::digest host_{};
   detail::shm_region shm_out_, shm_in_;  // payloads to the next rank / from the previous one, when same-host
+  std::chrono::microseconds spin_{0};  // ring_options::spin or MWSTRAT_RING_SPIN_US
   std::size_t send_slot_ = 0, recv_slot_ = 0;  // slots used so far (mod slots: the next one)
   std::size_t credits_ = 0;                    // free slots of shm_out_
   bool credits_refused_ = false;               // the previous rank closed the back channel: stop returning slots
