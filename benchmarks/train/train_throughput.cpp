@@ -12,7 +12,9 @@
 // `--gradients local` is a measurement, not training: the workers step in lockstep (the metrics are still summed
 // every step) but each applies its own gradients, so the difference to `mean` is what the gradient all-reduce costs
 // and the difference to two independent one-worker runs is what lockstep costs (benchmarks/train/ceiling.py).
-// `--update mirrored` turns fit_options::shard_update off (every worker applies the whole SGD update), for A/B runs.
+// `--update` picks the step's reduction path, for A/B runs: `shared` (the default: fit's own choice, which on one host
+// is one shared parameter copy, fit_options::share_parameters), `sharded` (share_parameters off: the ring's fused
+// all-reduce and sharded update) or `mirrored` (shard_update off too: every worker applies the whole SGD update).
 #include <mwstrat/mwstrat.hpp>
 
 #include <sys/resource.h>
@@ -42,7 +44,8 @@ struct flags {
   std::size_t save_freq = 0;  // steps between backups; 0: no backup
   mwstrat::reduction_overlap overlap = mwstrat::reduction_overlap::automatic;  // --overlap auto|always|never
   bool local_gradients = false;  // --gradients local: no gradient all-reduce (see the header comment)
-  bool shard_update = true;      // --update sharded|mirrored: fit_options::shard_update
+  bool shard_update = true;      // --update shared|sharded|mirrored: fit_options::shard_update
+  bool share_parameters = true;  //                                  and fit_options::share_parameters
 };
 
 // The strategy with every member forwarded except the gradient mean, which leaves each worker's gradients as they
@@ -71,7 +74,7 @@ class local_gradients {
   std::cerr << "train_throughput: " << problem << "\n"
             << "usage: train_throughput [--data-dir D] [--batch B (per worker)] [--warmup N] [--steps N] "
                "[--threads T] [--seed S] [--backup-dir DIR --save-freq N] [--overlap auto|always|never] "
-               "[--gradients mean|local] [--update sharded|mirrored]\n";
+               "[--gradients mean|local] [--update shared|sharded|mirrored]\n";
   std::exit(2);
 }
 
@@ -110,9 +113,10 @@ flags parse(int argc, char** argv) {
       else usage("--gradients: '" + v + "' is not mean or local");
     } else if (a == "--update") {
       const std::string v = value();
-      if (v == "sharded") f.shard_update = true;
-      else if (v == "mirrored") f.shard_update = false;
-      else usage("--update: '" + v + "' is not sharded or mirrored");
+      f.shard_update = v != "mirrored";
+      f.share_parameters = v == "shared";
+      if (v != "shared" && v != "sharded" && v != "mirrored")
+        usage("--update: '" + v + "' is not shared, sharded or mirrored");
     }
     else usage("unknown flag '" + a + "'");
   }
@@ -200,6 +204,7 @@ int main(int argc, char** argv) {
     options.steps_per_epoch = f.warmup + f.steps;
     options.overlap = f.overlap;
     options.shard_update = f.shard_update;
+    options.share_parameters = f.share_parameters;
     step_timer timer{f.warmup, f.warmup + f.steps - 1};
     std::optional<mwstrat::backup_and_restore> backup;
     if (f.save_freq != 0) {

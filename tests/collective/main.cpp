@@ -66,6 +66,25 @@ int run_worker(int argc, char** argv) {
     } else if (scenario == "mismatch") {
       std::vector<float> g(static_cast<std::size_t>(1000 + 10 * rank), 1.0f);
       ring.all_reduce(std::span<float>(g), reduce_op::sum);
+    } else if (scenario == "arena_loop") {
+      // host_arena steps until killed: every rank's gradients meaned into one shared parameter copy.
+      auto arena = host_arena::open(ring, std::size_t{1} << 20);
+      std::printf("arena=%s\n", arena ? "yes" : "no");
+      std::fflush(stdout);
+      if (!arena) return 4;
+      const auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      for (int i = 0; i < 100000 && std::chrono::steady_clock::now() < stop; ++i) {
+        for (auto& g : arena->gradients()) g = 1.0f;
+        const auto params = arena->parameters();
+        const auto grads = arena->gradients();
+        arena->mean_and_update([&](std::size_t first, std::size_t count) {
+          for (std::size_t e = first; e < first + count; ++e) params[e] -= 0.5f * grads[e];
+        });
+        if (i == 0) {
+          std::printf("ready\n");
+          std::fflush(stdout);
+        }
+      }
     } else if (scenario == "pair") {
       test::check_all_reduce<float>(ring, 1001, reduce_op::sum);
       ring.barrier();

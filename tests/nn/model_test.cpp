@@ -142,6 +142,41 @@ TEST(NnModel, GradientsAreOverwrittenAndReportedLastLayerFirst) {
   EXPECT_EQ(model.step(), 1u);
 }
 
+// Parameters and gradients in the caller's storage (what fit does with memory the replicas of one host share): the
+// same results as in the model's own arena, and the values come back with use_own_storage.
+TEST(NnModel, AdoptedStorageTrainsLikeTheModelsOwnAndCopiesBack) {
+  auto own = small_model(1);
+  auto adopted = small_model(1);
+  const std::size_t n = adopted.parameter_count();
+  mwstrat::detail::aligned_vector<float> params(adopted.parameters().begin(), adopted.parameters().end());
+  mwstrat::detail::aligned_vector<float> grads(n, 0.0f);
+  adopted.adopt_storage(params, grads);
+  EXPECT_FALSE(adopted.uses_own_storage());
+  EXPECT_EQ(adopted.parameters().data(), params.data());
+  EXPECT_EQ(adopted.gradients().data(), grads.data());
+  auto b = make_batch<float>(own.input_size(), 10, 6, 3);
+  own.set_step(0);
+  adopted.set_step(0);
+  own.train_batch(b.x, b.y, b.n);
+  adopted.train_batch(b.x, b.y, b.n);
+  EXPECT_TRUE(std::equal(grads.begin(), grads.end(), own.gradients().begin()));
+  for (auto& p : params) p += 1.0f;  // an update made by someone else, in the shared copy
+  adopted.use_own_storage();
+  EXPECT_TRUE(adopted.uses_own_storage());
+  EXPECT_NE(adopted.parameters().data(), params.data());
+  EXPECT_TRUE(std::equal(params.begin(), params.end(), adopted.parameters().begin()));
+  EXPECT_TRUE(std::equal(grads.begin(), grads.end(), adopted.gradients().begin()));
+
+  std::vector<float> short_of_one(n - 1);
+  EXPECT_THROW(adopted.adopt_storage(short_of_one, grads), mwstrat::config_error);
+  EXPECT_THROW(adopted.adopt_storage(std::span<float>(params).subspan(1), std::span<float>(grads).subspan(1)),
+               mwstrat::config_error);
+  mwstrat::detail::aligned_vector<float> one_more(n + 1);
+  EXPECT_THROW(adopted.adopt_storage(std::span<float>(one_more).subspan(1), grads), mwstrat::config_error)
+      << "not 64-byte aligned";
+  EXPECT_TRUE(adopted.uses_own_storage());
+}
+
 TEST(NnModel, SameBitsForOneTwoAndFourThreads) {
   std::vector<std::vector<float>> params, grads;
   std::vector<double> losses;

@@ -1,6 +1,7 @@
 #pragma once
 // A test double for the trainer: multinomial logistic regression on the test's own types (no nn/), with its
-// parameters in one arena [W (features × classes), b (classes)] and per-layer gradient readiness (b, then W).
+// parameters in one arena [W (features × classes), b (classes)] and per-layer gradient readiness (b, then W). It can
+// work in storage the trainer provides (`storage_adopting_model`), as a user's model may.
 // Arithmetic is done in a fixed order so results are reproducible bit for bit.
 
 #include <mwstrat/train/concepts.hpp>
@@ -26,8 +27,20 @@ class softmax_regression {
     for (std::size_t i = 0; i < features * classes; ++i) params_[i] = u(rng);
   }
 
-  std::span<float> parameters() { return params_; }
-  std::span<float> gradients() { return grads_; }
+  std::span<float> parameters() { return adopted_ ? ext_params_ : std::span<float>(params_); }
+  std::span<float> gradients() { return adopted_ ? ext_grads_ : std::span<float>(grads_); }
+  void adopt_storage(std::span<float> params, std::span<float> grads) {
+    ext_params_ = params;
+    ext_grads_ = grads;
+    adopted_ = true;
+  }
+  void use_own_storage() {
+    if (!adopted_) return;
+    std::copy(ext_params_.begin(), ext_params_.end(), params_.begin());
+    std::copy(ext_grads_.begin(), ext_grads_.end(), grads_.begin());
+    adopted_ = false;
+  }
+  bool adopted() const { return adopted_; }
   std::string fingerprint() const {
     return "softmax_regression(" + std::to_string(features_) + "x" + std::to_string(classes_) + ")";
   }
@@ -35,10 +48,11 @@ class softmax_regression {
   template <class OnReady>
   batch_stats train_batch(std::span<const float> x, std::span<const std::int64_t> y, std::size_t n,
                           OnReady&& on_ready) {
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
+    const auto grads = gradients();
+    std::fill(grads.begin(), grads.end(), 0.0f);
     batch_stats stats = forward(x, y, n, true);
     const float scale = n == 0 ? 0.0f : 1.0f / static_cast<float>(n);
-    for (auto& g : grads_) g *= scale;
+    for (auto& g : grads) g *= scale;
     const std::size_t w = features_ * classes_;
     on_ready(w, classes_);  // the bias is "the last layer"
     on_ready(std::size_t{0}, w);
@@ -53,12 +67,14 @@ class softmax_regression {
   batch_stats forward(std::span<const float> x, std::span<const std::int64_t> y, std::size_t n, bool backward) {
     batch_stats stats;
     const std::size_t w = features_ * classes_;
+    const auto params = parameters();
+    const auto grads = gradients();
     for (std::size_t i = 0; i < n; ++i) {
       const float* xi = x.data() + i * features_;
       float top = -INFINITY;
       for (std::size_t k = 0; k < classes_; ++k) {
-        float z = params_[w + k];
-        for (std::size_t f = 0; f < features_; ++f) z += xi[f] * params_[f * classes_ + k];
+        float z = params[w + k];
+        for (std::size_t f = 0; f < features_; ++f) z += xi[f] * params[f * classes_ + k];
         probs_[k] = z;
         top = std::max(top, z);
       }
@@ -76,8 +92,8 @@ class softmax_regression {
       if (!backward) continue;
       for (std::size_t k = 0; k < classes_; ++k) {
         const float d = probs_[k] / total - (k == label ? 1.0f : 0.0f);
-        grads_[w + k] += d;
-        for (std::size_t f = 0; f < features_; ++f) grads_[f * classes_ + k] += xi[f] * d;
+        grads[w + k] += d;
+        for (std::size_t f = 0; f < features_; ++f) grads[f * classes_ + k] += xi[f] * d;
       }
     }
     return stats;
@@ -85,6 +101,8 @@ class softmax_regression {
 
   std::size_t features_, classes_;
   std::vector<float> params_, grads_, probs_;
+  bool adopted_ = false;
+  std::span<float> ext_params_, ext_grads_;
 };
 
 /// Plain SGD on the test's side (the trainer needs only `apply`).

@@ -18,6 +18,7 @@
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -76,15 +77,41 @@ class basic_sequential {
 
   // ------------------------------------------------------------------------------------------ arena
   /// All parameters, layer by layer (kernel then bias).
-  [[nodiscard]] std::span<T> parameters() noexcept { return {arena_.data(), count_}; }
+  [[nodiscard]] std::span<T> parameters() noexcept { return {pbase_, count_}; }
   /// All parameters, layer by layer (kernel then bias).
-  [[nodiscard]] std::span<const T> parameters() const noexcept { return {arena_.data(), count_}; }
+  [[nodiscard]] std::span<const T> parameters() const noexcept { return {pbase_, count_}; }
   /// The gradients, same layout as `parameters()`.
-  [[nodiscard]] std::span<T> gradients() noexcept { return {arena_.data() + count_, count_}; }
+  [[nodiscard]] std::span<T> gradients() noexcept { return {gbase_, count_}; }
   /// The gradients, same layout as `parameters()`.
-  [[nodiscard]] std::span<const T> gradients() const noexcept { return {arena_.data() + count_, count_}; }
+  [[nodiscard]] std::span<const T> gradients() const noexcept { return {gbase_, count_}; }
   /// Number of trainable parameters.
   [[nodiscard]] std::size_t parameter_count() const noexcept { return count_; }
+
+  /// Makes `parameters()` and `gradients()` the caller's storage (`parameter_count()` elements each), e.g. memory
+  /// that the replicas of one host share: `params` must already hold the parameter values (the model copies
+  /// nothing) and must stay valid until `use_own_storage()`; both 64-byte aligned, like the model's own arena.
+  /// A trainer's way to let replicas read one copy.
+  void adopt_storage(std::span<T> params, std::span<T> grads) {
+    if (params.size() != count_ || grads.size() != count_)
+      detail::nn_config_error("adopt_storage: " + std::to_string(params.size()) + " parameters and " +
+                              std::to_string(grads.size()) + " gradients for a model of " + std::to_string(count_));
+    constexpr auto align = static_cast<std::uintptr_t>(detail::aligned_allocator<T>::alignment);
+    if (reinterpret_cast<std::uintptr_t>(params.data()) % align != 0 ||
+        reinterpret_cast<std::uintptr_t>(grads.data()) % align != 0)
+      detail::nn_config_error("adopt_storage: storage must be " + std::to_string(align) + "-byte aligned");
+    pbase_ = params.data();
+    gbase_ = grads.data();
+  }
+  /// Copies the current parameters and gradients back into the model's own arena and uses it again.
+  void use_own_storage() {
+    if (uses_own_storage()) return;
+    std::copy(pbase_, pbase_ + count_, arena_.data());
+    std::copy(gbase_, gbase_ + count_, arena_.data() + count_);
+    pbase_ = arena_.data();
+    gbase_ = arena_.data() + count_;
+  }
+  /// False while the model works in adopted storage.
+  [[nodiscard]] bool uses_own_storage() const noexcept { return pbase_ == arena_.data(); }
 
   /// One layer's place in the arena.
   struct layer_info {
@@ -252,6 +279,7 @@ class basic_sequential {
     if (layers_.empty()) detail::nn_config_error("sequential: no layers after nn::input");
     count_ = offset;
     arena_.assign(2 * count_, T{});
+    pbase_ = arena_.data(); gbase_ = arena_.data() + count_;
     // A layer needs its input's gradient only if some layer before it has parameters.
     bool params_below = false;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
@@ -335,7 +363,7 @@ class basic_sequential {
     input_ = x;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       if (layers_[i]->aliases_input()) continue;
-      layers_[i]->forward({batch, act_ptr(i), act_mut(i + 1), arena_.data() + offsets_[i], training, step_});
+      layers_[i]->forward({batch, act_ptr(i), act_mut(i + 1), pbase_ + offsets_[i], training, step_});
     }
   }
 
@@ -368,7 +396,7 @@ class basic_sequential {
       const std::size_t n = l.param_count();
       if (!l.aliases_input() && (n > 0 || needs_input_grad_[i])) {
         l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), needs_input_grad_[i] ? grad_ptr(i) : nullptr,
-                    arena_.data() + offsets_[i], arena_.data() + count_ + offsets_[i], step_});
+                    pbase_ + offsets_[i], gbase_ + offsets_[i], step_});
       }
       if (n > 0) on_ready(offsets_[i], n);
     }
@@ -383,7 +411,9 @@ class basic_sequential {
   std::vector<bool> needs_input_grad_;
   std::vector<layer_info> info_;
   std::size_t count_ = 0;
-  detail::aligned_vector<T> arena_;  // [parameters | gradients]
+  detail::aligned_vector<T> arena_;  // [parameters | gradients]: the model's own storage
+  T* pbase_ = nullptr;               // where the parameters are: arena_'s first half or adopted storage
+  T* gbase_ = nullptr;               // where the gradients are
   std::vector<detail::aligned_vector<T>> acts_;   // acts_[i]: input of layer i (owned unless aliased)
   std::vector<detail::aligned_vector<T>> grads_;  // grads_[i]: gradient w.r.t. input of layer i; [n]: logits
   std::vector<T> losses_;

@@ -129,6 +129,15 @@ class mirrored_strategy {
     }
   }
 
+  /// Collective call: a region that all replicas share — one copy of `count` parameters and every replica's
+  /// gradients (`host_arena`) — when the collective can make one: a ring whose ranks all run on one host.
+  /// Otherwise nullopt on every replica, with the reason in `*why`. `fit` uses it (fit_options::share_parameters).
+  template <class C = collective_type>
+    requires requires(C& c, std::size_t n, std::string* why) { make_host_arena(c, n, why); }
+  auto open_host_arena(std::size_t count, std::string* why = nullptr) {
+    return make_host_arena(collective(), count, why);
+  }
+
   /// Replaces `values` by their sum over all replicas (metric sums and counts).
   void sum_metrics(std::span<double> values) { collective().all_reduce(values, reduce_op::sum); }
 

@@ -10,6 +10,7 @@
 #include <mwstrat/cluster/cluster_config.hpp>
 #include <mwstrat/cluster/concepts.hpp>
 #include <mwstrat/cluster/tf_config.hpp>
+#include <mwstrat/collective/ring/host_arena.hpp>
 #include <mwstrat/collective/ring/options.hpp>
 #include <mwstrat/collective/ring/ring_collective.hpp>
 #include <mwstrat/error.hpp>

@@ -131,6 +131,16 @@ concept part_update_optimizer = requires(O& o, std::span<float> p, std::span<con
   o.count_step();
 };
 
+/// A model whose parameters and gradients can live in storage the trainer provides: `adopt_storage(params, grads)`
+/// (the storage already holds the parameter values; 64-byte aligned) and `use_own_storage()` (copy back and use the
+/// model's own again). `fit` uses it to let the replicas of one host share one copy of the parameters
+/// (fit_options::share_parameters); `nn::sequential` has it.
+template <class M>
+concept storage_adopting_model = requires(M& m, std::span<float> s) {
+  m.adopt_storage(s, s);
+  m.use_own_storage();
+};
+
 /// An optimizer whose learning rate can be read and changed (for schedules).
 template <class O>
 concept has_learning_rate = requires(O& o, double lr) {

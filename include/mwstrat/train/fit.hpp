@@ -18,6 +18,7 @@
 #include <mwstrat/train/reduction_overlap.hpp>
 #include <mwstrat/train/train_context.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <concepts>
@@ -45,6 +46,12 @@ struct fit_options {
   /// the updated parameters are all-gathered instead of the gradients (`mean_gradients_and_update`): the same bits,
   /// 1/N of the update's work and memory traffic on each of N replicas. False: every replica updates everything.
   bool shard_update = true;
+  /// With `shard_update`, and when the replicas are processes on one host (every ring link through shared memory)
+  /// and the model can adopt storage (`storage_adopting_model`): the replicas keep one copy of the parameters and
+  /// their gradients in one shared region (`host_arena`) for the length of `fit`, and each step means its part of
+  /// the gradients straight from the others' and updates its part of the one copy — no copies, two barriers. The
+  /// same bits as the other paths. After `fit` (or an exception) the model has its own storage again.
+  bool share_parameters = true;
 };
 
 /// A validation set for `fit` that is never used: the default.
@@ -84,14 +91,20 @@ constexpr bool has_fused_update = requires(Strategy& s, std::span<float> g, std:
   s.mean_gradients_and_update(g, p, [](std::size_t, std::size_t) {});
 };
 
+template <class Strategy>
+constexpr bool has_host_arena = requires(Strategy& s, std::size_t n, std::string* why) {
+  s.open_host_arena(n, why)->parameters();
+};
+
 // One step's backward, gradient mean and update: the mean overlapped with backward in buckets when possible; else
-// after backward, fused with a sharded update when the optimizer allows it (fit_options::shard_update); else the
-// mean, then the whole update.
+// after backward: through one shared parameter copy when the replicas share a host (fit_options::share_parameters),
+// or fused with a sharded update when the optimizer allows it (fit_options::shard_update); else the mean, then the
+// whole update.
 template <class Strategy, class Model, class Optimizer>
 class gradient_sync {
  public:
   gradient_sync(Strategy& s, Model& m, Optimizer& o, const fit_options& options)
-      : strategy_(s), model_(m), optimizer_(o), shard_(options.shard_update) {
+      : strategy_(s), model_(m), optimizer_(o), shard_(options.shard_update), share_(options.share_parameters) {
     if constexpr (has_async_collective<Strategy>) {
       if (options.bucket_bytes > 0 && s.num_replicas_in_sync() > 1 && overlap_reduction(s, m, options.overlap)) {
         buckets_ = std::make_unique<bucketed_t<Strategy>>(s.collective(), m.gradients(),
@@ -99,6 +112,15 @@ class gradient_sync {
       }
     }
   }
+
+  // The model leaves the shared region (copying its values back) before the region goes, however fit ends.
+  ~gradient_sync() {
+    if constexpr (shares_storage) {
+      if (arena_) model_.use_own_storage();
+    }
+  }
+  gradient_sync(const gradient_sync&) = delete;
+  gradient_sync& operator=(const gradient_sync&) = delete;
 
   template <class Batch>
   auto train_and_update(const Batch& batch) {
@@ -108,6 +130,18 @@ class gradient_sync {
         auto result = train_on_batch(model_, batch, [this](std::size_t o, std::size_t n) { buckets_->on_ready(o, n); });
         buckets_->finish();
         apply_update(model_, optimizer_);
+        return result;
+      }
+    }
+    if constexpr (shares_storage) {
+      if (!arena_checked_) open_arena();
+      if (arena_) {
+        auto result = train_on_batch(model_, batch, [](std::size_t, std::size_t) {});
+        const std::span<float> params = model_.parameters(), grads = model_.gradients();
+        arena_->mean_and_update([&](std::size_t first, std::size_t count) {
+          optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+        });
+        optimizer_.count_step();
         return result;
       }
     }
@@ -139,11 +173,40 @@ class gradient_sync {
   template <class S>
   using bucketed_t = typename buckets_for<S>::type;
 
+  static constexpr bool shares_storage =
+      has_host_arena<Strategy> && storage_adopting_model<Model> && part_update_optimizer<Optimizer>;
+  template <class S, bool Has = has_host_arena<S>>
+  struct arena_for {
+    using type = int;  // never made: the strategy cannot share memory between its replicas
+  };
+  template <class S>
+  struct arena_for<S, true> {
+    using type = typename decltype(std::declval<S&>().open_host_arena(std::size_t{}, nullptr))::value_type;
+  };
+
+  // At the first step (after mirroring and any restore, so only the chief's values are copied in): a collective
+  // decision, the same on every replica — the options, the optimizer and the overlap choice are.
+  void open_arena() {
+    arena_checked_ = true;
+    if constexpr (shares_storage) {
+      if (!shard_ || !share_ || buckets_ || strategy_.num_replicas_in_sync() < 2 || !optimizer_.elementwise_stateless())
+        return;
+      arena_ = strategy_.open_host_arena(model_.parameters().size(), nullptr);
+      if (!arena_) return;  // not one host (or no room in /dev/shm): the fused ring path below
+      if (strategy_.is_chief()) std::ranges::copy(model_.parameters(), arena_->parameters().begin());
+      strategy_.barrier();  // the chief's copy is in before anyone reads it
+      model_.adopt_storage(arena_->parameters(), arena_->gradients());
+    }
+  }
+
   Strategy& strategy_;
   Model& model_;
   Optimizer& optimizer_;
   bool shard_;
+  bool share_;
+  bool arena_checked_ = false;
   std::unique_ptr<bucketed_t<Strategy>> buckets_;  // on the heap: made once per fit, empty when not overlapping
+  std::optional<typename arena_for<Strategy>::type> arena_;  // the shared region, while the model lives in it
 };
 
 template <class Strategy>

@@ -1,6 +1,7 @@
 #pragma once
 // A POSIX shared-memory region that carries one ring link's payloads between two processes on the same host:
-// `slots` fixed-size slots, written by the sender (the creator) and read by the receiver. The creator makes it
+// `slots` fixed-size slots, written by the sender (the creator) and read by the receiver (or, as one slot, the
+// region every rank of a host maps read-write: `host_arena`). The creator makes it
 // under an unguessable name (O_EXCL, mode 0600) and reserves its pages up front (posix_fallocate, so a full
 // /dev/shm is an error here rather than a SIGBUS later); the receiver checks owner, mode and size before mapping
 // it read-only, then unlinks the name, so the object lives on only as the two mappings.
@@ -117,33 +118,13 @@ class shm_region {
   // The receiver's side: maps `name` (as offered by the sender) read-only after checking it is a regular file
   // of this user, mode 0600 and exactly `slots * slot_bytes` long; unlinks the name. "" on success.
   std::string open(const std::string& dir, const std::string& name, std::size_t slots, std::size_t slot_bytes) {
-    reset();
-    if (!valid_shm_name(name)) return "malformed shared-memory name";
-    const std::string path = dir + "/" + name;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return "cannot open " + path + ": " + std::strerror(errno);
-    ::unlink(path.c_str());  // both ends hold it now (or this side gives up): the name has done its job
-    struct stat st {};
-    const std::size_t bytes = slots * slot_bytes;
-    std::string why;
-    if (::fstat(fd, &st) != 0) why = std::string("fstat: ") + std::strerror(errno);
-    else if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 0777) != 0600)
-      why = path + " is not a 0600 file of this user";
-    else if (static_cast<std::size_t>(st.st_size) != bytes)
-      why = path + " holds " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(bytes);
-    if (!why.empty()) {
-      ::close(fd);
-      return why;
-    }
-    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-    const int map_errno = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) return std::string("mmap of the shared-memory region failed: ") + std::strerror(map_errno);
-    base_ = static_cast<std::uint8_t*>(p);
-    bytes_ = bytes;
-    slots_ = slots;
-    slot_bytes_ = slot_bytes;
-    return {};
+    return map_existing(dir, name, slots, slot_bytes, false);
+  }
+
+  // Another rank's side of a region that a whole host shares (`host_arena`): the same checks, mapped read-write,
+  // and the name is left for its creator to remove once every rank holds the region. "" on success.
+  std::string open_shared(const std::string& dir, const std::string& name, std::size_t bytes) {
+    return map_existing(dir, name, 1, bytes, true);
   }
 
   // The receiver's side when it declines an offer without opening it: the name must still go.
@@ -167,11 +148,46 @@ class shm_region {
 
   [[nodiscard]] explicit operator bool() const { return base_ != nullptr; }
   [[nodiscard]] std::uint8_t* slot(std::size_t i) const { return base_ + (i % slots_) * slot_bytes_; }
+  [[nodiscard]] std::uint8_t* data() const { return base_; }
+  [[nodiscard]] std::size_t size() const { return bytes_; }
   [[nodiscard]] std::size_t slots() const { return slots_; }
   [[nodiscard]] std::size_t slot_bytes() const { return slot_bytes_; }
   [[nodiscard]] const std::string& name() const { return name_; }
 
  private:
+  std::string map_existing(const std::string& dir, const std::string& name, std::size_t slots, std::size_t slot_bytes,
+                           bool writable) {
+    reset();
+    if (!valid_shm_name(name)) return "malformed shared-memory name";
+    const std::string path = dir + "/" + name;
+    const int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return "cannot open " + path + ": " + std::strerror(errno);
+    // A link's two ends both hold it now (or this side gives up): the name has done its job.
+    if (!writable) ::unlink(path.c_str());
+    struct stat st {};
+    const std::size_t bytes = slots * slot_bytes;
+    std::string why;
+    if (::fstat(fd, &st) != 0) why = std::string("fstat: ") + std::strerror(errno);
+    else if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 0777) != 0600)
+      why = path + " is not a 0600 file of this user";
+    else if (static_cast<std::size_t>(st.st_size) != bytes)
+      why = path + " holds " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(bytes);
+    if (!why.empty()) {
+      ::close(fd);
+      return why;
+    }
+    const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+    void* p = ::mmap(nullptr, bytes, prot, MAP_SHARED | MAP_POPULATE, fd, 0);
+    const int map_errno = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) return std::string("mmap of the shared-memory region failed: ") + std::strerror(map_errno);
+    base_ = static_cast<std::uint8_t*>(p);
+    bytes_ = bytes;
+    slots_ = slots;
+    slot_bytes_ = slot_bytes;
+    return {};
+  }
+
   std::uint8_t* base_ = nullptr;
   std::size_t bytes_ = 0, slots_ = 0, slot_bytes_ = 0;
   std::string path_;  // set while this side still owns the name
