@@ -279,7 +279,8 @@ class basic_sequential {
     if (layers_.empty()) detail::nn_config_error("sequential: no layers after nn::input");
     count_ = offset;
     arena_.assign(2 * count_, T{});
-    pbase_ = arena_.data(); gbase_ = arena_.data() + count_;
+    pbase_ = arena_.data();
+    gbase_ = arena_.data() + count_;
     // A layer needs its input's gradient only if some layer before it has parameters.
     bool params_below = false;
     for (std::size_t i = 0; i < layers_.size(); ++i) {

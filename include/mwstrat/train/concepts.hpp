@@ -133,8 +133,8 @@ concept part_update_optimizer = requires(O& o, std::span<float> p, std::span<con
 
 /// A model whose parameters and gradients can live in storage the trainer provides: `adopt_storage(params, grads)`
 /// (the storage already holds the parameter values; 64-byte aligned) and `use_own_storage()` (copy back and use the
-/// model's own again). `fit` uses it to let the replicas of one host share one copy of the parameters
-/// (fit_options::share_parameters); `nn::sequential` has it.
+/// model's own again; it must not throw: `fit` calls it while unwinding too). `fit` uses it to let the replicas of
+/// one host share one copy of the parameters (fit_options::share_parameters); `nn::sequential` has it.
 template <class M>
 concept storage_adopting_model = requires(M& m, std::span<float> s) {
   m.adopt_storage(s, s);

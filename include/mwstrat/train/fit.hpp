@@ -116,7 +116,7 @@ class gradient_sync {
   // The model leaves the shared region (copying its values back) before the region goes, however fit ends.
   ~gradient_sync() {
     if constexpr (shares_storage) {
-      if (arena_) model_.use_own_storage();
+      if (adopted_) model_.use_own_storage();
     }
   }
   gradient_sync(const gradient_sync&) = delete;
@@ -196,6 +196,7 @@ class gradient_sync {
       if (strategy_.is_chief()) std::ranges::copy(model_.parameters(), arena_->parameters().begin());
       strategy_.barrier();  // the chief's copy is in before anyone reads it
       model_.adopt_storage(arena_->parameters(), arena_->gradients());
+      adopted_ = true;
     }
   }
 
@@ -205,6 +206,7 @@ class gradient_sync {
   bool shard_;
   bool share_;
   bool arena_checked_ = false;
+  bool adopted_ = false;  // the model works in arena_ (and must leave it before arena_ goes)
   std::unique_ptr<bucketed_t<Strategy>> buckets_;  // on the heap: made once per fit, empty when not overlapping
   std::optional<typename arena_for<Strategy>::type> arena_;  // the shared region, while the model lives in it
 };
