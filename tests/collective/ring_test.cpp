@@ -328,6 +328,42 @@ TEST(ring_collective, bad_options_are_config_errors) {
   EXPECT_THROW(ring_collective{o}, config_error);
   o.addresses = {"::1:5"};
   EXPECT_THROW(ring_collective{o}, config_error);
+  o.addresses = {"127.0.0.1:1"};
+  o.spin = std::chrono::microseconds(-1);
+  EXPECT_THROW(ring_collective{o}, config_error);
+}
+
+// MWSTRAT_RING_SPIN_US overrides ring_options::spin; anything but microseconds in 0..1000000 is refused, naming it.
+// With or without spinning, operations give the same results.
+TEST(ring_collective, the_environment_sets_the_spin_and_a_bad_value_is_refused) {
+  for (const char* bad : {"-1", "fast", "2000000", "10us", ""}) {
+    ::setenv("MWSTRAT_RING_SPIN_US", bad, 1);
+    ring_options o;
+    o.addresses = {"127.0.0.1:1"};
+    try {
+      ring_collective ring(o);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find("MWSTRAT_RING_SPIN_US"), std::string::npos) << e.what();
+    }
+  }
+  for (const char* good : {"0", "1000000"}) {
+    ::setenv("MWSTRAT_RING_SPIN_US", good, 1);
+    auto opts = options_for(2);
+    std::vector<double> sums(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        ring_collective ring(opts[static_cast<std::size_t>(r)]);
+        std::vector<double> v(1000, static_cast<double>(r + 1));
+        for (int i = 0; i < 5; ++i) ring.barrier();
+        ring.all_reduce(std::span<double>(v), reduce_op::sum);
+        sums[static_cast<std::size_t>(r)] = v[999];
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(sums, (std::vector<double>{3.0, 3.0})) << "MWSTRAT_RING_SPIN_US=" << good;
+  }
+  ::unsetenv("MWSTRAT_RING_SPIN_US");
 }
 
 TEST(ring_collective, a_single_rank_needs_no_network) {

@@ -52,8 +52,8 @@ struct ring_options {
   ring_transport transport = ring_transport::automatic;
   /// How long a rank with nothing to do keeps polling its sockets before it sleeps in poll(): a wake-up from sleep
   /// costs tens to hundreds of microseconds (more in a virtual machine) on every hop of an operation, polling costs
-  /// the waiting rank's CPU. 0: sleep at once (for ranks that share their CPUs with other busy threads). The
-  /// environment variable `MWSTRAT_RING_SPIN_US` (microseconds) overrides it.
+  /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.
+  /// The environment variable `MWSTRAT_RING_SPIN_US` (microseconds) overrides it.
   std::chrono::microseconds spin{200};
   /// Where the ring logs (start-up, refused connections, failures); empty: standard error.
   std::function<void(std::string_view)> log;

@@ -534,8 +534,8 @@ class ring_collective {
         continue;
       }
       // Nothing moved: wait until a socket is ready, the next rank speaks on its back channel, or the deadline —
-      // polling without sleeping for the first `spin_` of the wait (a sleeping rank's wake-up is the slow part of
-      // a small operation), then sleeping in poll().
+      // polling without sleeping (but yielding) for the first `spin_` of the wait (a sleeping rank's wake-up is the
+      // slow part of a small operation), then sleeping in poll().
       const auto now = steady::now();
       if (idle_since == steady::time_point{}) idle_since = now;
       const bool spinning = now - idle_since < spin_ && now < deadline;
@@ -551,6 +551,8 @@ class ring_collective {
                                                           where()};
       }
       const int rc = ::poll(fds, count, spinning ? 0 : detail::poll_ms(deadline));
+      // A spinning rank still lets other runnable threads have its CPU (more ranks or threads than cores).
+      if (spinning && rc == 0) std::this_thread::yield();
       if (rc < 0 && errno != EINTR)
         return failure{error_kind::io, rank_, std::string("poll: ") + std::strerror(errno) + " during " + where()};
       if (rc == 0 && steady::now() >= deadline) {
