@@ -7,7 +7,8 @@ Each round runs, one after another (nothing else running), with --threads (1) pe
   pair      two such processes started together: what this machine gives two busy processes (no communication)
   lockstep  mwstrat-launch -n 2 -- train_throughput --gradients local: both workers step together (the metrics
             are summed every step) but keep their own gradients
-  mirrored  mwstrat-launch -n 2 -- train_throughput: the real thing (gradient mean every step)
+  mirrored  mwstrat-launch -n 2 -- train_throughput: the real thing (gradient mean every step; fit's default path,
+            which on one host is one shared parameter copy)
 and prints, per configuration, the median samples/s over the rounds and its efficiency against 2 x solo of the
 same round (median of the per-round ratios). pair - lockstep is what stepping in lockstep costs, lockstep - mirrored
 what the gradient all-reduce costs.
