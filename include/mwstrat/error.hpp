@@ -19,6 +19,8 @@
 ///   - `checkpoint_error` a checkpoint cannot be written or is corrupt; names the file;
 ///   - `data_error`       an input file or dataset is malformed; names the file.
 
+#include <mwstrat/detail/platform.hpp>
+
 #include <optional>
 #include <stdexcept>
 #include <string>

@@ -11,6 +11,7 @@
 #include <mwstrat/cluster/detail/address_set.hpp>
 #include <mwstrat/cluster/detail/diagnostics.hpp>
 #include <mwstrat/cluster/task_info.hpp>
+#include <mwstrat/detail/hash.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -35,15 +36,6 @@ namespace detail {
   if (name == "master") return "is TensorFlow 1's name for the chief; rename it 'chief'";
   return "is not a job mwstrat can run (allowed: chief, worker, evaluator)" +
          did_you_mean(name, {"chief", "worker", "evaluator"});
-}
-
-/// 64-bit FNV-1a: small, stable across platforms and releases, good enough to tell two cluster lists apart.
-[[nodiscard]] inline std::uint64_t fnv1a64(std::string_view bytes, std::uint64_t hash = 0xcbf29ce484222325ULL) {
-  for (const char c : bytes) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
 }
 
 }  // namespace detail

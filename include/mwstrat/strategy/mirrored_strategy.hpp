@@ -11,7 +11,7 @@
 #include <mwstrat/collective/concepts.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/strategy/concepts.hpp>
-#include <mwstrat/strategy/detail/hash.hpp>
+#include <mwstrat/detail/hash.hpp>
 
 #include <array>
 #include <cstdint>
@@ -83,7 +83,7 @@ class mirrored_strategy {
   /// Throws `config_error` naming every replica whose `value` differs from the chief's; `what` names the value
   /// ("model fingerprint"). Only a digest and the length cross the wire.
   void verify_same(std::string_view what, std::string_view value) {
-    const std::array<std::int64_t, 2> mine{static_cast<std::int64_t>(detail::fingerprint_hash(value)),
+    const std::array<std::int64_t, 2> mine{static_cast<std::int64_t>(detail::fnv1a64(value)),
                                            static_cast<std::int64_t>(value.size())};
     std::vector<std::int64_t> all(2 * static_cast<std::size_t>(num_replicas_in_sync()));
     collective().all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));

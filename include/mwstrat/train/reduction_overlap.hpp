@@ -10,7 +10,7 @@
 /// changes which elements are summed, only the bucket boundaries; every replica takes the same decision from the
 /// same gathered facts.
 
-#include <mwstrat/strategy/detail/hash.hpp>
+#include <mwstrat/detail/hash.hpp>
 
 #include <sched.h>
 #include <unistd.h>
@@ -59,7 +59,7 @@ inline std::int64_t host_key() {
     ::gethostname(name.data(), name.size() - 1);
     id = std::string("host:") + name.data();
   }
-  return static_cast<std::int64_t>(fingerprint_hash(id));
+  return static_cast<std::int64_t>(fnv1a64(id));
 }
 
 // CPUs this process may run on (its affinity mask, which containers and taskset narrow).

@@ -4,6 +4,8 @@
 /// only on (seed, epoch) and never on the standard library (std::shuffle and the std distributions differ between
 /// libstdc++, libc++ and MSVC, and workers of one job may be built with different ones).
 
+#include <mwstrat/detail/random.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
@@ -12,34 +14,10 @@
 
 namespace mwstrat::detail {
 
-/// SplitMix64's finaliser: a bijective mix, used to derive independent streams from (seed, epoch, ...).
-[[nodiscard]] constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30U)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27U)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31U);
-}
-
 /// The seed of one shuffle: a function of the user's seed and the iteration (epoch) number only.
 [[nodiscard]] constexpr std::uint64_t stream_seed(std::uint64_t seed, std::uint64_t iteration) noexcept {
   return mix64(mix64(seed) ^ mix64(iteration + 0x632be59bd9b4e019ULL));
 }
-
-/// SplitMix64 as a generator: tiny state, passes BigCrush, and its output is the same everywhere.
-class splitmix64 {
- public:
-  explicit constexpr splitmix64(std::uint64_t seed) noexcept : state_(seed) {}
-  constexpr std::uint64_t operator()() noexcept {
-    state_ += 0x9e3779b97f4a7c15ULL;
-    std::uint64_t z = state_;
-    z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31U);
-  }
-
- private:
-  std::uint64_t state_;
-};
 
 __extension__ using uint128 = unsigned __int128;  // __extension__: -Wpedantic knows no 128-bit type
 
