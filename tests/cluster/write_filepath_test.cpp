@@ -3,6 +3,8 @@
 #include <mwstrat/cluster/tf_config.hpp>
 #include <mwstrat/cluster/write_filepath.hpp>
 
+#include <support/temp_dir.hpp>
+
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -18,20 +20,12 @@ using mwstrat::cluster_config;
 
 class temp_dir : public testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "mwstrat-cluster-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
   static void write(const fs::path& file, const std::string& text) {
     fs::create_directories(file.parent_path());
     std::ofstream(file) << text;
   }
-  fs::path root_;
+  mwstrat::test::temp_dir dir_{"mwstrat-cluster"};
+  fs::path root_ = dir_.path();
 };
 
 cluster_config config(const std::string& cluster, const std::string& type, int index) {

@@ -2,7 +2,7 @@
 // of workers, off replicating, seeds, the uneven last batch both ways, file sharding, the evaluation pass, exact
 // resume from a data_cursor (N = 1..4 and N changing), and no allocation in the steady state.
 
-#include "temp_dir.hpp"
+#include "idx_files.hpp"
 
 #include <mwstrat/data/distributed.hpp>
 

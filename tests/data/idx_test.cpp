@@ -1,7 +1,7 @@
 // The IDX reader: valid files of every element type, raw and gzip; each kind of defect gives a data_error
 // (component "idx") that names the file and the defect; a missing file is an io_error.
 
-#include "temp_dir.hpp"
+#include "idx_files.hpp"
 
 #include <mwstrat/data/idx.hpp>
 #include <mwstrat/data/mnist.hpp>

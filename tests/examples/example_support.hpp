@@ -3,6 +3,7 @@
 #include <mwstrat/checkpoint/training_state.hpp>
 
 #include <support/process.hpp>
+#include <support/temp_dir.hpp>
 
 #include <unistd.h>
 
@@ -16,17 +17,10 @@
 
 namespace mwstrat::test {
 
-struct scratch_dir {
-  std::filesystem::path path;
-  scratch_dir() {
-    static std::atomic<int> n{0};
-    path = std::filesystem::temp_directory_path() /
-           ("mwstrat_example_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~scratch_dir() { std::filesystem::remove_all(path); }
-  [[nodiscard]] std::string operator/(const std::string& name) const { return (path / name).string(); }
+// A temporary folder whose `dir / name` is a string, for building command lines.
+struct scratch_dir : temp_dir {
+  scratch_dir() : temp_dir("mwstrat-example") {}
+  [[nodiscard]] std::string operator/(const std::string& name) const { return (path() / name).string(); }
 };
 
 inline std::string read_file(const std::filesystem::path& p) {

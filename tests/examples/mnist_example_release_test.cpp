@@ -22,7 +22,7 @@ fs::path train_job(const scratch_dir& dir, const std::string& name, int workers,
                          " --model-dir " + (dir / name),
                      600);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  return dir.path / name / "model.safetensors";
+  return dir.path() / name / "model.safetensors";
 }
 
 TEST(mnist_example_release, two_workers_of_64_equal_one_worker_of_128) {
@@ -83,7 +83,7 @@ TEST(mnist_example_release, a_killed_worker_is_named_and_the_relaunched_job_resu
   // Worker 0 fails fast (well within twice the 10 s operation timeout) and names worker 1.
   EXPECT_LT(r0.seconds - r1.seconds, 20.0);
   EXPECT_NE(r0.output.find("rank 1 (127.0.0.1:" + std::to_string(ports[1]) + ")"), std::string::npos) << r0.output;
-  EXPECT_TRUE(fs::exists(dir.path / "backup")) << "the backup survives the failure";
+  EXPECT_TRUE(fs::exists(dir.path() / "backup")) << "the backup survives the failure";
 
   // Relaunched by hand, with the same TF_CONFIG: it resumes from the step-15 backup.
   process again1("TF_CONFIG='" + tf_config(ports, 1) + "' " + job, 300);
@@ -93,9 +93,9 @@ TEST(mnist_example_release, a_killed_worker_is_named_and_the_relaunched_job_resu
   ASSERT_EQ(a0.exit_code, 0) << a0.output;
   ASSERT_EQ(a1.exit_code, 0) << a1.output;
   EXPECT_NE(a0.output.find("resuming at epoch 2, step 3 (global step 15)"), std::string::npos) << a0.output;
-  EXPECT_EQ(read_file(dir.path / "model" / "model.safetensors"), read_file(reference))
+  EXPECT_EQ(read_file(dir.path() / "model" / "model.safetensors"), read_file(reference))
       << "the resumed job's model is byte-identical to the uninterrupted one's";
-  EXPECT_FALSE(fs::exists(dir.path / "backup"));
+  EXPECT_FALSE(fs::exists(dir.path() / "backup"));
 }
 
 TEST(mnist_example_release, the_launcher_restarts_a_failed_job_which_resumes_by_itself) {
@@ -110,7 +110,7 @@ TEST(mnist_example_release, the_launcher_restarts_a_failed_job_which_resumes_by_
   EXPECT_NE(r.output.find("was killed by signal 9"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("restarting the group (restart 1 of 1)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resuming at epoch 1, step 5 (global step 5)"), std::string::npos) << r.output;
-  EXPECT_EQ(read_file(dir.path / "model" / "model.safetensors"), read_file(reference));
+  EXPECT_EQ(read_file(dir.path() / "model" / "model.safetensors"), read_file(reference));
 }
 
 }  // namespace

@@ -25,9 +25,9 @@ TEST(mnist_example, two_ring_workers_train_and_only_the_chief_writes) {
   EXPECT_NE(r.output.find("[worker 0] Epoch 1/1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[worker 0] 2/2 [==============================] - "), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[worker 1] Epoch"), std::string::npos) << "non-chief workers print nothing";
-  EXPECT_TRUE(fs::exists(dir.path / "model" / "model.safetensors"));
-  EXPECT_FALSE(fs::exists(dir.path / "backup")) << "the backup is removed after a successful fit";
-  EXPECT_EQ(saved_weights(dir.path / "model" / "model.safetensors").size(), 2770634u);
+  EXPECT_TRUE(fs::exists(dir.path() / "model" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.path() / "backup")) << "the backup is removed after a successful fit";
+  EXPECT_EQ(saved_weights(dir.path() / "model" / "model.safetensors").size(), 2770634u);
 }
 
 TEST(mnist_example, a_bad_tf_config_is_a_clear_error_at_once) {

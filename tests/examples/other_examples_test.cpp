@@ -28,7 +28,7 @@ TEST(custom_tensor_example, an_eigen_model_trains_on_local_replicas_and_checkpoi
                      240);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_GT(number_after(r.output, "test: loss=", " accuracy="), 0.6) << r.output;
-  const mwstrat::training_state s = mwstrat::load_training_state(dir.path / "ckpt" / "mlp-40.safetensors");
+  const mwstrat::training_state s = mwstrat::load_training_state(dir.path() / "ckpt" / "mlp-40.safetensors");
   ASSERT_EQ(s.weights.size(), 4u);
   EXPECT_EQ(s.weights[0].name, "dense/kernel");
   EXPECT_EQ(s.weights[0].shape, (std::vector<std::int64_t>{64, 784}));

@@ -1,9 +1,10 @@
 #pragma once
-// A temporary folder for one test, removed at the end; and small writers of IDX files (raw or gzip).
+// Small writers of IDX files (raw or gzip) for the data tests, and the shared temporary folder.
+
+#include <support/temp_dir.hpp>
 
 #include <zlib.h>
 
-#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -14,26 +15,7 @@
 
 namespace mwstrat_data_test {
 
-class temp_dir {
- public:
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("mwstrat-data-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-  [[nodiscard]] std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using mwstrat::test::temp_dir;
 
 inline std::vector<std::uint8_t> idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims,
                                            const std::vector<std::uint8_t>& payload) {
