@@ -1,0 +1,194 @@
+// The steady-state step allocates nothing: the synchroniser's overlapped (bucketed) path, its sharded update and its
+// replicated path, on 2 and 3 replicas as threads over the local collective.
+//
+// This translation unit replaces the global operator new and delete for the whole strategy test executable; they
+// count only while `counting` is set, inside a window that every replica enters and leaves through a barrier. The
+// barriers' own allocations, if any, are measured by an empty window and subtracted. Allocations seen in the
+// window are listed (size and call stack, through backtrace_symbols_fd) so their origin can be found.
+#include <mwstrat/collective/local.hpp>
+#include <mwstrat/strategy/gradient_sync.hpp>
+#include <mwstrat/strategy/gradient_sync_options.hpp>
+#include <mwstrat/strategy/mirrored_strategy.hpp>
+
+#include <gtest/gtest.h>
+
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <numeric>
+#include <span>
+#include <vector>
+
+namespace {
+
+std::atomic<bool> counting{false};
+std::atomic<std::size_t> allocations{0};
+
+// The first allocations of a window, recorded without allocating: size and call stack.
+constexpr std::size_t recorded_max = 16, frames_max = 12;
+struct record {
+  std::size_t bytes = 0;
+  std::array<void*, frames_max> frames{};
+  int depth = 0;
+};
+std::array<record, recorded_max> recorded;
+
+void count(std::size_t bytes) {
+  if (!counting.load(std::memory_order_relaxed)) return;
+  const std::size_t k = allocations.fetch_add(1);
+  if (k < recorded_max) {
+    recorded[k].bytes = bytes;
+    recorded[k].depth = ::backtrace(recorded[k].frames.data(), static_cast<int>(frames_max));
+  }
+}
+
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  count(bytes);
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t bytes, std::align_val_t align) {
+  count(bytes);
+  const auto a = static_cast<std::size_t>(align);
+  if (void* p = std::aligned_alloc(a, (bytes + a - 1) / a * a + (bytes == 0 ? a : 0))) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace {
+
+using namespace mwstrat;
+
+// Layers of these sizes in one arena; backward reports them last first.
+const std::vector<std::size_t> layers{3000, 1000, 2000, 500, 7};
+
+struct layered_model {
+  std::vector<float> p, g;
+  layered_model() {
+    const std::size_t n = std::accumulate(layers.begin(), layers.end(), std::size_t{0});
+    p.assign(n, 0.5f);
+    g.assign(n, 0.0f);
+  }
+  std::span<float> parameters() { return p; }
+  std::span<float> gradients() { return g; }
+};
+
+// Plain SGD with the part-update members, so the sharded placement applies.
+struct sgd {
+  void apply(std::span<float> p, std::span<const float> g) const {
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.01f * g[i];
+  }
+  [[nodiscard]] bool elementwise_stateless() const { return true; }
+  void apply_part(std::span<float> p, std::span<const float> g) const { apply(p, g); }
+  void count_step() {}
+};
+
+struct measured {
+  std::size_t window = 0, barriers_only = 0;
+  update_placement placement = update_placement::automatic;
+  bool overlaps = false;
+};
+
+void print_records(std::size_t n) {
+  for (std::size_t k = 0; k < std::min(n, recorded_max); ++k) {
+    std::fprintf(stderr, "allocation %zu: %zu bytes\n", k, recorded[k].bytes);
+    ::backtrace_symbols_fd(recorded[k].frames.data(), recorded[k].depth, STDERR_FILENO);
+  }
+}
+
+measured measure(int n, gradient_sync_options options, int steps) {
+  measured m;
+  {  // backtrace loads its unwinder on first use (which allocates): do that outside every window
+    std::array<void*, 2> warm{};
+    (void)::backtrace(warm.data(), 2);
+  }
+  spawn_ranks(n, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c, options);
+    layered_model model;
+    sgd opt;
+    auto sync = strategy.make_gradient_sync(model, opt);
+    int step = 0;
+    const auto backward = [&](auto&& on_ready) {
+      std::size_t end = model.g.size();
+      for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+        end -= *it;
+        for (std::size_t i = end; i < end + *it; ++i)
+          model.g[i] = static_cast<float>((i + static_cast<std::size_t>(c.rank() + step)) % 5);
+        on_ready(end, *it);
+      }
+      return step;
+    };
+    for (; step < 3; ++step) sync.step(backward);  // warm-up: the first step decides and sizes everything
+
+    // The barriers alone.
+    c.barrier();
+    if (c.rank() == 0) allocations = 0, counting = true;
+    c.barrier();
+    c.barrier();
+    if (c.rank() == 0) counting = false, m.barriers_only = allocations.load();
+    // The same barriers around the steps.
+    c.barrier();
+    if (c.rank() == 0) allocations = 0, counting = true;
+    c.barrier();
+    for (int s = 0; s < steps; ++s, ++step) sync.step(backward);
+    c.barrier();
+    if (c.rank() == 0) {
+      counting = false;
+      m.window = allocations.load();
+      m.placement = sync.placement();
+      m.overlaps = sync.overlaps();
+    }
+  });
+  return m;
+}
+
+void expect_no_allocation(int n, gradient_sync_options options, bool overlapped, update_placement placement) {
+  constexpr int steps = 5;
+  const measured m = measure(n, options, steps);
+  EXPECT_EQ(m.overlaps, overlapped);
+  EXPECT_EQ(m.placement, placement);
+  const std::size_t per_window = m.window >= m.barriers_only ? m.window - m.barriers_only : 0;
+  std::fprintf(stderr, "%d replicas, overlap %s, placement %s: %zu allocations in %d steps (barriers alone: %zu)\n",
+               n, overlapped ? "yes" : "no", std::string(to_string(m.placement)).c_str(), per_window, steps,
+               m.barriers_only);
+  if (m.window != m.barriers_only) print_records(m.window);
+  EXPECT_EQ(m.window, m.barriers_only) << per_window << " allocations in " << steps << " steady-state steps of "
+                                       << n << " replicas (stacks above)";
+}
+
+gradient_sync_options policy(reduction_overlap overlap, update_placement update) {
+  gradient_sync_options o;
+  o.overlap = overlap;
+  o.update = update;
+  o.bucket_bytes = 4000;  // 1000 floats: several buckets per step
+  return o;
+}
+
+TEST(gradient_sync_allocation, the_overlapped_path_allocates_nothing_per_step) {
+  for (int n : {2, 3}) {
+    expect_no_allocation(n, policy(reduction_overlap::always, update_placement::automatic), true,
+                         update_placement::replicated);
+  }
+}
+
+TEST(gradient_sync_allocation, the_sharded_and_replicated_paths_allocate_nothing_per_step) {
+  for (int n : {2, 3}) {
+    expect_no_allocation(n, policy(reduction_overlap::never, update_placement::sharded), false,
+                         update_placement::sharded);
+    expect_no_allocation(n, policy(reduction_overlap::never, update_placement::replicated), false,
+                         update_placement::replicated);
+  }
+}
+
+}  // namespace
