@@ -1,6 +1,7 @@
 // Gradient synchronisation as one component: its concepts (near misses, one type per missing requirement), the
 // policy value's validation, and the decisions it takes (overlap, placement, fallbacks) on replicas as threads.
 #include <mwstrat/collective/local.hpp>
+#include <mwstrat/nn/model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/strategy/gradient_sync.hpp>
@@ -97,6 +98,12 @@ struct execute_takes_no_task {
 static_assert(executing_model<execute_complete>);
 static_assert(!executing_model<execute_missing>);
 static_assert(!executing_model<execute_takes_no_task>);
+
+// The reference model has every optional capability the synchroniser uses: a changed signature there must not
+// silently move the update out of the model's threads, or turn off the overlap decision or the shared copy.
+static_assert(executing_model<nn::sequential>);
+static_assert(thread_reporting_model<nn::sequential>);
+static_assert(storage_adopting_model<nn::sequential>);
 
 // ----------------------------------------------------------------------------------------- gradient_synchronizer
 struct sync_complete {
