@@ -88,8 +88,7 @@ TEST(communication_options, the_strategy_reads_the_process_environment_and_obeys
   communication_options o;
   o.spin = 0us;
   ::unsetenv("MWSTRAT_RING_SPIN_US");
-  EXPECT_NO_THROW((void)make_multi_worker_mirrored_strategy(
-      local, o));
+  EXPECT_NO_THROW((void)make_multi_worker_mirrored_strategy(local, o));
   EXPECT_THROW((void)make_multi_worker_mirrored_strategy(cluster_config::local(), {},
                                                           environment{{"MWSTRAT_RING_TRANSPORT", "shared"}}),
                config_error);
@@ -123,7 +122,8 @@ TEST(communication_options, the_transport_from_the_environment_reaches_the_ring)
   const environment tcp{{"MWSTRAT_RING_TRANSPORT", "tcp"}};
   EXPECT_EQ(ring_uses_shm(tcp, std::nullopt), (std::vector<int>{0, 0}));
   EXPECT_EQ(ring_uses_shm(tcp, ring_transport::automatic), (std::vector<int>{1, 1}));
-  EXPECT_EQ(ring_uses_shm(environment{{"MWSTRAT_RING_TRANSPORT", "auto"}}, ring_transport::tcp), (std::vector<int>{0, 0}));
+  EXPECT_EQ(ring_uses_shm(environment{{"MWSTRAT_RING_TRANSPORT", "auto"}}, ring_transport::tcp),
+            (std::vector<int>{0, 0}));
   EXPECT_EQ(ring_uses_shm(none(), std::nullopt), (std::vector<int>{1, 1}));
 }
 

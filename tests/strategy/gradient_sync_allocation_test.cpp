@@ -217,9 +217,10 @@ void expect_no_allocation(backend b, int n, gradient_sync_options options, bool 
   EXPECT_EQ(m.overlaps, overlapped);
   EXPECT_EQ(m.placement, placement);
   const std::size_t per_window = m.window >= m.barriers_only ? m.window - m.barriers_only : 0;
-  std::fprintf(stderr, "%s, %d replicas, overlap %s, placement %s: %zu allocations in %d steps (barriers alone: %zu)\n",
-               b == backend::local ? "local" : "ring", n, overlapped ? "yes" : "no", std::string(to_string(m.placement)).c_str(), per_window, steps,
-               m.barriers_only);
+  std::fprintf(stderr,
+               "%s, %d replicas, overlap %s, placement %s: %zu allocations in %d steps (barriers alone: %zu)\n",
+               b == backend::local ? "local" : "ring", n, overlapped ? "yes" : "no",
+               std::string(to_string(m.placement)).c_str(), per_window, steps, m.barriers_only);
   if (m.window != m.barriers_only) print_records(m.window);
   EXPECT_EQ(m.window, m.barriers_only) << per_window << " allocations in " << steps << " steady-state steps of "
                                        << n << " replicas over the " << (b == backend::local ? "local" : "ring")

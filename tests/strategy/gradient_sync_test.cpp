@@ -239,7 +239,7 @@ std::vector<decision> decide(int n, gradient_sync_options options, Optimizer opt
     for (int s = 0; s < 2; ++s) {
       const int result = sync.step([&](auto&& on_ready) {
         for (std::size_t i = 0; i < model.g.size(); ++i)
-          model.g[i] = static_cast<float>((i * 3 + static_cast<std::size_t>(c.rank()) + static_cast<std::size_t>(s)) % 7);
+          model.g[i] = static_cast<float>((i * 3 + static_cast<std::size_t>(c.rank() + s)) % 7);
         on_ready(std::size_t{200}, std::size_t{100});  // two "layers", the last first
         on_ready(std::size_t{0}, std::size_t{200});
         return s + 40;

@@ -156,7 +156,8 @@ class collective_gradient_sync {
     if constexpr (async) {
       if (buckets_) {
         buckets_->begin();
-        auto result = std::forward<Backward>(backward)([this](std::size_t o, std::size_t n) { buckets_->on_ready(o, n); });
+        auto result =
+            std::forward<Backward>(backward)([this](std::size_t o, std::size_t n) { buckets_->on_ready(o, n); });
         buckets_->finish();
         detail::apply_update(model_, optimizer_);
         return result;
