@@ -12,9 +12,10 @@
 // `--gradients local` is a measurement, not training: the workers step in lockstep (the metrics are still summed
 // every step) but each applies its own gradients, so the difference to `mean` is what the gradient all-reduce costs
 // and the difference to two independent one-worker runs is what lockstep costs (benchmarks/train/ceiling.py).
-// `--update` picks the step's reduction path, for A/B runs: `shared` (the default: fit's own choice, which on one host
-// is one shared parameter copy, fit_options::share_parameters), `sharded` (share_parameters off: the ring's fused
-// all-reduce and sharded update) or `mirrored` (shard_update off too: every worker applies the whole SGD update).
+// `--update` picks where the update runs (the strategy's gradient_sync_options::update), for A/B runs: `shared` (the
+// default: update_placement::automatic, which on one host is one shared parameter copy), `sharded` (the ring's fused
+// all-reduce and sharded update) or `mirrored` (replicated: every worker applies the whole SGD update). `--overlap`
+// is gradient_sync_options::overlap; `--overlap always` with `--update sharded` is refused (a contradiction).
 #include <mwstrat/mwstrat.hpp>
 
 #include <sys/resource.h>
@@ -44,12 +45,11 @@ struct flags {
   std::size_t save_freq = 0;  // steps between backups; 0: no backup
   mwstrat::reduction_overlap overlap = mwstrat::reduction_overlap::automatic;  // --overlap auto|always|never
   bool local_gradients = false;  // --gradients local: no gradient all-reduce (see the header comment)
-  bool shard_update = true;      // --update shared|sharded|mirrored: fit_options::shard_update
-  bool share_parameters = true;  //                                  and fit_options::share_parameters
+  mwstrat::update_placement update = mwstrat::update_placement::automatic;  // --update shared|sharded|mirrored
 };
 
 // The strategy with every member forwarded except the gradient mean, which leaves each worker's gradients as they
-// are. It has no collective(), so fit takes its one-reduction-after-backward path and calls mean_gradients.
+// are. It offers no synchroniser of its own, so fit takes the replicated path (mean_gradients, then the update).
 template <class Strategy>
 class local_gradients {
  public:
@@ -113,10 +113,10 @@ flags parse(int argc, char** argv) {
       else usage("--gradients: '" + v + "' is not mean or local");
     } else if (a == "--update") {
       const std::string v = value();
-      f.shard_update = v != "mirrored";
-      f.share_parameters = v == "shared";
-      if (v != "shared" && v != "sharded" && v != "mirrored")
-        usage("--update: '" + v + "' is not shared, sharded or mirrored");
+      if (v == "shared") f.update = mwstrat::update_placement::automatic;
+      else if (v == "sharded") f.update = mwstrat::update_placement::sharded;
+      else if (v == "mirrored") f.update = mwstrat::update_placement::replicated;
+      else usage("--update: '" + v + "' is not shared, sharded or mirrored");
     }
     else usage("unknown flag '" + a + "'");
   }
@@ -125,6 +125,8 @@ flags parse(int argc, char** argv) {
   if (f.threads < 1) usage("--threads must be at least 1");
   if (f.backup_dir.empty() != (f.save_freq == 0)) usage("--backup-dir and --save-freq go together");
   if (f.local_gradients && f.save_freq != 0) usage("--gradients local does not go with --save-freq");
+  if (f.overlap == mwstrat::reduction_overlap::always && f.update == mwstrat::update_placement::sharded)
+    usage("--overlap always does not go with --update sharded (the sharded update needs the whole gradient)");
   return f;
 }
 
@@ -182,7 +184,10 @@ double peak_rss_mib() {
 int main(int argc, char** argv) {
   const flags f = parse(argc, argv);
   try {
-    auto strategy = mwstrat::make_multi_worker_mirrored_strategy();  // TF_CONFIG; waits for every worker
+    mwstrat::communication_options communication;
+    communication.gradient_sync.overlap = f.overlap;
+    communication.gradient_sync.update = f.update;
+    auto strategy = mwstrat::make_multi_worker_mirrored_strategy(communication);  // TF_CONFIG; waits for everyone
     const auto workers = static_cast<std::size_t>(strategy.num_replicas_in_sync());
     const std::size_t global_batch = f.batch * workers;
     mwstrat::distributed_input train(mwstrat::data::load_mnist(f.data_dir, mwstrat::data::mnist_split::train),
@@ -202,9 +207,6 @@ int main(int argc, char** argv) {
     mwstrat::fit_options options;
     options.epochs = 1;
     options.steps_per_epoch = f.warmup + f.steps;
-    options.overlap = f.overlap;
-    options.shard_update = f.shard_update;
-    options.share_parameters = f.share_parameters;
     step_timer timer{f.warmup, f.warmup + f.steps - 1};
     std::optional<mwstrat::backup_and_restore> backup;
     if (f.save_freq != 0) {

@@ -3,8 +3,8 @@
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/bucketed_reduction.hpp>
 #include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/strategy/gradient_sync.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
-#include <mwstrat/train/concepts.hpp>
 
 #include <gtest/gtest.h>
 
@@ -125,29 +125,57 @@ static_assert(fuses_update_v<local_collective>);
 static_assert(part_update_optimizer<nn::sgd>);
 static_assert(!part_update_optimizer<nn::adam>);
 
-// mean_gradients_and_update against mean_gradients and a whole update: fused with 3 replicas, the plain path with 1.
+// An arena model for the synchroniser: its backward writes fixed gradients (no layers to report).
+struct arena_model {
+  std::vector<float> p, g;
+  std::span<float> parameters() { return p; }
+  std::span<float> gradients() { return g; }
+};
+
+// Plain SGD at 0.5 that records how many elements it updated in parts (a sharded update) and in whole.
+struct recording_sgd {
+  nn::sgd sgd{0.5};
+  std::size_t in_parts = 0, whole = 0;
+  void apply(std::span<float> p, std::span<const float> g) {
+    whole += p.size();
+    sgd.apply(p, g);
+  }
+  [[nodiscard]] bool elementwise_stateless() const { return sgd.elementwise_stateless(); }
+  void apply_part(std::span<float> p, std::span<const float> g) {
+    in_parts += p.size();
+    sgd.apply_part(p, g);
+  }
+  void count_step() { sgd.count_step(); }
+};
+
+// The synchroniser's sharded update (the collective's fused all_reduce_update) against mean_gradients and a whole
+// update: fused with 3 replicas, the plain path with 1.
 void expect_fused_update_equals_mean_then_update(int replicas) {
   std::vector<std::vector<float>> fused(static_cast<std::size_t>(replicas)), plain(fused.size());
   spawn_ranks(replicas, [&](local_collective& c) {
-    mirrored_strategy<local_collective&> strategy(c);
-    EXPECT_EQ(strategy.fuses_update(), replicas > 1);
+    gradient_sync_options sharded;
+    sharded.update = update_placement::sharded;
+    mirrored_strategy<local_collective&> strategy(c, sharded);
     const auto r = static_cast<std::size_t>(c.rank());
-    std::vector<float> g(5001), p(5001);
+    arena_model model{std::vector<float>(5001), std::vector<float>(5001)};
+    std::vector<float> g(5001);
     for (std::size_t i = 0; i < g.size(); ++i) {
       g[i] = static_cast<float>((i * 7 + r * 13) % 17) * 0.1f;
-      p[i] = static_cast<float>(i % 5) * 0.3f;
+      model.p[i] = static_cast<float>(i % 5) * 0.3f;
     }
-    std::vector<float> g2 = g, p2 = p;
-    std::size_t updated = 0;
-    const nn::sgd sgd(0.5);
-    strategy.mean_gradients_and_update(std::span<float>(g), std::span<float>(p), [&](std::size_t first, std::size_t n) {
-      updated += n;
-      sgd.apply_part(std::span<float>(p).subspan(first, n), std::span<const float>(g).subspan(first, n));
+    std::vector<float> g2 = g, p2 = model.p;
+    recording_sgd sgd;
+    auto sync = strategy.make_gradient_sync(model, sgd);
+    sync.step([&](auto&&) {
+      model.g = g;
+      return 0;
     });
+    EXPECT_EQ(sync.placement() == update_placement::sharded, replicas > 1);
+    const std::size_t updated = sgd.in_parts + sgd.whole;
     EXPECT_LE(updated, (g.size() + c.size() - 1) / static_cast<std::size_t>(c.size()));  // only its own part
     strategy.mean_gradients(std::span<float>(g2));
     for (std::size_t i = 0; i < p2.size(); ++i) p2[i] -= 0.5f * g2[i];
-    fused[r] = p;
+    fused[r] = model.p;
     plain[r] = p2;
   });
   for (std::size_t r = 0; r < fused.size(); ++r) {

@@ -17,8 +17,10 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -36,13 +38,15 @@ std::vector<float> train_replicas(int workers, std::size_t global_batch, int epo
   std::vector<float> result;
   std::mutex m;
   spawn_ranks(workers, [&](local_collective& c) {
-    mirrored_strategy<local_collective&> strategy(c);
+    gradient_sync_options sync;  // bucket_bytes 0: one reduction after backward
+    if (bucket_bytes == 0) sync.overlap = reduction_overlap::never;
+    else sync.bucket_bytes = bucket_bytes;
+    mirrored_strategy<local_collective&> strategy(c, sync);
     softmax_regression model(features, classes, 100u + static_cast<std::uint32_t>(c.rank()));  // differ: mirrored
     plain_sgd sgd;
     blob_batches data(examples, features, classes, global_batch, c.size(), c.rank(), data_seed);
     fit_options options;
     options.epochs = epochs;
-    options.bucket_bytes = bucket_bytes;
     fit(strategy, model, sgd, data, options);
     if (c.rank() == 0) {
       const std::lock_guard lock(m);
@@ -81,21 +85,22 @@ TEST(fit, bucketed_overlap_gives_the_same_bits_as_one_reduction_per_step) {
   EXPECT_EQ(train_replicas(2, 32, 1, 4), train_replicas(2, 32, 1, 0));
 }
 
-// fit_options::shard_update with plain SGD (each replica updates the part it reduced; the updated parameters are
+// update_placement::sharded with plain SGD (each replica updates the part it reduced; the updated parameters are
 // gathered) against every replica updating everything: the same bits on every replica, and the same step count.
 TEST(fit, a_sharded_sgd_update_gives_the_same_bits_as_updating_everything) {
   const auto run = [](bool shard) {
     std::vector<std::vector<float>> all(3);
     std::vector<std::uint64_t> steps(3);
     spawn_ranks(3, [&](local_collective& c) {
-      mirrored_strategy<local_collective&> strategy(c);
+      gradient_sync_options sync;
+      sync.overlap = reduction_overlap::never;  // one reduction after backward: where the sharded update applies
+      sync.update = shard ? update_placement::sharded : update_placement::replicated;
+      mirrored_strategy<local_collective&> strategy(c, sync);
       softmax_regression model(features, classes, 55u + static_cast<std::uint32_t>(c.rank()));
       nn::sgd sgd(0.1);
       blob_batches data(examples, features, classes, 48, c.size(), c.rank(), 5);
       fit_options options;
       options.epochs = 2;
-      options.bucket_bytes = 0;  // one reduction after backward: where the sharded update applies
-      options.shard_update = shard;
       fit(strategy, model, sgd, data, options);
       const auto r = static_cast<std::size_t>(c.rank());
       all[r].assign(model.parameters().begin(), model.parameters().end());
@@ -106,6 +111,34 @@ TEST(fit, a_sharded_sgd_update_gives_the_same_bits_as_updating_everything) {
     return all[0];
   };
   EXPECT_EQ(run(true), run(false));
+}
+
+// The strategy concept's own example: a single process with no peers, nothing but the concept's members.
+struct solo_strategy {
+  int num_replicas_in_sync() const { return 1; }
+  int replica_id() const { return 0; }
+  bool is_chief() const { return true; }
+  void verify_same(std::string_view, std::string_view) {}
+  void mirror(std::span<float>) {}
+  void mirror(std::span<double>) {}
+  void mean_gradients(std::span<float>) {}
+  void sum_metrics(std::span<double>) {}
+  void barrier() {}
+};
+static_assert(strategy<solo_strategy>);
+static_assert(!gradient_sync_strategy<solo_strategy, softmax_regression, plain_sgd>);
+
+// A user's minimal strategy trains through fit on the replicated path, with the bits of one mirrored replica.
+TEST(fit, a_strategy_with_only_the_concepts_members_trains) {
+  solo_strategy solo;
+  softmax_regression model(features, classes, 100u);
+  plain_sgd sgd;
+  blob_batches data(examples, features, classes, 64, 1, 0, 7);
+  fit_options options;
+  options.epochs = 2;
+  const history h = fit(solo, model, sgd, data, options);
+  EXPECT_EQ(h.epochs.size(), 2u);
+  EXPECT_EQ(std::vector<float>(model.parameters().begin(), model.parameters().end()), train_replicas(1, 64, 2, 0));
 }
 
 TEST(fit, every_replica_ends_with_the_same_parameters) {

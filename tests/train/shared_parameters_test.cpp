@@ -1,4 +1,4 @@
-// fit over ring ranks on one host with fit_options::share_parameters: one parameter copy in a host_arena, the
+// fit over ring ranks on one host with update_placement::shared_host_copy: one parameter copy in a host_arena, the
 // same bits as the ring's fused sharded update and as every replica updating everything.
 #include <mwstrat/collective.hpp>
 #include <mwstrat/nn/model.hpp>
@@ -83,15 +83,17 @@ outcome train(path p, ring_transport transport) {
       o.job_token = "";
       o.transport = transport;
       ring_collective ring(o);
-      mirrored_strategy<ring_collective&> strategy(ring);
+      gradient_sync_options sync;
+      sync.overlap = reduction_overlap::never;  // one reduction after backward
+      sync.update = p == path::shared    ? update_placement::shared_host_copy
+                    : p == path::sharded ? update_placement::sharded
+                                         : update_placement::replicated;
+      mirrored_strategy<ring_collective&> strategy(ring, sync);
       softmax_regression model(features, classes, 300u + static_cast<std::uint32_t>(r));  // differ: mirrored
       nn::sgd sgd(0.1);
       blob_batches data(examples, features, classes, 48, n, r, 9);
       fit_options options;
       options.epochs = 2;
-      options.bucket_bytes = 0;  // one reduction after backward
-      options.shard_update = p != path::whole;
-      options.share_parameters = p == path::shared;
       arena_watch w{&out.in_arena[me]};
       fit(strategy, model, sgd, data, options, w);
       out.own_after[me] = model.adopted() ? 0 : 1;

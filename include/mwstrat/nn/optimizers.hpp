@@ -62,7 +62,7 @@ class basic_sgd {
 
   /// True without momentum: the update of an element then depends only on its parameter and gradient (no slots),
   /// so any part of the arena can be updated on its own with `apply_part` — which lets `fit` have each replica update
-  /// only the part of the parameters it reduced (see `mirrored_strategy::mean_gradients_and_update`).
+  /// only the part of the parameters it reduced (`update_placement::sharded`, strategy/gradient_sync.hpp).
   [[nodiscard]] bool elementwise_stateless() const noexcept { return momentum_ == 0.0; }
 
   /// The update of one part of the arena, serially, without counting a step; requires elementwise_stateless().

@@ -16,6 +16,23 @@
 ///   8. `s.barrier()` returns once every replica has called it.
 /// Every operation is collective: all replicas call it, in the same order.
 ///
+/// Gradient synchronisation (`strategy/gradient_sync.hpp`) asks for no more than the above: its replicated path
+/// is `s.mean_gradients(gradients)` then the optimizer's whole update. A strategy that can do better offers its own
+/// synchroniser (`gradient_sync_strategy`, as `mirrored_strategy` does), and that synchroniser may use the optional
+/// capabilities of the model and the optimizer named below:
+///   - `gradient_synchronizer<G>`: `g.step(backward)` runs one step — `backward(on_ready)` does forward and backward
+///     and calls `on_ready(offset, count)` as gradient slices become final, last first — reduces the gradients,
+///     applies the update and returns what `backward` returned;
+///   - `gradient_sync_strategy<S, M, O>`: `s.make_gradient_sync(m, o)` returns a `gradient_synchronizer` for
+///     model `m` and optimizer `o` (made once per `fit`, after the initial parameters are mirrored);
+///   - `part_update_optimizer<O>`: `o.elementwise_stateless()` (the update of an element depends only on its
+///     parameter and gradient: no slots), `o.apply_part(params, gradients)` (updates one part, serially, without
+///     counting a step) and `o.count_step()` (counts the step the parts made up): a sharded update;
+///   - `storage_adopting_model<M>`: `m.adopt_storage(params, grads)` and `m.use_own_storage()`: the replicas of one
+///     host share one parameter copy;
+///   - `thread_reporting_model<M>`: `m.threads()`, the compute threads the model uses (the overlap decision);
+///   - `executing_model<M>`: `m.execute(f)` runs `f` inside the model's own threads (where the update runs).
+///
 /// Opt-in example, a strategy for a single process with no peers:
 /// \code
 ///   struct solo_strategy {
@@ -33,6 +50,7 @@
 /// \endcode
 
 #include <concepts>
+#include <cstddef>
 #include <span>
 #include <string_view>
 
@@ -51,5 +69,66 @@ concept strategy = requires(S& s, const S& cs, std::span<float> p, std::span<dou
   s.sum_metrics(m);
   s.barrier();
 };
+
+namespace detail {
+// What a synchroniser's `step` is checked with: a backward pass that reports nothing and returns a marker.
+struct backward_probe_result {};
+struct backward_probe {
+  template <class OnReady>
+  backward_probe_result operator()(OnReady&&) const {
+    return {};
+  }
+};
+}  // namespace detail
+
+/// Runs one training step's gradient reduction and update around a backward pass (see the file comment).
+template <class G>
+concept gradient_synchronizer = requires(G& g, detail::backward_probe backward) {
+  { g.step(backward) } -> std::same_as<detail::backward_probe_result>;
+};
+
+/// Optional capability: a strategy that makes its own `gradient_synchronizer` for a model and an optimizer.
+template <class S, class Model, class Optimizer>
+concept gradient_sync_strategy = strategy<S> && requires(S& s, Model& m, Optimizer& o) {
+  { s.make_gradient_sync(m, o) } -> gradient_synchronizer;
+};
+
+/// Optional capability: an optimizer that can update one part of the arena on its own (a sharded update). While
+/// `o.elementwise_stateless()`, `o.apply_part(params, gradients)` updates a part serially without counting a step
+/// and `o.count_step()` counts the step those parts made up.
+template <class O>
+concept part_update_optimizer = requires(O& o, std::span<float> p, std::span<const float> g) {
+  { o.elementwise_stateless() } -> std::convertible_to<bool>;
+  o.apply_part(p, g);
+  o.count_step();
+};
+
+/// Optional capability: a model whose parameters and gradients can live in storage the trainer provides:
+/// `adopt_storage(params, grads)` (the storage already holds the parameter values; 64-byte aligned) and
+/// `use_own_storage()` (copy back and use the model's own again; it must not throw: it runs while unwinding too).
+/// It lets the replicas of one host share one copy of the parameters (`update_placement::shared_host_copy`);
+/// `nn::sequential` has it.
+template <class M>
+concept storage_adopting_model = requires(M& m, std::span<float> s) {
+  m.adopt_storage(s, s);
+  m.use_own_storage();
+};
+
+/// Optional capability: a model that says how many compute threads it uses (`reduction_overlap::automatic`).
+template <class M>
+concept thread_reporting_model = requires(const M& m) {
+  { m.threads() } -> std::convertible_to<int>;
+};
+
+namespace detail {
+struct task_probe {
+  void operator()() const {}
+};
+}  // namespace detail
+
+/// Optional capability: a model that runs a task inside its own threads (its oneTBB arena), so the update uses no
+/// more cores than the model was given.
+template <class M>
+concept executing_model = requires(M& m, detail::task_probe f) { m.execute(f); };
 
 }  // namespace mwstrat

@@ -7,6 +7,7 @@
 /// none of them hangs).
 
 #include <mwstrat/collective/local.hpp>
+#include <mwstrat/strategy/gradient_sync_options.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 
 #include <utility>
@@ -16,13 +17,14 @@ namespace mwstrat {
 /// A replica's strategy in an in-process mirrored group.
 using local_mirrored_strategy = mirrored_strategy<local_collective&>;
 
-/// Runs `fn(local_mirrored_strategy&)` on `n` replicas (threads); rethrows the first failure.
+/// Runs `fn(local_mirrored_strategy&)` on `n` replicas (threads), each strategy synchronising gradients as `sync`
+/// says; rethrows the first failure.
 template <class Fn>
-void run_mirrored_replicas(int n, Fn&& fn, local_options options = {}) {
+void run_mirrored_replicas(int n, Fn&& fn, local_options options = {}, gradient_sync_options sync = {}) {
   spawn_ranks(
       n,
       [&](local_collective& c) {
-        local_mirrored_strategy strategy(c);
+        local_mirrored_strategy strategy(c, sync);
         fn(strategy);
       },
       std::move(options));

@@ -4,7 +4,9 @@
 ///
 /// Every replica holds a full copy of the parameters. At start the chief's copy is broadcast (`mirror`) after the
 /// replicas have checked that they build the same model (`verify_same`); every step the gradients are
-/// mean-reduced so every replica applies the identical update and the copies stay bit-identical.
+/// mean-reduced so every replica applies the identical update and the copies stay bit-identical. How the gradients
+/// become that update (buckets overlapping backward, where the update runs) is the strategy's
+/// `gradient_sync_options`, carried out by the synchroniser it makes for `fit` (`collective_gradient_sync`).
 /// Over `ring_collective` (processes, TCP) this is TensorFlow's MultiWorkerMirroredStrategy; over
 /// `local_collective` (threads in one process) it is MirroredStrategy.
 
@@ -12,6 +14,8 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/detail/hash.hpp>
+#include <mwstrat/strategy/gradient_sync.hpp>
+#include <mwstrat/strategy/gradient_sync_options.hpp>
 
 #include <array>
 #include <cstdint>
@@ -48,13 +52,6 @@ struct collective_holder<std::unique_ptr<C>> {
 };
 }  // namespace detail
 
-/// Whether a collective offers `all_reduce_update`: an all-reduce fused with a sharded elementwise update (the ring
-/// and the local collective do).
-template <class C>
-inline constexpr bool fuses_update_v = requires(C& c, std::span<float> v, void (*update)(std::size_t, std::size_t)) {
-  c.all_reduce_update(v, reduce_op::mean, v, update);
-};
-
 /// Synchronous data parallelism over a `collective`, held by value (`C`), by reference (`C&`, e.g.
 /// `local_collective&` from `spawn_ranks`) or owned on the heap (`std::unique_ptr<C>`, e.g. a connected ring).
 template <class Collective>
@@ -63,11 +60,19 @@ class mirrored_strategy {
  public:
   using collective_type = typename detail::collective_holder<Collective>::type;
 
-  /// Takes (or refers to) a connected collective; `task` names this replica in logs and file paths.
-  mirrored_strategy(Collective c, task_identity task) : held_(std::forward<Collective>(c)), task_(std::move(task)) {}
+  /// Takes (or refers to) a connected collective; `task` names this replica in logs and file paths; `sync` says how
+  /// gradients are synchronised (throws `config_error` for options that contradict themselves).
+  mirrored_strategy(Collective c, task_identity task, gradient_sync_options sync = {})
+      : held_(std::forward<Collective>(c)), task_(std::move(task)), sync_(sync) {
+    detail::validate(sync_, collective().rank());
+  }
 
   /// As above, with the task `worker:<rank>`.
-  explicit mirrored_strategy(Collective c) : held_(std::forward<Collective>(c)) { task_.id = collective().rank(); }
+  explicit mirrored_strategy(Collective c, gradient_sync_options sync = {})
+      : held_(std::forward<Collective>(c)), sync_(sync) {
+    task_.id = collective().rank();
+    detail::validate(sync_, collective().rank());
+  }
 
   /// Number of replicas that take part in every step.
   [[nodiscard]] int num_replicas_in_sync() const { return collective().size(); }
@@ -110,32 +115,15 @@ class mirrored_strategy {
   /// Replaces `gradients` by their mean over all replicas, in place.
   void mean_gradients(std::span<float> gradients) { collective().all_reduce(gradients, reduce_op::mean); }
 
-  /// Whether `mean_gradients_and_update` shards the update (more than one replica, and a collective that fuses it).
-  [[nodiscard]] bool fuses_update() const { return collective_fuses_update && num_replicas_in_sync() > 1; }
+  /// How this strategy synchronises gradients.
+  [[nodiscard]] const gradient_sync_options& sync_options() const noexcept { return sync_; }
 
-  /// Mean-reduces `gradients` and applies an elementwise update, `update(first, count)` updating
-  /// parameters[first, first + count) from gradients[first, first + count). Where the collective can fuse the two
-  /// (`all_reduce_update`), each replica updates only the part it reduced and the updated parameters are
-  /// gathered; otherwise the whole mean, then `update(0, size)` here. Either way every replica ends with the same
-  /// parameters, bit for bit, as after `mean_gradients` and a full update — for an update in which an element depends
-  /// only on its own parameter and gradient (see `fit`'s use of it).
-  template <class Update>
-  void mean_gradients_and_update(std::span<float> gradients, std::span<float> parameters, Update&& update) {
-    if constexpr (requires { collective().all_reduce_update(gradients, reduce_op::mean, parameters, update); }) {
-      collective().all_reduce_update(gradients, reduce_op::mean, parameters, update);
-    } else {
-      mean_gradients(gradients);
-      if (!gradients.empty()) update(std::size_t{0}, gradients.size());
-    }
-  }
-
-  /// Collective call: a region that all replicas share — one copy of `count` parameters and every replica's
-  /// gradients (`host_arena`) — when the collective can make one: a ring whose ranks all run on one host.
-  /// Otherwise nullopt on every replica, with the reason in `*why`. `fit` uses it (fit_options::share_parameters).
-  template <class C = collective_type>
-    requires requires(C& c, std::size_t n, std::string* why) { make_host_arena(c, n, why); }
-  auto open_host_arena(std::size_t count, std::string* why = nullptr) {
-    return make_host_arena(collective(), count, why);
+  /// Collective call: the gradient synchroniser `fit` uses for `model` and `optimizer` (`gradient_sync_strategy`),
+  /// following `sync_options()`. Made once per `fit`, on every replica at the same point.
+  template <class Model, class Optimizer>
+  [[nodiscard]] collective_gradient_sync<collective_type, Model, Optimizer> make_gradient_sync(Model& model,
+                                                                                              Optimizer& optimizer) {
+    return collective_gradient_sync<collective_type, Model, Optimizer>(collective(), model, optimizer, sync_);
   }
 
   /// Replaces `values` by their sum over all replicas (metric sums and counts).
@@ -144,14 +132,15 @@ class mirrored_strategy {
   /// Returns once every replica has reached it.
   void barrier() { collective().barrier(); }
 
-  /// The collective underneath, for custom training loops that need more (all_gather, async all_reduce).
+  /// The collective underneath, for custom training loops that need more (all_gather, async all_reduce); `fit`
+  /// goes through `make_gradient_sync` instead.
   [[nodiscard]] collective_type& collective() { return detail::collective_holder<Collective>::get(held_); }
   [[nodiscard]] const collective_type& collective() const { return detail::collective_holder<Collective>::get(held_); }
 
  private:
-  static constexpr bool collective_fuses_update = fuses_update_v<collective_type>;
   Collective held_;
   task_identity task_;
+  gradient_sync_options sync_;
 };
 
 }  // namespace mwstrat

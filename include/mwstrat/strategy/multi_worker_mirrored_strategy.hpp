@@ -5,15 +5,18 @@
 ///
 /// Making one blocks until every worker of the cluster is connected (each listens on its own address and connects
 /// to the next, until `connect_timeout`); the chief logs `started: tcp://host:port, waiting for N workers`.
-/// Without TF_CONFIG (or with an empty one) the process is a single local worker and nothing listens.
+/// Without TF_CONFIG (or with an empty one) the process is a single local worker and nothing listens. The options
+/// the code leaves unset are read from the environment here (`with_environment_defaults`), never deeper.
 
 #include <mwstrat/cluster/cluster_config.hpp>
 #include <mwstrat/cluster/concepts.hpp>
+#include <mwstrat/cluster/environment.hpp>
 #include <mwstrat/cluster/tf_config.hpp>
 #include <mwstrat/collective/ring/host_arena.hpp>
 #include <mwstrat/collective/ring/options.hpp>
 #include <mwstrat/collective/ring/ring_collective.hpp>
 #include <mwstrat/error.hpp>
+#include <mwstrat/strategy/communication_options.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 
 #include <chrono>
@@ -26,29 +29,20 @@
 
 namespace mwstrat {
 
-/// How workers talk to each other (TensorFlow's `CommunicationOptions`, plus deadlines).
-struct communication_options {
-  /// The collective implementation. `ring` (and `auto_select`, which picks it) is the TCP ring; in-process
-  /// replicas are `mirrored_strategy` over `local_collective` instead (see `run_mirrored_replicas`).
-  enum class implementation { auto_select, ring };
-  implementation implementation = implementation::auto_select;
-  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};  ///< waiting for every worker at start
-  std::chrono::milliseconds op_timeout{std::chrono::seconds(60)};       ///< each collective operation
-  std::optional<std::string> job_token;  ///< shared secret; default: the environment's MWSTRAT_JOB_TOKEN
-  std::string model_fingerprint;         ///< checked in the handshake when set (fit also checks it)
-  std::function<void(std::string_view)> log;  ///< where the ring logs; default: standard error
-};
-
 /// MultiWorkerMirroredStrategy: `mirrored_strategy` over a ring of processes.
 using multi_worker_mirrored_strategy = mirrored_strategy<std::unique_ptr<ring_collective>>;
 
-/// Builds the strategy for the cluster `config` describes; blocks until every worker is connected.
+/// Builds the strategy for the cluster `config` describes; blocks until every worker is connected. Options left
+/// unset are read from `env` (the process environment by default; see `communication_options`).
 inline multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(const cluster_config& config,
-                                                                          communication_options options = {}) {
+                                                                          communication_options options = {},
+                                                                          const environment& env = environment{}) {
   if (config.is_evaluator()) {
     throw config_error({"strategy"}, config.source() + ": task.type: this task is the 'evaluator', which does not "
                                      "train; run evaluation in it instead of a training strategy");
   }
+  detail::validate(options.gradient_sync, config.rank());  // before blocking on the ring
+  options = with_environment_defaults(std::move(options), env, config.rank());
   ring_options ring;
   if (config.is_local()) {
     ring.addresses = {"127.0.0.1:0"};  // a world of one: nothing listens
@@ -60,10 +54,12 @@ inline multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(const 
   ring.connect_timeout = options.connect_timeout;
   ring.op_timeout = options.op_timeout;
   ring.job_token = std::move(options.job_token);
+  ring.transport = *options.transport;
+  ring.spin = *options.spin;
   ring.model_fingerprint = std::move(options.model_fingerprint);
   if (options.log) ring.log = std::move(options.log);
   return multi_worker_mirrored_strategy(std::make_unique<ring_collective>(std::move(ring)),
-                                        task_identity{config.task_type(), config.task_id()});
+                                        task_identity{config.task_type(), config.task_id()}, options.gradient_sync);
 }
 
 /// Builds the strategy for the cluster `resolver` finds (TF_CONFIG, Slurm, an explicit list).

@@ -120,27 +120,6 @@ concept trainable_model = requires(M& m, const M& cm, const Batch& b, detail::re
 template <class O>
 concept optimizer_for = requires(O& o, std::span<float> p, std::span<const float> g) { o.apply(p, g); };
 
-/// An optimizer that can update one part of the arena on its own, for `fit_options::shard_update`: while
-/// `o.elementwise_stateless()` (the update of an element depends only on its parameter and gradient: no slots),
-/// `o.apply_part(params, gradients)` updates a part serially without counting a step and `o.count_step()` counts
-/// the step those parts made up.
-template <class O>
-concept part_update_optimizer = requires(O& o, std::span<float> p, std::span<const float> g) {
-  { o.elementwise_stateless() } -> std::convertible_to<bool>;
-  o.apply_part(p, g);
-  o.count_step();
-};
-
-/// A model whose parameters and gradients can live in storage the trainer provides: `adopt_storage(params, grads)`
-/// (the storage already holds the parameter values; 64-byte aligned) and `use_own_storage()` (copy back and use the
-/// model's own again; it must not throw: `fit` calls it while unwinding too). `fit` uses it to let the replicas of
-/// one host share one copy of the parameters (fit_options::share_parameters); `nn::sequential` has it.
-template <class M>
-concept storage_adopting_model = requires(M& m, std::span<float> s) {
-  m.adopt_storage(s, s);
-  m.use_own_storage();
-};
-
 /// An optimizer whose learning rate can be read and changed (for schedules).
 template <class O>
 concept has_learning_rate = requires(O& o, double lr) {

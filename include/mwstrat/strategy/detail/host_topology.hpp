@@ -1,16 +1,16 @@
 #pragma once
-/// \file
-/// Whether `fit` overlaps the gradient all-reduce with backward, and how `automatic` decides.
-///
-/// Overlap pays when the reduction mostly waits (on a network, or on cores that backward leaves idle). When
-/// several replicas share a machine and their compute threads already take all of its CPUs, the reduction is
-/// memory copies that can only run on those same cores: overlapping then interleaves them with the matrix
-/// kernels (context switches, caches refilled) and the step gets slower — 2 workers × 1 thread on 2 cores trained
-/// ~3% faster without it (median of 14 interleaved pairs; benchmarks/RESULTS.md). Whether to overlap never
-/// changes which elements are summed, only the bucket boundaries; every replica takes the same decision from the
-/// same gathered facts.
+// Whether the gradient reduction should overlap backward (reduction_overlap::automatic), from the host topology.
+//
+// Overlap pays when the reduction mostly waits (on a network, or on cores that backward leaves idle). When several
+// replicas share a machine and their compute threads already take all of its CPUs, the reduction is memory copies
+// that can only run on those same cores: overlapping then interleaves them with the matrix kernels (context
+// switches, caches refilled) and the step gets slower — 2 workers × 1 thread on 2 cores trained ~3% faster without
+// it (median of 14 interleaved pairs; benchmarks/RESULTS.md). Whether to overlap never changes which elements are
+// summed, only the bucket boundaries; every replica takes the same decision from the same gathered facts.
 
 #include <mwstrat/detail/hash.hpp>
+#include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/strategy/gradient_sync_options.hpp>
 
 #include <sched.h>
 #include <unistd.h>
@@ -27,19 +27,7 @@
 #include <thread>
 #include <vector>
 
-namespace mwstrat {
-
-/// When `fit` reduces gradients in buckets while backward still runs (`fit_options::overlap`).
-enum class reduction_overlap {
-  /// Overlap, except when on some machine more than one replica runs and their compute threads (the model's
-  /// `threads()`) add up to at least the CPUs there: then reduce once after backward. A model that does not say
-  /// how many threads it uses counts as leaving room (overlap).
-  automatic,
-  always,  ///< buckets of `fit_options::bucket_bytes`, sent as backward makes them ready
-  never,   ///< one all-reduce of every gradient after backward
-};
-
-namespace detail {
+namespace mwstrat::detail {
 
 // What one replica tells the others for the decision: its machine, its compute threads (0: unknown) and the CPUs
 // it may run on.
@@ -91,22 +79,22 @@ inline bool some_host_is_full(std::span<const replica_load> replicas) {
   });
 }
 
-// The decision, taken identically by every replica (one all-gather; call it on all of them at the same point).
-template <class Strategy, class Model>
-bool overlap_reduction(Strategy& strategy, const Model& model, reduction_overlap policy) {
+// The decision, taken identically by every rank of `collective` (one all-gather for `automatic`; call it on all of
+// them at the same point).
+template <class Collective, class Model>
+bool overlap_reduction(Collective& collective, const Model& model, reduction_overlap policy) {
   if (policy != reduction_overlap::automatic) return policy == reduction_overlap::always;
   replica_load mine;
   mine.host = host_key();
-  if constexpr (requires { model.threads(); }) mine.threads = static_cast<std::int64_t>(model.threads());
+  if constexpr (thread_reporting_model<Model>) mine.threads = static_cast<std::int64_t>(model.threads());
   mine.cpus = usable_cpus();
-  const auto n = static_cast<std::size_t>(strategy.num_replicas_in_sync());
+  const auto n = static_cast<std::size_t>(collective.size());
   const std::array<std::int64_t, 3> packed{mine.host, mine.threads, mine.cpus};
   std::vector<std::int64_t> all(3 * n);
-  strategy.collective().all_gather(std::span<const std::int64_t>(packed), std::span<std::int64_t>(all));
+  collective.all_gather(std::span<const std::int64_t>(packed), std::span<std::int64_t>(all));
   std::vector<replica_load> replicas(n);
   for (std::size_t r = 0; r < n; ++r) replicas[r] = {all[3 * r], all[3 * r + 1], all[3 * r + 2]};
   return !some_host_is_full(replicas);
 }
 
-}  // namespace detail
-}  // namespace mwstrat
+}  // namespace mwstrat::detail

@@ -1,8 +1,7 @@
-// fit's decision to overlap the gradient all-reduce with backward: the rule on gathered facts, and the decision
-// taken by replicas (threads over the local collective) for models that do and do not report their threads.
+// The gradient synchroniser's decision to overlap the all-reduce with backward: the rule on gathered facts, and the
+// decision taken by replicas (threads over the local collective) for models that do and do not report their threads.
 #include <mwstrat/collective/local.hpp>
-#include <mwstrat/strategy/mirrored_strategy.hpp>
-#include <mwstrat/train/reduction_overlap.hpp>
+#include <mwstrat/strategy/detail/host_topology.hpp>
 
 #include <gtest/gtest.h>
 
@@ -49,8 +48,7 @@ template <class Model>
 int replicas_overlapping(int ranks, const Model& model, reduction_overlap policy) {
   std::atomic<int> yes{0};
   spawn_ranks(ranks, [&](local_collective& c) {
-    mirrored_strategy<local_collective&> strategy(c);
-    if (detail::overlap_reduction(strategy, model, policy)) ++yes;
+    if (detail::overlap_reduction(c, model, policy)) ++yes;
   });
   return yes.load();
 }

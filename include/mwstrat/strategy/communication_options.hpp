@@ -1,0 +1,76 @@
+#pragma once
+/// \file
+/// `communication_options`: how the workers of a multi-worker strategy talk to each other and synchronise their
+/// gradients (TensorFlow's `CommunicationOptions`, plus deadlines, the ring's transport and the gradient policy).
+///
+/// The environment is read here and only here, at the edge, by `make_multi_worker_mirrored_strategy` (where
+/// TF_CONFIG is read): a field the code left unset (nullopt) takes the variable's value, and a field the code set is
+/// never overridden by the environment.
+///   - `transport`: `MWSTRAT_RING_TRANSPORT` (`tcp` or `auto`), else `ring_transport::automatic`;
+///   - `spin`: `MWSTRAT_RING_SPIN_US` (microseconds in 0..1000000), else 200 µs;
+///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token).
+
+#include <mwstrat/cluster/environment.hpp>
+#include <mwstrat/collective/ring/options.hpp>
+#include <mwstrat/error.hpp>
+#include <mwstrat/strategy/gradient_sync_options.hpp>
+
+#include <charconv>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace mwstrat {
+
+/// How workers talk to each other (TensorFlow's `CommunicationOptions`, plus deadlines).
+struct communication_options {
+  /// The collective implementation. `ring` (and `auto_select`, which picks it) is the TCP ring; in-process
+  /// replicas are `mirrored_strategy` over `local_collective` instead (see `run_mirrored_replicas`).
+  enum class implementation { auto_select, ring };
+  implementation implementation = implementation::auto_select;
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};  ///< waiting for every worker at start
+  std::chrono::milliseconds op_timeout{std::chrono::seconds(60)};       ///< each collective operation
+  std::optional<std::string> job_token;  ///< shared secret; nullopt: the environment's MWSTRAT_JOB_TOKEN; "": none
+  /// How ring links carry payloads; nullopt: the environment's MWSTRAT_RING_TRANSPORT, else automatic.
+  std::optional<ring_transport> transport;
+  /// How long an idle rank polls before it sleeps (`ring_options::spin`); nullopt: the environment's
+  /// MWSTRAT_RING_SPIN_US, else the ring's default (200 µs).
+  std::optional<std::chrono::microseconds> spin;
+  std::string model_fingerprint;         ///< checked in the handshake when set (fit also checks it)
+  std::function<void(std::string_view)> log;  ///< where the ring logs; default: standard error
+  gradient_sync_options gradient_sync;   ///< buckets, overlap and where the update runs
+};
+
+/// `options` with every field the code left unset (nullopt) filled from `env` (the file comment lists them), so
+/// that afterwards `job_token`, `transport` and `spin` all hold values. Throws `config_error` (naming `rank` when
+/// given) for a variable whose value is not one of those listed.
+[[nodiscard]] inline communication_options with_environment_defaults(communication_options options,
+                                                                     const environment& env,
+                                                                     std::optional<int> rank = std::nullopt) {
+  if (!options.job_token) options.job_token = env.get("MWSTRAT_JOB_TOKEN").value_or("");
+  if (!options.transport) {
+    options.transport = ring_transport::automatic;
+    if (const auto v = env.get("MWSTRAT_RING_TRANSPORT")) {
+      if (*v == "tcp") options.transport = ring_transport::tcp;
+      else if (*v != "auto")
+        throw config_error({"strategy", rank}, "MWSTRAT_RING_TRANSPORT is '" + *v + "', expected tcp or auto");
+    }
+  }
+  if (!options.spin) {
+    options.spin = ring_options{}.spin;
+    if (const auto v = env.get("MWSTRAT_RING_SPIN_US")) {
+      long long us = -1;
+      const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), us);
+      if (ec != std::errc{} || end != v->data() + v->size() || us < 0 || us > 1'000'000)
+        throw config_error({"strategy", rank},
+                           "MWSTRAT_RING_SPIN_US is '" + *v + "', expected microseconds in 0..1000000");
+      options.spin = std::chrono::microseconds(us);
+    }
+  }
+  return options;
+}
+
+}  // namespace mwstrat

@@ -1,0 +1,262 @@
+#pragma once
+/// \file
+/// Gradient synchronisation: one training step's backward, gradient mean and update, as one component.
+///
+/// `fit` makes one call per step, `sync.step(backward)`, where `backward(on_ready)` runs forward and backward and
+/// calls `on_ready(offset, count)` as each layer's gradient slice becomes final, last layer first. The synchroniser
+/// is made once per `fit` by `make_gradient_sync(strategy, model, optimizer)`:
+///   - a strategy that offers its own (`gradient_sync_strategy`: `mirrored_strategy` does) makes it, following its
+///     `gradient_sync_options`;
+///   - any other `strategy` gets `replicated_gradient_sync`: after backward, `mean_gradients`, then the optimizer's
+///     whole update — nothing but the `strategy` concept.
+///
+/// `collective_gradient_sync` is `mirrored_strategy`'s: over its collective it reduces in buckets that overlap
+/// backward (`bucketed_reduction`, when the collective has an asynchronous all-reduce and the policy or the host
+/// topology says so), or after backward through one shared parameter copy per host (`host_arena`), or fused with
+/// a sharded update (the collective's `all_reduce_update`), or as a mean all-reduce then the whole update. Every
+/// path gives the same bits. Every decision is collective and deterministic — taken from the options, the types
+/// and facts gathered from every replica — so every replica issues the same operations in the same order. After
+/// the first step nothing is allocated by the synchroniser.
+
+#include <mwstrat/collective/concepts.hpp>
+#include <mwstrat/collective/types.hpp>
+#include <mwstrat/strategy/bucketed_reduction.hpp>
+#include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/strategy/detail/host_topology.hpp>
+#include <mwstrat/strategy/gradient_sync_options.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace mwstrat {
+
+/// Whether a collective offers `all_reduce_update`: an all-reduce fused with a sharded elementwise update (the ring
+/// and the local collective do).
+template <class C>
+inline constexpr bool fuses_update_v = requires(C& c, std::span<float> v, void (*update)(std::size_t, std::size_t)) {
+  c.all_reduce_update(v, reduce_op::mean, v, update);
+};
+
+namespace detail {
+
+// The `on_ready` of a step whose reduction waits for the end of backward.
+struct ignore_ready {
+  void operator()(std::size_t, std::size_t) const noexcept {}
+};
+
+// The optimizer's whole update, inside the model's own threads where the model has them (its oneTBB arena), so a
+// worker never uses more cores than it was given.
+template <class Model, class Optimizer>
+void apply_update(Model& model, Optimizer& optimizer) {
+  auto update = [&] { optimizer.apply(model.parameters(), std::span<const float>(model.gradients())); };
+  if constexpr (executing_model<Model>) {
+    model.execute(update);
+  } else {
+    update();
+  }
+}
+
+template <class C>
+concept async_all_reduce_collective = requires(C& c, std::span<float> g) { c.all_reduce_async(g, reduce_op::mean); };
+
+// A host_arena maker found by argument-dependent lookup (collective/ring/host_arena.hpp offers one for the ring).
+template <class C>
+concept host_arena_collective = requires(C& c, std::size_t n, std::string* why) {
+  make_host_arena(c, n, why)->parameters();
+};
+
+template <class C, bool Async = async_all_reduce_collective<C>>
+struct buckets_for {
+  using type = int;  // never made: the collective has no asynchronous all-reduce
+};
+template <class C>
+struct buckets_for<C, true> {
+  using type = bucketed_reduction<C>;
+};
+
+template <class C, bool Has = host_arena_collective<C>>
+struct arena_for {
+  using type = int;  // never made: the collective cannot share memory between its ranks
+};
+template <class C>
+struct arena_for<C, true> {
+  using type = typename decltype(make_host_arena(std::declval<C&>(), std::size_t{}, nullptr))::value_type;
+};
+
+}  // namespace detail
+
+/// The synchroniser any `strategy` gets: after backward, `mean_gradients`, then the whole update.
+template <strategy Strategy, class Model, class Optimizer>
+class replicated_gradient_sync {
+ public:
+  replicated_gradient_sync(Strategy& s, Model& m, Optimizer& o) : strategy_(s), model_(m), optimizer_(o) {}
+
+  /// Runs `backward(on_ready)`, means the gradients and applies the update; returns what `backward` returned.
+  template <class Backward>
+  auto step(Backward&& backward) {
+    auto result = std::forward<Backward>(backward)(detail::ignore_ready{});
+    strategy_.mean_gradients(model_.gradients());
+    detail::apply_update(model_, optimizer_);
+    return result;
+  }
+
+  /// Always `replicated`.
+  [[nodiscard]] update_placement placement() const noexcept { return update_placement::replicated; }
+
+ private:
+  Strategy& strategy_;
+  Model& model_;
+  Optimizer& optimizer_;
+};
+
+/// Gradient synchronisation over a collective, as `gradient_sync_options` asks (see the file comment). Made at the
+/// start of `fit`, on every replica at the same point: it may exchange facts for the overlap decision. Not copyable
+/// (the model may live in its shared region); it hands the model its own storage back when it goes, however `fit`
+/// ends.
+template <class Collective, class Model, class Optimizer>
+  requires collective<Collective>
+class collective_gradient_sync {
+ public:
+  /// Collective call (with `reduction_overlap::automatic`, one all-gather of every replica's host and threads).
+  collective_gradient_sync(Collective& c, Model& m, Optimizer& o, const gradient_sync_options& options)
+      : collective_(c), model_(m), optimizer_(o), update_(options.update) {
+    detail::validate(options, c.rank());
+    if constexpr (async) {
+      // An explicit sharded or shared update needs the whole gradient after backward: no automatic overlap then.
+      reduction_overlap overlap = options.overlap;
+      if (overlap == reduction_overlap::automatic &&
+          (update_ == update_placement::sharded || update_ == update_placement::shared_host_copy)) {
+        overlap = reduction_overlap::never;
+      }
+      if (c.size() > 1 && detail::overlap_reduction(c, m, overlap)) {
+        buckets_.emplace(c, m.gradients(), options.bucket_bytes / sizeof(float));
+        placement_ = update_placement::replicated;
+      }
+    }
+  }
+
+  // The model leaves the shared region (copying its values back) before the region goes.
+  ~collective_gradient_sync() {
+    if constexpr (shares_storage) {
+      if (adopted_) model_.use_own_storage();
+    }
+  }
+  collective_gradient_sync(const collective_gradient_sync&) = delete;
+  collective_gradient_sync& operator=(const collective_gradient_sync&) = delete;
+
+  /// One step: runs `backward(on_ready)`, reduces the gradients (in buckets while backward runs, or after it) and
+  /// applies the update where the placement says; returns what `backward` returned. Collective call.
+  template <class Backward>
+  auto step(Backward&& backward) {
+    if constexpr (async) {
+      if (buckets_) {
+        buckets_->begin();
+        auto result =
+            std::forward<Backward>(backward)([this](std::size_t o, std::size_t n) { buckets_->on_ready(o, n); });
+        buckets_->finish();
+        detail::apply_update(model_, optimizer_);
+        return result;
+      }
+    }
+    if (placement_ == update_placement::automatic) decide_placement();
+    if constexpr (shares_storage) {
+      if (placement_ == update_placement::shared_host_copy) {
+        auto result = std::forward<Backward>(backward)(detail::ignore_ready{});
+        const std::span<float> params = model_.parameters(), grads = model_.gradients();
+        arena_->mean_and_update([&](std::size_t first, std::size_t count) {
+          optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+        });
+        optimizer_.count_step();
+        return result;
+      }
+    }
+    auto result = std::forward<Backward>(backward)(detail::ignore_ready{});
+    if constexpr (can_shard) {
+      if (placement_ == update_placement::sharded) {
+        const std::span<float> params = model_.parameters(), grads = model_.gradients();
+        collective_.all_reduce_update(grads, reduce_op::mean, params, [&](std::size_t first, std::size_t count) {
+          optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+        });
+        optimizer_.count_step();
+        return result;
+      }
+    }
+    collective_.all_reduce(model_.gradients(), reduce_op::mean);
+    detail::apply_update(model_, optimizer_);
+    return result;
+  }
+
+  /// The placement taken: `automatic` until the first step has decided it (`replicated` at once when overlapping).
+  [[nodiscard]] update_placement placement() const noexcept { return placement_; }
+  /// Whether the reduction overlaps backward in buckets.
+  [[nodiscard]] bool overlaps() const noexcept {
+    if constexpr (async) return buckets_.has_value();
+    return false;
+  }
+
+ private:
+  static constexpr bool async = detail::async_all_reduce_collective<Collective>;
+  static constexpr bool can_shard = part_update_optimizer<Optimizer> && fuses_update_v<Collective>;
+  static constexpr bool shares_storage =
+      detail::host_arena_collective<Collective> && storage_adopting_model<Model> && part_update_optimizer<Optimizer>;
+
+  // At the first step (after mirroring and any restore, so only the chief's values are copied in): the first of the
+  // placements the options allow (shared_host_copy, sharded, replicated) that this job can run. A collective
+  // decision, the same on every replica: the options, the types, the optimizer and the arena's outcome are.
+  void decide_placement() {
+    placement_ = update_placement::replicated;
+    if (update_ == update_placement::replicated || collective_.size() < 2) return;
+    if constexpr (part_update_optimizer<Optimizer>) {
+      if (!optimizer_.elementwise_stateless()) return;
+      if constexpr (shares_storage) {
+        if (update_ != update_placement::sharded && open_arena()) {
+          placement_ = update_placement::shared_host_copy;
+          return;
+        }
+      }
+      if constexpr (can_shard) placement_ = update_placement::sharded;
+    }
+  }
+
+  // Not one host (or no room in /dev/shm): false on every replica, and the next placement is tried.
+  bool open_arena() {
+    if constexpr (shares_storage) {
+      arena_ = make_host_arena(collective_, model_.parameters().size(), nullptr);
+      if (!arena_) return false;
+      if (collective_.rank() == 0) std::ranges::copy(model_.parameters(), arena_->parameters().begin());
+      collective_.barrier();  // the chief's copy is in before anyone reads it
+      model_.adopt_storage(arena_->parameters(), arena_->gradients());
+      adopted_ = true;
+      return true;
+    }
+    return false;
+  }
+
+  Collective& collective_;
+  Model& model_;
+  Optimizer& optimizer_;
+  update_placement update_;                                   // as asked
+  update_placement placement_ = update_placement::automatic;  // as taken (automatic: not decided yet)
+  bool adopted_ = false;  // the model works in arena_ (and must leave it before arena_ goes)
+  std::optional<typename detail::buckets_for<Collective>::type> buckets_;  // set when overlapping
+  std::optional<typename detail::arena_for<Collective>::type> arena_;      // the shared region, while in use
+};
+
+/// The synchroniser `fit` uses for `strategy` (see the file comment): the strategy's own when it offers one
+/// (`gradient_sync_strategy`), else `replicated_gradient_sync`. Collective call: every replica makes it at the same
+/// point, after the initial parameters are mirrored.
+template <strategy Strategy, class Model, class Optimizer>
+auto make_gradient_sync(Strategy& strategy, Model& model, Optimizer& optimizer) {
+  if constexpr (gradient_sync_strategy<Strategy, Model, Optimizer>) {
+    return strategy.make_gradient_sync(model, optimizer);
+  } else {
+    return replicated_gradient_sync<Strategy, Model, Optimizer>(strategy, model, optimizer);
+  }
+}
+
+}  // namespace mwstrat

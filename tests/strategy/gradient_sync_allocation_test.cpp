@@ -1,0 +1,272 @@
+// The steady-state step allocates nothing: the synchroniser's overlapped (bucketed) path, its sharded update and its
+// replicated path, on 2 and 3 replicas as threads over the local collective and over the ring (and the ring's shared
+// host copy).
+//
+// This translation unit replaces the global operator new and delete for the whole strategy test executable; they
+// count only while `counting` is set, inside a window that every replica enters and leaves through a barrier. The
+// barriers' own allocations, if any, are measured by an empty window and subtracted. Allocations seen in the
+// window are listed (size and call stack, through backtrace_symbols_fd) so their origin can be found.
+#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/ring/host_arena.hpp>
+#include <mwstrat/collective/ring/ring_collective.hpp>
+#include <mwstrat/strategy/gradient_sync.hpp>
+#include <mwstrat/strategy/gradient_sync_options.hpp>
+#include <mwstrat/strategy/mirrored_strategy.hpp>
+
+#include <support/process.hpp>
+
+#include <gtest/gtest.h>
+
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <numeric>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::atomic<bool> counting{false};
+std::atomic<std::size_t> allocations{0};
+
+// The first allocations of a window, recorded without allocating: size and call stack.
+constexpr std::size_t recorded_max = 16, frames_max = 12;
+struct record {
+  std::size_t bytes = 0;
+  std::array<void*, frames_max> frames{};
+  int depth = 0;
+};
+std::array<record, recorded_max> recorded;
+
+void count(std::size_t bytes) {
+  if (!counting.load(std::memory_order_relaxed)) return;
+  const std::size_t k = allocations.fetch_add(1);
+  if (k < recorded_max) {
+    recorded[k].bytes = bytes;
+    recorded[k].depth = ::backtrace(recorded[k].frames.data(), static_cast<int>(frames_max));
+  }
+}
+
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  count(bytes);
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t bytes, std::align_val_t align) {
+  count(bytes);
+  const auto a = static_cast<std::size_t>(align);
+  if (void* p = std::aligned_alloc(a, (bytes + a - 1) / a * a + (bytes == 0 ? a : 0))) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace {
+
+using namespace mwstrat;
+using namespace std::chrono_literals;
+
+// Layers of these sizes in one arena; backward reports them last first.
+const std::vector<std::size_t> layers{3000, 1000, 2000, 500, 7};
+
+struct layered_model {
+  std::vector<float> own_p, own_g;
+  std::span<float> p, g;  // the own vectors, or storage the synchroniser lends (a shared host copy)
+  layered_model() {
+    const std::size_t n = std::accumulate(layers.begin(), layers.end(), std::size_t{0});
+    own_p.assign(n, 0.5f);
+    own_g.assign(n, 0.0f);
+    p = own_p;
+    g = own_g;
+  }
+  std::span<float> parameters() { return p; }
+  std::span<float> gradients() { return g; }
+  void adopt_storage(std::span<float> params, std::span<float> grads) {
+    p = params;
+    g = grads;
+  }
+  void use_own_storage() {
+    std::copy(p.begin(), p.end(), own_p.begin());
+    p = own_p;
+    g = own_g;
+  }
+};
+
+// Plain SGD with the part-update members, so the sharded placement applies.
+struct sgd {
+  void apply(std::span<float> p, std::span<const float> g) const {
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.01f * g[i];
+  }
+  [[nodiscard]] bool elementwise_stateless() const { return true; }
+  void apply_part(std::span<float> p, std::span<const float> g) const { apply(p, g); }
+  void count_step() {}
+};
+
+struct measured {
+  std::size_t window = 0, barriers_only = 0;
+  update_placement placement = update_placement::automatic;
+  bool overlaps = false;
+};
+
+void print_records(std::size_t n) {
+  for (std::size_t k = 0; k < std::min(n, recorded_max); ++k) {
+    std::fprintf(stderr, "allocation %zu: %zu bytes\n", k, recorded[k].bytes);
+    ::backtrace_symbols_fd(recorded[k].frames.data(), recorded[k].depth, STDERR_FILENO);
+  }
+}
+
+// The body every rank runs: warm-up steps, a window of barriers alone, then the same barriers around `steps` steps.
+template <class Collective>
+void run_rank(Collective& c, const gradient_sync_options& options, int steps, measured& m) {
+  mirrored_strategy<Collective&> strategy(c, options);
+  layered_model model;
+  sgd opt;
+  auto sync = strategy.make_gradient_sync(model, opt);
+  int step = 0;
+  const auto backward = [&](auto&& on_ready) {
+    std::size_t end = model.g.size();
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      end -= *it;
+      for (std::size_t i = end; i < end + *it; ++i)
+        model.g[i] = static_cast<float>((i + static_cast<std::size_t>(c.rank() + step)) % 5);
+      on_ready(end, *it);
+    }
+    return step;
+  };
+  for (; step < 3; ++step) sync.step(backward);  // warm-up: the first step decides and sizes everything
+
+  // The barriers alone.
+  c.barrier();
+  if (c.rank() == 0) allocations = 0, counting = true;
+  c.barrier();
+  c.barrier();
+  if (c.rank() == 0) counting = false, m.barriers_only = allocations.load();
+  // The same barriers around the steps.
+  c.barrier();
+  if (c.rank() == 0) allocations = 0, counting = true;
+  c.barrier();
+  for (int s = 0; s < steps; ++s, ++step) sync.step(backward);
+  c.barrier();
+  if (c.rank() == 0) {
+    counting = false;
+    m.window = allocations.load();
+    m.placement = sync.placement();
+    m.overlaps = sync.overlaps();
+  }
+}
+
+void warm_backtrace() {  // backtrace loads its unwinder on first use (which allocates): do that outside every window
+  std::array<void*, 2> warm{};
+  (void)::backtrace(warm.data(), 2);
+}
+
+enum class backend { local, ring };
+
+measured measure(backend b, int n, gradient_sync_options options, int steps) {
+  measured m;
+  warm_backtrace();
+  if (b == backend::local) {
+    spawn_ranks(n, [&](local_collective& c) { run_rank(c, options, steps, m); });
+    return m;
+  }
+  const auto ports = test::free_ports(n);
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ring_options o;
+        for (int port : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(port));
+        o.rank = r;
+        o.connect_timeout = 10s;
+        o.op_timeout = 10s;
+        o.job_token = "";
+        o.log = [](std::string_view) {};
+        ring_collective ring(o);
+        run_rank(ring, options, steps, m);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return m;
+}
+
+void expect_no_allocation(backend b, int n, gradient_sync_options options, bool overlapped,
+                          update_placement placement) {
+  constexpr int steps = 5;
+  const measured m = measure(b, n, options, steps);
+  EXPECT_EQ(m.overlaps, overlapped);
+  EXPECT_EQ(m.placement, placement);
+  const std::size_t per_window = m.window >= m.barriers_only ? m.window - m.barriers_only : 0;
+  std::fprintf(stderr,
+               "%s, %d replicas, overlap %s, placement %s: %zu allocations in %d steps (barriers alone: %zu)\n",
+               b == backend::local ? "local" : "ring", n, overlapped ? "yes" : "no",
+               std::string(to_string(m.placement)).c_str(), per_window, steps, m.barriers_only);
+  if (m.window != m.barriers_only) print_records(m.window);
+  EXPECT_EQ(m.window, m.barriers_only) << per_window << " allocations in " << steps << " steady-state steps of "
+                                       << n << " replicas over the " << (b == backend::local ? "local" : "ring")
+                                       << " collective (stacks above)";
+}
+
+gradient_sync_options policy(reduction_overlap overlap, update_placement update) {
+  gradient_sync_options o;
+  o.overlap = overlap;
+  o.update = update;
+  o.bucket_bytes = 4000;  // 1000 floats: several buckets per step
+  return o;
+}
+
+// The brief's promise over the local collective: the overlapped path (its asynchronous all-reduce goes through the
+// collective's op queue), then the paths that reduce after backward.
+TEST(gradient_sync_allocation, the_overlapped_path_allocates_nothing_per_step) {
+  for (int n : {2, 3}) {
+    expect_no_allocation(backend::local, n, policy(reduction_overlap::always, update_placement::automatic), true,
+                         update_placement::replicated);
+  }
+}
+
+TEST(gradient_sync_allocation, the_sharded_and_replicated_paths_allocate_nothing_per_step) {
+  for (int n : {2, 3}) {
+    expect_no_allocation(backend::local, n, policy(reduction_overlap::never, update_placement::sharded), false,
+                         update_placement::sharded);
+    expect_no_allocation(backend::local, n, policy(reduction_overlap::never, update_placement::replicated), false,
+                         update_placement::replicated);
+  }
+}
+
+// The same over the ring (ranks as threads on loopback), with its shared host copy: what multi-worker training runs.
+TEST(gradient_sync_allocation, every_path_over_the_ring_allocates_nothing_per_step) {
+  for (int n : {2, 3}) {
+    expect_no_allocation(backend::ring, n, policy(reduction_overlap::always, update_placement::automatic), true,
+                         update_placement::replicated);
+    expect_no_allocation(backend::ring, n, policy(reduction_overlap::never, update_placement::sharded), false,
+                         update_placement::sharded);
+    expect_no_allocation(backend::ring, n, policy(reduction_overlap::never, update_placement::replicated), false,
+                         update_placement::replicated);
+    if (::access("/dev/shm", W_OK | X_OK) == 0) {
+      expect_no_allocation(backend::ring, n, policy(reduction_overlap::never, update_placement::shared_host_copy),
+                           false, update_placement::shared_host_copy);
+    }
+  }
+}
+
+}  // namespace

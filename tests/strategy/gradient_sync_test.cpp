@@ -1,0 +1,318 @@
+// Gradient synchronisation as one component: its concepts (near misses, one type per missing requirement), the
+// policy value's validation, and the decisions it takes (overlap, placement, fallbacks) on replicas as threads.
+#include <mwstrat/collective/local.hpp>
+#include <mwstrat/nn/model.hpp>
+#include <mwstrat/nn/optimizers.hpp>
+#include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/strategy/gradient_sync.hpp>
+#include <mwstrat/strategy/gradient_sync_options.hpp>
+#include <mwstrat/strategy/mirrored_strategy.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using namespace mwstrat;
+
+// ---------------------------------------------------------------------------------------- part_update_optimizer
+struct part_complete {
+  bool elementwise_stateless() const { return true; }
+  void apply_part(std::span<float>, std::span<const float>) {}
+  void count_step() {}
+};
+struct part_no_stateless {
+  void apply_part(std::span<float>, std::span<const float>) {}
+  void count_step() {}
+};
+struct part_no_apply_part {
+  bool elementwise_stateless() const { return true; }
+  void count_step() {}
+};
+struct part_no_count_step {
+  bool elementwise_stateless() const { return true; }
+  void apply_part(std::span<float>, std::span<const float>) {}
+};
+struct part_stateless_not_bool {
+  void elementwise_stateless() const {}
+  void apply_part(std::span<float>, std::span<const float>) {}
+  void count_step() {}
+};
+static_assert(part_update_optimizer<part_complete>);
+static_assert(!part_update_optimizer<part_no_stateless>);
+static_assert(!part_update_optimizer<part_no_apply_part>);
+static_assert(!part_update_optimizer<part_no_count_step>);
+static_assert(!part_update_optimizer<part_stateless_not_bool>);
+static_assert(part_update_optimizer<nn::sgd>);
+static_assert(!part_update_optimizer<nn::adam>);
+
+// --------------------------------------------------------------------------------------- storage_adopting_model
+struct adopt_complete {
+  void adopt_storage(std::span<float>, std::span<float>) {}
+  void use_own_storage() {}
+};
+struct adopt_no_adopt {
+  void use_own_storage() {}
+};
+struct adopt_no_own {
+  void adopt_storage(std::span<float>, std::span<float>) {}
+};
+static_assert(storage_adopting_model<adopt_complete>);
+static_assert(!storage_adopting_model<adopt_no_adopt>);
+static_assert(!storage_adopting_model<adopt_no_own>);
+
+// --------------------------------------------------------------------------------------- thread_reporting_model
+struct threads_complete {
+  int threads() const { return 2; }
+};
+struct threads_missing {};
+struct threads_not_const {
+  int threads() { return 2; }
+};
+struct threads_not_a_number {
+  void threads() const {}
+};
+static_assert(thread_reporting_model<threads_complete>);
+static_assert(!thread_reporting_model<threads_missing>);
+static_assert(!thread_reporting_model<threads_not_const>);
+static_assert(!thread_reporting_model<threads_not_a_number>);
+
+// ----------------------------------------------------------------------------------------------- executing_model
+struct execute_complete {
+  template <class F>
+  void execute(F&& f) {
+    f();
+  }
+};
+struct execute_missing {};
+struct execute_takes_no_task {
+  void execute() {}
+};
+static_assert(executing_model<execute_complete>);
+static_assert(!executing_model<execute_missing>);
+static_assert(!executing_model<execute_takes_no_task>);
+
+// The reference model has every optional capability the synchroniser uses: a changed signature there must not
+// silently move the update out of the model's threads, or turn off the overlap decision or the shared copy.
+static_assert(executing_model<nn::sequential>);
+static_assert(thread_reporting_model<nn::sequential>);
+static_assert(storage_adopting_model<nn::sequential>);
+
+// ----------------------------------------------------------------------------------------- gradient_synchronizer
+struct sync_complete {
+  template <class Backward>
+  auto step(Backward&& backward) {
+    return backward([](std::size_t, std::size_t) {});
+  }
+};
+struct sync_no_step {};
+struct sync_drops_the_result {
+  template <class Backward>
+  void step(Backward&& backward) {
+    backward([](std::size_t, std::size_t) {});
+  }
+};
+static_assert(gradient_synchronizer<sync_complete>);
+static_assert(!gradient_synchronizer<sync_no_step>);
+static_assert(!gradient_synchronizer<sync_drops_the_result>);
+
+// ---------------------------------------------------------------------------------------- gradient_sync_strategy
+struct arena_model {
+  std::vector<float> p, g;
+  std::span<float> parameters() { return p; }
+  std::span<float> gradients() { return g; }
+};
+struct plain_optimizer {
+  void apply(std::span<float> p, std::span<const float> g) {
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.1f * g[i];
+  }
+};
+#define MWSTRAT_TEST_STRATEGY_MEMBERS                                    \
+  int num_replicas_in_sync() const { return 1; }                         \
+  int replica_id() const { return 0; }                                   \
+  bool is_chief() const { return true; }                                 \
+  void verify_same(std::string_view, std::string_view) {}                \
+  void mirror(std::span<float>) {}                                       \
+  void mirror(std::span<double>) {}                                      \
+  void mean_gradients(std::span<float>) {}                               \
+  void sum_metrics(std::span<double>) {}
+struct offers_complete {
+  MWSTRAT_TEST_STRATEGY_MEMBERS
+  void barrier() {}
+  template <class M, class O>
+  sync_complete make_gradient_sync(M&, O&) { return {}; }
+};
+struct offers_but_no_strategy {  // no barrier(): not a strategy
+  MWSTRAT_TEST_STRATEGY_MEMBERS
+  template <class M, class O>
+  sync_complete make_gradient_sync(M&, O&) { return {}; }
+};
+struct offers_no_synchronizer {
+  MWSTRAT_TEST_STRATEGY_MEMBERS
+  void barrier() {}
+  template <class M, class O>
+  sync_no_step make_gradient_sync(M&, O&) { return {}; }
+};
+struct offers_nothing {
+  MWSTRAT_TEST_STRATEGY_MEMBERS
+  void barrier() {}
+};
+#undef MWSTRAT_TEST_STRATEGY_MEMBERS
+static_assert(gradient_sync_strategy<offers_complete, arena_model, plain_optimizer>);
+static_assert(!gradient_sync_strategy<offers_but_no_strategy, arena_model, plain_optimizer>);
+static_assert(!gradient_sync_strategy<offers_no_synchronizer, arena_model, plain_optimizer>);
+static_assert(!gradient_sync_strategy<offers_nothing, arena_model, plain_optimizer>);
+static_assert(gradient_sync_strategy<mirrored_strategy<local_collective&>, arena_model, nn::sgd>);
+
+// make_gradient_sync: the strategy's own synchroniser where it offers one, else the replicated one.
+static_assert(std::is_same_v<decltype(make_gradient_sync(std::declval<offers_complete&>(),
+                                                         std::declval<arena_model&>(),
+                                                         std::declval<plain_optimizer&>())),
+                             sync_complete>);
+static_assert(std::is_same_v<decltype(make_gradient_sync(std::declval<offers_nothing&>(),
+                                                         std::declval<arena_model&>(),
+                                                         std::declval<plain_optimizer&>())),
+                             replicated_gradient_sync<offers_nothing, arena_model, plain_optimizer>>);
+static_assert(std::is_same_v<decltype(make_gradient_sync(std::declval<mirrored_strategy<local_collective&>&>(),
+                                                         std::declval<arena_model&>(),
+                                                         std::declval<nn::sgd&>())),
+                             collective_gradient_sync<local_collective, arena_model, nn::sgd>>);
+
+// ------------------------------------------------------------------------------------------------------ options
+std::string refusal(const gradient_sync_options& o) {
+  std::string message;
+  spawn_ranks(1, [&](local_collective& c) {
+    try {
+      mirrored_strategy<local_collective&> s(c, o);
+    } catch (const config_error& e) {
+      message = e.what();
+    }
+  });
+  return message;
+}
+
+TEST(gradient_sync_options, options_that_contradict_themselves_are_refused_when_the_strategy_is_made) {
+  gradient_sync_options zero;
+  zero.bucket_bytes = 0;
+  EXPECT_EQ(refusal(zero), "[mwstrat.strategy] rank 0: gradient_sync_options.bucket_bytes is 0: a bucket holds at "
+                           "least one gradient (reduction_overlap::never reduces once after backward)");
+  for (const auto update : {update_placement::sharded, update_placement::shared_host_copy}) {
+    gradient_sync_options o;
+    o.overlap = reduction_overlap::always;
+    o.update = update;
+    EXPECT_EQ(refusal(o), "[mwstrat.strategy] rank 0: gradient_sync_options: overlap = always contradicts update = " +
+                              std::string(to_string(update)) + ": that update needs the whole gradient after backward");
+  }
+  for (const auto update : {update_placement::automatic, update_placement::replicated}) {
+    gradient_sync_options o;
+    o.overlap = reduction_overlap::always;
+    o.update = update;
+    EXPECT_EQ(refusal(o), "");
+  }
+  EXPECT_EQ(refusal(gradient_sync_options{}), "");
+}
+
+// ---------------------------------------------------------------------------------------------------- decisions
+struct decision {
+  bool overlaps = false;
+  update_placement placement = update_placement::automatic;
+  std::vector<float> params;
+  bool operator==(const decision&) const = default;
+};
+
+// Runs two steps of the synchroniser on `n` replicas; returns every replica's decision and parameters.
+template <class Optimizer>
+std::vector<decision> decide(int n, gradient_sync_options options, Optimizer optimizer) {
+  std::vector<decision> out(static_cast<std::size_t>(n));
+  spawn_ranks(n, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c, options);
+    arena_model model{std::vector<float>(300, 1.0f), std::vector<float>(300)};
+    Optimizer opt = optimizer;
+    auto sync = strategy.make_gradient_sync(model, opt);
+    for (int s = 0; s < 2; ++s) {
+      const int result = sync.step([&](auto&& on_ready) {
+        for (std::size_t i = 0; i < model.g.size(); ++i)
+          model.g[i] = static_cast<float>((i * 3 + static_cast<std::size_t>(c.rank() + s)) % 7);
+        on_ready(std::size_t{200}, std::size_t{100});  // two "layers", the last first
+        on_ready(std::size_t{0}, std::size_t{200});
+        return s + 40;
+      });
+      EXPECT_EQ(result, s + 40);
+    }
+    auto& d = out[static_cast<std::size_t>(c.rank())];
+    d.overlaps = sync.overlaps();
+    d.placement = sync.placement();
+    d.params = model.p;
+  });
+  for (const auto& d : out) EXPECT_EQ(d, out[0]) << "the replicas must decide alike";
+  return out;
+}
+
+gradient_sync_options with(reduction_overlap overlap, update_placement update) {
+  gradient_sync_options o;
+  o.overlap = overlap;
+  o.update = update;
+  o.bucket_bytes = 400;  // 100 floats: the layers above make two buckets
+  return o;
+}
+
+TEST(collective_gradient_sync, automatic_takes_the_sharded_update_for_plain_sgd_and_falls_back_for_slots) {
+  using enum update_placement;
+  const auto never = reduction_overlap::never;
+  const auto sharded_run = decide(3, with(never, automatic), nn::sgd(0.1));
+  EXPECT_EQ(sharded_run[0].placement, sharded);  // no host_arena over the local collective
+  EXPECT_FALSE(sharded_run[0].overlaps);
+  const auto replicated_run = decide(3, with(never, replicated), nn::sgd(0.1));
+  EXPECT_EQ(replicated_run[0].placement, replicated);
+  EXPECT_EQ(sharded_run[0].params, replicated_run[0].params);
+  // Optimizer slots (momentum): the update cannot be sharded, whatever was asked.
+  EXPECT_EQ(decide(3, with(never, automatic), nn::sgd(0.1, 0.9))[0].placement, replicated);
+  EXPECT_EQ(decide(3, with(never, sharded), nn::sgd(0.1, 0.9))[0].placement, replicated);
+  // No optimizer parts at all: replicated.
+  EXPECT_EQ(decide(3, with(never, sharded), plain_optimizer{})[0].placement, replicated);
+  // One replica: nothing to share or shard.
+  EXPECT_EQ(decide(1, with(never, automatic), nn::sgd(0.1))[0].placement, replicated);
+}
+
+TEST(collective_gradient_sync, a_shared_host_copy_that_cannot_be_made_falls_back_to_the_sharded_update) {
+  using enum update_placement;
+  const auto run = decide(2, with(reduction_overlap::never, shared_host_copy), nn::sgd(0.1));
+  EXPECT_EQ(run[0].placement, sharded);  // the local collective shares no region
+  EXPECT_EQ(run[0].params, decide(2, with(reduction_overlap::never, replicated), nn::sgd(0.1))[0].params);
+}
+
+TEST(collective_gradient_sync, overlap_follows_the_policy_and_an_explicit_placement) {
+  using enum update_placement;
+  const auto always = decide(3, with(reduction_overlap::always, automatic), nn::sgd(0.1));
+  EXPECT_TRUE(always[0].overlaps);
+  EXPECT_EQ(always[0].placement, replicated);
+  EXPECT_EQ(always[0].params, decide(3, with(reduction_overlap::never, replicated), nn::sgd(0.1))[0].params);
+  // An explicit sharded or shared update needs the whole gradient after backward: automatic overlap yields to it.
+  EXPECT_FALSE(decide(3, with(reduction_overlap::automatic, sharded), nn::sgd(0.1))[0].overlaps);
+  EXPECT_FALSE(decide(3, with(reduction_overlap::automatic, shared_host_copy), nn::sgd(0.1))[0].overlaps);
+  // One replica never overlaps: there is nothing to wait for.
+  EXPECT_FALSE(decide(1, with(reduction_overlap::always, automatic), nn::sgd(0.1))[0].overlaps);
+}
+
+TEST(replicated_gradient_sync, means_then_updates_through_the_strategy_concept_alone) {
+  offers_nothing solo;
+  arena_model model{std::vector<float>(4, 1.0f), std::vector<float>(4)};
+  plain_optimizer opt;
+  auto sync = make_gradient_sync(solo, model, opt);
+  EXPECT_EQ(sync.placement(), update_placement::replicated);
+  const int r = sync.step([&](auto&&) {
+    model.g = {1.0f, 2.0f, 3.0f, 4.0f};
+    return 7;
+  });
+  EXPECT_EQ(r, 7);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(model.p[i], 1.0f - 0.1f * static_cast<float>(i + 1));
+}
+
+}  // namespace
