@@ -144,7 +144,7 @@ def family_collective(a, log):
         print("no Open MPI benchmark built: mpi_algorithms.sh skipped", flush=True)
         return
     started = benchlib.start()
-    text = run(["sh", os.path.join(HERE, "collective", "mpi_algorithms.sh"), a.build, "4"], log, 900)
+    text = run(["bash", os.path.join(HERE, "collective", "mpi_algorithms.sh"), a.build, "4"], log, 900)
     series, current = {}, None
     for line in text.splitlines():
         if line.startswith("== mwstrat ring"):
@@ -156,7 +156,7 @@ def family_collective(a, log):
         elif current and re.match(r"^\s*\d+\s+[0-9.]+\s*$", line):
             size, busbw = line.split()
             series.setdefault(current, {})[size] = float(busbw)
-    record = benchlib.meta("collective_mpi_algorithms", [f"sh benchmarks/collective/mpi_algorithms.sh {a.build} 4"],
+    record = benchlib.meta("collective_mpi_algorithms", [f"benchmarks/collective/mpi_algorithms.sh {a.build} 4"],
                            a.quick, started)
     record.update(ranks=4, busbw=series,
                   names={"3": "recursive doubling", "4": "ring", "5": "segmented ring", "6": "Rabenseifner"})
@@ -164,41 +164,45 @@ def family_collective(a, log):
 
 
 def family_nn(a, log):
-    raw = tempfile.mkdtemp(prefix="mwstrat-bench-nn-")
     env = dict(os.environ, ROUNDS="1" if a.quick else "3", MWSTRAT_BENCH_QUICK="1" if a.quick else "0")
-    run(["bash", os.path.join(HERE, "nn", "compare.sh"), a.build, raw, os.path.join(a.results, "nn.json")], log,
-        1800, env=env)
+    with tempfile.TemporaryDirectory(prefix="mwstrat-bench-nn-") as raw:
+        run(["bash", os.path.join(HERE, "nn", "compare.sh"), a.build, raw, os.path.join(a.results, "nn.json")], log,
+            1800, env=env)
 
 
 def family_checkpoint(a, log):
     exe = os.path.join(a.build, "benchmarks", "checkpoint", "mwstrat_checkpoint_bench")
-    raw = os.path.join(tempfile.mkdtemp(prefix="mwstrat-bench-ckpt-"), "out.json")
     args = ["--benchmark_min_time=0.1", "--benchmark_repetitions=1"] if a.quick else \
         ["--benchmark_min_time=0.5", "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"]
     started = benchlib.start()
-    run([exe] + args + [f"--benchmark_out={raw}", "--benchmark_out_format=json"], log, 900)
+    with tempfile.TemporaryDirectory(prefix="mwstrat-bench-ckpt-") as tmp:
+        raw = os.path.join(tmp, "out.json")
+        run([exe] + args + [f"--benchmark_out={raw}", "--benchmark_out_format=json"], log, 900)
+        medians = gbench_medians(raw)
     record = benchlib.meta("checkpoint", [f"{os.path.relpath(exe, ROOT)} {' '.join(args)}"], a.quick, started)
-    record.update(rows=[{"name": k, "real_ms": v[0], "cpu_ms": v[1]} for k, v in gbench_medians(raw).items()
-                        if v[2] == "ms"], folder=os.environ.get("MWSTRAT_BENCH_DIR", tempfile.gettempdir()))
+    record.update(rows=[{"name": k, "real_ms": v[0], "cpu_ms": v[1]} for k, v in medians.items() if v[2] == "ms"],
+                  folder=os.environ.get("MWSTRAT_BENCH_DIR", tempfile.gettempdir()))
     benchlib.write_json(os.path.join(a.results, "checkpoint.json"), record)
 
 
 def family_data(a, log):
     bench_dir = os.path.join(a.build, "benchmarks", "data")
     exe = os.path.join(bench_dir, "mwstrat_bench_data_pipeline")
-    raw = os.path.join(tempfile.mkdtemp(prefix="mwstrat-bench-data-"), "out.json")
     args = ["--benchmark_min_time=0.1", "--benchmark_repetitions=1"] if a.quick else \
         ["--benchmark_min_time=0.5", "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"]
     started = benchlib.start()
-    run([exe] + args + [f"--benchmark_out={raw}", "--benchmark_out_format=json"], log, 600)
+    with tempfile.TemporaryDirectory(prefix="mwstrat-bench-data-") as tmp:
+        raw = os.path.join(tmp, "out.json")
+        run([exe] + args + [f"--benchmark_out={raw}", "--benchmark_out_format=json"], log, 600)
+        medians = gbench_medians(raw)
     memory = {}
     for storage in ("bytes", "float"):
         text = run([os.path.join(bench_dir, "mwstrat_bench_data_memory"), storage], log, 300)
         phases = re.findall(r"^(.*?)\s+peak RSS\s+([0-9.]+) MiB", text, re.M)
-        memory[storage] = {"after_load": float(phases[1][1]), "after_epoch": float(phases[-1][1]),
+        memory[storage] = {"after_load": float(phases[-2][1]), "after_epoch": float(phases[-1][1]),
                            "empty_process": float(phases[0][1])}
     rows = []
-    for name, (real, cpu, unit) in gbench_medians(raw).items():
+    for name, (real, cpu, unit) in medians.items():
         scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3}[unit]
         rows.append({"name": name, "real_us": real * scale, "cpu_us": cpu * scale})
     record = benchlib.meta("data", [f"{os.path.relpath(exe, ROOT)} {' '.join(args)}",
