@@ -58,6 +58,15 @@ def machine():
             "kernel": platform.release()}
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def rel(path):
+    """`path` relative to the repository when it is inside it, so that a page's commands read the same anywhere."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, ROOT) if full == ROOT or full.startswith(ROOT + os.sep) else path
+
+
 def loadavg():
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"

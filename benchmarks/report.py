@@ -240,7 +240,8 @@ class Page:
             peak, _ = self.peak(t, n * mw["threads"])
             limit = f"{gf:.0f} GFLOP/s = {pct(gf / peak)} of the {n}-thread FMA peak" if peak else f"{gf:.0f} GFLOP/s"
             if n > 1 and ("mwstrat", 1) in rows:
-                limit += f"; {pct(mw['samples_per_s'] / (n * rows[('mwstrat', 1)]['samples_per_s']))} of {n} × one worker"
+                eff = mw["samples_per_s"] / (n * rows[("mwstrat", 1)]["samples_per_s"])
+                limit += f"; {pct(eff)} of {n} × one worker"
             self.headlines.append((f"Training, {n} worker{'s' if n > 1 else ''} × {mw['threads']} thread (samples/s)",
                                    fmt(mw["samples_per_s"]), ", ".join(peers), limit, short_source(t), cmd))
         if self.plt and len(workers) > 1:
@@ -323,9 +324,9 @@ class Page:
         self.w(f"Measured: {where(c)}.  ")
         self.w(f"Command: `{c['commands'][0]}`")
         self.w()
-        self.w(f"Bus bandwidth (GB/s; 2(n−1)/n × bytes ÷ time), median of {c.get('rounds', '?')} interleaved rounds, "
-               "all processes on one host over loopback TCP (Open MPI with `--mca btl tcp,self`). `ring shm` is the "
-               "ring's same-host shared-memory path, what a one-host job gets by default. The limit: the loopback TCP "
+        self.w(f"Bus bandwidth (GB/s; 2(n−1)/n × bytes ÷ time), median of {c.get('rounds', '?')} interleaved "
+               "rounds, all processes on one host over loopback TCP (Open MPI with `--mca btl tcp,self`). "
+               "`ring shm` is the ring's same-host shared-memory path, what a one-host job gets by default. The limit: the loopback TCP "
                "duplex bandwidth per direction, measured by the ring benchmark in the same run (a ring all-reduce "
                "can beat it because each rank's send and receive overlap with the reduction).")
         self.w()
@@ -409,7 +410,8 @@ class Page:
             self.w()
             names = m.get("names", {})
             series = m["busbw"]
-            keys = ["ring-tcp", "mpi-default"] + sorted(k for k in series if k.startswith("mpi-") and k != "mpi-default")
+            keys = ["ring-tcp", "mpi-default"] + sorted(k for k in series
+                                                        if k.startswith("mpi-") and k != "mpi-default")
             keys = [k for k in keys if k in series]
             label = {"ring-tcp": "mwstrat ring, TCP", "mpi-default": "Open MPI, its choice"}
             self.w("| bytes | " + " | ".join(label.get(k, f"Open MPI {k[4:]} ({names.get(k[4:], '?')})")
@@ -450,12 +452,14 @@ class Page:
             if x["batch"] == 64 and x["threads"] == 1:
                 self.headlines.append(("Reference CNN training step, batch 64, 1 thread (samples/s)",
                                        fmt(x["mwstrat"]), f"{times(x['ratio'])} PyTorch",
-                                       f"{gf:.0f} GFLOP/s = {pct(gf / peak)} of FMA peak" if peak else f"{gf:.0f} GFLOP/s",
+                                       f"{gf:.0f} GFLOP/s = {pct(gf / peak)} of FMA peak" if peak
+                                       else f"{gf:.0f} GFLOP/s",
                                        short_source(n), n["commands"][0]))
         self.w()
         self.w("Dense(21632 → 128) products alone (GFLOP/s; OpenBLAS `cblas_sgemm` on the same shapes):")
         self.w()
-        self.w("| product | batch | threads | mwstrat | OpenBLAS | OpenBLAS, forced kernel | mwstrat ÷ faster OpenBLAS | "
+        self.w("| product | batch | threads | mwstrat | OpenBLAS | OpenBLAS, forced kernel | "
+               "mwstrat ÷ faster OpenBLAS | "
                "of FMA peak |")
         self.w("|---|---|---|---|---|---|---|---|")
         shares = []

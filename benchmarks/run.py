@@ -80,7 +80,8 @@ def gbench_medians(path):
         data = json.load(f)
     out = {}
     for b in data["benchmarks"]:
-        name = b.get("run_name", b["name"])
+        # "BM_x/real_time" when a benchmark times wall clock: the page names benchmarks as their source does.
+        name = b.get("run_name", b["name"]).replace("/real_time", "")
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
             continue
         out[name] = (b["real_time"], b["cpu_time"], b["time_unit"])
@@ -126,7 +127,8 @@ def family_train(a, log):
         rows.append({"workers": int(cells[0]), "without": float(cells[1]), "with": float(cells[2]),
                      "cost_percent": float(cells[3]), "cpu_ms_without": float(cells[4]),
                      "cpu_ms_with": float(cells[5]), "cpu_cost_percent": float(cells[6])})
-    record = benchlib.meta("train_backup", [f"benchmarks/train/backup_cost.sh {a.build} {{1,2}} {repeats}"],
+    command = f"benchmarks/train/backup_cost.sh {benchlib.rel(a.build)} {{1,2}} {repeats}"
+    record = benchlib.meta("train_backup", [command],
                            a.quick, started)
     record.update(repeats=int(repeats), save_freq=100, rows=rows)
     benchlib.write_json(os.path.join(a.results, "train_backup.json"), record)
@@ -156,7 +158,8 @@ def family_collective(a, log):
         elif current and re.match(r"^\s*\d+\s+[0-9.]+\s*$", line):
             size, busbw = line.split()
             series.setdefault(current, {})[size] = float(busbw)
-    record = benchlib.meta("collective_mpi_algorithms", [f"benchmarks/collective/mpi_algorithms.sh {a.build} 4"],
+    command = f"benchmarks/collective/mpi_algorithms.sh {benchlib.rel(a.build)} 4"
+    record = benchlib.meta("collective_mpi_algorithms", [command],
                            a.quick, started)
     record.update(ranks=4, busbw=series,
                   names={"3": "recursive doubling", "4": "ring", "5": "segmented ring", "6": "Rabenseifner"})

@@ -140,8 +140,8 @@ def main():
     print(f"  >= 75% of loopback TCP duplex: {len(verdict_duplex) - len(low)} of {len(verdict_duplex)} cells"
           + (f"; below in {', '.join(low)}" if low else ": met"))
     if args.json_out:
-        record = benchlib.meta("collective", [f"python3 benchmarks/collective/compare.py --build {args.build} "
-                                              f"--rounds {args.rounds}"], args.quick, started)
+        command = f"python3 benchmarks/collective/compare.py --build {benchlib.rel(args.build)} --rounds {args.rounds}"
+        record = benchlib.meta("collective", [command], args.quick, started)
         record.update(rounds=args.rounds, have_gloo=have_gloo, have_mpi=have_mpi, rows=rows,
                       duplex={str(n): statistics.median(v) for n, v in sorted(duplex.items())})
         benchlib.write_json(args.json_out, record)

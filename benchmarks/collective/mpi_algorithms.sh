@@ -5,6 +5,7 @@
 # Usage: benchmarks/collective/mpi_algorithms.sh <build folder> [ranks, default 4]
 # (a Release build with -DMWSTRAT_BUILD_BENCHMARKS=ON and OpenMPI from libopenmpi-dev openmpi-bin).
 set -euo pipefail
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"  # named in every output
 bin="${1:-build/release}/benchmarks/collective"
 n="${2:-4}"
 min=1048576
@@ -13,7 +14,7 @@ if [ ! -x "$bin/mwstrat_bench_collective_mpi" ] || ! command -v mpirun > /dev/nu
   echo "mpi_algorithms.sh: no OpenMPI benchmark in $bin or no mpirun" >&2
   exit 2
 fi
-echo "== $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores, $n processes; bus bandwidth, GB/s"
+echo "== $cpu; load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores, $n processes; bus bandwidth, GB/s"
 echo "== mwstrat ring, TCP"
 "$bin/mwstrat_bench_collective" --ranks "$n" --min "$min" --max "$max" --transport tcp |
   awk -v n="$n" '$1 == n && $2 == "tcp" { printf "%10s %6s\n", $3, $5 }'

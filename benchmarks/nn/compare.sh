@@ -10,6 +10,7 @@
 #          MWSTRAT_BUILD_BENCHMARKS=ON; the raw JSON and PyTorch figures are kept in RESULTS_DIR when given, and the
 #          tables are also written as SUMMARY_JSON for benchmarks/report.py)
 set -euo pipefail
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"  # named in every output
 build=${1:?usage: compare.sh BUILD_DIR [RESULTS_DIR [SUMMARY_JSON]]}
 summary=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +26,7 @@ fi
 rounds=${ROUNDS:-3}
 if grep -qw avx512f /proc/cpuinfo; then coretype=SkylakeX; else coretype=Haswell; fi
 started="$(date -u '+%Y-%m-%d %H:%M UTC')|$(cut -d' ' -f1-3 /proc/loadavg)"
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') × $(nproc); OPENBLAS_CORETYPE=$coretype"
+echo "cpu: $cpu × $(nproc); OPENBLAS_CORETYPE=$coretype"
 echo "load before: $(uptime)"
 
 "$bench" --benchmark_filter=Dense --benchmark_out="$tmp/mw_dense.json" --benchmark_out_format=json >/dev/null 2>&1
@@ -94,7 +95,7 @@ for kind in (0, 1, 2):
                                  "openblas_coretype_gflops": None if s != s else s})
 if summary:
     date, load = sys.argv[6].split("|")
-    record = benchlib.meta("nn", [f"ROUNDS={rounds} benchmarks/nn/compare.sh {sys.argv[5]}"],
+    record = benchlib.meta("nn", [f"ROUNDS={rounds} benchmarks/nn/compare.sh {benchlib.rel(sys.argv[5])}"],
                            os.environ.get("MWSTRAT_BENCH_QUICK") == "1", (date, load))
     record.update(rounds=rounds, coretype=sys.argv[7], **out)
     benchlib.write_json(summary, record)

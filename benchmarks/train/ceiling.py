@@ -108,7 +108,8 @@ def main():
         print(f"| {n} | {sps:.0f} | {cpu:.1f} | {100 * statistics.median(ratios):.0f}% | "
               + " ".join(f"{100 * q:.0f}%" for q in ratios) + " |")
     if a.json_out:
-        command = (f"python3 benchmarks/train/ceiling.py --build {a.build} --data-dir {a.data_dir} "
+        command = (f"python3 benchmarks/train/ceiling.py --build {benchlib.rel(a.build)} "
+                   f"--data-dir {benchlib.rel(a.data_dir)} "
                    f"--rounds {a.rounds} --steps {a.steps}")
         record = benchlib.meta("train_ceiling", [command], a.quick, started)
         record.update(config={"batch": a.batch, "threads": a.threads, "warmup": a.warmup, "steps": a.steps,

@@ -314,7 +314,8 @@ def write_summary(a, configs, med, by_rep, tf_label, failures, started):
             per_repeat["vs_tensorflow"][str(n)] = [
                 by_rep[("mwstrat", n, r)]["samples_per_s"] / by_rep[(tf_label, n, r)]["samples_per_s"]
                 for r in range(a.repeats) if ("mwstrat", n, r) in by_rep and (tf_label, n, r) in by_rep]
-    command = (f"python3 benchmarks/train/compare.py --build {a.build} --data-dir {a.data_dir} "
+    command = (f"python3 benchmarks/train/compare.py --build {benchlib.rel(a.build)} "
+               f"--data-dir {benchlib.rel(a.data_dir)} "
                f"--repeats {a.repeats} --steps {a.steps}")
     record = benchlib.meta("train", [command], a.quick, started)
     record.update(config={"batch": a.batch, "threads": a.threads, "warmup": a.warmup, "steps": a.steps,

@@ -7,11 +7,12 @@
 #          benchmarks/train/interleave.sh 5 "solo=$P" "sharded=$B/tools/mwstrat-launch -n 2 -- $P --update sharded" \
 #              "mirrored=$B/tools/mwstrat-launch -n 2 -- $P --update mirrored"
 set -euo pipefail
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"  # named in every output
 rounds=${1:?usage: interleave.sh ROUNDS LABEL=COMMAND...}
 shift
 [[ $# -ge 1 ]] || { echo "usage: interleave.sh ROUNDS LABEL=COMMAND..." >&2; exit 2; }
 declare -A results
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') × $(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cpu: $cpu × $(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= rounds; r++)); do
   for spec in "$@"; do
     label=${spec%%=*}
