@@ -328,7 +328,8 @@ class Page:
                "rounds, all processes on one host over loopback TCP (Open MPI with `--mca btl tcp,self`). "
                "`ring shm` is the ring's same-host shared-memory path, what a one-host job gets by default. The "
                "limit: the loopback TCP duplex bandwidth per direction, measured by the ring benchmark in the same "
-               "run (a ring all-reduce can beat it because each rank's send and receive overlap with the reduction).")
+               "run; above 100% happens, since on loopback the link is the kernel's copy and that test a measurement "
+               "of it, not a ceiling.")
         self.w()
         self.w("| ranks | bytes | ring tcp | ring shm | Gloo | Open MPI | ring tcp ÷ best peer | rounds won | "
                "ring tcp ÷ duplex |")
