@@ -17,6 +17,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchlib  # noqa: E402
+
 
 def run(argv, env=None):
     out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=900)
@@ -55,7 +58,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build/release")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json-out", default=None, help="write the medians, the duplex and the machine here")
+    ap.add_argument("--quick", action="store_true", help="only marks the JSON as a quick run")
     args = ap.parse_args()
+    started = benchlib.start()
     bin_dir = os.path.join(args.build, "benchmarks", "collective")
     ring = os.path.join(bin_dir, "mwstrat_bench_collective")
     gloo = os.path.join(bin_dir, "mwstrat_bench_collective_gloo")
@@ -67,7 +73,7 @@ def main():
     mpi_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
-    print(f"== load at start: {load}, {os.cpu_count()} cores, {args.rounds} rounds"
+    print(f"== {benchlib.cpu_model()}; load at start: {load}, {os.cpu_count()} cores, {args.rounds} rounds"
           f"{'' if have_gloo else ', no Gloo build'}{'' if have_mpi else ', no OpenMPI build'}")
 
     bw, duplex = {}, {}
@@ -94,6 +100,7 @@ def main():
     print("| ranks | bytes | ring tcp | ring shm | Gloo | OpenMPI | ring tcp ÷ best peer | ring wins | of duplex |")
     print("|---|---|---|---|---|---|---|---|---|")
     verdict_peers, verdict_duplex = [], []
+    rows = []
     sizes = sorted({k[2] for k in bw if k[0] == "ring-tcp"})
     for ranks in (2, 4):
         d = statistics.median(duplex[ranks]) if duplex.get(ranks) else None
@@ -110,6 +117,8 @@ def main():
                 rounds_won += all(t >= o for o in others)
             share = tcp / d if tcp is not None and d else None
             ratio = tcp / best if tcp is not None and best else None
+            rows.append({"ranks": ranks, "bytes": size, "ring_tcp": tcp, "ring_shm": shm, "gloo": g, "mpi": m,
+                         "ring_wins": rounds_won, "rounds": len(rounds)})
             print(f"| {ranks} | {size} | {cell(tcp)} | {cell(shm)} | {cell(g)} | {cell(m)} | "
                   f"{f'{ratio:.2f}×' if ratio else '—'} | {rounds_won}/{len(rounds)} | "
                   f"{f'{share:.0%}' if share else '—'} |")
@@ -130,6 +139,12 @@ def main():
     low = [f"{n} ranks/{s >> 20} MiB ({x:.0%})" for n, s, x in verdict_duplex if x < 0.75]
     print(f"  >= 75% of loopback TCP duplex: {len(verdict_duplex) - len(low)} of {len(verdict_duplex)} cells"
           + (f"; below in {', '.join(low)}" if low else ": met"))
+    if args.json_out:
+        command = f"python3 benchmarks/collective/compare.py --build {benchlib.rel(args.build)} --rounds {args.rounds}"
+        record = benchlib.meta("collective", [command], args.quick, started)
+        record.update(rounds=args.rounds, have_gloo=have_gloo, have_mpi=have_mpi, rows=rows,
+                      duplex={str(n): statistics.median(v) for n, v in sorted(duplex.items())})
+        benchlib.write_json(args.json_out, record)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Runs the ring benchmark and, where built, Gloo's and OpenMPI's all-reduce on loopback, one after another,
 # for 2 and 4 processes. Usage: benchmarks/collective/compare.sh <build folder> (a Release build with
 # -DMWSTRAT_BUILD_BENCHMARKS=ON; Gloo from libgloo-dev, OpenMPI from libopenmpi-dev openmpi-bin).
-set -eu
+set -euo pipefail
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"  # named in every output
 bin="${1:-build/release}/benchmarks/collective"
-echo "== load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+echo "== $cpu; load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 echo "== mwstrat ring_collective"
 "$bin/mwstrat_bench_collective" --ranks 2,4  # tcp and shm rows
 if [ -x "$bin/mwstrat_bench_collective_gloo" ]; then

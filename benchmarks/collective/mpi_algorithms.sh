@@ -1,10 +1,11 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # OpenMPI's all-reduce with its own choice of algorithm and with each tuned algorithm forced in turn
 # (coll_tuned_use_dynamic_rules + coll_tuned_allreduce_algorithm), beside the ring over TCP, at >= 1 MiB: which
 # algorithm its figures come close to, and how OpenMPI's own ring compares with ours.
 # Usage: benchmarks/collective/mpi_algorithms.sh <build folder> [ranks, default 4]
 # (a Release build with -DMWSTRAT_BUILD_BENCHMARKS=ON and OpenMPI from libopenmpi-dev openmpi-bin).
-set -eu
+set -euo pipefail
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"  # named in every output
 bin="${1:-build/release}/benchmarks/collective"
 n="${2:-4}"
 min=1048576
@@ -13,7 +14,7 @@ if [ ! -x "$bin/mwstrat_bench_collective_mpi" ] || ! command -v mpirun > /dev/nu
   echo "mpi_algorithms.sh: no OpenMPI benchmark in $bin or no mpirun" >&2
   exit 2
 fi
-echo "== load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores, $n processes; bus bandwidth, GB/s"
+echo "== $cpu; load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores, $n processes; bus bandwidth, GB/s"
 echo "== mwstrat ring, TCP"
 "$bin/mwstrat_bench_collective" --ranks "$n" --min "$min" --max "$max" --transport tcp |
   awk -v n="$n" '$1 == n && $2 == "tcp" { printf "%10s %6s\n", $3, $5 }'

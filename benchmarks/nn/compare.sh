@@ -6,10 +6,13 @@
 # The training figures are taken in ROUNDS rounds (3; environment variable), mwstrat and both PyTorch settings once
 # per round, so a change of load on a shared machine hits all of them alike; the table shows each one's median and
 # the median of the per-round ratios.
-#   usage: benchmarks/nn/compare.sh BUILD_DIR [RESULTS_DIR]   (a Release build with MWSTRAT_BUILD_BENCHMARKS=ON;
-#          the raw JSON and PyTorch figures are kept in RESULTS_DIR when given)
+#   usage: benchmarks/nn/compare.sh BUILD_DIR [RESULTS_DIR [SUMMARY_JSON]]   (a Release build with
+#          MWSTRAT_BUILD_BENCHMARKS=ON; the raw JSON and PyTorch figures are kept in RESULTS_DIR when given, and the
+#          tables are also written as SUMMARY_JSON for benchmarks/report.py)
 set -euo pipefail
-build=${1:?usage: compare.sh BUILD_DIR [RESULTS_DIR]}
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"  # named in every output
+build=${1:?usage: compare.sh BUILD_DIR [RESULTS_DIR [SUMMARY_JSON]]}
+summary=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$build/benchmarks/nn/mwstrat_bench_nn
 blas=$build/benchmarks/nn/mwstrat_bench_nn_openblas
@@ -22,6 +25,8 @@ else
 fi
 rounds=${ROUNDS:-3}
 if grep -qw avx512f /proc/cpuinfo; then coretype=SkylakeX; else coretype=Haswell; fi
+started="$(date -u '+%Y-%m-%d %H:%M UTC')|$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cpu: $cpu × $(nproc); OPENBLAS_CORETYPE=$coretype"
 echo "load before: $(uptime)"
 
 "$bench" --benchmark_filter=Dense --benchmark_out="$tmp/mw_dense.json" --benchmark_out_format=json >/dev/null 2>&1
@@ -40,9 +45,12 @@ for ((r = 1; r <= rounds; r++)); do
 done
 echo "load after:  $(uptime)"
 
-python3 - "$tmp" "$rounds" <<'PY'
+python3 - "$tmp" "$rounds" "$summary" "$here/.." "$build" "$started" "$coretype" <<'PY'
 import json, os, statistics, sys
-tmp, rounds = sys.argv[1], int(sys.argv[2])
+tmp, rounds, summary = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sys.path.insert(0, sys.argv[4])
+import benchlib
+out = {"train": [], "dense": []}
 def load(name):
     path = os.path.join(tmp, name)
     if not os.path.exists(path):
@@ -65,6 +73,9 @@ for b in (64, 128):
         tss = [torch(b, t, "skx", r) for r in range(1, rounds + 1)]
         ratios = [m / max(d, s) for m, d, s in zip(ms, tds, tss)]
         each = " ".join(f"{x:.2f}" for x in ratios)
+        out["train"].append({"batch": b, "threads": t, "mwstrat": statistics.median(ms),
+                             "torch_default": statistics.median(tds), "torch_coretype": statistics.median(tss),
+                             "ratio": statistics.median(ratios), "per_round": ratios})
         print(f"{b:>5} {t:>7} {statistics.median(ms):>9.0f} {statistics.median(tds):>9.0f} "
               f"{statistics.median(tss):>10.0f} {statistics.median(ratios):>15.2f}x {each:>20}")
 bd, bs = load("blas_default.json"), load("blas_skx.json")
@@ -79,4 +90,13 @@ for kind in (0, 1, 2):
             d = bd.get(key, {}).get("GFLOP/s", float("nan"))
             s = bs.get(key, {}).get("GFLOP/s", float("nan"))
             print(f"{names[kind]:>14} {b:>5} {t:>7} {m:>8.1f} {d:>9.1f} {s:>7.1f} {100 * m / max(d, s):>11.0f}%")
+            out["dense"].append({"product": names[kind], "kind": kind, "batch": b, "threads": t, "mwstrat_gflops": m,
+                                 "openblas_gflops": None if d != d else d,
+                                 "openblas_coretype_gflops": None if s != s else s})
+if summary:
+    date, load = sys.argv[6].split("|")
+    record = benchlib.meta("nn", [f"ROUNDS={rounds} benchmarks/nn/compare.sh {benchlib.rel(sys.argv[5])}"],
+                           os.environ.get("MWSTRAT_BENCH_QUICK") == "1", (date, load))
+    record.update(rounds=rounds, coretype=sys.argv[7], **out)
+    benchlib.write_json(summary, record)
 PY

@@ -3,20 +3,23 @@
 # Runs train_throughput with and without backups, interleaved, REPEATS times each, and prints the medians of
 # samples/s (wall clock: the goal) and of the CPU seconds per step of all threads of all workers (the backup's
 # writer thread included), which a busy machine disturbs much less than the wall clock.
-#   benchmarks/train/backup_cost.sh BUILD_DIR [WORKERS] [REPEATS]
+#   benchmarks/train/backup_cost.sh BUILD_DIR [WORKERS] [REPEATS]     (MWSTRAT_DATA_DIR: MNIST, default .cache/mnist)
 set -euo pipefail
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"  # named in every output
 build="${1:?usage: backup_cost.sh BUILD_DIR [WORKERS] [REPEATS]}"
 workers="${2:-1}"
 repeats="${3:-3}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="$build/benchmarks/train/train_throughput"
 launch="$build/tools/mwstrat-launch"
-backup="$(mktemp -d)/backup"
-common=(--data-dir "$root/.cache/mnist" --warmup 10 --steps 300)
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+backup="$scratch/backup"
+common=(--data-dir "${MWSTRAT_DATA_DIR:-$root/.cache/mnist}" --warmup 10 --steps 300)
 
 field() { grep -o "\"$1\":[0-9.]*" | cut -d: -f2; }
 plain=() with=() plain_cpu=() with_cpu=()
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cpu: $cpu × $(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for _ in $(seq "$repeats"); do
   out="$("$launch" -n "$workers" -- "$bin" "${common[@]}")"
   plain+=("$(field samples_per_s <<<"$out")") plain_cpu+=("$(field cpu_s_per_step <<<"$out")")

@@ -24,6 +24,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from compare import base_env, common_args, json_line, run_group  # noqa: E402
+import benchlib  # noqa: E402  (compare put benchmarks/ on the path)
 
 
 def samples_per_s(stdout, what):
@@ -43,7 +44,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--json-out", default=None, help="write the rows, the rounds and the machine here")
+    ap.add_argument("--quick", action="store_true", help="only marks the JSON as a quick run")
     a = ap.parse_args()
+    started = benchlib.start()
     prog = os.path.join(a.build, "benchmarks", "train", "train_throughput")
     launch = os.path.join(a.build, "tools", "mwstrat-launch")
     for path in (prog, launch):
@@ -74,7 +78,8 @@ def main():
     names = ["solo", "pair", "lockstep", "mirrored"]
     runs = {n: [] for n in names}
     with open("/proc/loadavg") as f:
-        print(f"== load at start: {' '.join(f.read().split()[:3])}, {os.cpu_count()} cores, {a.rounds} rounds, "
+        print(f"== {benchlib.cpu_model()}; load at start: {' '.join(f.read().split()[:3])}, {os.cpu_count()} cores, "
+              f"{a.rounds} rounds, "
               f"{a.threads} thread(s) per worker, batch {a.batch} per worker", flush=True)
     for r in range(a.rounds):
         runs["solo"].append(one([solo], "solo"))
@@ -89,15 +94,28 @@ def main():
     print("| configuration | samples/s (median) | CPU ms per step, all workers (median) | efficiency vs 2 × solo "
           "(median of rounds) | per round |")
     print("|---|---|---|---|---|")
+    rows = []
     for n in names:
         sps = statistics.median(x[0] for x in runs[n])
         cpu = 1000 * statistics.median(x[1] for x in runs[n])
         if n == "solo":
             print(f"| {n} | {sps:.0f} | {cpu:.1f} | — | — |")
+            rows.append({"configuration": n, "samples_per_s": sps, "cpu_ms_per_step": cpu})
             continue
         ratios = [x[0] / (2 * s[0]) for x, s in zip(runs[n], runs["solo"])]
+        rows.append({"configuration": n, "samples_per_s": sps, "cpu_ms_per_step": cpu,
+                     "efficiency": statistics.median(ratios), "per_round": ratios})
         print(f"| {n} | {sps:.0f} | {cpu:.1f} | {100 * statistics.median(ratios):.0f}% | "
               + " ".join(f"{100 * q:.0f}%" for q in ratios) + " |")
+    if a.json_out:
+        command = (f"python3 benchmarks/train/ceiling.py --build {benchlib.rel(a.build)} "
+                   f"--data-dir {benchlib.rel(a.data_dir)} "
+                   f"--rounds {a.rounds} --steps {a.steps}")
+        record = benchlib.meta("train_ceiling", [command], a.quick, started)
+        record.update(config={"batch": a.batch, "threads": a.threads, "warmup": a.warmup, "steps": a.steps,
+                              "rounds": a.rounds}, rows=rows,
+                      rounds=[{n: runs[n][r][0] for n in names} for r in range(a.rounds)])
+        benchlib.write_json(a.json_out, record)
 
 
 if __name__ == "__main__":

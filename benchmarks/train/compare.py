@@ -26,6 +26,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 
 
 def openblas_coretype():
@@ -175,9 +177,13 @@ def main():
     p.add_argument("--tf-python", default=None)
     p.add_argument("--skip-tf", action="store_true")
     p.add_argument("--json-out", default=None, help="also write every run's record here")
+    p.add_argument("--summary-out", default=None,
+                   help="write the table's rows, the per-repeat ratios and the machine here (benchmarks/report.py)")
+    p.add_argument("--quick", action="store_true", help="only marks the summary as a quick run")
     a = p.parse_args()
+    started = benchlib.start()
 
-    print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; cpus: {os.cpu_count()}; "
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; cpu: {benchlib.cpu_model()} × {os.cpu_count()}; "
           f"load average at start: {loadavg()}", flush=True)
     tf_python, tf_version = (None, None) if a.skip_tf else find_tf_python(a)
     if not a.skip_tf and tf_python is None:
@@ -283,7 +289,39 @@ def main():
         print("\nfailures:")
         for f in failures:
             print(f)
+    if a.summary_out:
+        write_summary(a, configs, med, by_rep, tf_label, failures, started)
     return 1 if failures else 0
+
+
+def write_summary(a, configs, med, by_rep, tf_label, failures, started):
+    rows = []
+    for label, impl, n, _ in configs:
+        m = med.get((label, n))
+        row = {"label": label, "impl": impl, "workers": n, "threads": a.threads}
+        if m:
+            row.update(steps_per_s=m["steps_per_s"], samples_per_s=m["samples_per_s"], min=m["spread"][0],
+                       max=m["spread"][1], cpu_ms_per_step=m["cpu_ms"],
+                       peak_rss_mib_per_worker=m["peak_rss_mib_per_worker"], runs=m["runs"])
+        rows.append(row)
+    per_repeat = {"scaling_efficiency": {}, "vs_tensorflow": {}}
+    for n in a.workers:
+        if n > 1:
+            per_repeat["scaling_efficiency"][str(n)] = [
+                by_rep[("mwstrat", n, r)]["samples_per_s"] / (n * by_rep[("mwstrat", 1, r)]["samples_per_s"])
+                for r in range(a.repeats) if ("mwstrat", n, r) in by_rep and ("mwstrat", 1, r) in by_rep]
+        if tf_label:
+            per_repeat["vs_tensorflow"][str(n)] = [
+                by_rep[("mwstrat", n, r)]["samples_per_s"] / by_rep[(tf_label, n, r)]["samples_per_s"]
+                for r in range(a.repeats) if ("mwstrat", n, r) in by_rep and (tf_label, n, r) in by_rep]
+    command = (f"python3 benchmarks/train/compare.py --build {benchlib.rel(a.build)} "
+               f"--data-dir {benchlib.rel(a.data_dir)} "
+               f"--repeats {a.repeats} --steps {a.steps}")
+    record = benchlib.meta("train", [command], a.quick, started)
+    record.update(config={"batch": a.batch, "threads": a.threads, "warmup": a.warmup, "steps": a.steps,
+                          "repeats": a.repeats}, rows=rows, per_repeat=per_repeat,
+                  failures=[f.splitlines()[0] for f in failures])
+    benchlib.write_json(a.summary_out, record)
 
 
 if __name__ == "__main__":

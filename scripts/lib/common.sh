@@ -76,3 +76,31 @@ fetch_mnist() {
   rm -rf "$tmp"
   mnist_ok || die "MNIST files in $MNIST_DIR do not have their known sizes"
 }
+
+# --- scripts/bench only (added after the functions above, which demo and test use unchanged) ---
+
+# What the benchmark comparisons need beyond MWSTRAT_PACKAGES: PyTorch (DDP and the reference CNN's peer), from
+# Debian, for /usr/bin/python3. TensorFlow and matplotlib come from pip into a virtual environment (bench_venv).
+MWSTRAT_BENCH_PACKAGES=(python3-torch)
+
+# install_bench_packages: apt-get installs whatever of MWSTRAT_BENCH_PACKAGES is missing.
+install_bench_packages() {
+  local missing=() p
+  for p in "${MWSTRAT_BENCH_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    log "benchmark dependencies present"
+    return
+  fi
+  log "installing: ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# cpu_model: the CPU's model name, for every benchmark output.
+cpu_model() {
+  local m
+  m="$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')"
+  printf '%s × %s CPUs\n' "${m:-unknown CPU}" "$(nproc)"
+}

@@ -1,0 +1,662 @@
+#!/usr/bin/env python3
+"""Renders benchmarks/RESULTS.md (and its plots) from the JSON results in benchmarks/results/.
+
+  python3 benchmarks/report.py [--results benchmarks/results] [--out benchmarks/RESULTS.md] [--plots benchmarks/plots]
+
+The page is generated, never edited by hand: scripts/bench runs every comparison (benchmarks/run.py writes one JSON
+file per comparison, each with the machine, date, load and command it was measured with) and then this. A results
+file can also be written by hand when figures come from elsewhere (the journal's passes in benchmarks/history/):
+its "source" says so and the page prints it next to every figure taken from it.
+
+Ratios to the physical limits:
+  compute-bound figures (training steps, dense products) are read against the measured FP32 FMA peak of the machine
+  they ran on (peak.json; a results file may carry its own "peak_gflops" when it comes from another machine), with
+  the training step's FLOPs counted from the model (cnn_flops_per_sample);
+  bandwidth-bound figures (all-reduce) against the loopback TCP duplex bandwidth the ring benchmark measures in the
+  same run; checkpoints against a raw write/read of the same bytes on the same disk.
+Plots need matplotlib; without it the page is written without them (and says so).
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
+                "checkpoint", "data"]
+
+
+def cnn_flops_per_sample():
+    """FLOPs of one training sample of the tutorial CNN: multiply-adds count 2, element-wise work is left out.
+
+    Conv2D(32, 3x3) on 28x28x1 -> 26x26x32; Dense(21632 -> 128); Dense(128 -> 10). Forward: every layer's product;
+    backward: each dense layer's weight gradient and input gradient, the convolution's weight gradient only (the
+    first layer needs no input gradient). Biases, ReLU, the loss and the SGD update are element-wise (memory-bound)
+    and below 1% of it.
+    """
+    conv = 2 * 26 * 26 * 32 * 9
+    dense1 = 2 * 21632 * 128
+    dense2 = 2 * 128 * 10
+    forward = conv + dense1 + dense2
+    backward = conv + 2 * dense1 + 2 * dense2
+    return forward + backward
+
+
+def load(results):
+    out = {}
+    for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+        with open(path) as f:
+            record = json.load(f)
+        out[record.get("family", os.path.splitext(os.path.basename(path))[0])] = record
+    return out
+
+
+def fmt(x, digits=0, unit=""):
+    if x is None:
+        return "—"
+    return f"{x:,.{digits}f}".replace(",", " ") + unit
+
+
+def pct(x):
+    return "—" if x is None else f"{100 * x:.0f}%"
+
+
+def times(x):
+    return "—" if x is None else f"{x:.2f}×"
+
+
+def machine_key(rec):
+    m = rec.get("machine", {})
+    return (m.get("cpu"), m.get("isa"))
+
+
+def where(rec):
+    """One line: when, on what, from where."""
+    m = rec.get("machine", {})
+    bits = [rec.get("date", "?"), f"{m.get('cpu', '?')} × {m.get('cpus', '?')}, {m.get('isa', '?')}"]
+    if rec.get("load_at_start"):
+        bits.append(f"load {rec['load_at_start']} at start")
+    src = rec.get("source", "?")
+    bits.append(src if src != "scripts/bench" else "scripts/bench" + (" --quick" if rec.get("quick") else ""))
+    return "; ".join(bits)
+
+
+def short_source(rec):
+    src = rec.get("source", "?")
+    if src == "scripts/bench":
+        return f"scripts/bench{' --quick' if rec.get('quick') else ''}, {rec.get('date', '?')}"
+    return f"{rec.get('pass', src)}, {rec.get('date', '?')}"
+
+
+class Page:
+    def __init__(self, results, plots_dir, out_path):
+        self.r = results
+        self.plots_dir = plots_dir
+        self.rel_plots = os.path.relpath(plots_dir, os.path.dirname(os.path.abspath(out_path)))
+        self.lines = []
+        self.headlines = []  # (figure, value, peers, limit, source, command)
+        self.plots_made = []
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            self.plt = plt
+        except ImportError:
+            self.plt = None
+
+    def w(self, text=""):
+        self.lines.append(text)
+
+    # --- the limits ---
+    def peak(self, rec, threads):
+        """The FP32 FMA peak (GFLOP/s) of the machine `rec` ran on, for `threads` threads, and what it is."""
+        own = rec.get("peak_gflops")
+        if own and str(threads) in own:
+            return own[str(threads)], own.get("note", "")
+        p = self.r.get("peak")
+        if p and machine_key(p) == machine_key(rec) and str(threads) in p.get("threads", {}):
+            return p["threads"][str(threads)]["gflops"], ""
+        return None, ""
+
+    def save_plot(self, fig, name):
+        os.makedirs(self.plots_dir, exist_ok=True)
+        fig.tight_layout()
+        fig.savefig(os.path.join(self.plots_dir, name), dpi=110, metadata={"Software": None})
+        self.plt.close(fig)
+        self.plots_made.append(name)
+        return f"{self.rel_plots}/{name}"
+
+    # --- sections ---
+    def machine(self):
+        p = self.r.get("peak")
+        self.w("## The machine")
+        self.w()
+        if not p:
+            self.w("No peak measured yet (`scripts/bench --only peak`).")
+            self.w()
+            return
+        m = p["machine"]
+        self.w("| | |")
+        self.w("|---|---|")
+        self.w(f"| CPU | {m.get('cpu')}, {m.get('cpus')} CPUs" + (f", {m['memory_gib']} GiB" if m.get("memory_gib")
+                                                                   else "") + " |")
+        for t in ("1", "2"):
+            x = p.get("threads", {}).get(t)
+            if x:
+                how = (f"measured, {p.get('isa')}, {p.get('accumulators')} independent chains per thread"
+                       + (", threads pinned" if x.get("pinned") else "") if p.get("measured", True)
+                       else p.get("note", "not measured"))
+                self.w(f"| FP32 FMA peak, {t} thread{'s' if t != '1' else ''} | **{fmt(x['gflops'], 1)} GFLOP/s** "
+                       f"({how}) |")
+        c = self.r.get("collective")
+        if c and machine_key(c) == machine_key(p):
+            for n, d in sorted(c.get("duplex", {}).items()):
+                self.w(f"| loopback TCP, {n} processes in a ring | {d:.2f} GB/s per direction (measured by the "
+                       f"collective comparison) |")
+        self.w(f"| figures from | {where(p)} |")
+        self.w()
+        if p.get("measured", True):
+            self.w(f"Command: `{p['commands'][0]}` (source: `benchmarks/peak/fma_peak.cpp`).")
+        else:
+            self.w("The peak benchmark (`benchmarks/peak/fma_peak.cpp`) did not exist when this machine was measured; "
+                   "`scripts/bench --only peak` measures it.")
+        self.w()
+
+    def train(self):
+        t = self.r.get("train")
+        if not t:
+            return
+        rows = {(x["label"], x["workers"]): x for x in t["rows"] if x.get("samples_per_s")}
+        workers = sorted({x["workers"] for x in t["rows"]})
+        flops = cnn_flops_per_sample()
+        self.w("## Training throughput: mwstrat vs PyTorch DDP vs TensorFlow MultiWorkerMirroredStrategy")
+        self.w()
+        self.w(f"Measured: {where(t)}.  ")
+        self.w(f"Command: `{t['commands'][0]}`")
+        self.w()
+        cfg = t.get("config", {})
+        self.w(f"The tutorial CNN on real MNIST, per-worker batch {cfg.get('batch', 64)}, {cfg.get('threads', 1)} "
+               f"thread per worker, worker processes on one host; {cfg.get('warmup', 10)} warm-up then "
+               f"{cfg.get('steps', 100)} timed steps per run, {cfg.get('repeats', 3)} interleaved repeats, median "
+               f"run shown. PyTorch DDP runs with Debian's OpenBLAS choosing its kernel and with it forced; the "
+               f"ratios take its faster setting. GFLOP/s = samples/s × {flops / 1e6:.1f} MFLOP per sample "
+               f"(forward + backward, counted from the model: `cnn_flops_per_sample` in `benchmarks/report.py`).")
+        self.w()
+        self.w("| impl | workers × threads | samples/s | min–max | scaling | CPU ms per step (all workers) | "
+               "peak RSS per worker, MiB | GFLOP/s | of FMA peak | mwstrat ÷ this |")
+        self.w("|---|---|---|---|---|---|---|---|---|---|")
+        for x in t["rows"]:
+            n = x["workers"]
+            if not x.get("samples_per_s"):
+                self.w(f"| {x['label']} | {n} × {x['threads']} | failed | | | | | | | |")
+                continue
+            one = rows.get((x["label"], 1))
+            eff = x["samples_per_s"] / (n * one["samples_per_s"]) if one and n > 1 else None
+            mw = rows.get(("mwstrat", n))
+            gf = x["samples_per_s"] * flops / 1e9
+            peak, _ = self.peak(t, n * x["threads"])
+            rss = " / ".join(f"{v:.0f}" for v in x.get("peak_rss_mib_per_worker", []))
+            self.w(f"| {x['label']} | {n} × {x['threads']} | {fmt(x['samples_per_s'])} | "
+                   f"{fmt(x.get('min'))}–{fmt(x.get('max'))} | {pct(eff) if n > 1 else '—'} | "
+                   f"{fmt(x.get('cpu_ms_per_step'), 1)} | {rss or '—'} | {gf:.1f} | "
+                   f"{pct(gf / peak) if peak else '—'} | "
+                   f"{times(mw['samples_per_s'] / x['samples_per_s']) if mw else '—'} |")
+        self.w()
+        per = t.get("per_repeat", {})
+        bits = []
+        for n, v in per.get("scaling_efficiency", {}).items():
+            if v:
+                bits.append(f"scaling efficiency at N={n}: " + ", ".join(pct(e) for e in v))
+        for n, v in per.get("vs_tensorflow", {}).items():
+            if v:
+                bits.append(f"mwstrat ÷ TensorFlow at N={n}: " + ", ".join(times(e) for e in v))
+        if bits:
+            self.w("Within each repeat (runs seconds apart, so a slow spell of the machine weighs on both sides): "
+                   + "; ".join(bits) + ".")
+            self.w()
+        if t.get("failures"):
+            self.w("Failed runs: " + "; ".join(t["failures"]))
+            self.w()
+        if t.get("note"):
+            self.w(t["note"])
+            self.w()
+
+        # Headlines and the plot.
+        cmd = t["commands"][0]
+        for n in workers:
+            mw = rows.get(("mwstrat", n))
+            if not mw:
+                continue
+            torch = [v for (label, k), v in rows.items() if k == n and label.startswith("torch")]
+            tf = [v for (label, k), v in rows.items() if k == n and label.startswith("tensorflow")]
+            peers = []
+            if torch:
+                peers.append(f"{times(mw['samples_per_s'] / max(v['samples_per_s'] for v in torch))} PyTorch DDP")
+            if tf:
+                peers.append(f"{times(mw['samples_per_s'] / tf[0]['samples_per_s'])} TensorFlow MWMS")
+            gf = mw["samples_per_s"] * flops / 1e9
+            peak, _ = self.peak(t, n * mw["threads"])
+            limit = f"{gf:.0f} GFLOP/s = {pct(gf / peak)} of the {n}-thread FMA peak" if peak else f"{gf:.0f} GFLOP/s"
+            if n > 1 and ("mwstrat", 1) in rows:
+                eff = mw["samples_per_s"] / (n * rows[("mwstrat", 1)]["samples_per_s"])
+                limit += f"; {pct(eff)} of {n} × one worker"
+            self.headlines.append((f"Training, {n} worker{'s' if n > 1 else ''} × {mw['threads']} thread (samples/s)",
+                                   fmt(mw["samples_per_s"]), ", ".join(peers), limit, short_source(t), cmd))
+        if self.plt and len(workers) > 1:
+            plt = self.plt
+            fig, ax = plt.subplots(figsize=(6.4, 4.2))
+            series = {}
+            for (label, n), v in rows.items():
+                impl = "PyTorch DDP (faster OpenBLAS setting)" if label.startswith("torch") else (
+                    "TensorFlow MWMS" if label.startswith("tensorflow") else label)
+                series.setdefault(impl, {})
+                series[impl][n] = max(series[impl].get(n, 0), v["samples_per_s"])
+            for impl, pts in series.items():
+                ns = sorted(pts)
+                ax.plot(ns, [pts[n] for n in ns], marker="o", label=impl)
+            if ("mwstrat", 1) in rows:
+                one = rows[("mwstrat", 1)]["samples_per_s"]
+                ax.plot(workers, [one * n for n in workers], linestyle="--", color="grey",
+                        label="mwstrat, perfect scaling")
+            ax.set_xticks(workers)
+            ax.set_xlabel("worker processes (1 thread each)")
+            ax.set_ylabel("samples/s (global)")
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"Tutorial CNN training\n{short_cpu(t)} ({t.get('date', '')[:10]})", fontsize=9)
+            ax.legend(fontsize=8)
+            ax.grid(alpha=0.3)
+            path = self.save_plot(fig, "train_scaling.png")
+            self.w(f"![Training samples/s against worker count]({path})")
+            self.w()
+
+        c = self.r.get("train_ceiling")
+        if c:
+            self.w("### Where two-worker scaling goes")
+            self.w()
+            self.w(f"Measured: {where(c)}.  ")
+            self.w(f"Command: `{c['commands'][0]}`")
+            self.w()
+            self.w("solo: one worker alone; pair: two independent processes at once (what the machine gives two busy "
+                   "processes); lockstep: two mwstrat workers stepping together without the gradient mean; "
+                   "mirrored: the real thing. Efficiency is against 2 × solo of the same round.")
+            self.w()
+            self.w("| configuration | samples/s (median) | CPU ms per step, all workers | efficiency (median of "
+                   "rounds) | per round |")
+            self.w("|---|---|---|---|---|")
+            for x in c["rows"]:
+                self.w(f"| {x['configuration']} | {fmt(x['samples_per_s'])} | {fmt(x.get('cpu_ms_per_step'), 1)} | "
+                       f"{pct(x.get('efficiency'))} | {' '.join(pct(q) for q in x.get('per_round', [])) or '—'} |")
+            self.w()
+            mirrored = next((x for x in c["rows"] if x["configuration"] == "mirrored"), None)
+            pair = next((x for x in c["rows"] if x["configuration"] == "pair"), None)
+            if mirrored and mirrored.get("efficiency") is not None:
+                self.headlines.append(("Two-worker scaling, paired rounds (ceiling.py)", pct(mirrored["efficiency"]),
+                                       "—", f"two independent processes: {pct(pair.get('efficiency'))}" if pair
+                                       else "—", short_source(c), c["commands"][0]))
+
+        b = self.r.get("train_backup")
+        if b:
+            self.w("### BackupAndRestore's cost (save_freq = 100 steps)")
+            self.w()
+            self.w(f"Measured: {where(b)}.  ")
+            self.w(f"Command: `{b['commands'][0]}`")
+            self.w()
+            self.w("| workers | samples/s without backup | with | cost | CPU ms/step without | with | CPU cost |")
+            self.w("|---|---|---|---|---|---|---|")
+            for x in b["rows"]:
+                self.w(f"| {x['workers']} | {fmt(x['without'])} | {fmt(x['with'])} | {x['cost_percent']:.1f}% | "
+                       f"{fmt(x.get('cpu_ms_without'), 2)} | {fmt(x.get('cpu_ms_with'), 2)} | "
+                       f"{fmt(x.get('cpu_cost_percent'), 1, '%')} |")
+            self.w()
+            costs = " / ".join(f"{x['cost_percent']:.1f}%" for x in b["rows"])
+            workers = " / ".join(str(x["workers"]) for x in b["rows"])
+            self.headlines.append((f"BackupAndRestore every 100 steps, throughput cost ({workers} workers)", costs,
+                                   "—", "goal < 3%", short_source(b), b["commands"][0]))
+
+    def collective(self):
+        c = self.r.get("collective")
+        if not c:
+            return
+        self.w("## All-reduce: the ring vs Gloo vs Open MPI vs the loopback link")
+        self.w()
+        self.w(f"Measured: {where(c)}.  ")
+        self.w(f"Command: `{c['commands'][0]}`")
+        self.w()
+        self.w(f"Bus bandwidth (GB/s; 2(n−1)/n × bytes ÷ time), median of {c.get('rounds', '?')} interleaved "
+               "rounds, all processes on one host over loopback TCP (Open MPI with `--mca btl tcp,self`). "
+               "`ring shm` is the ring's same-host shared-memory path, what a one-host job gets by default. The "
+               "limit: the loopback TCP duplex bandwidth per direction, measured by the ring benchmark in the same "
+               "run; above 100% happens, since on loopback the link is the kernel's copy and that test a measurement "
+               "of it, not a ceiling.")
+        self.w()
+        self.w("| ranks | bytes | ring tcp | ring shm | Gloo | Open MPI | ring tcp ÷ best peer | rounds won | "
+               "ring tcp ÷ duplex |")
+        self.w("|---|---|---|---|---|---|---|---|---|")
+        duplex = c.get("duplex", {})
+        for x in c["rows"]:
+            peers = [v for v in (x.get("gloo"), x.get("mpi")) if v]
+            d = duplex.get(str(x["ranks"]))
+            tcp = x.get("ring_tcp")
+            self.w(f"| {x['ranks']} | {human_bytes(x['bytes'])} | {fmt(tcp, 2)} | {fmt(x.get('ring_shm'), 2)} | "
+                   f"{fmt(x.get('gloo'), 2)} | {fmt(x.get('mpi'), 2)} | "
+                   f"{times(tcp / max(peers)) if tcp and peers else '—'} | "
+                   f"{x.get('ring_wins', '—')}/{x.get('rounds', '—')} | {pct(tcp / d) if tcp and d else '—'} |")
+        self.w()
+        self.w("Loopback duplex, GB/s per direction: " +
+               ", ".join(f"{n} processes {v:.2f}" for n, v in sorted(duplex.items())) + ".")
+        self.w()
+        big = [x for x in c["rows"] if x["bytes"] >= 1 << 20 and x.get("ring_tcp")]
+        ahead = [x for x in big if x["ring_tcp"] >= max([v for v in (x.get("gloo"), x.get("mpi")) if v] or [0])]
+        self.w(f"At ≥ 1 MiB the ring over TCP is at or above both peers in {len(ahead)} of {len(big)} cells.")
+        self.w()
+        # Headline: the CNN's gradient (11 MiB), 2 ranks.
+        g = next((x for x in c["rows"] if x["ranks"] == 2 and x["bytes"] == 11534336), None)
+        if g and g.get("ring_tcp"):
+            peers = []
+            if g.get("gloo"):
+                peers.append(f"{times(g['ring_tcp'] / g['gloo'])} Gloo")
+            if g.get("mpi"):
+                peers.append(f"{times(g['ring_tcp'] / g['mpi'])} Open MPI")
+            d = duplex.get("2")
+            self.headlines.append((
+                "All-reduce of the CNN's 11 MiB gradient, 2 ranks, TCP (bus GB/s)", fmt(g["ring_tcp"], 2),
+                ", ".join(peers), f"{pct(g['ring_tcp'] / d)} of loopback duplex ({d:.2f} GB/s)" if d else "—",
+                short_source(c), c["commands"][0]))
+            if g.get("ring_shm"):
+                self.headlines.append(("… the same over the shared-memory path (bus GB/s)", fmt(g["ring_shm"], 2),
+                                       f"{times(g['ring_shm'] / max(g.get('gloo') or 0, g.get('mpi') or 0))} "
+                                       "the better peer" if g.get("gloo") or g.get("mpi") else "—",
+                                       f"{pct(g['ring_shm'] / d)} of loopback duplex" if d else "—",
+                                       short_source(c), c["commands"][0]))
+        if big:
+            self.headlines.append(("All-reduce cells ≥ 1 MiB where the ring (TCP) is ≥ Gloo and Open MPI",
+                                   f"{len(ahead)} of {len(big)}", "—", "—", short_source(c), c["commands"][0]))
+        if self.plt:
+            plt = self.plt
+            ranks = sorted({x["ranks"] for x in c["rows"]})
+            fig, axes = plt.subplots(1, len(ranks), figsize=(5.2 * len(ranks), 4.0), squeeze=False)
+            for ax, n in zip(axes[0], ranks):
+                rows = [x for x in c["rows"] if x["ranks"] == n]
+                sizes = [x["bytes"] for x in rows]
+                for key, label in (("ring_tcp", "mwstrat ring, TCP"), ("ring_shm", "mwstrat ring, shared memory"),
+                                   ("gloo", "Gloo"), ("mpi", "Open MPI")):
+                    pts = [(x["bytes"], x[key]) for x in rows if x.get(key)]
+                    if pts:
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=label)
+                d = duplex.get(str(n))
+                if d:
+                    ax.axhline(d, color="grey", linestyle="--", label="loopback TCP duplex")
+                ax.set_xscale("log", base=2)
+                ticks = [s for s in sizes if s & (s - 1) == 0]  # powers of two (11 MiB would overlap 16 MiB)
+                ax.set_xticks(ticks)
+                ax.set_xticklabels([human_bytes(s) for s in ticks], rotation=45, fontsize=7)
+                ax.set_xlabel("message size")
+                ax.set_ylabel("bus bandwidth, GB/s")
+                ax.set_title(f"{n} ranks", fontsize=9)
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=7)
+            fig.suptitle(f"All-reduce on one host, {short_cpu(c)} ({c.get('date', '')[:10]})", fontsize=9)
+            path = self.save_plot(fig, "allreduce_bandwidth.png")
+            self.w(f"![All-reduce bus bandwidth against message size]({path})")
+            self.w()
+
+        m = self.r.get("collective_mpi_algorithms")
+        if m:
+            self.w(f"### Open MPI's own algorithms at {m.get('ranks', 4)} ranks")
+            self.w()
+            self.w(f"Measured: {where(m)}.  ")
+            self.w(f"Command: `{m['commands'][0]}`")
+            self.w()
+            names = m.get("names", {})
+            series = m["busbw"]
+            keys = ["ring-tcp", "mpi-default"] + sorted(k for k in series
+                                                        if k.startswith("mpi-") and k != "mpi-default")
+            keys = [k for k in keys if k in series]
+            label = {"ring-tcp": "mwstrat ring, TCP", "mpi-default": "Open MPI, its choice"}
+            self.w("| bytes | " + " | ".join(label.get(k, f"Open MPI {k[4:]} ({names.get(k[4:], '?')})")
+                                           for k in keys) + " |")
+            self.w("|---" * (len(keys) + 1) + "|")
+            for size in sorted({int(s) for k in keys for s in series[k]}):
+                self.w(f"| {human_bytes(size)} | " + " | ".join(fmt(series[k].get(str(size)), 2) for k in keys) + " |")
+            self.w()
+            if m.get("note"):
+                self.w(m["note"])
+                self.w()
+
+    def nn(self):
+        n = self.r.get("nn")
+        if not n:
+            return
+        flops = cnn_flops_per_sample()
+        self.w("## Reference CNN on one process: mwstrat vs PyTorch, dense products vs OpenBLAS")
+        self.w()
+        self.w(f"Measured: {where(n)}.  ")
+        self.w(f"Command: `{n['commands'][0]}`")
+        self.w()
+        self.w("Training step (forward + backward + SGD) on random data, no input pipeline; PyTorch is Debian's "
+               f"`python3-torch` with the same model, batch and threads, run with OpenBLAS choosing its kernel and "
+               f"with `OPENBLAS_CORETYPE={n.get('coretype', '?')}`; ratios are against the faster, per round.")
+        self.w()
+        self.w("| batch | threads | mwstrat samples/s | PyTorch (faster) | mwstrat ÷ PyTorch (rounds) | "
+               "mwstrat GFLOP/s | of FMA peak |")
+        self.w("|---|---|---|---|---|---|---|")
+        for x in n["train"]:
+            best = x.get("torch_best") or max(v for v in (x.get("torch_default"), x.get("torch_coretype")) if v)
+            gf = x["mwstrat"] * flops / 1e9
+            peak, _ = self.peak(n, x["threads"])
+            rounds = " ".join(f"{r:.2f}" for r in x.get("per_round", []))
+            self.w(f"| {x['batch']} | {x['threads']} | {fmt(x['mwstrat'])} | {fmt(best)} | "
+                   f"{times(x['ratio'])}{f' ({rounds})' if rounds else ''} | {gf:.1f} | "
+                   f"{pct(gf / peak) if peak else '—'} |")
+            if x["batch"] == 64 and x["threads"] == 1:
+                self.headlines.append(("Reference CNN training step, batch 64, 1 thread (samples/s)",
+                                       fmt(x["mwstrat"]), f"{times(x['ratio'])} PyTorch",
+                                       f"{gf:.0f} GFLOP/s = {pct(gf / peak)} of FMA peak" if peak
+                                       else f"{gf:.0f} GFLOP/s",
+                                       short_source(n), n["commands"][0]))
+        self.w()
+        self.w("Dense(21632 → 128) products alone (GFLOP/s; OpenBLAS `cblas_sgemm` on the same shapes):")
+        self.w()
+        self.w("| product | batch | threads | mwstrat | OpenBLAS | OpenBLAS, forced kernel | "
+               "mwstrat ÷ faster OpenBLAS | "
+               "of FMA peak |")
+        self.w("|---|---|---|---|---|---|---|---|")
+        shares = []
+        for x in n["dense"]:
+            blas = [v for v in (x.get("openblas_gflops"), x.get("openblas_coretype_gflops")) if v]
+            share = x.get("share_of_faster")
+            if share is None and blas and x.get("mwstrat_gflops"):
+                share = x["mwstrat_gflops"] / max(blas)
+            shares.append(share)
+            peak, _ = self.peak(n, x["threads"])
+            m = x.get("mwstrat_gflops")
+            self.w(f"| {x['product']} | {x['batch']} | {x['threads']} | {fmt(m, 1)} | "
+                   f"{fmt(x.get('openblas_gflops'), 1)} | {fmt(x.get('openblas_coretype_gflops'), 1)} | {pct(share)} | "
+                   f"{pct(m / peak) if m and peak else '—'} |")
+        self.w()
+        known = [s for s in shares if s is not None]
+        if known:
+            self.headlines.append(("Dense-layer products (forward, dK, dX; batch 64/128; 1/2 threads), ÷ OpenBLAS",
+                                   f"{pct(min(known))}–{pct(max(known))}", "OpenBLAS sgemm", "—", short_source(n),
+                                   n["commands"][0]))
+        if n.get("note"):
+            self.w(n["note"])
+            self.w()
+
+    def checkpoint(self):
+        c = self.r.get("checkpoint")
+        if not c:
+            return
+        rows = {x["name"]: x for x in c["rows"]}
+        self.w("## Checkpoints: save and load against a raw write and read of the same bytes")
+        self.w()
+        self.w(f"Measured: {where(c)}.  ")
+        self.w(f"Command: `{c['commands'][0]}`")
+        self.w()
+        self.w("The tutorial CNN's full training state (weights + Adam's m and v, 33.25 MB) against `write` + `fsync` "
+               "and `read` of the same number of bytes in the same folder: the disk's limit.")
+        self.w()
+        pairs = [("BM_save_training_state", "save (write + fsync, atomic rename)", "BM_raw_write_fsync"),
+                 ("BM_manager_save", "save through checkpoint_manager (index, pruning)", "BM_raw_write_fsync"),
+                 ("BM_load_training_state_into_warm", "load into an existing state, page cache warm",
+                  "BM_raw_read_warm"),
+                 ("BM_safetensors_file_open_warm", "safetensors_file::open, warm", "BM_raw_read_warm"),
+                 ("BM_load_training_state_fresh_warm", "load into a new state, warm", "BM_raw_read_warm"),
+                 ("BM_load_training_state_into_cold", "load from the disk (page cache dropped)", "BM_raw_read_cold"),
+                 ("BM_snapshot_into", "snapshot_into (the training thread's share of a background backup)", None),
+                 ("BM_crc32c", "CRC32C of the 33 MB in memory", None)]
+        notes = c.get("note")
+        self.w("| what | raw baseline, ms | mwstrat, ms | raw ÷ mwstrat (share of the limit) |")
+        self.w("|---|---|---|---|")
+        for name, what, base in pairs:
+            x = rows.get(name)
+            if not x:
+                continue
+            b = rows.get(base) if base else None
+            share = b["real_ms"] / x["real_ms"] if b else None
+            self.w(f"| {what} | {fmt(b['real_ms'], 2) if b else '—'} | {fmt(x['real_ms'], 2)} | {pct(share)} |")
+
+            if name in ("BM_save_training_state", "BM_load_training_state_into_warm") and b:
+                self.headlines.append((f"Checkpoint {what} (33 MB), ms", fmt(x["real_ms"], 1), "—",
+                                       f"{pct(share)} of raw {'write + fsync' if 'save' in name else 'read'}",
+                                       short_source(c), c["commands"][0]))
+        self.w()
+        if notes:
+            self.w(notes)
+            self.w()
+
+    def data(self):
+        d = self.r.get("data")
+        if not d:
+            return
+        self.w("## Input pipeline")
+        self.w()
+        self.w(f"Measured: {where(d)}.  ")
+        self.w(f"Command: `{d['commands'][0]}`, and `{d['commands'][1]}`")
+        self.w()
+        self.w("MNIST, one thread: shuffle + batch of 64 + normalise to float. The limit it is read against: the "
+               "training step rate it has to feed.")
+        self.w()
+        what = {"BM_DistributedBatches/1": "the trainer's path (distributed_batches::next), 1 worker",
+                "BM_DistributedBatches/2": "the same, worker 0 of 2",
+                "BM_FloatStorageGather": "images stored as float at load, gather-copy (the alternative design)",
+                "BM_DatasetPipeline": "range.shuffle.repeat.batch(64).map(normalise)",
+                "BM_DatasetPrefetch": "the same + prefetch(2) (2 threads; wall time)"}
+        self.w("| benchmark | what | CPU µs per batch | batches/s |")
+        self.w("|---|---|---|---|")
+        for x in d["rows"]:
+            t = x["real_us"] if "Prefetch" in x["name"] else x["cpu_us"]
+            self.w(f"| `{x['name']}` | {what.get(x['name'], '')} | {fmt(t, 1)} | {fmt(1e6 / t) if t else '—'} |")
+        self.w()
+        mem = d.get("memory", {})
+        if mem:
+            self.w("| MNIST train + test held as | peak RSS after loading, MiB | after an epoch + evaluation, MiB |")
+            self.w("|---|---|---|")
+            for k, v in mem.items():
+                self.w(f"| {k} | {fmt(v['after_load'], 1)} | {fmt(v['after_epoch'], 1)} |")
+            self.w()
+        if d.get("note"):
+            self.w(d["note"])
+            self.w()
+        trainer = next((x for x in d["rows"] if x["name"] == "BM_DistributedBatches/1"), None)
+        t = self.r.get("train")
+        if trainer and trainer.get("cpu_us"):
+            rate = 1e6 / trainer["cpu_us"]
+            mw = next((x for x in (t or {}).get("rows", []) if x["label"] == "mwstrat" and x["workers"] == 1
+                       and x.get("steps_per_s")), None)
+            other = " (the step rate measured on another machine)" if mw and machine_key(t) != machine_key(d) else ""
+            self.headlines.append(("Input pipeline, batches of 64 per second on one thread", fmt(rate),
+                                   "—", f"{rate / mw['steps_per_s']:.0f}× the 1-worker training step rate{other}"
+                                   if mw else "—",
+                                   short_source(d), d["commands"][0]))
+
+    def render(self):
+        self.machine()
+        machine = self.lines
+        self.lines = []
+        body_start = 0
+        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data):
+            section()
+        body = self.lines[body_start:]
+        self.lines = self.lines[:body_start]
+        w = self.w
+        w("# Benchmark results")
+        w()
+        w("<!-- Generated by benchmarks/report.py from benchmarks/results/*.json: do not edit by hand. "
+          "scripts/bench reruns every comparison and rewrites it. -->")
+        w()
+        w("The current figures of every comparison in `benchmarks/`, each with the command that produced it, its ratio "
+          "to the peers (PyTorch DDP, TensorFlow MultiWorkerMirroredStrategy, Gloo, Open MPI, OpenBLAS) and to the "
+          "machine's limit (FP32 FMA peak, loopback link, disk). To rerun everything on your machine: `scripts/bench` "
+          "(`--quick` for one short repeat of each, `--only train|collective|nn|checkpoint|data|peak` for one). How "
+          "each figure came about, pass by pass: [history/](history/).")
+        w()
+        if any(r.get("source") != "scripts/bench" for r in self.r.values()):
+            w("**Where these figures come from.** Not every section was measured by `scripts/bench` yet: some are "
+              "transcribed from the journal ([history/2026-passes-1-6.md](history/2026-passes-1-6.md)), on the "
+              "machines named below; ratios within a section are of one run on one machine, figures of different "
+              "sections are not comparable with each other. `scripts/bench` replaces them all with one machine's.")
+            w()
+            w("| section | measured | machine | by |")
+            w("|---|---|---|---|")
+            for fam in FAMILY_ORDER:
+                r = self.r.get(fam)
+                if r:
+                    m = r.get("machine", {})
+                    w(f"| {fam} | {r.get('date', '?')} | {m.get('cpu')} × {m.get('cpus')}, {m.get('isa')} | "
+                      f"{r.get('pass') or r.get('source')} |")
+            w()
+        if any(r.get("quick") for r in self.r.values()):
+            w("**Quick run**: sections marked `scripts/bench --quick` took one short repeat, a check of the tooling "
+              "rather than a result.")
+            w()
+        self.lines.extend(machine)
+        w("## Headline figures")
+        w()
+        w("| figure | value | against peers (mwstrat ÷ peer) | against the limit | measured | command |")
+        w("|---|---|---|---|---|---|")
+        for fig, value, peers, limit, src, cmd in self.headlines:
+            w(f"| {fig} | **{value}** | {peers or '—'} | {limit or '—'} | {src} | `{cmd}` |")
+        w()
+        self.lines.extend(body)
+        if not self.plt:
+            w("(Plots not drawn: matplotlib is not installed for the Python that ran `benchmarks/report.py`.)")
+            w()
+        return "\n".join(self.lines).rstrip() + "\n"
+
+
+def short_cpu(rec):
+    return rec.get("machine", {}).get("cpu", "?").split(" (")[0]
+
+
+def human_bytes(n):
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            v = n / size
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} B"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default=os.path.join(HERE, "results"))
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--plots", default=os.path.join(HERE, "plots"))
+    a = ap.parse_args()
+    results = load(a.results)
+    if not results:
+        sys.exit(f"no results in {a.results}: run scripts/bench (or benchmarks/run.py) first")
+    page = Page(results, a.plots, a.out)
+    text = page.render()
+    with open(a.out + ".part", "w") as f:
+        f.write(text)
+    os.replace(a.out + ".part", a.out)
+    print(f"wrote {a.out} from {len(results)} result files ({', '.join(sorted(results))})"
+          + (f"; plots: {', '.join(page.plots_made)}" if page.plots_made else "; no plots (no matplotlib)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

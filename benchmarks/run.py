@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Runs every comparison in benchmarks/ and writes one JSON result per comparison (what benchmarks/report.py
+turns into benchmarks/RESULTS.md). scripts/bench installs, builds and then calls this; it can be run alone on a
+build that has the benchmarks (a Release build with -DMWSTRAT_BUILD_BENCHMARKS=ON and tools/mwstrat-launch).
+
+  python3 benchmarks/run.py --build build/bench --results benchmarks/results [--quick] [--only train --only peak]
+
+Families and what each writes (RESULTS.md's sections):
+  peak        peak.json                  the FP32 FMA peak, 1 and 2 threads (benchmarks/peak/fma_peak.cpp)
+  train       train.json                 mwstrat vs PyTorch DDP vs TensorFlow MWMS (train/compare.py)
+              train_ceiling.json         where two-worker scaling goes (train/ceiling.py)
+              train_backup.json          BackupAndRestore's cost (train/backup_cost.sh, 1 and 2 workers)
+  collective  collective.json            all-reduce: ring vs Gloo vs Open MPI vs loopback duplex (collective/compare.py)
+              collective_mpi_algorithms.json   Open MPI's algorithms at 4 ranks (collective/mpi_algorithms.sh)
+  nn          nn.json                    reference CNN vs PyTorch, dense GEMMs vs OpenBLAS (nn/compare.sh)
+  checkpoint  checkpoint.json            save/load vs raw write/read (checkpoint/checkpoint_bench.cpp)
+  data        data.json                  input pipeline batches/s and MNIST's peak memory (data/*.cpp)
+Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
+comparison is reported and the others still run; the exit status is non-zero if any failed.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
+
+FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data"]
+
+
+class Failed(Exception):
+    pass
+
+
+def run(argv, log, timeout, env=None, cwd=ROOT):
+    """Runs argv in its own session, its output shown and appended to `log`; returns the output."""
+    print(f"$ {' '.join(argv)}", flush=True)
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(argv)}\n")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
+                            start_new_session=True)
+    lines = []
+    try:
+        import threading
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            with open(log, "a") as f:
+                for line in proc.stdout:
+                    sys.stdout.write(line)
+                    f.write(line)
+                    lines.append(line)
+            code = proc.wait()
+        finally:
+            timer.cancel()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    try:  # whatever the command left behind in its group (a worker of a failed run) goes too
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if code != 0:
+        raise Failed(f"{argv[0]} exited with {code}" + (f" (killed after {timeout} s)" if code == -9 else ""))
+    return "".join(lines)
+
+
+def gbench_medians(path):
+    """{benchmark name: (real time, cpu time, unit)} from Google Benchmark's JSON: medians where repeated."""
+    with open(path) as f:
+        data = json.load(f)
+    out = {}
+    for b in data["benchmarks"]:
+        # "BM_x/real_time" when a benchmark times wall clock: the page names benchmarks as their source does.
+        name = b.get("run_name", b["name"]).replace("/real_time", "")
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        out[name] = (b["real_time"], b["cpu_time"], b["time_unit"])
+    return out
+
+
+def family_peak(a, log):
+    exe = os.path.join(a.build, "benchmarks", "peak", "mwstrat_bench_peak")
+    args = ["--threads", "1,2", "--seconds", "0.2" if a.quick else "0.5", "--repeats", "3" if a.quick else "7"]
+    started = benchlib.start()
+    text = run([exe] + args, log, 300)
+    lines = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+    record = benchlib.meta("peak", [f"{os.path.relpath(exe, ROOT)} {' '.join(args)}"], a.quick, started)
+    record.update(isa=lines[0]["isa"], vector_floats=lines[0]["vector_floats"],
+                  accumulators=lines[0]["accumulators"], cpu_mhz=lines[0].get("cpu_mhz"), measured=True,
+                  threads={str(x["threads"]): {"gflops": x["gflops"], "runs": x["gflops_runs"], "pinned": x["pinned"]}
+                           for x in lines})
+    benchlib.write_json(os.path.join(a.results, "peak.json"), record)
+
+
+def family_train(a, log):
+    py = sys.executable
+    compare = [py, os.path.join(HERE, "train", "compare.py"), "--build", a.build, "--data-dir", a.data_dir,
+               "--summary-out", os.path.join(a.results, "train.json")]
+    if a.tf_python:
+        compare += ["--tf-python", a.tf_python]
+    if a.quick:
+        compare += ["--repeats", "1", "--steps", "30", "--quick"]
+    run(compare, log, 3600)
+    ceiling = [py, os.path.join(HERE, "train", "ceiling.py"), "--build", a.build, "--data-dir", a.data_dir,
+               "--json-out", os.path.join(a.results, "train_ceiling.json")]
+    ceiling += ["--rounds", "1", "--steps", "50", "--quick"] if a.quick else ["--rounds", "5"]
+    run(ceiling, log, 1800)
+    # BackupAndRestore's cost at save_freq 100 (backup_cost.sh prints one table row per worker count).
+    started = benchlib.start()
+    repeats = "1" if a.quick else "5"
+    rows = []
+    for workers in ("1", "2"):
+        text = run(["bash", os.path.join(HERE, "train", "backup_cost.sh"), a.build, workers, repeats], log, 900,
+                   env=dict(os.environ, MWSTRAT_DATA_DIR=a.data_dir))
+        row = next(line for line in text.splitlines() if re.match(r"\| \d+ \| [0-9]", line))
+        cells = [c.strip().rstrip("%") for c in row.strip("|").split("|")]
+        rows.append({"workers": int(cells[0]), "without": float(cells[1]), "with": float(cells[2]),
+                     "cost_percent": float(cells[3]), "cpu_ms_without": float(cells[4]),
+                     "cpu_ms_with": float(cells[5]), "cpu_cost_percent": float(cells[6])})
+    command = f"benchmarks/train/backup_cost.sh {benchlib.rel(a.build)} {{1,2}} {repeats}"
+    record = benchlib.meta("train_backup", [command],
+                           a.quick, started)
+    record.update(repeats=int(repeats), save_freq=100, rows=rows)
+    benchlib.write_json(os.path.join(a.results, "train_backup.json"), record)
+
+
+def family_collective(a, log):
+    cmd = [sys.executable, os.path.join(HERE, "collective", "compare.py"), "--build", a.build,
+           "--json-out", os.path.join(a.results, "collective.json"), "--rounds", "1" if a.quick else "3"]
+    if a.quick:
+        cmd.append("--quick")
+    run(cmd, log, 1800)
+    # Open MPI's own algorithms at 4 ranks (only where Open MPI is built).
+    mpi = os.path.join(a.build, "benchmarks", "collective", "mwstrat_bench_collective_mpi")
+    if not os.access(mpi, os.X_OK):
+        print("no Open MPI benchmark built: mpi_algorithms.sh skipped", flush=True)
+        return
+    started = benchlib.start()
+    text = run(["bash", os.path.join(HERE, "collective", "mpi_algorithms.sh"), a.build, "4"], log, 900)
+    series, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("== mwstrat ring"):
+            current = "ring-tcp"
+        elif line.startswith("== OpenMPI, its own choice"):
+            current = "mpi-default"
+        elif line.startswith("== OpenMPI, coll_tuned_allreduce_algorithm"):
+            current = "mpi-" + line.split()[-1]
+        elif current and re.match(r"^\s*\d+\s+[0-9.]+\s*$", line):
+            size, busbw = line.split()
+            series.setdefault(current, {})[size] = float(busbw)
+    command = f"benchmarks/collective/mpi_algorithms.sh {benchlib.rel(a.build)} 4"
+    record = benchlib.meta("collective_mpi_algorithms", [command],
+                           a.quick, started)
+    record.update(ranks=4, busbw=series,
+                  names={"3": "recursive doubling", "4": "ring", "5": "segmented ring", "6": "Rabenseifner"})
+    benchlib.write_json(os.path.join(a.results, "collective_mpi_algorithms.json"), record)
+
+
+def family_nn(a, log):
+    env = dict(os.environ, ROUNDS="1" if a.quick else "3", MWSTRAT_BENCH_QUICK="1" if a.quick else "0")
+    with tempfile.TemporaryDirectory(prefix="mwstrat-bench-nn-") as raw:
+        run(["bash", os.path.join(HERE, "nn", "compare.sh"), a.build, raw, os.path.join(a.results, "nn.json")], log,
+            1800, env=env)
+
+
+def family_checkpoint(a, log):
+    exe = os.path.join(a.build, "benchmarks", "checkpoint", "mwstrat_checkpoint_bench")
+    args = ["--benchmark_min_time=0.1", "--benchmark_repetitions=1"] if a.quick else \
+        ["--benchmark_min_time=0.5", "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"]
+    started = benchlib.start()
+    with tempfile.TemporaryDirectory(prefix="mwstrat-bench-ckpt-") as tmp:
+        raw = os.path.join(tmp, "out.json")
+        run([exe] + args + [f"--benchmark_out={raw}", "--benchmark_out_format=json"], log, 900)
+        medians = gbench_medians(raw)
+    record = benchlib.meta("checkpoint", [f"{os.path.relpath(exe, ROOT)} {' '.join(args)}"], a.quick, started)
+    record.update(rows=[{"name": k, "real_ms": v[0], "cpu_ms": v[1]} for k, v in medians.items() if v[2] == "ms"],
+                  folder=os.environ.get("MWSTRAT_BENCH_DIR", tempfile.gettempdir()))
+    benchlib.write_json(os.path.join(a.results, "checkpoint.json"), record)
+
+
+def family_data(a, log):
+    bench_dir = os.path.join(a.build, "benchmarks", "data")
+    exe = os.path.join(bench_dir, "mwstrat_bench_data_pipeline")
+    args = ["--benchmark_min_time=0.1", "--benchmark_repetitions=1"] if a.quick else \
+        ["--benchmark_min_time=0.5", "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"]
+    started = benchlib.start()
+    with tempfile.TemporaryDirectory(prefix="mwstrat-bench-data-") as tmp:
+        raw = os.path.join(tmp, "out.json")
+        run([exe] + args + [f"--benchmark_out={raw}", "--benchmark_out_format=json"], log, 600)
+        medians = gbench_medians(raw)
+    memory = {}
+    for storage in ("bytes", "float"):
+        text = run([os.path.join(bench_dir, "mwstrat_bench_data_memory"), storage], log, 300)
+        phases = re.findall(r"^(.*?)\s+peak RSS\s+([0-9.]+) MiB", text, re.M)
+        memory[storage] = {"after_load": float(phases[-2][1]), "after_epoch": float(phases[-1][1]),
+                           "empty_process": float(phases[0][1])}
+    rows = []
+    for name, (real, cpu, unit) in medians.items():
+        scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3}[unit]
+        rows.append({"name": name, "real_us": real * scale, "cpu_us": cpu * scale})
+    record = benchlib.meta("data", [f"{os.path.relpath(exe, ROOT)} {' '.join(args)}",
+                                    f"{os.path.relpath(bench_dir, ROOT)}/mwstrat_bench_data_memory bytes|float"],
+                           a.quick, started)
+    record.update(rows=rows, memory=memory)
+    benchlib.write_json(os.path.join(a.results, "data.json"), record)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build", "bench"))
+    ap.add_argument("--results", default=os.path.join(HERE, "results"))
+    ap.add_argument("--data-dir", default=os.path.join(ROOT, ".cache", "mnist"))
+    ap.add_argument("--tf-python", default=None, help="a Python with tensorflow and tf_keras (compare.py's)")
+    ap.add_argument("--quick", action="store_true", help="one repeat/round of everything, shorter runs")
+    ap.add_argument("--only", action="append", choices=FAMILIES, help="run only this family (repeatable)")
+    ap.add_argument("--logs", default=None, help="folder for each family's log (default BUILD/bench-logs)")
+    a = ap.parse_args()
+    a.build = os.path.abspath(a.build)
+    a.results = os.path.abspath(a.results)
+    a.data_dir = os.path.abspath(a.data_dir)
+    logs = a.logs or os.path.join(a.build, "bench-logs")
+    os.makedirs(logs, exist_ok=True)
+    os.makedirs(a.results, exist_ok=True)
+    families = [f for f in FAMILIES if not a.only or f in a.only]
+    print(f"== {benchlib.cpu_model()} × {os.cpu_count()}, {benchlib.vector_isa()}; load {benchlib.loadavg()}; "
+          f"{'quick' if a.quick else 'full'} run of: {' '.join(families)}", flush=True)
+    failed = []
+    for family in families:
+        log = os.path.join(logs, f"{family}.log")
+        open(log, "w").close()
+        print(f"\n== [{family}] on {benchlib.cpu_model()}, load {benchlib.loadavg()} (log: {log})", flush=True)
+        try:
+            globals()[f"family_{family}"](a, log)
+        except (Failed, OSError, ValueError, KeyError, IndexError, StopIteration, json.JSONDecodeError) as e:
+            print(f"== [{family}] FAILED: {type(e).__name__}: {e}", flush=True)
+            failed.append(family)
+    print(f"\n== done on {benchlib.cpu_model()}; load {benchlib.loadavg()}; results in {a.results}"
+          + (f"; FAILED: {' '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
