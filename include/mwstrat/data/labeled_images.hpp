@@ -4,7 +4,7 @@
 ///
 /// Pixels are stored as the bytes of the file (0..255) and normalised to float in [0, 1] when a batch is filled:
 /// MNIST's 60 000 training images take 47 MB as bytes against 188 MB as float, and filling a batch from bytes is
-/// as fast as copying floats (see benchmarks/RESULTS.md, "Data pipeline"). Copies share the same storage.
+/// as fast as copying floats (see benchmarks/RESULTS.md, "Input pipeline"). Copies share the same storage.
 ///
 /// A set remembers how many of its examples came from each source file (`file_counts()`), which is what file
 /// sharding splits across workers (see docs/sharding.md).

@@ -5,8 +5,9 @@
 // replicas share a machine and their compute threads already take all of its CPUs, the reduction is memory copies
 // that can only run on those same cores: overlapping then interleaves them with the matrix kernels (context
 // switches, caches refilled) and the step gets slower — 2 workers × 1 thread on 2 cores trained ~3% faster without
-// it (median of 14 interleaved pairs; benchmarks/RESULTS.md). Whether to overlap never changes which elements are
-// summed, only the bucket boundaries; every replica takes the same decision from the same gathered facts.
+// it (median of 14 interleaved pairs; benchmarks/history/2026-passes-1-6.md). Whether to overlap never changes
+// which elements are summed, only the bucket boundaries; every replica takes the same decision from the same
+// gathered facts.
 
 #include <mwstrat/detail/hash.hpp>
 #include <mwstrat/strategy/concepts.hpp>
