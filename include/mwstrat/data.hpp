@@ -7,6 +7,7 @@
 #include <mwstrat/data/dataset.hpp>
 #include <mwstrat/data/distributed.hpp>
 #include <mwstrat/data/idx.hpp>
+#include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/data/labeled_images.hpp>
 #include <mwstrat/data/mnist.hpp>
 #include <mwstrat/data/sharding.hpp>

@@ -94,14 +94,14 @@ namespace detail {
 /// product is not the number of values. Every writer of typed values goes through it (training states, named
 /// tensors of any `storable_tensor` type), so they all check the same way and give the same bytes.
 template <class E>
-  requires(dtype_of<std::remove_cv_t<E>>.has_value())
+  requires(mwstrat::dtype_of<std::remove_cv_t<E>>.has_value())
 [[nodiscard]] tensor_entry checked_entry(std::string name, std::span<E> values, std::vector<std::int64_t> shape,
                                          const std::filesystem::path& target, std::optional<int> rank) {
   const auto count = tensor_bytes(shape, 1, std::numeric_limits<std::uint64_t>::max());
   if (!count || *count != values.size())
     checkpoint_fail(rank, target,
                     "tensor '" + name + "': shape does not match its " + std::to_string(values.size()) + " values");
-  return {std::move(name), *dtype_of<std::remove_cv_t<E>>, std::move(shape), std::as_bytes(values)};
+  return {std::move(name), *mwstrat::dtype_of<std::remove_cv_t<E>>, std::move(shape), std::as_bytes(values)};
 }
 }  // namespace detail
 
