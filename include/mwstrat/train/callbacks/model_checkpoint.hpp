@@ -140,7 +140,10 @@ class basic_model_checkpoint {
       saved_.push_back(path);
     } else {
       training_state_view s = model_state_view(ctx.model, ctx.optimizer, what);
-      s.step = static_cast<std::int64_t>(ctx.global_step());
+      // At an epoch's end `fit` has already moved the position to the next epoch's start (step 0 of this epoch).
+      const bool epoch_done = options_.save_freq.per_epoch() && ctx.step == 0;
+      s.step = static_cast<std::int64_t>(epoch_done ? static_cast<std::uint64_t>(logs.epoch + 1) * ctx.steps_per_epoch
+                                                    : ctx.global_step());
       s.world_size = ctx.strategy.num_replicas_in_sync();
       saved_.push_back(std::filesystem::path(checkpointer_.save(s, s.step)));
     }
