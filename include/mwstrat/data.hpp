@@ -6,6 +6,7 @@
 #include <mwstrat/data/cursor.hpp>
 #include <mwstrat/data/dataset.hpp>
 #include <mwstrat/data/distributed.hpp>
+#include <mwstrat/data/epoch_batches.hpp>
 #include <mwstrat/data/idx.hpp>
 #include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/data/labeled_images.hpp>
