@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,34 @@ inline std::span<const double> mwstrat_elements(const grid& g) { return g.cells;
 inline std::vector<std::size_t> mwstrat_shape(const grid& g) { return {g.rows, g.cols}; }
 }  // namespace user
 
+namespace user {
+// A 16-bit float of the user's own (bfloat16 bits), let into tensor_like and given the BF16 dtype.
+struct bf16 {
+  std::uint16_t bits;
+  friend bool operator==(bf16, bf16) = default;
+};
+}  // namespace user
+template <>
+inline constexpr bool mwstrat::enable_tensor_element<user::bf16> = true;
+template <>
+inline constexpr std::optional<mwstrat::dtype> mwstrat::dtype_of<user::bf16> = mwstrat::dtype::bf16;
+
 namespace {
 
 using namespace mwstrat;
+
+static_assert(storable_tensor<std::vector<user::bf16>>);
+
+TEST(named_tensors, a_user_16_bit_float_type_is_stored_as_bf16) {
+  test::temp_dir dir;
+  std::vector<user::bf16> half{{0x3f80}, {0x4000}, {0xbf80}};
+  save_tensors(dir.path() / "h.safetensors", std::vector{named("half", half)});
+  const safetensors_file file = safetensors_file::open(dir.path() / "h.safetensors");
+  EXPECT_EQ(file.find("half")->type, dtype::bf16);
+  std::vector<user::bf16> back(3);
+  load_tensors(file, std::vector{named("half", back)}, file.path());
+  EXPECT_EQ(back, half);
+}
 
 static_assert(storable_tensor<user::grid>);
 static_assert(restorable_tensor<user::grid>);
