@@ -31,9 +31,16 @@ struct bf16 {
   std::uint16_t bits;
   friend bool operator==(bf16, bf16) = default;
 };
+struct wide {  // claims BF16 but is 4 bytes
+  std::uint32_t bits;
+};
 }  // namespace user
 template <>
 inline constexpr bool mwstrat::enable_tensor_element<user::bf16> = true;
+template <>
+inline constexpr bool mwstrat::enable_tensor_element<user::wide> = true;
+template <>
+inline constexpr std::optional<mwstrat::dtype> mwstrat::dtype_of<user::wide> = mwstrat::dtype::bf16;
 template <>
 inline constexpr std::optional<mwstrat::dtype> mwstrat::dtype_of<user::bf16> = mwstrat::dtype::bf16;
 
@@ -42,6 +49,7 @@ namespace {
 using namespace mwstrat;
 
 static_assert(storable_tensor<std::vector<user::bf16>>);
+static_assert(!storable_tensor<std::vector<user::wide>>);  // a dtype whose size is not the element's
 
 TEST(named_tensors, a_user_16_bit_float_type_is_stored_as_bf16) {
   test::temp_dir dir;

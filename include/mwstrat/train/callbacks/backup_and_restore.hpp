@@ -100,9 +100,12 @@ class basic_backup_and_restore {
       : options_(std::move(options)) {
     if (options_.backup_dir.empty()) throw config_error({"train"}, "backup_and_restore: backup_dir is empty");
   }
-  /// Backs up through `checkpointer` (used on the chief only).
+  /// Backs up through `k` (used on the chief only); `options.backup_dir`, if empty, becomes "<checkpointer>" in
+  /// messages.
   basic_backup_and_restore(Checkpointer k, backup_options options)
-      : options_(std::move(options)), checkpointer_(std::move(k)), own_checkpointer_(true) {}
+      : options_(std::move(options)), checkpointer_(std::move(k)), own_checkpointer_(true) {
+    if (options_.backup_dir.empty()) options_.backup_dir = "<checkpointer>";
+  }
   basic_backup_and_restore(const basic_backup_and_restore&) = delete;
   basic_backup_and_restore& operator=(const basic_backup_and_restore&) = delete;
   /// Waits for a backup still being written; logs its failure, if it failed, since nobody else will see it.
