@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
 
     for (std::size_t step = 0; step < steps; ++step) {
       // 2. This worker's share of global step `step`.
-      const mwstrat::image_batch batch = train.batch_at(step / train.steps_per_epoch(), step % train.steps_per_epoch());
+      const mwstrat::data::image_batch batch = train.batch_at(step / train.steps_per_epoch(), step % train.steps_per_epoch());
       // 3. Local gradients of the mean loss over the local examples...
       const step_stats local = model.train_batch(batch.inputs, batch.labels, batch.size);
       // 4. ...averaged over the workers, so every replica applies the same update.

@@ -1,6 +1,7 @@
 // A model on the user's own tensor type — Eigen matrices over one parameter arena, with its own kernels — trained
 // by mwstrat without including mwstrat/nn. It composes the library's parts by hand: a collective (local ranks as
-// threads), the mirrored strategy over it, a sharding policy for the input, `fit`, and a checkpointer.
+// threads), the mirrored strategy over it, a sharding policy for the input, `fit`, a checkpointer, and the model's own
+// tensors stored and reloaded in place through `tensor_like` (`save_tensors` / `load_tensors`).
 //
 //   custom_tensor [--data-dir .cache/mnist] [--replicas 2] [--steps 150] [--checkpoint-dir DIR]
 #include <mwstrat/checkpoint.hpp>
@@ -12,9 +13,12 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <random>
 #include <span>
@@ -61,19 +65,14 @@ class mlp {
   std::span<float> parameters() { return params_; }
   std::span<float> gradients() { return grads_; }
   std::string fingerprint() const { return "mlp(784-" + std::to_string(hidden_) + "-10)"; }
-  // Named tensors for checkpoints readable from Python.
-  std::vector<mwstrat::float_tensor_view> named_parameters() const {
-    std::vector<mwstrat::float_tensor_view> out;
-    for (const matrix* m : {&w1_, &b1_, &w2_, &b2_}) {
-      const auto shape = mwstrat::shape(*m);
-      out.push_back({m->name, std::vector<std::int64_t>(shape.begin(), shape.end()), mwstrat::elements(*m)});
-    }
-    return out;
-  }
+  // The model's own tensors, named: checkpoints store them through `tensor_like` (readable from Python).
+  std::array<matrix, 4> named_parameters() const { return {w1_, b1_, w2_, b2_}; }
 
   template <class OnReady>
-  mwstrat::batch_stats train_batch(std::span<const float> x, std::span<const std::int64_t> y, std::size_t n,
-                                   OnReady&& on_ready) {
+  mwstrat::batch_stats train_batch(const mwstrat::data::image_batch& batch, OnReady&& on_ready) {
+    const std::span<const float> x = batch.inputs;
+    const std::span<const std::int64_t> y = batch.labels;
+    const std::size_t n = batch.size;
     const auto stats = forward(x, y, n);
     // Backward: d(mean loss)/d(logits) = (softmax - onehot) / n, then the layers last-first.
     Eigen::MatrixXf d2 = probs_;
@@ -89,8 +88,8 @@ class mlp {
     return stats;
   }
 
-  mwstrat::batch_stats evaluate_batch(std::span<const float> x, std::span<const std::int64_t> y, std::size_t n) {
-    return forward(x, y, n);
+  mwstrat::batch_stats evaluate_batch(const mwstrat::data::image_batch& batch) {
+    return forward(batch.inputs, batch.labels, batch.size);
   }
 
  private:
@@ -129,8 +128,9 @@ class mlp {
   Eigen::MatrixXf h_, probs_;
 };
 
-static_assert(mwstrat::tensor_like<matrix>);
-static_assert(mwstrat::trainable_model<mlp, mwstrat::image_batch>);
+static_assert(mwstrat::storable_tensor<matrix> && mwstrat::restorable_tensor<matrix>);
+static_assert(mwstrat::trainable_model<mlp, mwstrat::data::image_batch>);
+static_assert(mwstrat::named_parameters_model<mlp>);
 
 /// The user's optimizer: plain SGD.
 struct sgd {
@@ -143,14 +143,33 @@ struct sgd {
 
 }  // namespace my
 
-// Saves the final weights with any `checkpointer` (here mwstrat's manager of safetensors files).
+// Saves the final weights with any `checkpointer` (here mwstrat's manager of safetensors files); the model's own
+// tensors go in through `tensor_like` (`weight_views` reads them with mwstrat::elements / mwstrat::shape).
 template <mwstrat::checkpointer Checkpointer>
 void save_final(Checkpointer& k, my::mlp& model, std::int64_t step) {
   mwstrat::training_state_view state;
   state.step = step;
   state.model_fingerprint = model.fingerprint();
-  state.weights = model.named_parameters();
+  state.weights = mwstrat::weight_views(model);
   std::cout << "saved " << k.save(state, step).string() << "\n";
+}
+
+// Stores the model's own tensors as plain named tensors and loads them back, in place, into a fresh model: the
+// file is checked tensor by tensor (name, dtype, shape) against the user's types.
+bool round_trip(my::mlp& model, const std::filesystem::path& file) {
+  auto tensors = model.named_parameters();
+  std::vector<mwstrat::named_tensor<my::matrix>> named;
+  for (auto& t : tensors) named.push_back(mwstrat::named(t.name, t));
+  mwstrat::save_tensors(file, named);
+
+  my::mlp fresh(64, 99u);
+  auto fresh_tensors = fresh.named_parameters();
+  std::vector<mwstrat::named_tensor<my::matrix>> into;
+  for (auto& t : fresh_tensors) into.push_back(mwstrat::named(t.name, t));
+  mwstrat::load_tensors(file, into);
+  const bool same = std::ranges::equal(fresh.parameters(), model.parameters());
+  std::cout << "reloaded " << file.string() << ": " << (same ? "same weights" : "DIFFERENT weights") << "\n";
+  return same;
 }
 
 int main(int argc, char** argv) {
@@ -187,6 +206,7 @@ int main(int argc, char** argv) {
         if (!checkpoint_dir.empty()) {
           mwstrat::checkpoint_manager manager(checkpoint_dir, 1, "mlp");
           save_final(manager, model, static_cast<std::int64_t>(steps));
+          if (!round_trip(model, std::filesystem::path(checkpoint_dir) / "mlp-tensors.safetensors")) std::exit(1);
         }
       }
     });

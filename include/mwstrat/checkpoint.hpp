@@ -9,5 +9,6 @@
 #include <mwstrat/checkpoint/crc32c.hpp>
 #include <mwstrat/checkpoint/dtype.hpp>
 #include <mwstrat/checkpoint/manager.hpp>
+#include <mwstrat/checkpoint/named_tensors.hpp>
 #include <mwstrat/checkpoint/safetensors.hpp>
 #include <mwstrat/checkpoint/training_state.hpp>

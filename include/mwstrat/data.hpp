@@ -6,7 +6,9 @@
 #include <mwstrat/data/cursor.hpp>
 #include <mwstrat/data/dataset.hpp>
 #include <mwstrat/data/distributed.hpp>
+#include <mwstrat/data/epoch_batches.hpp>
 #include <mwstrat/data/idx.hpp>
+#include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/data/labeled_images.hpp>
 #include <mwstrat/data/mnist.hpp>
 #include <mwstrat/data/sharding.hpp>

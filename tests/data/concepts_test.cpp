@@ -13,7 +13,6 @@ namespace {
 namespace data = mwstrat::data;
 
 struct complete {
-  using sharding_policy_tag = void;
   [[nodiscard]] std::string_view name() const { return "complete"; }
   [[nodiscard]] data::shard_plan resolve(const data::shard_request&) const { return {}; }
 };
@@ -21,7 +20,6 @@ static_assert(data::sharding_policy<complete>);
 
 // 1. not copyable
 struct move_only {
-  using sharding_policy_tag = void;
   move_only() = default;
   move_only(move_only&&) = default;
   move_only& operator=(move_only&&) = default;
@@ -31,38 +29,27 @@ struct move_only {
 };
 static_assert(!data::sharding_policy<move_only>);
 
-// 2. no opt-in tag, though structurally complete
-struct no_tag {
-  [[nodiscard]] std::string_view name() const { return "no_tag"; }
-  [[nodiscard]] data::shard_plan resolve(const data::shard_request&) const { return {}; }
-};
-static_assert(!data::sharding_policy<no_tag>);
-
-// 3. no name()
+// 2. no name()
 struct no_name {
-  using sharding_policy_tag = void;
   [[nodiscard]] data::shard_plan resolve(const data::shard_request&) const { return {}; }
 };
 static_assert(!data::sharding_policy<no_name>);
 
-// 3'. name() not usable on a const policy
+// 2'. name() not usable on a const policy
 struct mutable_name {
-  using sharding_policy_tag = void;
   [[nodiscard]] std::string_view name() { return "mutable_name"; }
   [[nodiscard]] data::shard_plan resolve(const data::shard_request&) const { return {}; }
 };
 static_assert(!data::sharding_policy<mutable_name>);
 
-// 4. no resolve()
+// 3. no resolve()
 struct no_resolve {
-  using sharding_policy_tag = void;
   [[nodiscard]] std::string_view name() const { return "no_resolve"; }
 };
 static_assert(!data::sharding_policy<no_resolve>);
 
-// 4'. resolve() returns something other than a shard_plan
+// 3'. resolve() returns something other than a shard_plan
 struct wrong_resolve {
-  using sharding_policy_tag = void;
   [[nodiscard]] std::string_view name() const { return "wrong_resolve"; }
   [[nodiscard]] int resolve(const data::shard_request&) const { return 0; }
 };
@@ -73,7 +60,8 @@ static_assert(data::sharding_policy<data::data_shard>);
 static_assert(data::sharding_policy<data::file_shard>);
 static_assert(data::sharding_policy<data::auto_shard>);
 static_assert(data::sharding_policy<data::any_shard_policy>);
-static_assert(!std::is_constructible_v<data::any_shard_policy, no_tag>);
+static_assert(!std::is_constructible_v<data::any_shard_policy, no_name>);
+static_assert(!std::is_constructible_v<data::any_shard_policy, int>);
 
 TEST(Concepts, NearMissesAreCompileTimeChecks) {
   EXPECT_EQ(complete{}.name(), "complete");  // the checks above are the test; this keeps the file a test case

@@ -78,7 +78,6 @@ TEST(Sharding, AutoPrefersFilesThenFallsBackToData) {
 }
 
 struct last_file_only {  // a user's policy: every worker reads only the last file
-  using sharding_policy_tag = void;
   [[nodiscard]] std::string_view name() const noexcept { return "last_file_only"; }
   [[nodiscard]] data::shard_plan resolve(const data::shard_request& r) const {
     return {data::shard_mode::file, {r.file_counts.size() - 1}};

@@ -68,7 +68,7 @@ static_assert(storage_adopting_model<adopt_complete>);
 static_assert(!storage_adopting_model<adopt_no_adopt>);
 static_assert(!storage_adopting_model<adopt_no_own>);
 
-// --------------------------------------------------------------------------------------- thread_reporting_model
+// --------------------------------------------------------------------------------------- model_with_threads
 struct threads_complete {
   int threads() const { return 2; }
 };
@@ -79,12 +79,12 @@ struct threads_not_const {
 struct threads_not_a_number {
   void threads() const {}
 };
-static_assert(thread_reporting_model<threads_complete>);
-static_assert(!thread_reporting_model<threads_missing>);
-static_assert(!thread_reporting_model<threads_not_const>);
-static_assert(!thread_reporting_model<threads_not_a_number>);
+static_assert(model_with_threads<threads_complete>);
+static_assert(!model_with_threads<threads_missing>);
+static_assert(!model_with_threads<threads_not_const>);
+static_assert(!model_with_threads<threads_not_a_number>);
 
-// ----------------------------------------------------------------------------------------------- executing_model
+// ----------------------------------------------------------------------------------------------- model_with_executor
 struct execute_complete {
   template <class F>
   void execute(F&& f) {
@@ -95,14 +95,14 @@ struct execute_missing {};
 struct execute_takes_no_task {
   void execute() {}
 };
-static_assert(executing_model<execute_complete>);
-static_assert(!executing_model<execute_missing>);
-static_assert(!executing_model<execute_takes_no_task>);
+static_assert(model_with_executor<execute_complete>);
+static_assert(!model_with_executor<execute_missing>);
+static_assert(!model_with_executor<execute_takes_no_task>);
 
 // The reference model has every optional capability the synchroniser uses: a changed signature there must not
 // silently move the update out of the model's threads, or turn off the overlap decision or the shared copy.
-static_assert(executing_model<nn::sequential>);
-static_assert(thread_reporting_model<nn::sequential>);
+static_assert(model_with_executor<nn::sequential>);
+static_assert(model_with_threads<nn::sequential>);
 static_assert(storage_adopting_model<nn::sequential>);
 
 // ----------------------------------------------------------------------------------------- gradient_synchronizer

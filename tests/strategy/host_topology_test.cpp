@@ -37,7 +37,7 @@ TEST(reduction_overlap, the_host_key_and_cpu_count_are_stable) {
   EXPECT_GE(detail::usable_cpus(), 1);
 }
 
-struct model_with_threads {
+struct model_of_threads {
   int n = 1;
   [[nodiscard]] int threads() const { return n; }
 };
@@ -56,14 +56,14 @@ int replicas_overlapping(int ranks, const Model& model, reduction_overlap policy
 TEST(reduction_overlap, replicas_on_one_machine_agree_and_follow_their_threads) {
   const auto cpus = static_cast<int>(detail::usable_cpus());
   // Replicas whose threads fill the machine: no overlap; with room to spare (only possible with > 2 CPUs): overlap.
-  EXPECT_EQ(0, replicas_overlapping(2, model_with_threads{cpus}, reduction_overlap::automatic));
+  EXPECT_EQ(0, replicas_overlapping(2, model_of_threads{cpus}, reduction_overlap::automatic));
   if (cpus > 2) {
-    EXPECT_EQ(2, replicas_overlapping(2, model_with_threads{1}, reduction_overlap::automatic));
+    EXPECT_EQ(2, replicas_overlapping(2, model_of_threads{1}, reduction_overlap::automatic));
   }
   // Unknown threads: overlap, as fit always did.
   EXPECT_EQ(3, replicas_overlapping(3, model_without_threads{}, reduction_overlap::automatic));
   // The explicit policies need no exchange and are obeyed.
-  EXPECT_EQ(2, replicas_overlapping(2, model_with_threads{cpus}, reduction_overlap::always));
+  EXPECT_EQ(2, replicas_overlapping(2, model_of_threads{cpus}, reduction_overlap::always));
   EXPECT_EQ(0, replicas_overlapping(2, model_without_threads{}, reduction_overlap::never));
 }
 

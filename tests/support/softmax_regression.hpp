@@ -4,6 +4,7 @@
 // work in storage the trainer provides (`storage_adopting_model`), as a user's model may.
 // Arithmetic is done in a fixed order so results are reproducible bit for bit.
 
+#include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/train/concepts.hpp>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mwstrat::test {
@@ -62,6 +64,13 @@ class softmax_regression {
   batch_stats evaluate_batch(std::span<const float> x, std::span<const std::int64_t> y, std::size_t n) {
     return forward(x, y, n, false);
   }
+
+  // The forms fit uses (trainable_model): the data family's image batch.
+  template <class OnReady>
+  batch_stats train_batch(const data::image_batch& b, OnReady&& on_ready) {
+    return train_batch(b.inputs, b.labels, b.size, std::forward<OnReady>(on_ready));
+  }
+  batch_stats evaluate_batch(const data::image_batch& b) { return evaluate_batch(b.inputs, b.labels, b.size); }
 
  private:
   batch_stats forward(std::span<const float> x, std::span<const std::int64_t> y, std::size_t n, bool backward) {
@@ -136,7 +145,7 @@ class blob_batches {
 
   std::size_t steps_per_epoch() const { return y_.size() / global_batch_; }
 
-  image_batch batch_at(std::size_t epoch, std::size_t step) {
+  data::image_batch batch_at(std::size_t epoch, std::size_t step) {
     for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
     std::mt19937_64 rng(seed_ * 1000003u + epoch);
     std::shuffle(order_.begin(), order_.end(), rng);

@@ -18,6 +18,8 @@
 #include <functional>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -415,6 +417,120 @@ TEST(saved_model, a_saved_multi_worker_model_continues_training_on_one_worker) {
     EXPECT_GT(before.accuracy, 0.5) << "the loaded weights are the trained ones";
     EXPECT_LE(after.loss, before.loss);
   });
+}
+
+// A user's checkpointer: training states kept in memory (a store shared by the "restarts" of one test), under
+// paths of its own ("mem://<step>"), the newest two kept. Structural: no tag, only the four members.
+struct memory_store {
+  std::mutex m;
+  std::map<std::int64_t, std::vector<std::byte>> states;
+  int removals = 0;
+};
+struct memory_checkpointer {
+  std::shared_ptr<memory_store> store;
+  fs::path save(const training_state_view& state, std::int64_t step) {
+    std::vector<std::byte> bytes = encode_training_state(state);
+    const std::lock_guard lock(store->m);
+    store->states[step] = std::move(bytes);
+    while (store->states.size() > 2) store->states.erase(store->states.begin());
+    return "mem://" + std::to_string(step);
+  }
+  std::optional<fs::path> latest() const {
+    const std::lock_guard lock(store->m);
+    if (store->states.empty()) return std::nullopt;
+    return fs::path("mem://" + std::to_string(store->states.rbegin()->first));
+  }
+  std::optional<restored_checkpoint> restore_latest_checkpoint() const {
+    const std::lock_guard lock(store->m);
+    if (store->states.empty()) return std::nullopt;
+    const auto& [step, bytes] = *store->states.rbegin();
+    const fs::path where = "mem://" + std::to_string(step);
+    return restored_checkpoint{where, step, decode_training_state(bytes, where)};
+  }
+  void remove_all() {
+    const std::lock_guard lock(store->m);
+    store->states.clear();
+    ++store->removals;
+  }
+};
+static_assert(checkpointer<memory_checkpointer>);
+
+run_result run_in_memory(const std::shared_ptr<memory_store>& store, std::optional<std::uint64_t> die_at_step,
+                         std::uint32_t init_seed, std::string* resumed_from = nullptr) {
+  run_result out;
+  std::mutex m;
+  try {
+    spawn_ranks(2, [&](local_collective& c) {
+      mirrored_strategy<local_collective&> strategy(c);
+      softmax_regression model(features, classes, init_seed);
+      momentum_sgd sgd(model.parameters().size());
+      blob_batches data(examples, features, classes, 24, c.size(), c.rank(), 9);
+      fit_options fo;
+      fo.epochs = 3;
+      std::ostringstream silent;
+      backup_options bo{"", save_frequency::every(4)};
+      bo.log = &silent;
+      basic_backup_and_restore backup(memory_checkpointer{store}, bo);
+      die_at die{die_at_step.value_or(~std::uint64_t{0})};
+      fit(strategy, model, sgd, data, fo, backup, die);
+      if (c.rank() == 0) {
+        const std::lock_guard lock(m);
+        out.params.assign(model.parameters().begin(), model.parameters().end());
+        out.velocity = sgd.velocity;
+        out.resumed_at = backup.resumed_at();
+        if (resumed_from) *resumed_from = backup.resumed_from();
+      }
+    });
+  } catch (const std::exception& e) {
+    out.failed = true;
+    out.error = e.what();
+  }
+  return out;
+}
+
+TEST(backup_and_restore, a_user_checkpointer_resumes_exactly) {
+  const run_result reference = run({});
+  ASSERT_FALSE(reference.failed) << reference.error;
+  const auto store = std::make_shared<memory_store>();
+  const run_result crashed = run_in_memory(store, 23, 1);
+  ASSERT_TRUE(crashed.failed);
+  ASSERT_EQ(store->states.size(), 2u);
+  EXPECT_EQ(store->states.rbegin()->first, 20);
+  std::string from;
+  const run_result resumed = run_in_memory(store, std::nullopt, 77, &from);
+  ASSERT_FALSE(resumed.failed) << resumed.error;
+  EXPECT_EQ(resumed.resumed_at, 20u);
+  EXPECT_EQ(from, "mem://20");
+  EXPECT_EQ(resumed.params, reference.params);
+  EXPECT_EQ(resumed.velocity, reference.velocity);
+  EXPECT_TRUE(store->states.empty()) << "removed after a successful fit";
+  EXPECT_EQ(store->removals, 1);
+}
+
+TEST(model_checkpoint, a_user_checkpointer_receives_each_save) {
+  const auto store = std::make_shared<memory_store>();
+  std::vector<float> final_params;
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 1);
+    momentum_sgd sgd(model.parameters().size());
+    blob_batches data(examples, features, classes, 24, 2, c.rank(), 9);
+    basic_model_checkpoint<memory_checkpointer> checkpoint(memory_checkpointer{store}, {});
+    fit_options fo;
+    fo.epochs = 2;
+    fit(strategy, model, sgd, data, fo, checkpoint);
+    if (c.rank() == 0) {
+      EXPECT_EQ(checkpoint.saved(), (std::vector<fs::path>{"mem://10", "mem://20"}));
+      final_params.assign(model.parameters().begin(), model.parameters().end());
+    } else {
+      EXPECT_TRUE(checkpoint.saved().empty());
+    }
+  });
+  const training_state last = decode_training_state(store->states.at(20));
+  ASSERT_EQ(last.weights.size(), 1u);
+  EXPECT_EQ(last.weights[0].values, final_params);
+  EXPECT_EQ(last.epoch, 1);
+  EXPECT_EQ(last.optimizer_iterations, 20);
 }
 
 }  // namespace

@@ -243,8 +243,8 @@ struct nan_after : softmax_regression {
   using softmax_regression::softmax_regression;
   int calls = 0;
   template <class OnReady>
-  batch_stats train_batch(std::span<const float> x, std::span<const std::int64_t> y, std::size_t n, OnReady&& r) {
-    batch_stats s = softmax_regression::train_batch(x, y, n, r);
+  batch_stats train_batch(const data::image_batch& b, OnReady&& r) {
+    batch_stats s = softmax_regression::train_batch(b, r);
     if (++calls >= 3) s.loss_sum = std::numeric_limits<double>::quiet_NaN();
     return s;
   }

@@ -54,19 +54,9 @@ struct checkpoint_manager_options {
   std::function<void(std::string_view)> warn = {};
 };
 
-/// A checkpoint that `restore_latest_checkpoint` loaded.
-struct restored_checkpoint {
-  std::filesystem::path path;  ///< the file it came from
-  std::int64_t step = 0;       ///< the step (or epoch) it was saved under
-  training_state state;        ///< its contents
-};
-
 /// Numbered training-state checkpoints in one folder; see the file comment for the contract.
 class checkpoint_manager {
  public:
-  /// Opt-in to the `checkpointer` concept.
-  using is_checkpointer = void;
-
   /// `max_to_keep` for a manager that never deletes a checkpoint.
   static constexpr std::size_t keep_all = std::numeric_limits<std::size_t>::max();
 

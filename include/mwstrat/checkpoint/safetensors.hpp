@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <new>
@@ -37,6 +38,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -86,6 +88,22 @@ template <class T>
   if (shape.empty()) shape.push_back(static_cast<std::int64_t>(values.size()));
   return {std::move(name), *dtype_of<T>, std::move(shape), std::as_bytes(values)};
 }
+
+namespace detail {
+/// A `tensor_entry` viewing `values` under `shape`; throws `checkpoint_error` naming `target` when the shape's
+/// product is not the number of values. Every writer of typed values goes through it (training states, named
+/// tensors of any `storable_tensor` type), so they all check the same way and give the same bytes.
+template <class E>
+  requires(mwstrat::dtype_of<std::remove_cv_t<E>>.has_value())
+[[nodiscard]] tensor_entry checked_entry(std::string name, std::span<E> values, std::vector<std::int64_t> shape,
+                                         const std::filesystem::path& target, std::optional<int> rank) {
+  const auto count = tensor_bytes(shape, 1, std::numeric_limits<std::uint64_t>::max());
+  if (!count || *count != values.size())
+    checkpoint_fail(rank, target,
+                    "tensor '" + name + "': shape does not match its " + std::to_string(values.size()) + " values");
+  return {std::move(name), *mwstrat::dtype_of<std::remove_cv_t<E>>, std::move(shape), std::as_bytes(values)};
+}
+}  // namespace detail
 
 /// How safetensors files are read.
 struct read_options {

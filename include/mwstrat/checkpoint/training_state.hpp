@@ -56,19 +56,25 @@ struct data_cursor {
   friend bool operator==(const data_cursor&, const data_cursor&) = default;
 };
 
-/// A named F32 tensor that owns its values.
+/// A named F32 tensor that owns its values; `tensor_like` (so `save_tensors`/`load_tensors` take it too).
 struct float_tensor {
   std::string name;
   std::vector<std::int64_t> shape;  ///< its product is `values.size()` (an empty shape is a scalar)
   std::vector<float> values;
   friend bool operator==(const float_tensor&, const float_tensor&) = default;
+  friend std::span<float> mwstrat_elements(float_tensor& t) noexcept { return t.values; }
+  friend std::span<const float> mwstrat_elements(const float_tensor& t) noexcept { return t.values; }
+  friend const std::vector<std::int64_t>& mwstrat_shape(const float_tensor& t) noexcept { return t.shape; }
 };
 
 /// A named F32 tensor viewing values owned elsewhere (a model's parameter arena, say): saving it copies nothing.
+/// `tensor_like`, read-only.
 struct float_tensor_view {
   std::string name;
   std::vector<std::int64_t> shape;  ///< its product is `values.size()` (an empty shape is a scalar)
   std::span<const float> values;
+  friend std::span<const float> mwstrat_elements(const float_tensor_view& t) noexcept { return t.values; }
+  friend const std::vector<std::int64_t>& mwstrat_shape(const float_tensor_view& t) noexcept { return t.shape; }
 };
 
 /// Everything a run needs to resume. `Tensor` is `float_tensor` (owning: what loading returns) or
@@ -99,6 +105,13 @@ using training_state_view = basic_training_state<float_tensor_view>;
          a.optimizer_iterations == b.optimizer_iterations && a.weights == b.weights &&
          a.optimizer_slots == b.optimizer_slots && a.extra == b.extra;
 }
+
+/// A checkpoint that a `checkpointer` restored: the state and where it came from (for messages and logs).
+struct restored_checkpoint {
+  std::filesystem::path path;  ///< the file (or object) it came from
+  std::int64_t step = 0;       ///< the step (or epoch) it was saved under
+  training_state state;        ///< its contents
+};
 
 /// A view of `state` (valid while `state` lives and its vectors are not resized).
 [[nodiscard]] inline training_state_view view_of(const training_state& state) {
@@ -208,11 +221,7 @@ inline std::pair<std::vector<tensor_entry>, metadata_map> training_state_entries
   std::vector<tensor_entry> entries;
   entries.reserve(state.weights.size() + state.optimizer_slots.size());
   const auto add = [&](const float_tensor_view& t, std::string name) {
-    const auto count = tensor_bytes(t.shape, 1, std::numeric_limits<std::uint64_t>::max());
-    if (!count || *count != t.values.size())
-      checkpoint_fail(rank, target,
-                      "tensor '" + name + "': shape does not match its " + std::to_string(t.values.size()) + " values");
-    entries.push_back({std::move(name), dtype::f32, t.shape, std::as_bytes(t.values)});
+    entries.push_back(checked_entry(std::move(name), t.values, t.shape, target, rank));
   };
   for (const auto& w : state.weights) {
     if (w.name.starts_with(optimizer_slot_prefix))

@@ -9,6 +9,8 @@
 ///   3. `r.name()` on a `const R&` is convertible to `std::string_view`: where the configuration comes from
 ///      ("TF_CONFIG", "Slurm"), for logs.
 ///
+/// Opt-in scheme (the same for every mwstrat concept): structural — the members above are all; there is no tag.
+///
 /// The library's resolvers: `tf_config_resolver`, `slurm_resolver`, `simple_resolver`. Opting in a resolver of
 /// your own takes only those two members, e.g. one that reads a launcher's variables:
 ///

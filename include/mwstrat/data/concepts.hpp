@@ -10,17 +10,18 @@
 ///   - `shard_mode::file`: this worker reads only the files listed in `shard_plan::files` (TensorFlow's FILE).
 /// docs/sharding.md gives the exact arithmetic with a worked example.
 ///
+/// Opt-in scheme (the same for every mwstrat concept): structural — a type with the members below is a policy; there
+/// is no tag to declare.
+///
 /// Requirements on a type `P` (each one has a near-miss test in tests/data/concepts_test.cpp):
 ///   1. `P` is copyable (policies are small values, passed by value: `distributed_batches(set, opts)`);
-///   2. `P` opts in with a member type `P::sharding_policy_tag` (any type, conventionally `void`);
-///   3. `p.name()` on a const `P` gives something convertible to `std::string_view` ("data", "file", ...);
-///   4. `p.resolve(request)` on a const `P` and a `const shard_request&` returns a `shard_plan` (it may throw
+///   2. `p.name()` on a const `P` gives something convertible to `std::string_view` ("data", "file", ...);
+///   3. `p.resolve(request)` on a const `P` and a `const shard_request&` returns a `shard_plan` (it may throw
 ///      `data_error` when the data cannot be sharded that way).
 ///
-/// Opting in, e.g. a policy that gives every worker all files of the data set in file mode:
+/// A policy of your own, e.g. one that gives every worker all files of the data set in file mode:
 /// \code
 ///   struct every_file_shard {
-///     using sharding_policy_tag = void;
 ///     std::string_view name() const noexcept { return "every_file"; }
 ///     mwstrat::data::shard_plan resolve(const mwstrat::data::shard_request& r) const {
 ///       mwstrat::data::shard_plan plan{mwstrat::data::shard_mode::file, {}};
@@ -65,8 +66,7 @@ struct shard_plan {
 
 /// A value type that decides which examples a worker reads (see the requirements above).
 template <class P>
-concept sharding_policy = std::copyable<P> && requires { typename P::sharding_policy_tag; } &&
-                          requires(const P& policy, const shard_request& request) {
+concept sharding_policy = std::copyable<P> && requires(const P& policy, const shard_request& request) {
                             { policy.name() } -> std::convertible_to<std::string_view>;
                             { policy.resolve(request) } -> std::same_as<shard_plan>;
                           };

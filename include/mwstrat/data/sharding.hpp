@@ -28,7 +28,6 @@ namespace mwstrat::data {
 /// TensorFlow's OFF: no sharding, every worker reads the whole data set. With the same seed every worker then
 /// trains on the same examples at every step, so N workers do the work of one: not recommended.
 struct off_shard {
-  using sharding_policy_tag = void;
   /// "off".
   [[nodiscard]] static constexpr std::string_view name() noexcept { return "off"; }
   /// Always `shard_mode::replicate`.
@@ -40,7 +39,6 @@ struct off_shard {
 /// whatever N is, and worker w keeps its contiguous G/N of them. The only policy under which a job may resume
 /// with a different number of workers and see exactly the same global batches.
 struct data_shard {
-  using sharding_policy_tag = void;
   /// "data".
   [[nodiscard]] static constexpr std::string_view name() noexcept { return "data"; }
   /// Always `shard_mode::data`.
@@ -51,7 +49,6 @@ struct data_shard {
 /// TensorFlow's FILE: worker w reads the files f with f % N == w, and only those. Throws data_error when the
 /// data set has fewer files than there are workers (some worker would have nothing to read).
 struct file_shard {
-  using sharding_policy_tag = void;
   /// "file".
   [[nodiscard]] static constexpr std::string_view name() noexcept { return "file"; }
   /// This worker's files, or a data_error naming the counts.
@@ -75,7 +72,6 @@ struct file_shard {
 /// TensorFlow's AUTO (its default): file sharding when the data set has at least as many files as workers,
 /// data sharding otherwise. One worker, or a single-file set such as MNIST, always resolves to data.
 struct auto_shard {
-  using sharding_policy_tag = void;
   /// "auto".
   [[nodiscard]] static constexpr std::string_view name() noexcept { return "auto"; }
   /// file_shard's plan when possible, else data_shard's.
@@ -91,7 +87,6 @@ struct auto_shard {
 /// Any sharding policy, held by value (type-erased), so options can store a user's own policy too.
 class any_shard_policy {
  public:
-  using sharding_policy_tag = void;
 
   /// TensorFlow's default: `auto_shard`.
   any_shard_policy() : any_shard_policy(auto_shard{}) {}

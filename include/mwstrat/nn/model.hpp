@@ -9,6 +9,7 @@
 /// - Work runs in the model's own oneTBB arena of `threads` threads; every result is bitwise the same for any
 ///   number of threads. Once a batch size has been seen (or reserved), a step allocates nothing.
 
+#include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
@@ -19,6 +20,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -226,6 +228,19 @@ class basic_sequential {
   /// Forward, loss and backward on one batch (gradients overwritten, no readiness callback).
   step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
     return train_batch(inputs, labels, batch, [](std::size_t, std::size_t) {});
+  }
+
+  /// `train_batch` on a batch of the library's image pipelines (what `fit` calls: `trainable_model`).
+  template <class OnReady>
+    requires std::same_as<T, float>
+  step_stats train_batch(const data::image_batch& batch, OnReady&& on_ready) {
+    return train_batch(batch.inputs, batch.labels, batch.size, std::forward<OnReady>(on_ready));
+  }
+  /// `evaluate_batch` on a batch of the library's image pipelines (what `evaluate` calls: `trainable_model`).
+  step_stats evaluate_batch(const data::image_batch& batch)
+    requires std::same_as<T, float>
+  {
+    return evaluate_batch(batch.inputs, batch.labels, batch.size);
   }
 
   /// Forward and loss on one batch in inference mode (dropout off); gradients untouched.

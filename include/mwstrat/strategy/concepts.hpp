@@ -30,8 +30,8 @@
 ///     counting a step) and `o.count_step()` (counts the step the parts made up): a sharded update;
 ///   - `storage_adopting_model<M>`: `m.adopt_storage(params, grads)` and `m.use_own_storage()`: the replicas of one
 ///     host share one parameter copy;
-///   - `thread_reporting_model<M>`: `m.threads()`, the compute threads the model uses (the overlap decision);
-///   - `executing_model<M>`: `m.execute(f)` runs `f` inside the model's own threads (where the update runs).
+///   - `model_with_threads<M>`: `m.threads()`, the compute threads the model uses (the overlap decision);
+///   - `model_with_executor<M>`: `m.execute(f)` runs `f` inside the model's own threads (where the update runs).
 ///
 /// Opt-in example, a strategy for a single process with no peers:
 /// \code
@@ -116,7 +116,7 @@ concept storage_adopting_model = requires(M& m, std::span<float> s) {
 
 /// Optional capability: a model that says how many compute threads it uses (`reduction_overlap::automatic`).
 template <class M>
-concept thread_reporting_model = requires(const M& m) {
+concept model_with_threads = requires(const M& m) {
   { m.threads() } -> std::convertible_to<int>;
 };
 
@@ -129,6 +129,6 @@ struct task_probe {
 /// Optional capability: a model that runs a task inside its own threads (its oneTBB arena), so the update uses no
 /// more cores than the model was given.
 template <class M>
-concept executing_model = requires(M& m, detail::task_probe f) { m.execute(f); };
+concept model_with_executor = requires(M& m, detail::task_probe f) { m.execute(f); };
 
 }  // namespace mwstrat

@@ -54,7 +54,7 @@ struct ignore_ready {
 template <class Model, class Optimizer>
 void apply_update(Model& model, Optimizer& optimizer) {
   auto update = [&] { optimizer.apply(model.parameters(), std::span<const float>(model.gradients())); };
-  if constexpr (executing_model<Model>) {
+  if constexpr (model_with_executor<Model>) {
     model.execute(update);
   } else {
     update();

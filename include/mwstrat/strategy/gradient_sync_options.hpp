@@ -37,7 +37,7 @@ namespace mwstrat {
 /// Whether the gradient all-reduce runs in buckets while backward still runs.
 enum class reduction_overlap {
   /// Overlap, except when on some machine more than one replica runs and their compute threads (the model's
-  /// `threads()`, `thread_reporting_model`) add up to at least the CPUs there: then reduce once after backward.
+  /// `threads()`, `model_with_threads`) add up to at least the CPUs there: then reduce once after backward.
   /// A model that does not say how many threads it uses counts as leaving room (overlap).
   automatic,
   always,  ///< buckets of `gradient_sync_options::bucket_bytes`, sent as backward makes them ready

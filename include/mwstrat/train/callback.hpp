@@ -11,7 +11,7 @@
 ///
 /// `ctx` is the `train_context` of the run (strategy, model, optimizer, position, `stop_training`). A hook may be a
 /// template over the context type. A type with none of the hooks is not a callback (a typo would silently do
-/// nothing), which `callback_for` rejects.
+/// nothing), which `callback_for` rejects. Each hook is a named capability (`has_on_train_begin<C, Ctx>`, ...).
 
 #include <mwstrat/train/logs.hpp>
 
@@ -19,57 +19,79 @@
 
 namespace mwstrat {
 
+// One named capability per hook (a callback has any subset of them).
+
+/// Hook capability: `c.on_train_begin(ctx)`.
+template <class C, class Ctx>
+concept has_on_train_begin = requires(C& c, Ctx& ctx) { c.on_train_begin(ctx); };
+/// Hook capability: `c.on_train_end(ctx, history)`.
+template <class C, class Ctx>
+concept has_on_train_end = requires(C& c, Ctx& ctx, const history& h) { c.on_train_end(ctx, h); };
+/// Hook capability: `c.on_epoch_begin(ctx, epoch)`.
+template <class C, class Ctx>
+concept has_on_epoch_begin = requires(C& c, Ctx& ctx, int e) { c.on_epoch_begin(ctx, e); };
+/// Hook capability: `c.on_epoch_end(ctx, epoch, epoch_logs)`.
+template <class C, class Ctx>
+concept has_on_epoch_end = requires(C& c, Ctx& ctx, int e, const epoch_logs& l) { c.on_epoch_end(ctx, e, l); };
+/// Hook capability: `c.on_train_batch_begin(ctx, step)`.
+template <class C, class Ctx>
+concept has_on_train_batch_begin = requires(C& c, Ctx& ctx, std::size_t s) { c.on_train_batch_begin(ctx, s); };
+/// Hook capability: `c.on_train_batch_end(ctx, step, batch_logs)`.
+template <class C, class Ctx>
+concept has_on_train_batch_end = requires(C& c, Ctx& ctx, std::size_t s, const batch_logs& l) {
+  c.on_train_batch_end(ctx, s, l);
+};
+/// Hook capability: `c.on_test_begin(ctx)`.
+template <class C, class Ctx>
+concept has_on_test_begin = requires(C& c, Ctx& ctx) { c.on_test_begin(ctx); };
+/// Hook capability: `c.on_test_end(ctx, evaluation)`.
+template <class C, class Ctx>
+concept has_on_test_end = requires(C& c, Ctx& ctx, const evaluation& r) { c.on_test_end(ctx, r); };
+
 /// `C` has at least one of the hooks, callable with a context of type `Ctx`.
 template <class C, class Ctx>
-concept callback_for = requires(C& c, Ctx& ctx) { c.on_train_begin(ctx); } ||
-                       requires(C& c, Ctx& ctx, const history& h) { c.on_train_end(ctx, h); } ||
-                       requires(C& c, Ctx& ctx, int e) { c.on_epoch_begin(ctx, e); } ||
-                       requires(C& c, Ctx& ctx, int e, const epoch_logs& l) { c.on_epoch_end(ctx, e, l); } ||
-                       requires(C& c, Ctx& ctx, std::size_t s) { c.on_train_batch_begin(ctx, s); } ||
-                       requires(C& c, Ctx& ctx, std::size_t s, const batch_logs& l) {
-                         c.on_train_batch_end(ctx, s, l);
-                       } ||
-                       requires(C& c, Ctx& ctx) { c.on_test_begin(ctx); } ||
-                       requires(C& c, Ctx& ctx, const evaluation& r) { c.on_test_end(ctx, r); };
+concept callback_for = has_on_train_begin<C, Ctx> || has_on_train_end<C, Ctx> || has_on_epoch_begin<C, Ctx> ||
+                       has_on_epoch_end<C, Ctx> || has_on_train_batch_begin<C, Ctx> ||
+                       has_on_train_batch_end<C, Ctx> || has_on_test_begin<C, Ctx> || has_on_test_end<C, Ctx>;
 
 namespace detail {
 
 // One function per hook: calls it on every callback that has it, in the order given.
 template <class Ctx, class... C>
 void fire_train_begin(Ctx& ctx, C&... cs) {
-  ([&] { if constexpr (requires { cs.on_train_begin(ctx); }) cs.on_train_begin(ctx); }(), ...);
+  ([&] { if constexpr (has_on_train_begin<C, Ctx>) cs.on_train_begin(ctx); }(), ...);
 }
 template <class Ctx, class... C>
 void fire_train_end(Ctx& ctx, const history& h, C&... cs) {
-  ([&] { if constexpr (requires { cs.on_train_end(ctx, h); }) cs.on_train_end(ctx, h); }(), ...);
+  ([&] { if constexpr (has_on_train_end<C, Ctx>) cs.on_train_end(ctx, h); }(), ...);
 }
 template <class Ctx, class... C>
-void fire_epoch_begin(Ctx& ctx, int epoch, C&... cs) {
-  ([&] { if constexpr (requires { cs.on_epoch_begin(ctx, epoch); }) cs.on_epoch_begin(ctx, epoch); }(), ...);
+void fire_epoch_begin(Ctx& ctx, [[maybe_unused]] int epoch, C&... cs) {
+  ([&] { if constexpr (has_on_epoch_begin<C, Ctx>) cs.on_epoch_begin(ctx, epoch); }(), ...);
 }
 template <class Ctx, class... C>
-void fire_epoch_end(Ctx& ctx, int epoch, const epoch_logs& logs, C&... cs) {
-  ([&] { if constexpr (requires { cs.on_epoch_end(ctx, epoch, logs); }) cs.on_epoch_end(ctx, epoch, logs); }(), ...);
+void fire_epoch_end(Ctx& ctx, [[maybe_unused]] int epoch, const epoch_logs& logs, C&... cs) {
+  ([&] { if constexpr (has_on_epoch_end<C, Ctx>) cs.on_epoch_end(ctx, epoch, logs); }(), ...);
 }
 template <class Ctx, class... C>
-void fire_batch_begin(Ctx& ctx, std::size_t step, C&... cs) {
+void fire_batch_begin(Ctx& ctx, [[maybe_unused]] std::size_t step, C&... cs) {
   ([&] {
-    if constexpr (requires { cs.on_train_batch_begin(ctx, step); }) cs.on_train_batch_begin(ctx, step);
+    if constexpr (has_on_train_batch_begin<C, Ctx>) cs.on_train_batch_begin(ctx, step);
   }(), ...);
 }
 template <class Ctx, class... C>
-void fire_batch_end(Ctx& ctx, std::size_t step, const batch_logs& logs, C&... cs) {
+void fire_batch_end(Ctx& ctx, [[maybe_unused]] std::size_t step, const batch_logs& logs, C&... cs) {
   ([&] {
-    if constexpr (requires { cs.on_train_batch_end(ctx, step, logs); }) cs.on_train_batch_end(ctx, step, logs);
+    if constexpr (has_on_train_batch_end<C, Ctx>) cs.on_train_batch_end(ctx, step, logs);
   }(), ...);
 }
 template <class Ctx, class... C>
 void fire_test_begin(Ctx& ctx, C&... cs) {
-  ([&] { if constexpr (requires { cs.on_test_begin(ctx); }) cs.on_test_begin(ctx); }(), ...);
+  ([&] { if constexpr (has_on_test_begin<C, Ctx>) cs.on_test_begin(ctx); }(), ...);
 }
 template <class Ctx, class... C>
 void fire_test_end(Ctx& ctx, const evaluation& r, C&... cs) {
-  ([&] { if constexpr (requires { cs.on_test_end(ctx, r); }) cs.on_test_end(ctx, r); }(), ...);
+  ([&] { if constexpr (has_on_test_end<C, Ctx>) cs.on_test_end(ctx, r); }(), ...);
 }
 
 }  // namespace detail

@@ -1,7 +1,15 @@
 #pragma once
 /// \file
-/// What `fit` and `evaluate` ask of a model, an optimizer, a dataset and a callback — and nothing more, so a
-/// model built on the user's own tensor type trains without including `mwstrat/nn`.
+/// What `fit`, `evaluate`, BackupAndRestore, ModelCheckpoint and `save_model` ask of a model, an optimizer and a
+/// dataset — and nothing more, so a model built on the user's own tensor type trains without including
+/// `mwstrat/nn`.
+///
+/// Opt-in scheme (the same for every mwstrat concept): structural — a type models a concept when it has the
+/// members listed, with no tag to declare. What the library can use but does not need is an optional
+/// capability, a named concept below, tested by name wherever it is used. Capabilities a resume depends on come
+/// in complete groups (`model_with_step`, `checkpointable_optimizer`): a type that has any member of a group
+/// must have all of them, or BackupAndRestore / `save_model` / `load_model` fail to compile with a message that
+/// names the missing member (`check_resume_hooks`), so a misspelt hook can never make a resume silently inexact.
 ///
 /// `batch_source<D>` — a dataset as this worker sees it:
 ///   1. `d.steps_per_epoch()`: the number of global steps in an epoch, the same on every worker;
@@ -12,21 +20,29 @@
 /// `trainable_model<M, Batch>` — a replica:
 ///   1. `m.parameters()` and `m.gradients()`: the whole parameter and gradient arenas as `std::span<float>`, in
 ///      the same layout (one broadcast mirrors the model, one all-reduce averages the gradients);
-///   2. `m.fingerprint()`: text naming the architecture (layer kinds and shapes), equal on every replica;
-///   3. `m.train_batch(batch, on_ready)` (or, for batches of images, `m.train_batch(inputs, labels, size,
-///      on_ready)`): forward, loss, backward; overwrites the gradients with d(mean loss of the batch)/d(params) and
-///      calls `on_ready(offset, count)` for each layer's gradient slice as soon as it is final, last layer first,
-///      so that the reduction overlaps the rest of backward; returns a `batch_result`;
-///   4. `m.evaluate_batch(batch)` (or the images form): forward and loss only; returns a `batch_result`.
+///   2. `m.fingerprint()` on a const `M`: text naming the architecture (layer kinds and shapes), equal on every
+///      replica;
+///   3. `m.train_batch(batch, on_ready)`: forward, loss, backward; overwrites the gradients with d(mean loss of the
+///      batch)/d(params) and calls `on_ready(offset, count)` for each layer's gradient slice as soon as it is
+///      final, last layer first, so that the reduction overlaps the rest of backward; returns a `batch_result`;
+///   4. `m.evaluate_batch(batch)`: forward and loss only; returns a `batch_result`.
+/// The batch is whatever the `batch_source` yields (`data::image_batch` for the library's image pipelines).
 ///
 /// `batch_result<R>`: `r.loss_sum` (sum of the per-example losses), `r.correct` (examples classified right) and
 /// `r.count` (examples), so that metrics reduce over workers weighted by examples.
 ///
-/// `optimizer_for<O>`: `o.apply(params, gradients)` updates `params` in place. An optimizer may also offer
-/// `learning_rate()` / `set_learning_rate(x)` (used by schedules), `state()` / `iterations()` /
-/// `set_iterations(n)` (saved by BackupAndRestore) and the members of `part_update_optimizer` (sharded update).
+/// `optimizer_for<O>`: `o.apply(params, gradients)` updates `params` in place.
 ///
-/// Opt-in example (a linear model on the user's own batch type):
+/// Optional capabilities (each a named concept below; near-miss tests in tests/train/concepts_test.cpp):
+///   - model: `model_with_step` (`step()` / `set_step(n)`: the RNG position BackupAndRestore saves — a resume
+///     group), `named_parameters_model` (`named_parameters()`: checkpoints name the tensors);
+///   - optimizer: `checkpointable_optimizer` (`state()` or `slots()`, `iterations()`, `set_iterations(n)` — a
+///     resume group), `resizable_optimizer` (`resize(n)`: slots sized before the first update),
+///     `has_learning_rate` (`learning_rate()` / `set_learning_rate(x)`: schedules).
+/// What gradient synchronisation may use — `model_with_threads`, `model_with_executor`, `storage_adopting_model`,
+/// `part_update_optimizer` — is named in strategy/concepts.hpp, beside the component that uses it.
+///
+/// Example (a linear model on the user's own batch type):
 /// \code
 ///   struct my_batch { const double* x; const int* y; std::size_t n; };
 ///   struct my_model {
@@ -37,12 +53,16 @@
 ///   static_assert(mwstrat::trainable_model<my_model, my_batch>);
 /// \endcode
 
+#include <mwstrat/tensor/concepts.hpp>
+
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <ranges>
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 namespace mwstrat {
 
@@ -51,13 +71,6 @@ struct batch_stats {
   double loss_sum = 0;
   double correct = 0;
   double count = 0;
-};
-
-/// A batch of images (`size` × example floats, row-major) and their class labels: what the reference stack uses.
-struct image_batch {
-  std::span<const float> inputs;
-  std::span<const std::int64_t> labels;
-  std::size_t size = 0;
 };
 
 /// The result of training or evaluating one batch (requirements in the file comment).
@@ -86,45 +99,133 @@ struct ready_probe {
 };
 }  // namespace detail
 
-/// Trains `m` on `b`, calling `on_ready` for each final gradient slice; picks the model's batch or images form.
-template <class M, class B, class OnReady>
-decltype(auto) train_on_batch(M& m, const B& b, OnReady&& on_ready) {
-  if constexpr (requires { m.train_batch(b, on_ready); }) {
-    return m.train_batch(b, std::forward<OnReady>(on_ready));
-  } else {
-    return m.train_batch(b.inputs, b.labels, b.size, std::forward<OnReady>(on_ready));
-  }
-}
-
-/// Evaluates `m` on `b` (forward and loss only); picks the model's batch or images form.
-template <class M, class B>
-decltype(auto) evaluate_on_batch(M& m, const B& b) {
-  if constexpr (requires { m.evaluate_batch(b); }) {
-    return m.evaluate_batch(b);
-  } else {
-    return m.evaluate_batch(b.inputs, b.labels, b.size);
-  }
-}
-
 /// A model replica that `fit` can train on batches of type `Batch` (requirements in the file comment).
 template <class M, class Batch>
 concept trainable_model = requires(M& m, const M& cm, const Batch& b, detail::ready_probe on_ready) {
   { m.parameters() } -> std::convertible_to<std::span<float>>;
   { m.gradients() } -> std::convertible_to<std::span<float>>;
   { cm.fingerprint() } -> std::convertible_to<std::string_view>;
-  { mwstrat::train_on_batch(m, b, on_ready) } -> batch_result;
-  { mwstrat::evaluate_on_batch(m, b) } -> batch_result;
+  { m.train_batch(b, on_ready) } -> batch_result;
+  { m.evaluate_batch(b) } -> batch_result;
 };
+
+/// Trains `m` on `b` (requirement 3 of `trainable_model`), calling `on_ready` for each final gradient slice.
+template <class M, class B, class OnReady>
+decltype(auto) train_on_batch(M& m, const B& b, OnReady&& on_ready) {
+  return m.train_batch(b, std::forward<OnReady>(on_ready));
+}
+
+/// Evaluates `m` on `b` (requirement 4 of `trainable_model`): forward and loss only.
+template <class M, class B>
+decltype(auto) evaluate_on_batch(M& m, const B& b) {
+  return m.evaluate_batch(b);
+}
 
 /// An optimizer that updates parameters in place from their gradients.
 template <class O>
 concept optimizer_for = requires(O& o, std::span<float> p, std::span<const float> g) { o.apply(p, g); };
 
-/// An optimizer whose learning rate can be read and changed (for schedules).
+// ------------------------------------------------------------------------------------------------ model capabilities
+
+/// Resume group: `m.step()` on a const model (convertible to `std::uint64_t`) and `m.set_step(n)`: the position of
+/// the model's own RNG (dropout masks), which BackupAndRestore saves and restores. Both or neither.
+template <class M>
+concept model_with_step = requires(M& m, const M& cm, std::uint64_t n) {
+  { cm.step() } -> std::convertible_to<std::uint64_t>;
+  m.set_step(n);
+};
+
+/// One element of `named_parameters()`: `p.name` (convertible to `std::string_view`) and either a `tensor_like`
+/// of `const float` (the user's own tensor type, viewing the arena) or the fields `shape` (a range of integers)
+/// and `values` (a span of floats into the arena).
+template <class P>
+concept named_parameter =
+    requires(const P& p) {
+      { p.name } -> std::convertible_to<std::string_view>;
+    } &&
+    ((tensor_like<const P> && std::same_as<std::remove_cv_t<tensor_element_t<const P>>, float>) ||
+     requires(const P& p) {
+       requires std::ranges::input_range<decltype(p.shape)>;
+       { p.values } -> std::convertible_to<std::span<const float>>;
+     });
+
+/// Capability: `m.named_parameters()`, a range of `named_parameter`s covering the arena in order, so checkpoints
+/// name each tensor (`dense/kernel`, ...) and read well from Python; without it the arena is one tensor
+/// `parameters`.
+template <class M>
+concept named_parameters_model = requires(M& m) {
+  requires std::ranges::input_range<decltype(m.named_parameters())>;
+  requires named_parameter<std::ranges::range_value_t<decltype(m.named_parameters())>>;
+};
+
+// -------------------------------------------------------------------------------------------- optimizer capabilities
+
+/// Resume group: an optimizer whose slots and step count can be saved and restored exactly — `o.state()` or
+/// `o.slots()` (a `std::span<float>` of every slot), `o.iterations()` and `o.set_iterations(n)`. All or none.
+template <class O>
+concept checkpointable_optimizer =
+    (requires(O& o) {
+      { o.state() } -> std::convertible_to<std::span<float>>;
+    } || requires(O& o) {
+      { o.slots() } -> std::convertible_to<std::span<float>>;
+    }) && requires(O& o, std::int64_t n) {
+      { o.iterations() } -> std::convertible_to<std::int64_t>;
+      o.set_iterations(n);
+    };
+
+/// Capability: `o.resize(n)` sizes the slots for `n` parameters (an optimizer that creates them at its first
+/// update can then be restored before it).
+template <class O>
+concept resizable_optimizer = requires(O& o, std::size_t n) { o.resize(n); };
+
+/// Capability: an optimizer whose learning rate can be read and changed (for schedules).
 template <class O>
 concept has_learning_rate = requires(O& o, double lr) {
   { o.learning_rate() } -> std::convertible_to<double>;
   o.set_learning_rate(lr);
 };
+
+// ------------------------------------------------------------------------------------------- complete resume groups
+
+namespace detail {
+template <class M>
+concept has_any_step_hook = requires(const M& m) { m.step(); } || requires(M& m, std::uint64_t n) { m.set_step(n); };
+template <class O>
+concept has_any_checkpoint_hook = requires(O& o) { o.state(); } || requires(O& o) { o.slots(); } ||
+                                  requires(O& o) { o.iterations(); } ||
+                                  requires(O& o, std::int64_t n) { o.set_iterations(n); };
+}  // namespace detail
+
+/// Fails to compile, naming the missing member, when `Model` or `Optimizer` has part of a resume group
+/// (`model_with_step`, `checkpointable_optimizer`) but not all of it: a resume would otherwise silently skip the
+/// group and be inexact. BackupAndRestore, ModelCheckpoint, `save_model` and `load_model` call it.
+template <class Model, class Optimizer>
+constexpr bool check_resume_hooks() {
+  if constexpr (detail::has_any_step_hook<Model>) {
+    static_assert(requires(const Model& m) {
+      { m.step() } -> std::convertible_to<std::uint64_t>;
+    }, "mwstrat: the model has set_step(n) but no `step() const` returning its step as an integer (resume group "
+       "model_with_step: both or neither), so BackupAndRestore cannot save its RNG position");
+    static_assert(requires(Model& m, std::uint64_t n) { m.set_step(n); },
+                  "mwstrat: the model has step() but no `set_step(n)` (resume group model_with_step: both or "
+                  "neither), so BackupAndRestore cannot restore its RNG position");
+  }
+  if constexpr (detail::has_any_checkpoint_hook<Optimizer>) {
+    static_assert(requires(Optimizer& o) {
+      { o.state() } -> std::convertible_to<std::span<float>>;
+    } || requires(Optimizer& o) {
+      { o.slots() } -> std::convertible_to<std::span<float>>;
+    }, "mwstrat: the optimizer has some of the checkpoint hooks but no `state()` or `slots()` returning its slots as "
+       "a std::span<float> (resume group checkpointable_optimizer: all or none)");
+    static_assert(requires(Optimizer& o) {
+      { o.iterations() } -> std::convertible_to<std::int64_t>;
+    }, "mwstrat: the optimizer has some of the checkpoint hooks but no `iterations()` returning its step count "
+       "(resume group checkpointable_optimizer: all or none)");
+    static_assert(requires(Optimizer& o, std::int64_t n) { o.set_iterations(n); },
+                  "mwstrat: the optimizer has some of the checkpoint hooks but no `set_iterations(n)` (resume group "
+                  "checkpointable_optimizer: all or none), so a resume would restart its step count");
+  }
+  return true;
+}
 
 }  // namespace mwstrat

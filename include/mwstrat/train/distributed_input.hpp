@@ -7,6 +7,7 @@
 /// batch × workers) and fills buffers it owns: no allocation per step.
 
 #include <mwstrat/data/distributed.hpp>
+#include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/data/labeled_images.hpp>
 #include <mwstrat/train/concepts.hpp>
 
@@ -46,7 +47,7 @@ class distributed_input {
   [[nodiscard]] std::size_t steps_per_epoch() const { return batches_.steps_per_epoch(); }
 
   /// This worker's part of global step `step` of epoch `epoch`; valid until the next call.
-  image_batch batch_at(std::size_t epoch, std::size_t step) {
+  data::image_batch batch_at(std::size_t epoch, std::size_t step) {
     const data::data_cursor at{epoch, step, batches_.options().seed};
     const std::size_t n = batches_.fill(at, images_, labels_);
     return {std::span<const float>(images_).first(n * batches_.example_size()),

@@ -2,41 +2,32 @@
 /// \file
 /// Moving a model's weights and an optimizer's slots in and out of a checkpoint `training_state`.
 ///
-/// A model may name its tensors with `named_parameters()` — a range of objects with `name`, `shape` (int64s) and
-/// `values` (`std::span<float>` into the arena, in arena order) — so that files read well from Python
-/// (`conv2d/kernel`, ...); otherwise its arena is saved as one tensor `parameters`. An optimizer with slots opts in
-/// with `state()` or `slots()` (a `std::span<float>`), `iterations()` and `set_iterations(n)`, and may size its
-/// slots for n parameters with `resize(n)` (slots created lazily by the first update).
+/// A model may name its tensors (`named_parameters_model`: a range of the user's own `tensor_like` tensors with a
+/// `name`, or of records with `name`, `shape` and `values`, in arena order) so that files read well from Python
+/// (`conv2d/kernel`, ...); otherwise its arena is saved as one tensor `parameters`. An optimizer's slots are saved
+/// when it is a `checkpointable_optimizer`, sized first for the model when it is a `resizable_optimizer` (slots
+/// created lazily by the first update). All of these capabilities are named in train/concepts.hpp.
 
 #include <mwstrat/checkpoint/training_state.hpp>
 #include <mwstrat/error.hpp>
+#include <mwstrat/tensor/concepts.hpp>
+#include <mwstrat/train/concepts.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace mwstrat {
 
-/// An optimizer whose slots and step count can be saved and restored exactly.
-template <class O>
-concept checkpointable_optimizer =
-    (requires(O& o) {
-      { o.state() } -> std::convertible_to<std::span<float>>;
-    } || requires(O& o) {
-      { o.slots() } -> std::convertible_to<std::span<float>>;
-    }) && requires(O& o, std::int64_t n) {
-      { o.iterations() } -> std::convertible_to<std::int64_t>;
-      o.set_iterations(n);
-    };
-
 /// The slots of a `checkpointable_optimizer`, sized for `parameters` values first where the optimizer can.
 template <checkpointable_optimizer O>
 std::span<float> optimizer_slots(O& o, std::size_t parameters) {
-  if constexpr (requires { o.resize(parameters); }) o.resize(parameters);
-  if constexpr (requires { o.state(); }) {
+  if constexpr (resizable_optimizer<O>) o.resize(parameters);
+  if constexpr (requires { { o.state() } -> std::convertible_to<std::span<float>>; }) {
     return o.state();
   } else {
     return o.slots();
@@ -47,10 +38,17 @@ std::span<float> optimizer_slots(O& o, std::size_t parameters) {
 template <class Model>
 std::vector<float_tensor_view> weight_views(Model& model) {
   std::vector<float_tensor_view> out;
-  if constexpr (requires { model.named_parameters(); }) {
+  if constexpr (named_parameters_model<Model>) {
     for (const auto& p : model.named_parameters()) {
-      out.push_back({std::string(p.name), std::vector<std::int64_t>(p.shape.begin(), p.shape.end()),
-                     std::span<const float>(p.values)});
+      using P = std::remove_cvref_t<decltype(p)>;
+      if constexpr (tensor_like<const P>) {  // the user's own tensor type, through tensor_like
+        const std::vector<std::size_t> extents = mwstrat::shape(p);
+        out.push_back({std::string(p.name), std::vector<std::int64_t>(extents.begin(), extents.end()),
+                       mwstrat::elements(p)});
+      } else {
+        out.push_back({std::string(p.name), std::vector<std::int64_t>(p.shape.begin(), p.shape.end()),
+                       std::span<const float>(p.values)});
+      }
     }
   } else {
     const std::span<float> all = model.parameters();

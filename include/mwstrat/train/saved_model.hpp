@@ -7,9 +7,14 @@
 /// chief writes (`save_model(strategy, ...)`): the replicas are identical, so the others have nothing to add, and
 /// since saving sends nothing over the network it cannot deadlock however many workers call it. Loading checks the
 /// architecture and raises `checkpoint_error` naming the file when it differs.
+///
+/// The weights go through `weight_views`: a model's own `tensor_like` tensors (`named_parameters_model`) are saved
+/// under their names, read through `mwstrat::elements` / `mwstrat::shape`. For tensors of other element types, or
+/// tensors that are not a model's, `save_tensors` / `load_tensors` (checkpoint/named_tensors.hpp).
 
 #include <mwstrat/checkpoint/training_state.hpp>
 #include <mwstrat/error.hpp>
+#include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/model_state.hpp>
 
 #include <filesystem>
@@ -23,10 +28,12 @@ struct save_model_options {
   std::int64_t epoch = 0;         ///< recorded in the file's metadata
 };
 
-/// Writes `model` (and `optimizer`'s state unless excluded) to `path` atomically.
+/// What `save_model` writes, as a view of `model` (and `optimizer`'s state unless excluded): what a `checkpointer`
+/// saves for ModelCheckpoint.
 template <class Model, class Optimizer>
-void save_model(const std::filesystem::path& path, Model& model, Optimizer& optimizer,
-                const save_model_options& options = {}) {
+[[nodiscard]] training_state_view model_state_view(Model& model, Optimizer& optimizer,
+                                                   const save_model_options& options = {}) {
+  static_assert(check_resume_hooks<Model, Optimizer>());
   training_state_view s;
   s.epoch = options.epoch;
   s.model_fingerprint = std::string(model.fingerprint());
@@ -37,6 +44,14 @@ void save_model(const std::filesystem::path& path, Model& model, Optimizer& opti
       s.optimizer_iterations = static_cast<std::int64_t>(optimizer.iterations());
     }
   }
+  return s;
+}
+
+/// Writes `model` (and `optimizer`'s state unless excluded) to `path` atomically.
+template <class Model, class Optimizer>
+void save_model(const std::filesystem::path& path, Model& model, Optimizer& optimizer,
+                const save_model_options& options = {}) {
+  const training_state_view s = model_state_view(model, optimizer, options);
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
   save_training_state(path, s);
@@ -62,6 +77,7 @@ bool save_model(Strategy& strategy, const std::filesystem::path& path, Model& mo
 /// state). Throws `checkpoint_error` naming the file when it is corrupt or of another architecture.
 template <class Model, class Optimizer>
 void load_model(const std::filesystem::path& path, Model& model, Optimizer& optimizer) {
+  static_assert(check_resume_hooks<Model, Optimizer>());
   const training_state s = load_training_state(path);
   const std::string fingerprint(model.fingerprint());
   if (s.model_fingerprint != fingerprint) {

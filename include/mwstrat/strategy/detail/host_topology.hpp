@@ -87,7 +87,7 @@ bool overlap_reduction(Collective& collective, const Model& model, reduction_ove
   if (policy != reduction_overlap::automatic) return policy == reduction_overlap::always;
   replica_load mine;
   mine.host = host_key();
-  if constexpr (thread_reporting_model<Model>) mine.threads = static_cast<std::int64_t>(model.threads());
+  if constexpr (model_with_threads<Model>) mine.threads = static_cast<std::int64_t>(model.threads());
   mine.cpus = usable_cpus();
   const auto n = static_cast<std::size_t>(collective.size());
   const std::array<std::int64_t, 3> packed{mine.host, mine.threads, mine.cpus};

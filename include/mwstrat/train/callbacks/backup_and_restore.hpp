@@ -9,6 +9,12 @@
 /// written atomically (a crash mid-write leaves the previous one) and keeps the one before as a fallback; it is
 /// removed after a successful `fit` when `delete_checkpoint` is set.
 ///
+/// The backups go through any `checkpointer` (checkpoint/concepts.hpp): by default a `checkpoint_manager` of
+/// `backup_dir` keeping the newest two (`backup_and_restore`); `basic_backup_and_restore<K>` takes one of the
+/// user's own (an object store, a different folder layout, memory), built by the user and used only on the chief.
+/// The model and optimizer's resume hooks must come in complete groups (`check_resume_hooks`, train/concepts.hpp):
+/// a misspelt hook does not compile rather than resuming inexactly.
+///
 /// Writing in the background (the default): at a save point the chief copies the state into a buffer it reuses
 /// (a memcpy of the weights and optimizer slots) and a writer thread serialises, writes, fsyncs, renames and
 /// prunes, while training goes on. At most one write is in flight: the next save point, `on_train_end`,
@@ -18,9 +24,11 @@
 /// complete on disk, which may be one save point earlier than the last one started.
 
 #include <mwstrat/checkpoint/background_writer.hpp>
+#include <mwstrat/checkpoint/concepts.hpp>
 #include <mwstrat/checkpoint/manager.hpp>
 #include <mwstrat/checkpoint/training_state.hpp>
 #include <mwstrat/error.hpp>
+#include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/model_state.hpp>
 
@@ -67,7 +75,9 @@ struct save_frequency {
 
 /// Options of `backup_and_restore`.
 struct backup_options {
-  std::filesystem::path backup_dir;                ///< the chief's backup folder (created when needed)
+  /// The chief's backup folder (created when needed) for the default checkpointer; with a checkpointer of the
+  /// user's own it only names the backup in messages (and may be empty).
+  std::filesystem::path backup_dir;
   save_frequency save_freq = save_frequency::epoch();
   bool delete_checkpoint = true;                   ///< remove the backup after a successful fit
   std::ostream* log = &std::cerr;                  ///< where the chief says what it restored
@@ -75,20 +85,31 @@ struct backup_options {
   /// the state, and it holds one more copy of it. false: write on the training thread, which waits for the
   /// serialisation, both fsyncs and the rename (the cost of a whole save at every save point, no extra memory).
   bool write_in_background = true;
-  /// How the backup files are written (fsync, fault hooks for tests); the rank is filled in.
+  /// How the default checkpointer writes the backup files (fsync, fault hooks for tests); the rank is filled in.
   write_options write = {};
 };
 
-/// Backs up the whole training state and restores it when a job restarts (see the file comment).
-class backup_and_restore {
+/// Backs up the whole training state through a `Checkpointer` and restores it when a job restarts (see the file
+/// comment). `backup_and_restore` is the one over a `checkpoint_manager` of `backup_dir`.
+template <checkpointer Checkpointer>
+class basic_backup_and_restore {
  public:
-  explicit backup_and_restore(backup_options options) : options_(std::move(options)) {
+  /// Backs up to a `checkpoint_manager` of `options.backup_dir` (made on the chief at the start of `fit`).
+  explicit basic_backup_and_restore(backup_options options)
+    requires std::same_as<Checkpointer, checkpoint_manager>
+      : options_(std::move(options)) {
     if (options_.backup_dir.empty()) throw config_error({"train"}, "backup_and_restore: backup_dir is empty");
   }
-  backup_and_restore(const backup_and_restore&) = delete;
-  backup_and_restore& operator=(const backup_and_restore&) = delete;
+  /// Backs up through `k` (used on the chief only); `options.backup_dir`, if empty, becomes "<checkpointer>" in
+  /// messages.
+  basic_backup_and_restore(Checkpointer k, backup_options options)
+      : options_(std::move(options)), checkpointer_(std::move(k)), own_checkpointer_(true) {
+    if (options_.backup_dir.empty()) options_.backup_dir = "<checkpointer>";
+  }
+  basic_backup_and_restore(const basic_backup_and_restore&) = delete;
+  basic_backup_and_restore& operator=(const basic_backup_and_restore&) = delete;
   /// Waits for a backup still being written; logs its failure, if it failed, since nobody else will see it.
-  ~backup_and_restore() {
+  ~basic_backup_and_restore() {
     if (const std::exception_ptr failure = writer_.finish(); failure && options_.log) {
       *options_.log << "[mwstrat.train.backup] rank " << rank_ << ": warning: " << failure_message(failure) << "\n"
                     << std::flush;
@@ -105,11 +126,18 @@ class backup_and_restore {
 
   /// Whether the last `fit` resumed from a backup, and at which global step.
   [[nodiscard]] std::optional<std::uint64_t> resumed_at() const { return resumed_at_; }
+  /// Where the last `fit` resumed from (the restored checkpoint's path), on the chief; empty when it did not.
+  [[nodiscard]] const std::string& resumed_from() const { return source_; }
+  /// The checkpointer (on the chief, once `fit` has started, or from construction when the user gave one).
+  [[nodiscard]] Checkpointer* backup_checkpointer() { return checkpointer_ ? &*checkpointer_ : nullptr; }
 
   template <class Ctx>
   void on_train_begin(Ctx& ctx) {
+    static_assert(check_resume_hooks<std::remove_cvref_t<decltype(ctx.model)>,
+                                     std::remove_cvref_t<decltype(ctx.optimizer)>>());
     const int rank = ctx.strategy.replica_id();
     resumed_at_.reset();
+    source_.clear();
     // A write left in flight by an earlier fit that failed: let it finish before reading the folder. Its failure
     // does not stop this run, which restores the newest complete backup, but it is said.
     if (const std::exception_ptr failure = writer_.finish(); failure && options_.log) {
@@ -117,11 +145,13 @@ class backup_and_restore {
                     << std::flush;
     }
     rank_ = rank;
-    if (ctx.strategy.is_chief()) {
-      checkpoint_manager_options mo;
-      mo.write = options_.write;
-      mo.write.rank = rank;
-      manager_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
+    if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
+      if (ctx.strategy.is_chief() && !own_checkpointer_) {
+        checkpoint_manager_options mo;
+        mo.write = options_.write;
+        mo.write.rank = rank;
+        checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
+      }
     }
     // Header, broadcast from the chief: [status, epoch, step, iterations, loss_sum, correct, count, model step, -].
     // status: 1 restored, 0 nothing to restore, -1 the chief failed (every worker then fails too).
@@ -130,7 +160,7 @@ class backup_and_restore {
     std::string failure;
     if (ctx.strategy.is_chief()) {
       try {
-        if (auto restored = manager_->restore_latest_checkpoint()) {
+        if (auto restored = checkpointer_->restore_latest_checkpoint()) {
           source_ = restored->path.string();
           state = std::move(restored->state);
           check_fits(ctx, *state);
@@ -171,7 +201,7 @@ class backup_and_restore {
       ctx.strategy.mirror(optimizer_slots(ctx.optimizer, ctx.model.parameters().size()));
       ctx.optimizer.set_iterations(static_cast<decltype(ctx.optimizer.iterations())>(head[3]));
     }
-    if constexpr (requires { ctx.model.set_step(std::uint64_t{}); }) {
+    if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) {
       ctx.model.set_step(static_cast<std::uint64_t>(head[7]));  // the model's RNG position (dropout)
     }
     ctx.epoch = static_cast<int>(head[1]);
@@ -203,7 +233,7 @@ class backup_and_restore {
     wait_for_backup();  // the last backup is on disk, or its failure is thrown, before fit returns or deletes it
     if (!options_.delete_checkpoint || h.stopped_early) return;
     if (ctx.epoch < ctx.epochs) return;  // not finished: keep the backup
-    manager_->remove_all();
+    checkpointer_->remove_all();
   }
 
  private:
@@ -227,15 +257,15 @@ class backup_and_restore {
     s.extra["train.epoch_correct"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.correct);
     s.extra["train.epoch_count"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.count);
     s.extra["train.steps_per_epoch"] = std::to_string(ctx.steps_per_epoch);
-    if constexpr (requires { ctx.model.step(); }) s.extra["train.model_step"] = exact(double(ctx.model.step()));
+    if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) s.extra["train.model_step"] = exact(double(ctx.model.step()));
     if (!options_.write_in_background) {
-      manager_->save(s, s.step);
+      checkpointer_->save(s, s.step);
       return;
     }
     // Training changes the values `s` views as soon as this returns: the writer gets a copy.
     snapshot_into(s, snapshot_);
     pending_step_ = s.step;
-    writer_.submit([this] { manager_->save(snapshot_, snapshot_.step); });
+    writer_.submit([this] { checkpointer_->save(view_of(snapshot_), snapshot_.step); });
   }
 
   /// What to say about a failed background write.
@@ -291,7 +321,8 @@ class backup_and_restore {
   }
 
   backup_options options_;
-  std::optional<checkpoint_manager> manager_;
+  std::optional<Checkpointer> checkpointer_;
+  bool own_checkpointer_ = false;  // the user gave the checkpointer: never replaced
   std::string source_;
   std::optional<std::uint64_t> resumed_at_;
   int rank_ = 0;
@@ -300,5 +331,8 @@ class backup_and_restore {
   // Last, so that it is destroyed (its thread joined) before what the thread uses.
   background_writer writer_;
 };
+
+/// Keras's BackupAndRestore over the library's checkpointer: a `checkpoint_manager` of `backup_dir`.
+using backup_and_restore = basic_backup_and_restore<checkpoint_manager>;
 
 }  // namespace mwstrat

@@ -4,7 +4,12 @@
 /// formatted from the epoch and the logs (`ckpt/weights.{epoch:02d}-{val_loss:.2f}.safetensors`); optionally only
 /// when a monitored metric improves, and optionally the weights only. Unlike BackupAndRestore it does not resume
 /// training by itself: load a file with `load_model`.
+///
+/// `model_checkpoint` writes files named by `filepath` with `save_model`. `basic_model_checkpoint<K>` hands each
+/// save to a `checkpointer` of the user's own instead (`k.save(state, global_step)`; `filepath` may then be empty),
+/// e.g. one that uploads to an object store; `saved()` lists what it returned.
 
+#include <mwstrat/checkpoint/concepts.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/callbacks/backup_and_restore.hpp>
 #include <mwstrat/train/logs.hpp>
@@ -16,6 +21,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace mwstrat {
@@ -30,11 +36,36 @@ struct model_checkpoint_options {
   save_frequency save_freq = save_frequency::epoch();
 };
 
-/// Saves the model on the chief (see the file comment).
-class model_checkpoint {
+/// Saves the model on the chief (see the file comment): to files named by `filepath` (`Checkpointer` void) or
+/// through a `checkpointer`.
+template <class Checkpointer>
+  requires(std::is_void_v<Checkpointer> || checkpointer<Checkpointer>)
+class basic_model_checkpoint {
  public:
-  explicit model_checkpoint(model_checkpoint_options options) : options_(std::move(options)) {
+  /// Saves to the files `options.filepath` names.
+  explicit basic_model_checkpoint(model_checkpoint_options options)
+    requires std::is_void_v<Checkpointer>
+      : options_(std::move(options)) {
     if (options_.filepath.empty()) throw config_error({"train.model_checkpoint"}, "filepath is empty");
+    validate();
+  }
+  /// Saves through `k` (on the chief), under the global step.
+  basic_model_checkpoint(std::conditional_t<std::is_void_v<Checkpointer>, int, Checkpointer> k,
+                         model_checkpoint_options options)
+    requires(!std::is_void_v<Checkpointer>)
+      : options_(std::move(options)), checkpointer_(std::move(k)) {
+    validate();
+  }
+
+  /// The checkpointer, when saves go through one.
+  [[nodiscard]] auto* save_checkpointer()
+    requires(!std::is_void_v<Checkpointer>)
+  {
+    return &checkpointer_;
+  }
+
+ private:
+  void validate() {
     if (options_.mode != "auto" && options_.mode != "min" && options_.mode != "max") {
       throw config_error({"train.model_checkpoint"}, "mode: '" + options_.mode + "' is not 'auto', 'min' or 'max'");
     }
@@ -42,6 +73,8 @@ class model_checkpoint {
                 (options_.mode == "auto" && options_.monitor.find("acc") != std::string::npos);
     (void)format(options_.filepath, 1, epoch_logs{});  // reject a malformed pattern now, not after an epoch of training
   }
+
+ public:
 
   /// The files written so far by this worker (empty on workers other than the chief).
   [[nodiscard]] const std::vector<std::filesystem::path>& saved() const { return saved_; }
@@ -100,9 +133,20 @@ class model_checkpoint {
       if (best_ && (maximise_ ? *value <= *best_ : *value >= *best_)) return;
       best_ = value;
     }
-    const std::filesystem::path path = format(options_.filepath, logs.epoch + 1, logs);
-    save_model(path, ctx.model, ctx.optimizer, {!options_.save_weights_only, logs.epoch});
-    saved_.push_back(path);
+    const save_model_options what{!options_.save_weights_only, logs.epoch};
+    if constexpr (std::is_void_v<Checkpointer>) {
+      const std::filesystem::path path = format(options_.filepath, logs.epoch + 1, logs);
+      save_model(path, ctx.model, ctx.optimizer, what);
+      saved_.push_back(path);
+    } else {
+      training_state_view s = model_state_view(ctx.model, ctx.optimizer, what);
+      // At an epoch's end `fit` has already moved the position to the next epoch's start (step 0 of this epoch).
+      const bool epoch_done = options_.save_freq.per_epoch() && ctx.step == 0;
+      s.step = static_cast<std::int64_t>(epoch_done ? static_cast<std::uint64_t>(logs.epoch + 1) * ctx.steps_per_epoch
+                                                    : ctx.global_step());
+      s.world_size = ctx.strategy.num_replicas_in_sync();
+      saved_.push_back(std::filesystem::path(checkpointer_.save(s, s.step)));
+    }
   }
 
   static std::optional<double> metric(const std::string& name, const epoch_logs& logs) {
@@ -153,6 +197,11 @@ class model_checkpoint {
   bool maximise_ = false;
   std::optional<double> best_;
   std::vector<std::filesystem::path> saved_;
+  struct no_checkpointer {};
+  [[no_unique_address]] std::conditional_t<std::is_void_v<Checkpointer>, no_checkpointer, Checkpointer> checkpointer_;
 };
+
+/// Keras's ModelCheckpoint: files named by `filepath`, written with `save_model`.
+using model_checkpoint = basic_model_checkpoint<void>;
 
 }  // namespace mwstrat
