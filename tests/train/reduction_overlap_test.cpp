@@ -1,6 +1,6 @@
 // fit's decision to overlap the gradient all-reduce with backward: the rule on gathered facts, and the decision
 // taken by replicas (threads over the local collective) for models that do and do not report their threads.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/reduction_overlap.hpp>
 
