@@ -80,12 +80,12 @@ class ring_collective : public detail::front_end<ring_collective> {
     id.rank = rank_;
     id.world = n_;
     for (int k = 0; k < n_; ++k) {
-      auto parsed = detail::parse_address(options_.addresses[static_cast<std::size_t>(k)]);
-      if (!parsed)
+      auto parsed = detail::parse_address_nothrow(options_.addresses[static_cast<std::size_t>(k)]);
+      if (!parsed.reason.empty())
         throw config_error({"ring", rank_}, "address of rank " + std::to_string(k) + " '" +
                                                 options_.addresses[static_cast<std::size_t>(k)] +
-                                                "' is not host:port or [v6]:port");
-      id.hosts.push_back(std::move(*parsed));
+                                                "' is not host:port or [v6]:port: " + parsed.reason);
+      id.hosts.push_back(std::move(parsed.value));
     }
     id.token = options_.job_token.value_or(std::string());
     chunk_bytes_ = std::max<std::size_t>(4096, (options_.chunk_bytes + 63) / 64 * 64);

@@ -66,7 +66,7 @@ struct ring_links {
 struct ring_identity {
   int rank = 0;
   int world = 1;
-  std::vector<host_port> hosts;  // parsed addresses[]
+  std::vector<mwstrat::address> hosts;  // parsed addresses[]
   std::string token;             // empty: no job token
   bool want_shm = false;
   std::size_t chunk_bytes = 0;
@@ -430,7 +430,7 @@ class ring_startup {
   const ring_options& options_;
   int n_ = 0;
   int rank_ = 0;
-  const std::vector<host_port>& parsed_;
+  const std::vector<mwstrat::address>& parsed_;
   const std::string& token_;
   std::size_t chunk_bytes_ = 0;
   digest cluster_digest_{}, model_digest_{};
