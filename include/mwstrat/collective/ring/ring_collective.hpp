@@ -30,6 +30,7 @@
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/handle.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
+#include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
@@ -98,14 +99,10 @@ class ring_collective : public detail::front_end<ring_collective> {
     id.cluster = detail::sha256(options_.cluster_fingerprint);
     id.model = detail::sha256(options_.model_fingerprint);
     if (n_ > 1) {
-      auto links = detail::ring_startup(options_, id).run();
-      next_ = std::move(links.next);
-      prev_ = std::move(links.prev);
-      shm_out_ = std::move(links.shm_out);
-      shm_in_ = std::move(links.shm_in);
-      credits_ = shm_out_ ? shm_out_.slots() : 0;
-      // TCP payloads land in scratch before they are combined; shared-memory ones are combined from their slot.
-      if (!shm_in_) scratch_.reset(static_cast<std::uint8_t*>(::operator new(chunk_bytes_, std::align_val_t{64})));
+      auto links = detail::ring_startup(options_, id).run();  // connected links (link.hpp)
+      out_ = std::move(links.out);
+      in_ = std::move(links.in);
+      in_.make_scratch(chunk_bytes_);
     } else if (rank_ == 0) {
       log("started: tcp://" + options_.addresses[0] + ", waiting for 1 worker (itself)");
     }
@@ -119,8 +116,8 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// ranks fail fast (`peer_lost_error` naming this rank) instead of waiting for their deadline.
   ~ring_collective() {
     if (std::uncaught_exceptions() > uncaught_) {
-      if (next_) ::shutdown(next_.get(), SHUT_RDWR);
-      if (prev_) ::shutdown(prev_.get(), SHUT_RDWR);
+      if (out_.socket) ::shutdown(out_.socket.get(), SHUT_RDWR);
+      if (in_.socket) ::shutdown(in_.socket.get(), SHUT_RDWR);
     }
     queue_.stop();  // the worker is joined before the sockets close
   }
@@ -130,7 +127,7 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// The number of ranks in the ring.
   [[nodiscard]] int size() const noexcept { return n_; }
   /// True when both links of this rank carry payloads through shared memory (see `ring_transport`).
-  [[nodiscard]] bool uses_shared_memory() const noexcept { return shm_out_ && shm_in_; }
+  [[nodiscard]] bool uses_shared_memory() const noexcept { return out_.through_shm() && in_.through_shm(); }
   /// The configured address of rank `r`.
   [[nodiscard]] const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
 
@@ -211,9 +208,9 @@ class ring_collective : public detail::front_end<ring_collective> {
     return resolve(p, detail::recv_chunk(p.sched, t, m), m, it);
   }
 
-  detail::frame_header header_for(const plan& p, const item& it, bool through_shm) const {
+  detail::frame_header header_for(const plan& p, const item& it, detail::frame_type type) const {
     detail::frame_header h;
-    h.type = through_shm ? detail::frame_type::slot : detail::frame_type::data;
+    h.type = type;
     h.op = p.sched.kind;
     h.type_of_elements = p.type;
     h.reduction = p.reduction;
@@ -294,8 +291,8 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   template <class T>
   std::optional<failure> pump(const plan& p, steady::time_point deadline, std::chrono::milliseconds timeout) {
-    const int out = next_.get(), in = prev_.get();
-    const bool shm_send = static_cast<bool>(shm_out_), shm_recv = static_cast<bool>(shm_in_);
+    const int out = out_.socket.get(), in = in_.socket.get();
+    const bool shm_recv = in_.through_shm();
     const std::size_t total = p.sched.items;
     std::size_t ts = 0, tr = 0;  // next item to send / receive
     item si, ri;
@@ -303,7 +300,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     std::size_t send_payload = 0;  // bytes of the current send item that go on the socket (0 through shm)
     std::array<std::uint8_t, detail::frame_header_size> send_header{}, recv_header{};
     std::size_t sent = 0, got = 0, combined = 0;  // bytes of the current send item / receive item
-    inflight_ = {};
+    out_.inflight = {};
     steady::time_point idle_since{};  // when the current wait began (zero: not waiting)
 
     const auto where = [&] { return where_of(p); };  // only on failure: building the text allocates
@@ -315,21 +312,16 @@ class ring_collective : public detail::front_end<ring_collective> {
         while (ts < total && !send_item(p, ts, si)) ++ts;
         if (ts < total && tr >= detail::send_dependency(p.sched, ts)) {
           // Through shared memory a send needs a free slot: collect the credits that have come back.
-          if (shm_send && credits_ == 0 && !next_eof_)
+          if (out_.waits_for_credit() && !out_.eof)
             if (auto f = read_back_channel(true, p)) return f;
-          if (shm_send && credits_ == 0) {
-            if (next_eof_)
+          if (out_.waits_for_credit()) {
+            if (out_.eof)
               return failure{error_kind::peer_lost, next(), "send to " + peer(next()) + ": connection closed during " +
                                                                 where()};
             credit_wait = true;
           } else {
-            if (shm_send) {
-              std::memcpy(shm_out_.slot(send_slot_++), si.ptr, si.bytes);
-              --credits_;
-              std::atomic_thread_fence(std::memory_order_release);  // the slot's bytes before the header names it
-            }
-            send_payload = shm_send ? 0 : si.bytes;
-            detail::encode(header_for(p, si, shm_send),
+            send_payload = out_.stage(si.ptr, si.bytes);
+            detail::encode(header_for(p, si, out_.data_frame()),
                            std::span<std::uint8_t, detail::frame_header_size>(send_header));
             sending = true;
             sent = 0;
@@ -352,22 +344,14 @@ class ring_collective : public detail::front_end<ring_collective> {
       }
       bool progress = false, want_out = false;
       if (sending) {
-        iovec iov[2];
-        int count = 0;
-        if (sent < send_header.size()) iov[count++] = {send_header.data() + sent, send_header.size() - sent};
-        const std::size_t body = sent > send_header.size() ? sent - send_header.size() : 0;
-        if (send_payload > body) iov[count++] = {si.ptr + body, send_payload - body};
-        msghdr msg{};
-        msg.msg_iov = iov;
-        msg.msg_iovlen = static_cast<decltype(msg.msg_iovlen)>(count);
-        const auto n = ::sendmsg(out, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        const auto n = out_.send_some(send_header, sent, si.ptr, send_payload);
         if (n > 0) {
           sent += static_cast<std::size_t>(n);
           progress = true;
-          inflight_ = {si.ptr, send_header.size() + send_payload, sent, send_header};
+          out_.inflight = {si.ptr, send_header.size() + send_payload, sent, send_header};
           if (sent == send_header.size() + send_payload) {
             sending = false;
-            inflight_ = {};
+            out_.inflight = {};
             ++ts;
           }
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
@@ -377,7 +361,7 @@ class ring_collective : public detail::front_end<ring_collective> {
           // The next rank may have said why before it closed: an abort waiting on the back channel names the
           // real culprit (it is readable even after a reset).
           if (auto told = read_back_channel(true, p)) return told;
-          next_dead_ = true;
+          out_.dead = true;
           const detail::io_result r{err == ECONNRESET || err == EPIPE ? detail::io_status::closed
                                                                       : detail::io_status::failed,
                                     err};
@@ -397,10 +381,10 @@ class ring_collective : public detail::front_end<ring_collective> {
               if (!h) return failure{error_kind::protocol, prev(), "recv from " + peer(prev()) + ": " + why +
                                                                       " during " + where()};
               if (h->type == detail::frame_type::abort) {
-                prev_dead_ = true;  // it gave up; do not wait on it again
+                in_.dead = true;  // it gave up; do not wait on it again
                 return detail::read_abort(in, *h, prev(), where(), options_.addresses);
               }
-              if (auto bad = detail::frame_mismatch(*h, header_for(p, ri, shm_recv)))
+              if (auto bad = detail::frame_mismatch(*h, header_for(p, ri, in_.data_frame())))
                 return failure{error_kind::protocol, prev(),
                                "recv from " + peer(prev()) + ": " + *bad + " during " + where()};
               reading_header = false;
@@ -416,7 +400,7 @@ class ring_collective : public detail::front_end<ring_collective> {
           }
         }
         if (receiving && !reading_header) {
-          std::uint8_t* dest = ri.reduce ? scratch_.get() : ri.ptr;
+          std::uint8_t* dest = ri.reduce ? in_.scratch() : ri.ptr;
           ssize_t n = 0;
           if (got < ri.bytes) n = ::recv(in, dest + got, ri.bytes - got, MSG_DONTWAIT);
           if (n > 0) {
@@ -425,7 +409,7 @@ class ring_collective : public detail::front_end<ring_collective> {
             if (ri.reduce) {
               const std::size_t ready = got / sizeof(T);
               detail::reduce_into(reinterpret_cast<T*>(ri.ptr) + combined,
-                                  reinterpret_cast<const T*>(scratch_.get()) + combined, ready - combined, p.op);
+                                  reinterpret_cast<const T*>(in_.scratch()) + combined, ready - combined, p.op);
               combined = ready;
             }
           } else if (got < ri.bytes) {
@@ -451,7 +435,7 @@ class ring_collective : public detail::front_end<ring_collective> {
       const bool spinning = now - idle_since < spin_ && now < deadline;
       pollfd fds[2];
       nfds_t count = 0;
-      const bool watch_next = !next_eof_;
+      const bool watch_next = !out_.eof;
       if (watch_next) fds[count++] = {out, static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0};
       const nfds_t in_at = count;
       if (receiving) fds[count++] = {in, POLLIN, 0};
@@ -485,32 +469,19 @@ class ring_collective : public detail::front_end<ring_collective> {
   // handed back with a credit on the reverse direction of the same connection.
   template <class T>
   std::optional<failure> take_slot(const plan& p, const item& ri, steady::time_point deadline) {
-    if (ri.bytes > shm_in_.slot_bytes())
+    if (ri.bytes > in_.shm.slot_bytes())
       return failure{error_kind::protocol, rank_, "internal: a chunk larger than a shared-memory slot during " + where_of(p)};
-    std::atomic_thread_fence(std::memory_order_acquire);  // the header arrived, so the slot's bytes have too
-    const std::uint8_t* src = shm_in_.slot(recv_slot_++);
+    const std::uint8_t* src = in_.take_slot();
     if (ri.reduce)
       detail::reduce_into(reinterpret_cast<T*>(ri.ptr), reinterpret_cast<const T*>(src), ri.bytes / sizeof(T), p.op);
     else
       std::memcpy(ri.ptr, src, ri.bytes);
     if (ri.finish) finish_part<T>(p, ri);
-    detail::frame_header h;
-    h.type = detail::frame_type::credit;
-    h.op = p.sched.kind;
-    h.type_of_elements = p.type;
-    h.seq = p.seq;
-    std::array<std::uint8_t, detail::frame_header_size> raw{};
-    detail::encode(h, raw);
-    if (credits_refused_) return std::nullopt;
-    // At most one credit per slot is ever unread, far below the socket buffer: this does not wait in practice.
-    const auto r = detail::write_all(prev_.get(), raw.data(), raw.size(), deadline);
-    if (r.status == detail::io_status::ok) return std::nullopt;
-    if (r.status == detail::io_status::timed_out)
+    if (in_.return_credit(op_header(p), deadline).status == detail::io_status::timed_out)
       return failure{error_kind::timeout, prev(), "could not return a shared-memory slot to rank " +
                                                       std::to_string(prev()) + " (" + address(prev()) + ") during " + where_of(p)};
-    // The previous rank closed its end after sending its last frame (it needs no more slots) or died (the data
-    // stream reports that, naming it, on the next receive).
-    credits_refused_ = true;
+    // Otherwise the credit went, or the previous rank closed its end after sending its last frame (it needs no more
+    // slots) or died (the data stream reports that, naming it, on the next receive).
     return std::nullopt;
   }
 
@@ -523,7 +494,7 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   std::optional<failure> recv_failed(ssize_t n, int from, const plan& p) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return std::nullopt;
-    prev_dead_ = true;
+    in_.dead = true;
     const std::string why = n == 0 ? "connection closed" : std::strerror(errno);
     return failure{error_kind::peer_lost, from,
                    "recv from rank " + std::to_string(from) + " (" + address(from) + "): " + why + " during " + where_of(p)};
@@ -543,28 +514,27 @@ class ring_collective : public detail::front_end<ring_collective> {
   // One frame from the back channel, if any is waiting; `credit` is set when it was a credit (taken).
   std::optional<failure> read_back_frame(bool sends_left, const plan& p, bool& credit) {
     std::array<std::uint8_t, detail::frame_header_size> raw{};
-    const auto first = ::recv(next_.get(), raw.data(), raw.size(), MSG_DONTWAIT);
+    const auto first = ::recv(out_.socket.get(), raw.data(), raw.size(), MSG_DONTWAIT);
     if (first < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return std::nullopt;
     if (first <= 0) {
-      next_eof_ = true;
+      out_.eof = true;
       if (!sends_left) return std::nullopt;
-      next_dead_ = true;
+      out_.dead = true;
       return failure{error_kind::peer_lost, next(),
                      "send to rank " + std::to_string(next()) + " (" + address(next()) + "): " +
                          (first == 0 ? std::string("connection closed") : std::string(std::strerror(errno))) +
                          " during " + where_of(p)};
     }
-    const auto r = detail::read_exact(next_.get(), raw.data() + first, raw.size() - static_cast<std::size_t>(first),
+    const auto r = detail::read_exact(out_.socket.get(), raw.data() + first, raw.size() - static_cast<std::size_t>(first),
                                       steady::now() + detail::abort_read_grace);
     std::string why;  // set only on failure: a credit must not allocate
     std::optional<detail::frame_header> h;
     if (r.status == detail::io_status::ok) h = detail::decode_frame_header(raw, &why);
-    if (h && h->type == detail::frame_type::credit && shm_out_ && credits_ < shm_out_.slots()) {
-      ++credits_;
+    if (h && h->type == detail::frame_type::credit && out_.credit()) {
       credit = true;
       return std::nullopt;
     }
-    next_dead_ = true;
+    out_.dead = true;
     if (!h || h->type != detail::frame_type::abort)
       return failure{error_kind::protocol, next(),
                      "rank " + std::to_string(next()) + " (" + address(next()) + ") wrote " +
@@ -572,43 +542,38 @@ class ring_collective : public detail::front_end<ring_collective> {
                                                                                 : "a data frame")
                             : why.empty() ? std::string("truncated message") : why) +
                          " on the back channel during " + where_of(p)};
-    return detail::read_abort(next_.get(), *h, next(), where_of(p), options_.addresses);
+    return detail::read_abort(out_.socket.get(), *h, next(), where_of(p), options_.addresses);
   }
 
   // Tells both neighbours, breaks the ring for good, and throws the error this rank reports.
   [[noreturn]] void fail(const plan& p, const failure& f) {
-    detail::frame_header op;
-    op.op = p.sched.kind;
-    op.type_of_elements = p.type;
-    op.seq = p.seq;
-    detail::send_abort(next_.get(), prev_.get(), next_dead_, prev_dead_, inflight_, op, f);
+    detail::send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, op_header(p), f);
     broken_ = detail::ring_error(rank_, f, options_.addresses);
     log(f.text);
     std::rethrow_exception(broken_);
+  }
+
+  // The fields of a frame header that name the operation (kind, element type, sequence number).
+  static detail::frame_header op_header(const plan& p) {
+    detail::frame_header h;
+    h.op = p.sched.kind;
+    h.type_of_elements = p.type;
+    h.seq = p.seq;
+    return h;
   }
 
   void log(const std::string& text) const { detail::ring_log(options_, rank_, text); }
 
   static std::string where_of(const plan& p) { return std::string(detail::op_name(p.sched.kind)) + " #" + std::to_string(p.seq); }
 
-  struct aligned_delete {
-    void operator()(std::uint8_t* p) const { ::operator delete(p, std::align_val_t{64}); }
-  };
-
   ring_options options_;
   int uncaught_ = 0;
   int n_ = 0;
   int rank_ = 0;
   std::size_t chunk_bytes_ = 0;
-  detail::unique_socket next_, prev_;
-  detail::shm_region shm_out_, shm_in_;  // payloads to the next rank / from the previous one, when same-host
-  std::chrono::microseconds spin_{0};   // ring_options::spin
-  std::size_t send_slot_ = 0, recv_slot_ = 0;  // slots used so far (mod slots: the next one)
-  std::size_t credits_ = 0;                    // free slots of shm_out_
-  bool credits_refused_ = false;               // the previous rank closed the back channel: stop returning slots
-  std::unique_ptr<std::uint8_t, aligned_delete> scratch_;
-  detail::inflight_frame inflight_;
-  bool next_dead_ = false, prev_dead_ = false, next_eof_ = false;
+  detail::send_link out_;  // to the next rank
+  detail::recv_link in_;   // from the previous rank
+  std::chrono::microseconds spin_{0};  // ring_options::spin
   std::uint64_t next_seq_ = 0;
   std::exception_ptr broken_;
 };

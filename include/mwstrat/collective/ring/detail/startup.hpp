@@ -3,8 +3,9 @@
 // start-up deadline) while accepting the previous one, handshake both connections (magic, protocol version, world
 // size, ranks, cluster and model fingerprints, an HMAC-SHA256 proof of the job token when one is set), and, when
 // both ends of a link share a host and want it, set up the link's shared-memory region. The result is the two
-// connected links; nothing here runs once the ring is up.
+// connected links (link.hpp); nothing here runs once the ring is up.
 
+#include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
@@ -55,12 +56,6 @@ inline void ring_log(const ring_options& options, int rank, const std::string& t
     std::fflush(stderr);
   }
 }
-
-// The two connections of one rank, with their shared-memory regions when the link carries payloads that way.
-struct ring_links {
-  unique_socket next, prev;
-  shm_region shm_out, shm_in;  // payloads to the next rank / from the previous one, when same-host
-};
 
 // What start-up needs beyond the options: the parsed addresses and the values derived from the options.
 struct ring_identity {
@@ -191,7 +186,7 @@ class ring_startup {
         continue;
       }
       detail::tune_socket(conn.get(), options_.socket_buffer_bytes);
-      links_.prev = std::move(conn);
+      links_.in.socket = std::move(conn);
       return;
     }
   }
@@ -283,7 +278,7 @@ class ring_startup {
       log("payloads from " + from + " over TCP: shared memory declined: " + why);
       return std::nullopt;
     }
-    links_.shm_in = std::move(region);
+    links_.in.adopt(std::move(region));
     return std::nullopt;
   }
 
@@ -319,7 +314,7 @@ class ring_startup {
       log("payloads to " + to + " over TCP: it declined the shared memory (see its log)");
       return std::nullopt;
     }
-    links_.shm_out = std::move(region);
+    links_.out.adopt(std::move(region));
     return std::nullopt;
   }
 
@@ -349,7 +344,7 @@ class ring_startup {
         const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
         auto outcome = client_handshake(fd.get(), limit);
         if (!outcome) {
-          links_.next = std::move(fd);
+          links_.out.socket = std::move(fd);
           return;
         }
         last = *outcome;
