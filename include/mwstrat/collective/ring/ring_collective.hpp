@@ -81,7 +81,8 @@ class ring_collective : public detail::front_end<ring_collective> {
     id.rank = rank_;
     id.world = n_;
     for (int k = 0; k < n_; ++k) {
-      auto parsed = detail::parse_address_nothrow(options_.addresses[static_cast<std::size_t>(k)]);
+      // Port 0 only in a world of one, where nobody connects (the single local worker's default address).
+      auto parsed = detail::parse_address_nothrow(options_.addresses[static_cast<std::size_t>(k)], n_ == 1);
       if (!parsed.reason.empty())
         throw config_error({"ring", rank_}, "address of rank " + std::to_string(k) + " '" +
                                                 options_.addresses[static_cast<std::size_t>(k)] +
@@ -289,179 +290,219 @@ class ring_collective : public detail::front_end<ring_collective> {
     if (f) fail(p, *f);
   }
 
+  // The progress of an operation's send stream (to the next rank) and receive stream (from the previous one).
+  struct send_stream {
+    std::size_t t = 0;         // next item to send
+    item it;                   // the item being sent
+    bool active = false;       // its frame is on its way
+    bool credit_wait = false;  // the next frame waits for a shared-memory slot to come back
+    std::size_t payload = 0;   // bytes of the item that go on the socket (0 through a slot)
+    std::size_t sent = 0;      // bytes of the frame (header, then payload) sent so far
+    std::array<std::uint8_t, detail::frame_header_size> header{};
+  };
+  struct recv_stream {
+    std::size_t t = 0;            // next item to receive
+    item it;                      // the item being received
+    bool active = false;          // its frame is arriving
+    bool reading_header = true;
+    std::size_t got = 0;          // bytes of the header, then of the payload, received so far
+    std::size_t combined = 0;     // elements of a reduced payload already combined
+    std::array<std::uint8_t, detail::frame_header_size> header{};
+  };
+
+  // Drives both streams of one operation with non-blocking calls until both are done, sleeping in poll() only when
+  // neither can move; the failure to report, if any.
   template <class T>
   std::optional<failure> pump(const plan& p, steady::time_point deadline, std::chrono::milliseconds timeout) {
-    const int out = out_.socket.get(), in = in_.socket.get();
-    const bool shm_recv = in_.through_shm();
-    const std::size_t total = p.sched.items;
-    std::size_t ts = 0, tr = 0;  // next item to send / receive
-    item si, ri;
-    bool sending = false, receiving = false, reading_header = true, credit_wait = false;
-    std::size_t send_payload = 0;  // bytes of the current send item that go on the socket (0 through shm)
-    std::array<std::uint8_t, detail::frame_header_size> send_header{}, recv_header{};
-    std::size_t sent = 0, got = 0, combined = 0;  // bytes of the current send item / receive item
+    send_stream s;
+    recv_stream r;
     out_.inflight = {};
     steady::time_point idle_since{};  // when the current wait began (zero: not waiting)
-
-    const auto where = [&] { return where_of(p); };  // only on failure: building the text allocates
-    const auto peer = [&](int r) { return "rank " + std::to_string(r) + " (" + address(r) + ")"; };
-
     for (;;) {
-      credit_wait = false;
-      if (!sending) {
-        while (ts < total && !send_item(p, ts, si)) ++ts;
-        if (ts < total && tr >= detail::send_dependency(p.sched, ts)) {
-          // Through shared memory a send needs a free slot: collect the credits that have come back.
-          if (out_.waits_for_credit() && !out_.eof)
-            if (auto f = read_back_channel(true, p)) return f;
-          if (out_.waits_for_credit()) {
-            if (out_.eof)
-              return failure{error_kind::peer_lost, next(), "send to " + peer(next()) + ": connection closed during " +
-                                                                where()};
-            credit_wait = true;
-          } else {
-            send_payload = out_.stage(si.ptr, si.bytes);
-            detail::encode(header_for(p, si, out_.data_frame()),
-                           std::span<std::uint8_t, detail::frame_header_size>(send_header));
-            sending = true;
-            sent = 0;
-          }
-        }
-      }
-      if (!receiving) {
-        while (tr < total && !recv_item(p, tr, ri)) ++tr;
-        if (tr < total) {
-          receiving = true;
-          reading_header = true;
-          got = 0;
-          combined = 0;
-        }
-      }
-      if (!sending && !receiving && !credit_wait) {
-        if (ts >= total) break;
+      if (auto f = start_send(p, s, r.t)) return f;
+      start_receive(p, r);
+      if (!s.active && !r.active && !s.credit_wait) {
+        if (s.t >= p.sched.items) break;
         // A send waits for a receive that is not coming: only possible if the plan is inconsistent.
-        return failure{error_kind::protocol, rank_, "internal: ring schedule stalled during " + where()};
+        return failure{error_kind::protocol, rank_, "internal: ring schedule stalled during " + where_of(p)};
       }
       bool progress = false, want_out = false;
-      if (sending) {
-        const auto n = out_.send_some(send_header, sent, si.ptr, send_payload);
-        if (n > 0) {
-          sent += static_cast<std::size_t>(n);
-          progress = true;
-          out_.inflight = {si.ptr, send_header.size() + send_payload, sent, send_header};
-          if (sent == send_header.size() + send_payload) {
-            sending = false;
-            out_.inflight = {};
-            ++ts;
-          }
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-          want_out = true;
-        } else {
-          const int err = errno;
-          // The next rank may have said why before it closed: an abort waiting on the back channel names the
-          // real culprit (it is readable even after a reset).
-          if (auto told = read_back_channel(true, p)) return told;
-          out_.dead = true;
-          const detail::io_result r{err == ECONNRESET || err == EPIPE ? detail::io_status::closed
-                                                                      : detail::io_status::failed,
-                                    err};
-          return failure{error_kind::peer_lost, next(),
-                         "send to " + peer(next()) + ": " + r.describe() + " during " + where()};
-        }
-      }
-      if (receiving) {
-        if (reading_header) {
-          const auto n = ::recv(in, recv_header.data() + got, recv_header.size() - got, MSG_DONTWAIT);
-          if (n > 0) {
-            got += static_cast<std::size_t>(n);
-            progress = true;
-            if (got == recv_header.size()) {
-              std::string why;
-              const auto h = detail::decode_frame_header(recv_header, &why);
-              if (!h) return failure{error_kind::protocol, prev(), "recv from " + peer(prev()) + ": " + why +
-                                                                      " during " + where()};
-              if (h->type == detail::frame_type::abort) {
-                in_.dead = true;  // it gave up; do not wait on it again
-                return detail::read_abort(in, *h, prev(), where(), options_.addresses);
-              }
-              if (auto bad = detail::frame_mismatch(*h, header_for(p, ri, in_.data_frame())))
-                return failure{error_kind::protocol, prev(),
-                               "recv from " + peer(prev()) + ": " + *bad + " during " + where()};
-              reading_header = false;
-              got = 0;
-              if (shm_recv) {
-                if (auto f = take_slot<T>(p, ri, deadline)) return f;
-                receiving = false;
-                ++tr;
-              }
-            }
-          } else if (auto f = recv_failed(n, prev(), p)) {
-            return f;
-          }
-        }
-        if (receiving && !reading_header) {
-          std::uint8_t* dest = ri.reduce ? in_.scratch() : ri.ptr;
-          ssize_t n = 0;
-          if (got < ri.bytes) n = ::recv(in, dest + got, ri.bytes - got, MSG_DONTWAIT);
-          if (n > 0) {
-            got += static_cast<std::size_t>(n);
-            progress = true;
-            if (ri.reduce) {
-              const std::size_t ready = got / sizeof(T);
-              detail::reduce_into(reinterpret_cast<T*>(ri.ptr) + combined,
-                                  reinterpret_cast<const T*>(in_.scratch()) + combined, ready - combined, p.op);
-              combined = ready;
-            }
-          } else if (got < ri.bytes) {
-            if (auto f = recv_failed(n, prev(), p)) return f;
-          }
-          if (got == ri.bytes) {
-            if (ri.finish) finish_part<T>(p, ri);
-            receiving = false;
-            ++tr;
-            progress = true;
-          }
-        }
-      }
+      if (s.active)
+        if (auto f = send_some(p, s, progress, want_out)) return f;
+      if (r.active)
+        if (auto f = receive_some<T>(p, r, deadline, progress)) return f;
       if (progress) {
         idle_since = steady::time_point{};
         continue;
       }
-      // Nothing moved: wait until a socket is ready, the next rank speaks on its back channel, or the deadline —
-      // polling without sleeping (but yielding) for the first `spin_` of the wait (a sleeping rank's wake-up is the
-      // slow part of a small operation), then sleeping in poll().
-      const auto now = steady::now();
-      if (idle_since == steady::time_point{}) idle_since = now;
-      const bool spinning = now - idle_since < spin_ && now < deadline;
-      pollfd fds[2];
-      nfds_t count = 0;
-      const bool watch_next = !out_.eof;
-      if (watch_next) fds[count++] = {out, static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0};
-      const nfds_t in_at = count;
-      if (receiving) fds[count++] = {in, POLLIN, 0};
-      if (count == 0) {
-        // The only thing left is a send to a rank that already closed: it has everything it needs.
-        return failure{error_kind::peer_lost, next(), "send to " + peer(next()) + ": connection closed during " +
-                                                          where()};
-      }
-      const int rc = ::poll(fds, count, spinning ? 0 : detail::poll_ms(deadline));
-      // A spinning rank still lets other runnable threads have its CPU (more ranks or threads than cores).
-      if (spinning && rc == 0) std::this_thread::yield();
-      if (rc < 0 && errno != EINTR)
-        return failure{error_kind::io, rank_, std::string("poll: ") + std::strerror(errno) + " during " + where()};
-      if (rc == 0 && steady::now() >= deadline) {
-        const int waited = receiving ? prev() : next();
-        return failure{error_kind::timeout, waited,
-                       (receiving ? "no data from " : "could not send to ") + peer(waited) + " within " +
-                           std::to_string(timeout.count()) + " ms: " + where() + " timed out (sent " +
-                           std::to_string(ts) + " of " + std::to_string(total) + " chunks, received " +
-                           std::to_string(tr) + ")"};
-      }
-      if (watch_next && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-        if (auto f = read_back_channel(ts < total, p)) return f;
-      }
-      (void)in_at;
+      if (auto f = wait_ready(p, s, r, want_out, idle_since, deadline, timeout)) return f;
     }
+    return std::nullopt;
+  }
+
+  std::string peer(int r) const { return detail::ring_peer(options_.addresses, r); }
+
+  // Starts the next send item once what it forwards has been received (`received` receive items are complete)
+  // and, through shared memory, a slot is free.
+  std::optional<failure> start_send(const plan& p, send_stream& s, std::size_t received) {
+    s.credit_wait = false;
+    if (s.active) return std::nullopt;
+    const std::size_t total = p.sched.items;
+    while (s.t < total && !send_item(p, s.t, s.it)) ++s.t;
+    if (s.t >= total || received < detail::send_dependency(p.sched, s.t)) return std::nullopt;
+    // Through shared memory a send needs a free slot: collect the credits that have come back.
+    if (out_.waits_for_credit() && !out_.eof)
+      if (auto f = read_back_channel(true, p)) return f;
+    if (out_.waits_for_credit()) {
+      if (out_.eof)
+        return failure{error_kind::peer_lost, next(),
+                       "send to " + peer(next()) + ": connection closed during " + where_of(p)};
+      s.credit_wait = true;
+      return std::nullopt;
+    }
+    s.payload = out_.stage(s.it.ptr, s.it.bytes);
+    detail::encode(header_for(p, s.it, out_.data_frame()), std::span<std::uint8_t, detail::frame_header_size>(s.header));
+    s.active = true;
+    s.sent = 0;
+    return std::nullopt;
+  }
+
+  void start_receive(const plan& p, recv_stream& r) const {
+    if (r.active) return;
+    while (r.t < p.sched.items && !recv_item(p, r.t, r.it)) ++r.t;
+    if (r.t < p.sched.items) {
+      r.active = true;
+      r.reading_header = true;
+      r.got = 0;
+      r.combined = 0;
+    }
+  }
+
+  // One non-blocking send of what is left of the current frame (header and payload in one call).
+  std::optional<failure> send_some(const plan& p, send_stream& s, bool& progress, bool& want_out) {
+    const auto n = out_.send_some(s.header, s.sent, s.it.ptr, s.payload);
+    if (n > 0) {
+      s.sent += static_cast<std::size_t>(n);
+      progress = true;
+      out_.inflight = {s.it.ptr, s.header.size() + s.payload, s.sent, s.header};
+      if (s.sent == s.header.size() + s.payload) {
+        s.active = false;
+        out_.inflight = {};
+        ++s.t;
+      }
+      return std::nullopt;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      want_out = true;
+      return std::nullopt;
+    }
+    const int err = errno;
+    // The next rank may have said why before it closed: an abort waiting on the back channel names the real
+    // culprit (it is readable even after a reset).
+    if (auto told = read_back_channel(true, p)) return told;
+    out_.dead = true;
+    const detail::io_result res{err == ECONNRESET || err == EPIPE ? detail::io_status::closed : detail::io_status::failed,
+                                err};
+    return failure{error_kind::peer_lost, next(),
+                   "send to " + peer(next()) + ": " + res.describe() + " during " + where_of(p)};
+  }
+
+  // Non-blocking receives of the current frame: its header (checked against the schedule before any payload byte
+  // is read), then its payload — from the link's next slot, or from the socket, combined as it arrives.
+  template <class T>
+  std::optional<failure> receive_some(const plan& p, recv_stream& r, steady::time_point deadline, bool& progress) {
+    const int in = in_.socket.get();
+    if (r.reading_header) {
+      const auto n = ::recv(in, r.header.data() + r.got, r.header.size() - r.got, MSG_DONTWAIT);
+      if (n > 0) {
+        r.got += static_cast<std::size_t>(n);
+        progress = true;
+        if (r.got == r.header.size()) {
+          std::string why;
+          const auto h = detail::decode_frame_header(r.header, &why);
+          if (!h)
+            return failure{error_kind::protocol, prev(),
+                           "recv from " + peer(prev()) + ": " + why + " during " + where_of(p)};
+          if (h->type == detail::frame_type::abort) {
+            in_.dead = true;  // it gave up; do not wait on it again
+            return detail::read_abort(in, *h, prev(), where_of(p), options_.addresses);
+          }
+          if (auto bad = detail::frame_mismatch(*h, header_for(p, r.it, in_.data_frame())))
+            return failure{error_kind::protocol, prev(),
+                           "recv from " + peer(prev()) + ": " + *bad + " during " + where_of(p)};
+          r.reading_header = false;
+          r.got = 0;
+          if (in_.through_shm()) {
+            if (auto f = take_slot<T>(p, r.it, deadline)) return f;
+            r.active = false;
+            ++r.t;
+          }
+        }
+      } else if (auto f = recv_failed(n, prev(), p)) {
+        return f;
+      }
+    }
+    if (r.active && !r.reading_header) {
+      const item& it = r.it;
+      std::uint8_t* dest = it.reduce ? in_.scratch() : it.ptr;
+      ssize_t n = 0;
+      if (r.got < it.bytes) n = ::recv(in, dest + r.got, it.bytes - r.got, MSG_DONTWAIT);
+      if (n > 0) {
+        r.got += static_cast<std::size_t>(n);
+        progress = true;
+        if (it.reduce) {
+          const std::size_t ready = r.got / sizeof(T);
+          detail::reduce_into(reinterpret_cast<T*>(it.ptr) + r.combined,
+                              reinterpret_cast<const T*>(in_.scratch()) + r.combined, ready - r.combined, p.op);
+          r.combined = ready;
+        }
+      } else if (r.got < it.bytes) {
+        if (auto f = recv_failed(n, prev(), p)) return f;
+      }
+      if (r.got == it.bytes) {
+        if (it.finish) finish_part<T>(p, it);
+        r.active = false;
+        ++r.t;
+        progress = true;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Nothing moved: waits until a socket is ready, the next rank speaks on its back channel, or the deadline —
+  // polling without sleeping (but yielding) for the first `spin_` of the wait (a sleeping rank's wake-up is the
+  // slow part of a small operation), then sleeping in poll().
+  std::optional<failure> wait_ready(const plan& p, const send_stream& s, const recv_stream& r, bool want_out,
+                                    steady::time_point& idle_since, steady::time_point deadline,
+                                    std::chrono::milliseconds timeout) {
+    const auto now = steady::now();
+    if (idle_since == steady::time_point{}) idle_since = now;
+    const bool spinning = now - idle_since < spin_ && now < deadline;
+    pollfd fds[2];
+    nfds_t count = 0;
+    const bool watch_next = !out_.eof;
+    if (watch_next) fds[count++] = {out_.socket.get(), static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0};
+    if (r.active) fds[count++] = {in_.socket.get(), POLLIN, 0};
+    if (count == 0) {
+      // The only thing left is a send to a rank that already closed: it has everything it needs.
+      return failure{error_kind::peer_lost, next(),
+                     "send to " + peer(next()) + ": connection closed during " + where_of(p)};
+    }
+    const int rc = ::poll(fds, count, spinning ? 0 : detail::poll_ms(deadline));
+    // A spinning rank still lets other runnable threads have its CPU (more ranks or threads than cores).
+    if (spinning && rc == 0) std::this_thread::yield();
+    if (rc < 0 && errno != EINTR)
+      return failure{error_kind::io, rank_, std::string("poll: ") + std::strerror(errno) + " during " + where_of(p)};
+    if (rc == 0 && steady::now() >= deadline) {
+      const int waited = r.active ? prev() : next();
+      return failure{error_kind::timeout, waited,
+                     (r.active ? "no data from " : "could not send to ") + peer(waited) + " within " +
+                         std::to_string(timeout.count()) + " ms: " + where_of(p) + " timed out (sent " +
+                         std::to_string(s.t) + " of " + std::to_string(p.sched.items) + " chunks, received " +
+                         std::to_string(r.t) + ")"};
+    }
+    if (watch_next && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0)
+      if (auto f = read_back_channel(s.t < p.sched.items, p)) return f;
     return std::nullopt;
   }
 
