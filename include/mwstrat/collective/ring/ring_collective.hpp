@@ -31,6 +31,7 @@
 #include <mwstrat/collective/handle.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
+#include <mwstrat/collective/ring/detail/plan.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
@@ -148,31 +149,8 @@ class ring_collective : public detail::front_end<ring_collective> {
   friend class detail::front_end<ring_collective>;
   using steady = detail::steady;
   using failure = detail::ring_failure;
-
-  // One operation: its schedule (which chunk each item moves) and the buffers and values its frames carry.
-  struct plan {
-    detail::ring_schedule sched;
-    detail::wire_dtype type{};
-    reduce_op op = reduce_op::sum;
-    std::uint8_t reduction = 0;
-    std::uint64_t seq = 0;
-    std::size_t esize = 0;
-    std::uint8_t* base = nullptr;
-    std::uint8_t* gather_base = nullptr;  // all_reduce_update: the buffer the all-gather steps carry
-    void (*on_reduced)(void*, std::size_t, std::size_t) = nullptr;  // all_reduce_update: a part is final
-    void* on_reduced_context = nullptr;
-  };
-
-  // A schedule's chunk, resolved to bytes of this operation's buffers.
-  struct item {
-    std::uint8_t* ptr = nullptr;
-    std::size_t bytes = 0;
-    std::uint32_t step = 0;
-    std::uint32_t chunk = 0;
-    std::size_t first = 0;  // element offset of the chunk in the operation's buffer
-    bool reduce = false;    // received bytes are combined with the buffer (reduce-scatter)
-    bool finish = false;    // the last reduce-scatter step: apply mean
-  };
+  using plan = detail::ring_plan;
+  using item = detail::ring_item;
 
   template <class T>
   plan make_plan(const detail::ring_schedule& sched, reduce_op op, std::uint8_t reduction, T* base) {
@@ -189,39 +167,6 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   int next() const { return (rank_ + 1) % n_; }
   int prev() const { return (rank_ + n_ - 1) % n_; }
-
-  static bool resolve(const plan& p, bool found, const detail::chunk_move& m, item& it) {
-    it.ptr = (m.gather ? p.gather_base : p.base) + m.first * p.esize;
-    it.bytes = m.count * p.esize;
-    it.first = m.first;
-    it.step = m.step;
-    it.chunk = m.chunk;
-    it.reduce = m.reduce;
-    it.finish = m.finish;
-    return found;
-  }
-  bool send_item(const plan& p, std::size_t t, item& it) const {
-    detail::chunk_move m;
-    return resolve(p, detail::send_chunk(p.sched, t, m), m, it);
-  }
-  bool recv_item(const plan& p, std::size_t t, item& it) const {
-    detail::chunk_move m;
-    return resolve(p, detail::recv_chunk(p.sched, t, m), m, it);
-  }
-
-  detail::frame_header header_for(const plan& p, const item& it, detail::frame_type type) const {
-    detail::frame_header h;
-    h.type = type;
-    h.op = p.sched.kind;
-    h.type_of_elements = p.type;
-    h.reduction = p.reduction;
-    h.seq = p.seq;
-    h.count = p.sched.count;
-    h.step = it.step;
-    h.chunk = it.chunk;
-    h.payload = it.bytes;
-    return h;
-  }
 
   // ---------------------------------------------------------------------------------------------------------
   // The operations, behind the front-end's argument checks.
@@ -324,7 +269,7 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (!s.active && !r.active && !s.credit_wait) {
         if (s.t >= p.sched.items) break;
         // A send waits for a receive that is not coming: only possible if the plan is inconsistent.
-        return failure{error_kind::protocol, rank_, "internal: ring schedule stalled during " + where_of(p)};
+        return failure{error_kind::protocol, rank_, "internal: ring schedule stalled during " + detail::where_of(p)};
       }
       bool progress = false, want_out = false;
       if (s.active)
@@ -348,7 +293,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     s.credit_wait = false;
     if (s.active) return std::nullopt;
     const std::size_t total = p.sched.items;
-    while (s.t < total && !send_item(p, s.t, s.it)) ++s.t;
+    while (s.t < total && !detail::send_item(p, s.t, s.it)) ++s.t;
     if (s.t >= total || received < detail::send_dependency(p.sched, s.t)) return std::nullopt;
     // Through shared memory a send needs a free slot: collect the credits that have come back.
     if (out_.waits_for_credit() && !out_.eof)
@@ -356,12 +301,12 @@ class ring_collective : public detail::front_end<ring_collective> {
     if (out_.waits_for_credit()) {
       if (out_.eof)
         return failure{error_kind::peer_lost, next(),
-                       "send to " + peer(next()) + ": connection closed during " + where_of(p)};
+                       "send to " + peer(next()) + ": connection closed during " + detail::where_of(p)};
       s.credit_wait = true;
       return std::nullopt;
     }
     s.payload = out_.stage(s.it.ptr, s.it.bytes);
-    detail::encode(header_for(p, s.it, out_.data_frame()), std::span<std::uint8_t, detail::frame_header_size>(s.header));
+    detail::encode(detail::header_for(p, s.it, out_.data_frame()), std::span<std::uint8_t, detail::frame_header_size>(s.header));
     s.active = true;
     s.sent = 0;
     return std::nullopt;
@@ -369,7 +314,7 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   void start_receive(const plan& p, recv_stream& r) const {
     if (r.active) return;
-    while (r.t < p.sched.items && !recv_item(p, r.t, r.it)) ++r.t;
+    while (r.t < p.sched.items && !detail::recv_item(p, r.t, r.it)) ++r.t;
     if (r.t < p.sched.items) {
       r.active = true;
       r.reading_header = true;
@@ -404,7 +349,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     const detail::io_result res{err == ECONNRESET || err == EPIPE ? detail::io_status::closed : detail::io_status::failed,
                                 err};
     return failure{error_kind::peer_lost, next(),
-                   "send to " + peer(next()) + ": " + res.describe() + " during " + where_of(p)};
+                   "send to " + peer(next()) + ": " + res.describe() + " during " + detail::where_of(p)};
   }
 
   // Non-blocking receives of the current frame: its header (checked against the schedule before any payload byte
@@ -422,14 +367,14 @@ class ring_collective : public detail::front_end<ring_collective> {
           const auto h = detail::decode_frame_header(r.header, &why);
           if (!h)
             return failure{error_kind::protocol, prev(),
-                           "recv from " + peer(prev()) + ": " + why + " during " + where_of(p)};
+                           "recv from " + peer(prev()) + ": " + why + " during " + detail::where_of(p)};
           if (h->type == detail::frame_type::abort) {
             in_.dead = true;  // it gave up; do not wait on it again
-            return detail::read_abort(in, *h, prev(), where_of(p), options_.addresses);
+            return detail::read_abort(in, *h, prev(), detail::where_of(p), options_.addresses);
           }
-          if (auto bad = detail::frame_mismatch(*h, header_for(p, r.it, in_.data_frame())))
+          if (auto bad = detail::frame_mismatch(*h, detail::header_for(p, r.it, in_.data_frame())))
             return failure{error_kind::protocol, prev(),
-                           "recv from " + peer(prev()) + ": " + *bad + " during " + where_of(p)};
+                           "recv from " + peer(prev()) + ": " + *bad + " during " + detail::where_of(p)};
           r.reading_header = false;
           r.got = 0;
           if (in_.through_shm()) {
@@ -486,18 +431,18 @@ class ring_collective : public detail::front_end<ring_collective> {
     if (count == 0) {
       // The only thing left is a send to a rank that already closed: it has everything it needs.
       return failure{error_kind::peer_lost, next(),
-                     "send to " + peer(next()) + ": connection closed during " + where_of(p)};
+                     "send to " + peer(next()) + ": connection closed during " + detail::where_of(p)};
     }
     const int rc = ::poll(fds, count, spinning ? 0 : detail::poll_ms(deadline));
     // A spinning rank still lets other runnable threads have its CPU (more ranks or threads than cores).
     if (spinning && rc == 0) std::this_thread::yield();
     if (rc < 0 && errno != EINTR)
-      return failure{error_kind::io, rank_, std::string("poll: ") + std::strerror(errno) + " during " + where_of(p)};
+      return failure{error_kind::io, rank_, std::string("poll: ") + std::strerror(errno) + " during " + detail::where_of(p)};
     if (rc == 0 && steady::now() >= deadline) {
       const int waited = r.active ? prev() : next();
       return failure{error_kind::timeout, waited,
                      (r.active ? "no data from " : "could not send to ") + peer(waited) + " within " +
-                         std::to_string(timeout.count()) + " ms: " + where_of(p) + " timed out (sent " +
+                         std::to_string(timeout.count()) + " ms: " + detail::where_of(p) + " timed out (sent " +
                          std::to_string(s.t) + " of " + std::to_string(p.sched.items) + " chunks, received " +
                          std::to_string(r.t) + ")"};
     }
@@ -511,16 +456,16 @@ class ring_collective : public detail::front_end<ring_collective> {
   template <class T>
   std::optional<failure> take_slot(const plan& p, const item& ri, steady::time_point deadline) {
     if (ri.bytes > in_.shm.slot_bytes())
-      return failure{error_kind::protocol, rank_, "internal: a chunk larger than a shared-memory slot during " + where_of(p)};
+      return failure{error_kind::protocol, rank_, "internal: a chunk larger than a shared-memory slot during " + detail::where_of(p)};
     const std::uint8_t* src = in_.take_slot();
     if (ri.reduce)
       detail::reduce_into(reinterpret_cast<T*>(ri.ptr), reinterpret_cast<const T*>(src), ri.bytes / sizeof(T), p.op);
     else
       std::memcpy(ri.ptr, src, ri.bytes);
     if (ri.finish) finish_part<T>(p, ri);
-    if (in_.return_credit(op_header(p), deadline).status == detail::io_status::timed_out)
+    if (in_.return_credit(detail::op_header(p), deadline).status == detail::io_status::timed_out)
       return failure{error_kind::timeout, prev(), "could not return a shared-memory slot to rank " +
-                                                      std::to_string(prev()) + " (" + address(prev()) + ") during " + where_of(p)};
+                                                      std::to_string(prev()) + " (" + address(prev()) + ") during " + detail::where_of(p)};
     // Otherwise the credit went, or the previous rank closed its end after sending its last frame (it needs no more
     // slots) or died (the data stream reports that, naming it, on the next receive).
     return std::nullopt;
@@ -538,7 +483,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     in_.dead = true;
     const std::string why = n == 0 ? "connection closed" : std::strerror(errno);
     return failure{error_kind::peer_lost, from,
-                   "recv from rank " + std::to_string(from) + " (" + address(from) + "): " + why + " during " + where_of(p)};
+                   "recv from rank " + std::to_string(from) + " (" + address(from) + "): " + why + " during " + detail::where_of(p)};
   }
 
 
@@ -564,7 +509,7 @@ class ring_collective : public detail::front_end<ring_collective> {
       return failure{error_kind::peer_lost, next(),
                      "send to rank " + std::to_string(next()) + " (" + address(next()) + "): " +
                          (first == 0 ? std::string("connection closed") : std::string(std::strerror(errno))) +
-                         " during " + where_of(p)};
+                         " during " + detail::where_of(p)};
     }
     const auto r = detail::read_exact(out_.socket.get(), raw.data() + first, raw.size() - static_cast<std::size_t>(first),
                                       steady::now() + detail::abort_read_grace);
@@ -582,30 +527,20 @@ class ring_collective : public detail::front_end<ring_collective> {
                          (h ? std::string(h->type == detail::frame_type::credit ? "a credit it did not owe"
                                                                                 : "a data frame")
                             : why.empty() ? std::string("truncated message") : why) +
-                         " on the back channel during " + where_of(p)};
-    return detail::read_abort(out_.socket.get(), *h, next(), where_of(p), options_.addresses);
+                         " on the back channel during " + detail::where_of(p)};
+    return detail::read_abort(out_.socket.get(), *h, next(), detail::where_of(p), options_.addresses);
   }
 
   // Tells both neighbours, breaks the ring for good, and throws the error this rank reports.
   [[noreturn]] void fail(const plan& p, const failure& f) {
-    detail::send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, op_header(p), f);
+    detail::send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, detail::op_header(p), f);
     broken_ = detail::ring_error(rank_, f, options_.addresses);
     log(f.text);
     std::rethrow_exception(broken_);
   }
 
-  // The fields of a frame header that name the operation (kind, element type, sequence number).
-  static detail::frame_header op_header(const plan& p) {
-    detail::frame_header h;
-    h.op = p.sched.kind;
-    h.type_of_elements = p.type;
-    h.seq = p.seq;
-    return h;
-  }
-
   void log(const std::string& text) const { detail::ring_log(options_, rank_, text); }
 
-  static std::string where_of(const plan& p) { return std::string(detail::op_name(p.sched.kind)) + " #" + std::to_string(p.seq); }
 
   ring_options options_;
   int uncaught_ = 0;
