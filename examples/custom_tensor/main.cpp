@@ -5,7 +5,7 @@
 //
 //   custom_tensor [--data-dir .cache/mnist] [--replicas 2] [--steps 150] [--checkpoint-dir DIR]
 #include <mwstrat/checkpoint.hpp>
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/data.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/tensor/concepts.hpp>

@@ -6,7 +6,7 @@
 
 #include <mwstrat/collective/concepts.hpp>
 #include <mwstrat/collective/handle.hpp>
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/collective/ring/host_arena.hpp>
 #include <mwstrat/collective/ring/options.hpp>
 #include <mwstrat/collective/ring/ring_collective.hpp>

@@ -3,6 +3,8 @@
 // stdout and stderr in files under a temporary folder. Every wait is bounded; whatever is still running at the
 // end is SIGKILLed.
 
+#include <support/temp_dir.hpp>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -14,7 +16,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -56,23 +57,6 @@ inline std::string read_text(const std::filesystem::path& p) {
   ss << in.rdbuf();
   return ss.str();
 }
-
-class temp_dir {
- public:
-  temp_dir() {
-    std::random_device rd;
-    path_ = std::filesystem::temp_directory_path() / ("mwstrat-collective-" + std::to_string(rd()));
-    std::filesystem::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 struct worker {
   pid_t pid = -1;
@@ -178,7 +162,7 @@ inline bool have_dev_shm() { return ::access("/dev/shm", W_OK | X_OK) == 0; }
 
 // A whole ring of workers running `scenario`, each told its rank and everyone's ports.
 struct ring_run {
-  temp_dir dir;
+  temp_dir dir{"mwstrat-collective"};
   std::vector<worker> workers;
 
   ring_run(int n, const std::string& scenario, const std::vector<std::string>& extra = {},

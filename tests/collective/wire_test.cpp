@@ -3,6 +3,8 @@
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
 
+#include <support/temp_dir.hpp>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -251,8 +253,8 @@ TEST(ring_shm_region, creation_failure_is_a_reason_not_a_crash) {
 }
 
 TEST(ring_shm_region, sender_and_receiver_share_slots_and_the_name_is_unlinked) {
-  const auto dir = std::filesystem::temp_directory_path() / ("mwstrat-shm-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const mwstrat::test::temp_dir tmp("mwstrat-shm-test");
+  const auto& dir = tmp.path();
   shm_region out, in;
   ASSERT_EQ(out.create(dir.string(), 3, 4096), "");
   const auto path = dir / out.name();

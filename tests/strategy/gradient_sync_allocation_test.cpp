@@ -6,7 +6,7 @@
 // count only while `counting` is set, inside a window that every replica enters and leaves through a barrier. The
 // barriers' own allocations, if any, are measured by an empty window and subtracted. Allocations seen in the
 // window are listed (size and call stack, through backtrace_symbols_fd) so their origin can be found.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/collective/ring/host_arena.hpp>
 #include <mwstrat/collective/ring/ring_collective.hpp>
 #include <mwstrat/strategy/gradient_sync.hpp>

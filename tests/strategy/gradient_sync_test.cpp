@@ -1,6 +1,6 @@
 // Gradient synchronisation as one component: its concepts (near misses, one type per missing requirement), the
 // policy value's validation, and the decisions it takes (overlap, placement, fallbacks) on replicas as threads.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/nn/model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/concepts.hpp>

@@ -1,6 +1,6 @@
 // The gradient synchroniser's decision to overlap the all-reduce with backward: the rule on gathered facts, and the
 // decision taken by replicas (threads over the local collective) for models that do and do not report their threads.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/strategy/detail/host_topology.hpp>
 
 #include <gtest/gtest.h>

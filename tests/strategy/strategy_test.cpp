@@ -1,4 +1,4 @@
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/collective/ring/ring_collective.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/bucketed_reduction.hpp>

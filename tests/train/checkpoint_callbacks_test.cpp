@@ -1,5 +1,5 @@
 // BackupAndRestore and ModelCheckpoint over local replicas, with real files in a temporary folder.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/backup_and_restore.hpp>
 #include <mwstrat/train/callbacks/model_checkpoint.hpp>

@@ -1,6 +1,6 @@
 // data/epoch_batches.hpp: a dataset<T> pipeline feeding fit, as tf.data feeds Keras — sharded per worker, a pure
 // function of (epoch, step), so that N workers train like one with the global batch and a resume is exact.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/data/dataset.hpp>
 #include <mwstrat/data/epoch_batches.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>

@@ -1,5 +1,5 @@
 // fit/evaluate over the local collective (replicas as threads) with a model on the test's own types.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/csv_logger.hpp>

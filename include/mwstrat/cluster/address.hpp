@@ -56,8 +56,8 @@ struct address_parse_result {
   return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-// A decimal port, 1..65535; leading zeros are tolerated (the number is what counts).
-[[nodiscard]] inline std::string parse_port(std::string_view text, std::uint16_t& port) {
+// A decimal port, 1..65535 (0 too with `allow_zero`); leading zeros are tolerated (the number is what counts).
+[[nodiscard]] inline std::string parse_port(std::string_view text, std::uint16_t& port, bool allow_zero = false) {
   if (text.empty()) return "the port is empty; expected host:port with a port in 1..65535";
   std::uint32_t value = 0;
   for (const char c : text) {
@@ -72,7 +72,7 @@ struct address_parse_result {
              " is out of range (1..65535)";
     }
   }
-  if (value == 0) return "port 0 is out of range (1..65535); a task needs a fixed port its peers can reach";
+  if (value == 0 && !allow_zero) return "port 0 is out of range (1..65535); a task needs a fixed port its peers can reach";
   port = static_cast<std::uint16_t>(value);
   return {};
 }
@@ -145,7 +145,9 @@ struct address_parse_result {
 }
 
 /// Parses `text` as an address without throwing; `reason` says what is wrong, in words a user can act on.
-[[nodiscard]] inline address_parse_result parse_address_nothrow(std::string_view text) {
+/// `allow_port_zero`: port 0 (the kernel picks one) is accepted, for a task that nobody connects to (the ring's
+/// world of one); a cluster's tasks need fixed ports.
+[[nodiscard]] inline address_parse_result parse_address_nothrow(std::string_view text, bool allow_port_zero = false) {
   address_parse_result result;
   std::string& reason = result.reason;
   if (text.empty()) {
@@ -197,7 +199,7 @@ struct address_parse_result {
     if (!reason.empty()) return result;
     port_text = text.substr(colon + 1);
   }
-  reason = parse_port(port_text, result.value.port);
+  reason = parse_port(port_text, result.value.port, allow_port_zero);
   return result;
 }
 

@@ -6,7 +6,7 @@
 /// on each; the first failure is rethrown after every replica has stopped (the others see it as a lost peer, so
 /// none of them hangs).
 
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 

@@ -1,6 +1,6 @@
 // fit with something that is not a trainable_model (here: a model of another batch type's images form only).
 // Expected: the unsatisfied `trainable_model` constraint.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/fit.hpp>
 

@@ -1,6 +1,6 @@
 // fit with something that is not a strategy (the collective itself). Expected: the unsatisfied `strategy`
 // constraint.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/train/fit.hpp>
 
 #include <support/softmax_regression.hpp>

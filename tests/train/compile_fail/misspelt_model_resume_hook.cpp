@@ -1,6 +1,6 @@
 // A model with `step()` whose `set_step` is misspelt, saved by BackupAndRestore: its RNG position would silently not
 // be restored. Expected: the static_assert that names the missing member.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/backup_and_restore.hpp>
 #include <mwstrat/train/fit.hpp>

@@ -1,7 +1,7 @@
 // An optimizer whose `set_iterations` is misspelt, given to BackupAndRestore: without the check, the resume would
 // silently restart its step count (the optimizer would just not be a checkpointable_optimizer). Expected: the
 // static_assert that names the missing member.
-#include <mwstrat/collective/local.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/backup_and_restore.hpp>
 #include <mwstrat/train/fit.hpp>

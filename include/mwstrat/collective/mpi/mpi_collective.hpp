@@ -15,7 +15,7 @@
 /// OpenMPI's algorithms give for a fixed communicator size, not something the MPI standard promises.
 
 #include <mwstrat/collective/concepts.hpp>
-#include <mwstrat/collective/detail/op_queue.hpp>
+#include <mwstrat/collective/detail/front_end.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/handle.hpp>
 #include <mwstrat/collective/types.hpp>
@@ -42,8 +42,11 @@ struct mpi_options {
 };
 
 /// One rank of an MPI communicator. MPI must be initialised before and finalised after its lifetime.
-class mpi_collective {
+class mpi_collective : public detail::front_end<mpi_collective> {
  public:
+  /// The component named in this backend's errors.
+  static constexpr const char* component = "mpi";
+
   /// Uses a duplicate of `comm`, so mwstrat's messages never match the application's own.
   explicit mpi_collective(MPI_Comm comm = MPI_COMM_WORLD, mpi_options options = {}) : options_(options) {
     int initialised = 0;
@@ -73,35 +76,16 @@ class mpi_collective {
   /// The number of ranks in the communicator.
   [[nodiscard]] int size() const noexcept { return size_; }
 
-  /// In-place all-reduce: every rank ends with the reduction of all ranks' `data`.
-  template <collective_element T>
-  void all_reduce(std::span<T> data, reduce_op op, op_options options = {}) {
-    queue_.drain();
-    all_reduce_now(data, op, options);
-  }
+  // all_reduce, all_reduce_async, broadcast, all_gather, barrier: see detail::front_end. all_reduce_async runs on
+  // the worker thread when MPI provides MPI_THREAD_SERIALIZED or better, else completes before it returns.
 
-  /// Starts an all-reduce; operations complete in issue order (see the file comment).
-  template <collective_element T>
-  [[nodiscard]] op_handle all_reduce_async(std::span<T> data, reduce_op op, op_options options = {}) {
-    if (threaded_) return queue_.push([this, data, op, options] { all_reduce_now(data, op, options); });
-    auto state = std::make_shared<detail::op_state>();
-    std::exception_ptr failure;
-    try {
-      all_reduce_now(data, op, options);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    state->finish(failure);
-    return op_handle(state);
-  }
+ private:
+  friend class detail::front_end<mpi_collective>;
 
-  /// Copies `root`'s `data` into every rank's `data`.
-  template <collective_element T>
-  void broadcast(std::span<T> data, int root, op_options options = {}) {
-    queue_.drain();
-    if (root < 0 || root >= size_)
-      throw config_error({"mpi", rank_}, "broadcast: root " + std::to_string(root) + " is out of range for " +
-                                             std::to_string(size_) + " ranks");
+  bool async_on_worker() const { return threaded_; }
+
+  template <class T>
+  void broadcast_now(std::span<T> data, int root, op_options options) {
     const auto seq = next_seq_++;
     const auto deadline = deadline_of(options);
     for (std::size_t at = 0; at < data.size(); at += max_count) {
@@ -112,15 +96,8 @@ class mpi_collective {
     }
   }
 
-  /// Gathers every rank's `mine` into `all` (size() * mine.size() elements), in rank order.
-  template <collective_element T>
-  void all_gather(std::span<const T> mine, std::span<T> all, op_options options = {}) {
-    queue_.drain();
-    const auto n = static_cast<std::size_t>(size_);
-    if (all.size() != n * mine.size())
-      throw config_error({"mpi", rank_}, "all_gather: output holds " + std::to_string(all.size()) +
-                                             " elements, expected size() * mine.size() = " +
-                                             std::to_string(n * mine.size()));
+  template <class T>
+  void all_gather_now(std::span<const T> mine, std::span<T> all, op_options options) {
     if (mine.size() > max_count)
       throw config_error({"mpi", rank_}, "all_gather: more than INT_MAX/2 elements per rank");
     const auto seq = next_seq_++;
@@ -133,16 +110,13 @@ class mpi_collective {
     complete(req, deadline_of(options), "all_gather", seq);
   }
 
-  /// Returns once every rank has entered the barrier.
-  void barrier(op_options options = {}) {
-    queue_.drain();
+  void barrier_now(op_options options) {
     const auto seq = next_seq_++;
     MPI_Request req;
     check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", seq);
     complete(req, deadline_of(options), "barrier", seq);
   }
 
- private:
   static constexpr std::size_t max_count = INT_MAX / 2;
 
   template <class T>
@@ -213,7 +187,6 @@ class mpi_collective {
   bool threaded_ = false;
   std::uint64_t next_seq_ = 0;
   std::exception_ptr broken_;
-  detail::op_queue queue_;
 };
 
 static_assert(collective<mpi_collective>);

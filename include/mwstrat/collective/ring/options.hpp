@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// `ring_options`: everything a `ring_collective` needs, as plain values (the cluster layer fills them from a
-/// cluster spec).
+/// `ring_options`: everything a `ring_collective` needs, as plain values. The ring reads no environment: the
+/// configuration layer fills these from a cluster spec and from the environment (`MWSTRAT_JOB_TOKEN`,
+/// `MWSTRAT_RING_TRANSPORT`, `MWSTRAT_RING_SPIN_US`), never overriding a value set in code.
 
 #include <chrono>
 #include <cstddef>
@@ -41,19 +42,18 @@ struct ring_options {
   /// Identifies the model (e.g. its layer shapes); checked like the cluster fingerprint.
   std::string model_fingerprint;
   /// The shared secret both sides of a connection prove they know (HMAC-SHA256) before any data flows.
-  /// nullopt: the environment variable `MWSTRAT_JOB_TOKEN`, if set; an empty string: no token.
+  /// nullopt or an empty string: no token.
   std::optional<std::string> job_token;
   /// Largest payload of one frame; buffers are split into chunks of at most this size and pipelined.
   std::size_t chunk_bytes = std::size_t{512} << 10;
   /// SO_SNDBUF / SO_RCVBUF of the ring's sockets; 0 leaves the kernel's autotuning alone.
   int socket_buffer_bytes = 4 << 20;
-  /// Payload transport of each link; the environment variable `MWSTRAT_RING_TRANSPORT` (`tcp` or `auto`)
-  /// overrides it.
+  /// Payload transport of each link.
   ring_transport transport = ring_transport::automatic;
   /// How long a rank with nothing to do keeps polling its sockets before it sleeps in poll(): a wake-up from sleep
   /// costs tens to hundreds of microseconds (more in a virtual machine) on every hop of an operation, polling costs
   /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.
-  /// The environment variable `MWSTRAT_RING_SPIN_US` (microseconds) overrides it.
+  /// Negative values are refused (`config_error`).
   std::chrono::microseconds spin{200};
   /// Where the ring logs (start-up, refused connections, failures); empty: standard error.
   std::function<void(std::string_view)> log;

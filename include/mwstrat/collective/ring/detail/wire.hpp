@@ -1,10 +1,14 @@
 #pragma once
 // The ring's wire formats, as pure functions over bytes (no sockets), so they can be fuzzed: addresses,
 // the handshake messages, frame headers and abort payloads, plus the HMAC-SHA256 proofs (OpenSSL libcrypto).
-// All integers are little-endian. See docs/collectives.md for the protocol.
+// All integers are little-endian. Each message's fields are listed once (wire_fields<Msg>, see wire_fields.hpp);
+// its size, encoder and decoder come from that list. See docs/collectives.md for the protocol.
 
+#include <mwstrat/cluster/address.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
+#include <mwstrat/collective/ring/detail/wire_fields.hpp>
 #include <mwstrat/collective/types.hpp>
+#include <mwstrat/error.hpp>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -29,77 +33,13 @@ using digest = std::array<std::uint8_t, 32>;
 
 // ---- addresses ----
 
-struct host_port {
-  std::string host;  // without brackets
-  std::uint16_t port = 0;
-};
-
-// "host:port" or "[v6]:port"; nullopt when malformed.
-inline std::optional<host_port> parse_address(std::string_view text) {
-  std::string_view host, port;
-  if (!text.empty() && text.front() == '[') {
-    const auto close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') return std::nullopt;
-    host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else {
-    const auto colon = text.rfind(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) return std::nullopt;  // bare IPv6 needs brackets
-  }
-  if (host.empty() || port.empty() || port.size() > 5) return std::nullopt;
-  unsigned value = 0;
-  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (ec != std::errc{} || end != port.data() + port.size() || value > 65535) return std::nullopt;
-  return host_port{std::string(host), static_cast<std::uint16_t>(value)};
+// "host:port", "[v6]:port" or "[v6%zone]:port", by the library's one address parser (cluster/address.hpp: RFC 1123
+// host names or IPv4, ports 1..65535); nullopt when malformed.
+inline std::optional<address> parse_address(std::string_view text) {
+  auto parsed = parse_address_nothrow(text);
+  if (!parsed.reason.empty()) return std::nullopt;
+  return std::move(parsed.value);
 }
-
-// ---- little-endian helpers ----
-
-class byte_writer {
- public:
-  explicit byte_writer(std::span<std::uint8_t> out) : out_(out) {}
-  void u8(std::uint8_t v) { out_[at_++] = v; }
-  void u16(std::uint16_t v) { put(v, 2); }
-  void u32(std::uint32_t v) { put(v, 4); }
-  void u64(std::uint64_t v) { put(v, 8); }
-  void bytes(std::span<const std::uint8_t> b) {
-    std::memcpy(out_.data() + at_, b.data(), b.size());
-    at_ += b.size();
-  }
-  [[nodiscard]] std::size_t size() const { return at_; }
-
- private:
-  void put(std::uint64_t v, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) out_[at_++] = static_cast<std::uint8_t>(v >> (8 * i));
-  }
-  std::span<std::uint8_t> out_;
-  std::size_t at_ = 0;
-};
-
-class byte_reader {
- public:
-  explicit byte_reader(std::span<const std::uint8_t> in) : in_(in) {}
-  std::uint8_t u8() { return in_[at_++]; }
-  std::uint16_t u16() { return static_cast<std::uint16_t>(get(2)); }
-  std::uint32_t u32() { return static_cast<std::uint32_t>(get(4)); }
-  std::uint64_t u64() { return get(8); }
-  void bytes(std::span<std::uint8_t> out) {
-    std::memcpy(out.data(), in_.data() + at_, out.size());
-    at_ += out.size();
-  }
-
- private:
-  std::uint64_t get(std::size_t n) {
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(in_[at_++]) << (8 * i);
-    return v;
-  }
-  std::span<const std::uint8_t> in_;
-  std::size_t at_ = 0;
-};
 
 // ---- crypto ----
 
@@ -152,6 +92,12 @@ enum class refusal : std::uint8_t {
   bad_proof = 8,
 };
 
+template <>
+struct enum_range<refusal> {
+  static constexpr refusal first = refusal::none, last = refusal::bad_proof;
+  static constexpr const char* unknown = "unknown refusal";
+};
+
 inline const char* refusal_text(refusal r) {
   switch (r) {
     case refusal::none: return "accepted";
@@ -178,7 +124,11 @@ struct hello {
   digest nonce{};
   digest host{};  // host_identity(): equal on both ends means shared memory can reach the peer
 };
-inline constexpr std::size_t hello_size = 8 + 2 + 2 + 4 + 4 + 32 * 4;
+template <>
+struct wire_fields<hello> {
+  using type = field_list<field<&hello::version>, field<&hello::flags>, field<&hello::world>, field<&hello::rank>,
+                          field<&hello::cluster>, field<&hello::model>, field<&hello::nonce>, field<&hello::host>>;
+};
 
 // server -> client
 struct hello_reply {
@@ -191,96 +141,65 @@ struct hello_reply {
   digest proof{};  // HMAC over the transcript, zero without a token
   digest host{};
 };
-inline constexpr std::size_t hello_reply_size = 8 + 2 + 1 + 1 + 4 + 4 + 32 * 3;
+template <>
+struct wire_fields<hello_reply> {
+  using type = field_list<field<&hello_reply::version>, field<&hello_reply::status>, field<&hello_reply::flags>,
+                          field<&hello_reply::world>, field<&hello_reply::rank>, field<&hello_reply::nonce>,
+                          field<&hello_reply::proof>, field<&hello_reply::host>>;
+};
 
 // client -> server (its proof), then server -> client (the verdict), both this shape.
 struct hello_finish {
   refusal status = refusal::none;
   digest proof{};
 };
-inline constexpr std::size_t hello_finish_size = 8 + 1 + 32;
+template <>
+struct wire_fields<hello_finish> {
+  using type = field_list<field<&hello_finish::status>, field<&hello_finish::proof>>;
+};
 
-inline void encode(const hello& h, std::span<std::uint8_t, hello_size> out) {
-  byte_writer w(out);
-  w.bytes(hello_magic);
-  w.u16(h.version);
-  w.u16(h.flags);
-  w.u32(h.world);
-  w.u32(h.rank);
-  w.bytes(h.cluster);
-  w.bytes(h.model);
-  w.bytes(h.nonce);
-  w.bytes(h.host);
-}
+// Each handshake message: the magic, then its fields.
+inline constexpr std::size_t hello_size = hello_magic.size() + fields_size<hello>;
+inline constexpr std::size_t hello_reply_size = hello_magic.size() + fields_size<hello_reply>;
+inline constexpr std::size_t hello_finish_size = hello_magic.size() + fields_size<hello_finish>;
+static_assert(hello_size == 148 && hello_reply_size == 116 && hello_finish_size == 41, "the wire format changed");
 
 inline bool has_magic(std::span<const std::uint8_t> in) {
   return in.size() >= hello_magic.size() && std::memcmp(in.data(), hello_magic.data(), hello_magic.size()) == 0;
 }
 
-// nullopt when the magic is wrong (a stranger); other fields are judged by the caller.
-inline std::optional<hello> decode_hello(std::span<const std::uint8_t> in) {
-  if (in.size() != hello_size || !has_magic(in)) return std::nullopt;
-  byte_reader r(in.subspan(8));
-  hello h;
-  h.version = r.u16();
-  h.flags = r.u16();
-  h.world = r.u32();
-  h.rank = r.u32();
-  r.bytes(h.cluster);
-  r.bytes(h.model);
-  r.bytes(h.nonce);
-  r.bytes(h.host);
-  return h;
-}
-
-inline void encode(const hello_reply& h, std::span<std::uint8_t, hello_reply_size> out) {
+// The magic then Msg's fields, into exactly `Size` bytes.
+template <class Msg, std::size_t Size>
+void encode_with_magic(const Msg& m, std::span<std::uint8_t, Size> out) {
+  static_assert(Size == hello_magic.size() + fields_size<Msg>);
   byte_writer w(out);
   w.bytes(hello_magic);
-  w.u16(h.version);
-  w.u8(static_cast<std::uint8_t>(h.status));
-  w.u8(h.flags);
-  w.u32(h.world);
-  w.u32(h.rank);
-  w.bytes(h.nonce);
-  w.bytes(h.proof);
-  w.bytes(h.host);
+  encode_fields(m, w);
 }
 
-inline bool valid_refusal(std::uint8_t v) { return v <= static_cast<std::uint8_t>(refusal::bad_proof); }
+// nullopt when the size or the magic is wrong (a stranger) or a field cannot be (an unknown enum value).
+template <class Msg>
+std::optional<Msg> decode_with_magic(std::span<const std::uint8_t> in) {
+  if (in.size() != hello_magic.size() + fields_size<Msg> || !has_magic(in)) return std::nullopt;
+  byte_reader r(in.subspan(hello_magic.size()));
+  Msg m;
+  const char* why = nullptr;
+  if (!decode_fields(m, r, why)) return std::nullopt;
+  return m;
+}
 
+inline void encode(const hello& h, std::span<std::uint8_t, hello_size> out) { encode_with_magic(h, out); }
+// Other fields are judged by the caller (judge_hello).
+inline std::optional<hello> decode_hello(std::span<const std::uint8_t> in) { return decode_with_magic<hello>(in); }
+
+inline void encode(const hello_reply& h, std::span<std::uint8_t, hello_reply_size> out) { encode_with_magic(h, out); }
 inline std::optional<hello_reply> decode_hello_reply(std::span<const std::uint8_t> in) {
-  if (in.size() != hello_reply_size || !has_magic(in)) return std::nullopt;
-  byte_reader r(in.subspan(8));
-  hello_reply h;
-  h.version = r.u16();
-  const auto status = r.u8();
-  if (!valid_refusal(status)) return std::nullopt;
-  h.status = static_cast<refusal>(status);
-  h.flags = r.u8();
-  h.world = r.u32();
-  h.rank = r.u32();
-  r.bytes(h.nonce);
-  r.bytes(h.proof);
-  r.bytes(h.host);
-  return h;
+  return decode_with_magic<hello_reply>(in);
 }
 
-inline void encode(const hello_finish& h, std::span<std::uint8_t, hello_finish_size> out) {
-  byte_writer w(out);
-  w.bytes(hello_magic);
-  w.u8(static_cast<std::uint8_t>(h.status));
-  w.bytes(h.proof);
-}
-
+inline void encode(const hello_finish& h, std::span<std::uint8_t, hello_finish_size> out) { encode_with_magic(h, out); }
 inline std::optional<hello_finish> decode_hello_finish(std::span<const std::uint8_t> in) {
-  if (in.size() != hello_finish_size || !has_magic(in)) return std::nullopt;
-  byte_reader r(in.subspan(8));
-  hello_finish h;
-  const auto status = r.u8();
-  if (!valid_refusal(status)) return std::nullopt;
-  h.status = static_cast<refusal>(status);
-  r.bytes(h.proof);
-  return h;
+  return decode_with_magic<hello_finish>(in);
 }
 
 // What the server checks in a client's hello, given what it expects; refusal::none when acceptable.
@@ -337,45 +256,29 @@ struct shm_offer {
   std::uint64_t slot_bytes = 0;
   std::string name;
 };
-inline constexpr std::size_t shm_offer_size = 8 + 4 + 4 + 8 + shm_name_size;
+template <>
+struct wire_fields<shm_offer> {
+  using type = field_list<field<&shm_offer::status>, pad<3>, field<&shm_offer::slots>, field<&shm_offer::slot_bytes>,
+                          fixed_string<&shm_offer::name, shm_name_size>>;
+};
+inline constexpr std::size_t shm_offer_size = hello_magic.size() + fields_size<shm_offer>;
+static_assert(shm_offer_size == 88, "the wire format changed");
 
 // receiver -> sender: 0 = mapped (payloads go through the region), 1 = declined (TCP).
 inline constexpr std::size_t shm_answer_size = 8 + 1;
 
-inline void encode(const shm_offer& o, std::span<std::uint8_t, shm_offer_size> out) {
-  byte_writer w(out);
-  w.bytes(hello_magic);
-  w.u8(o.status);
-  w.u8(0);
-  w.u8(0);
-  w.u8(0);
-  w.u32(o.slots);
-  w.u64(o.slot_bytes);
-  std::array<std::uint8_t, shm_name_size> name{};
-  std::memcpy(name.data(), o.name.data(), std::min(o.name.size(), shm_name_size - 1));
-  w.bytes(name);
-}
+inline void encode(const shm_offer& o, std::span<std::uint8_t, shm_offer_size> out) { encode_with_magic(o, out); }
 
-// nullopt when malformed: bad magic, unknown status, slots or slot size out of range, a name not of our shape.
+// nullopt when malformed: bad magic, unknown status, non-zero padding, slots or slot size out of range, a name
+// not NUL-padded or not of our shape.
 inline std::optional<shm_offer> decode_shm_offer(std::span<const std::uint8_t> in) {
-  if (in.size() != shm_offer_size || !has_magic(in)) return std::nullopt;
-  byte_reader r(in.subspan(8));
-  shm_offer o;
-  o.status = r.u8();
-  if (r.u8() != 0 || r.u8() != 0 || r.u8() != 0) return std::nullopt;
-  o.slots = r.u32();
-  o.slot_bytes = r.u64();
-  std::array<std::uint8_t, shm_name_size> name{};
-  r.bytes(name);
-  if (o.status == 0) return o.slots == 0 && o.slot_bytes == 0 && name[0] == 0 ? std::optional(o) : std::nullopt;
-  if (o.status != 1 || o.slots < 1 || o.slots > max_shm_slots || o.slot_bytes < 64 ||
-      o.slot_bytes > max_shm_slot_bytes || o.slot_bytes % 64 != 0)
+  auto o = decode_with_magic<shm_offer>(in);
+  if (!o) return std::nullopt;
+  if (o->status == 0) return o->slots == 0 && o->slot_bytes == 0 && o->name.empty() ? o : std::nullopt;
+  if (o->status != 1 || o->slots < 1 || o->slots > max_shm_slots || o->slot_bytes < 64 ||
+      o->slot_bytes > max_shm_slot_bytes || o->slot_bytes % 64 != 0)
     return std::nullopt;
-  const auto end = std::find(name.begin(), name.end(), std::uint8_t{0});
-  if (end == name.end()) return std::nullopt;
-  if (std::any_of(end, name.end(), [](std::uint8_t b) { return b != 0; })) return std::nullopt;
-  o.name.assign(name.begin(), end);
-  if (!valid_shm_name(o.name)) return std::nullopt;
+  if (!valid_shm_name(o->name)) return std::nullopt;
   return o;
 }
 
@@ -398,6 +301,43 @@ inline constexpr std::uint32_t frame_magic = 0x4653574DU;  // "MWSF" on the wire
 // follows). credit: on the back channel, the receiver is done with its oldest slot (no payload). abort: see below.
 enum class frame_type : std::uint8_t { data = 1, abort = 2, slot = 3, credit = 4 };
 
+template <>
+struct enum_range<frame_type> {
+  static constexpr frame_type first = frame_type::data, last = frame_type::credit;
+  static constexpr const char* unknown = "unknown frame type";
+};
+template <>
+struct enum_range<op_kind> {
+  static constexpr op_kind first = op_kind::all_reduce, last = op_kind::all_reduce_update;
+  static constexpr const char* unknown = "unknown operation in frame";
+};
+template <>
+struct enum_range<wire_dtype> {
+  static constexpr wire_dtype first = wire_dtype::f32, last = wire_dtype::i64;
+  static constexpr const char* unknown = "unknown element type in frame";
+};
+template <>
+struct enum_range<error_kind> {
+  static constexpr error_kind first = error_kind::config, last = error_kind::data;
+  static constexpr const char* unknown = "unknown error kind";
+};
+
+// The payload of an abort frame: why the sender gave up, and which rank it blames; its text follows the fields,
+// after its length.
+struct abort_notice {
+  std::uint8_t kind = 0;  // error_kind
+  std::int32_t culprit = -1;
+  std::uint64_t seq = 0;
+  std::string text;
+};
+template <>
+struct wire_fields<abort_notice> {
+  using type = field_list<field<&abort_notice::kind>, ignored<3>, signed_field<&abort_notice::culprit>,
+                          field<&abort_notice::seq>>;
+};
+inline constexpr std::size_t abort_fixed_size = fields_size<abort_notice> + sizeof(std::uint32_t);  // + text length
+static_assert(abort_fixed_size == 20, "the wire format changed");
+
 struct frame_header {
   frame_type type = frame_type::data;
   op_kind op = op_kind::all_reduce;
@@ -409,22 +349,20 @@ struct frame_header {
   std::uint32_t chunk = 0;
   std::uint64_t payload = 0;   // bytes that follow
 };
-inline constexpr std::size_t frame_header_size = 40;
+template <>
+struct wire_fields<frame_header> {
+  using type = field_list<field<&frame_header::type>, field<&frame_header::op>, field<&frame_header::type_of_elements>,
+                          field<&frame_header::reduction>, field<&frame_header::seq>, field<&frame_header::count>,
+                          field<&frame_header::step>, field<&frame_header::chunk>, field<&frame_header::payload>>;
+};
+inline constexpr std::size_t frame_header_size = sizeof(frame_magic) + fields_size<frame_header>;
+static_assert(frame_header_size == 40, "the wire format changed");
 inline constexpr std::size_t max_abort_text = 1024;
-inline constexpr std::size_t abort_fixed_size = 1 + 3 + 4 + 8 + 4;
 
 inline void encode(const frame_header& h, std::span<std::uint8_t, frame_header_size> out) {
   byte_writer w(out);
   w.u32(frame_magic);
-  w.u8(static_cast<std::uint8_t>(h.type));
-  w.u8(static_cast<std::uint8_t>(h.op));
-  w.u8(static_cast<std::uint8_t>(h.type_of_elements));
-  w.u8(h.reduction);
-  w.u64(h.seq);
-  w.u64(h.count);
-  w.u32(h.step);
-  w.u32(h.chunk);
-  w.u64(h.payload);
+  encode_fields(h, w);
 }
 
 // Decodes and checks everything that does not depend on the expected operation: magic, enums, and an abort
@@ -438,19 +376,8 @@ inline std::optional<frame_header> decode_frame_header(std::span<const std::uint
   byte_reader r(in);
   if (r.u32() != frame_magic) return fail("bad frame magic");
   frame_header h;
-  const auto type = r.u8(), op = r.u8(), dt = r.u8();
-  h.reduction = r.u8();
-  if (type < 1 || type > 4) return fail("unknown frame type");
-  if (op < 1 || op > 5) return fail("unknown operation in frame");
-  if (dt < 1 || dt > 4) return fail("unknown element type in frame");
-  h.type = static_cast<frame_type>(type);
-  h.op = static_cast<op_kind>(op);
-  h.type_of_elements = static_cast<wire_dtype>(dt);
-  h.seq = r.u64();
-  h.count = r.u64();
-  h.step = r.u32();
-  h.chunk = r.u32();
-  h.payload = r.u64();
+  const char* bad = nullptr;
+  if (!decode_fields(h, r, bad)) return fail(bad);
   if (h.type == frame_type::abort && (h.payload < abort_fixed_size || h.payload > abort_fixed_size + max_abort_text))
     return fail("abort frame with an out-of-range length");
   if (h.type == frame_type::credit && h.payload != 0) return fail("credit frame with a payload");
@@ -476,23 +403,10 @@ inline std::optional<std::string> frame_mismatch(const frame_header& got, const 
   return std::nullopt;
 }
 
-// The payload of an abort frame: why the sender gave up, and which rank it blames.
-struct abort_notice {
-  std::uint8_t kind = 0;  // error_kind
-  std::int32_t culprit = -1;
-  std::uint64_t seq = 0;
-  std::string text;
-};
-
 inline std::size_t encode(const abort_notice& a, std::span<std::uint8_t, abort_fixed_size + max_abort_text> out) {
   byte_writer w(out);
   const auto len = std::min(a.text.size(), max_abort_text);
-  w.u8(a.kind);
-  w.u8(0);
-  w.u8(0);
-  w.u8(0);
-  w.u32(static_cast<std::uint32_t>(a.culprit));
-  w.u64(a.seq);
+  encode_fields(a, w);
   w.u32(static_cast<std::uint32_t>(len));
   w.bytes(std::span(reinterpret_cast<const std::uint8_t*>(a.text.data()), len));
   return w.size();
@@ -502,14 +416,12 @@ inline std::optional<abort_notice> decode_abort(std::span<const std::uint8_t> in
   if (in.size() < abort_fixed_size || in.size() > abort_fixed_size + max_abort_text) return std::nullopt;
   byte_reader r(in);
   abort_notice a;
-  a.kind = r.u8();
-  r.u8();
-  r.u8();
-  r.u8();
-  a.culprit = static_cast<std::int32_t>(r.u32());
-  a.seq = r.u64();
+  const char* bad = nullptr;
+  (void)decode_fields(a, r, bad);  // no field of the notice can be refused by its bytes alone
   const auto len = r.u32();
-  if (len != in.size() - abort_fixed_size || a.kind > 6 || a.culprit < -1 || a.culprit >= world) return std::nullopt;
+  if (len != in.size() - abort_fixed_size || !in_range<error_kind>(static_cast<std::underlying_type_t<error_kind>>(a.kind)) ||
+      a.culprit < -1 || a.culprit >= world)
+    return std::nullopt;
   a.text.assign(reinterpret_cast<const char*>(in.data()) + abort_fixed_size, len);
   for (auto& c : a.text)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';  // keep logs printable

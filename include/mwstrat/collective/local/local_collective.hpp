@@ -10,7 +10,7 @@
 /// does not arrive by the deadline makes the others throw `timeout_error` naming it.
 
 #include <mwstrat/collective/concepts.hpp>
-#include <mwstrat/collective/detail/op_queue.hpp>
+#include <mwstrat/collective/detail/front_end.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/handle.hpp>
 #include <mwstrat/collective/types.hpp>
@@ -119,8 +119,11 @@ class local_group {
 };
 
 /// One rank's end of a `local_group`. Use from one thread at a time (plus its own asynchronous worker).
-class local_collective {
+class local_collective : public detail::front_end<local_collective> {
  public:
+  /// The component named in this backend's errors.
+  static constexpr const char* component = "local";
+
   /// Rank `rank` of `group`; the group must outlive this object.
   local_collective(local_group& group, int rank)
       : group_(&group), rank_(rank), uncaught_(std::uncaught_exceptions()) {
@@ -144,30 +147,20 @@ class local_collective {
   /// The number of ranks in the group.
   [[nodiscard]] int size() const noexcept { return group_->size(); }
 
-  /// In-place all-reduce: every rank ends with the reduction of all ranks' `data`.
-  template <collective_element T>
-  void all_reduce(std::span<T> data, reduce_op op, op_options options = {}) {
-    queue_.drain();
-    all_reduce_now(data, op, options);
-  }
+  // all_reduce, all_reduce_async, broadcast, all_gather, barrier: see detail::front_end.
+  //
+  // all_reduce_update(gradients, op, params, update): all-reduce fused with an elementwise update, as
+  // `ring_collective`'s: rank r reduces slice r of every rank's gradients into its own, calls `update(first,
+  // count)` for each block of it (which must update params[first, first + count) from gradients[first, first +
+  // count), touch nothing else, and not throw) and copies that part of its updated parameters to every other rank.
+  // Every rank ends with the same `params`.
 
-  /// Starts an all-reduce on this rank's worker thread; see `collective_handle`.
-  template <collective_element T>
-  [[nodiscard]] op_handle all_reduce_async(std::span<T> data, reduce_op op, op_options options = {}) {
-    return queue_.push([this, data, op, options] { all_reduce_now(data, op, options); });
-  }
+ private:
+  friend class detail::front_end<local_collective>;
 
-  /// All-reduce fused with an elementwise update, as `ring_collective::all_reduce_update`: rank r reduces slice r
-  /// of every rank's gradients into its own, calls `update(first, count)` for each block of it (which must update
-  /// params[first, first + count) from gradients[first, first + count), touch nothing else, and not throw) and
-  /// copies that part of its updated parameters to every other rank. Every rank ends with the same `params`.
-  template <collective_element T, class Update>
-  void all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update&& update,
-                         op_options options = {}) {
-    queue_.drain();
-    if (params.size() != gradients.size())
-      throw config_error({"local", rank_}, "all_reduce_update: " + std::to_string(params.size()) +
-                                               " parameters but " + std::to_string(gradients.size()) + " gradients");
+  template <class T, class Update>
+  void all_reduce_update_now(std::span<T> gradients, reduce_op op, std::span<T> params, Update& update,
+                             op_options options) {
     const auto seq = next_seq_++;
     const auto deadline = deadline_of(options);
     post(gradients.data(), params.data(), gradients.size(), detail::dtype_of<T>(), detail::op_kind::all_reduce_update,
@@ -192,11 +185,8 @@ class local_collective {
     rendezvous(deadline, seq, detail::op_kind::all_reduce_update, false);
   }
 
-  /// Copies `root`'s `data` into every rank's `data`.
-  template <collective_element T>
-  void broadcast(std::span<T> data, int root, op_options options = {}) {
-    queue_.drain();
-    check_root(root, "broadcast");
+  template <class T>
+  void broadcast_now(std::span<T> data, int root, op_options options) {
     const auto seq = next_seq_++;
     const auto deadline = deadline_of(options);
     post(data.data(), data.data(), data.size(), detail::dtype_of<T>(), detail::op_kind::broadcast, {}, root, seq);
@@ -207,15 +197,9 @@ class local_collective {
     rendezvous(deadline, seq, detail::op_kind::broadcast, false);
   }
 
-  /// Gathers every rank's `mine` into `all` (size() * mine.size() elements), in rank order.
-  template <collective_element T>
-  void all_gather(std::span<const T> mine, std::span<T> all, op_options options = {}) {
-    queue_.drain();
+  template <class T>
+  void all_gather_now(std::span<const T> mine, std::span<T> all, op_options options) {
     const auto n = static_cast<std::size_t>(size());
-    if (all.size() != n * mine.size())
-      throw config_error({"local", rank_}, "all_gather: output holds " + std::to_string(all.size()) +
-                                               " elements, expected size() * mine.size() = " +
-                                               std::to_string(n * mine.size()));
     const auto seq = next_seq_++;
     const auto deadline = deadline_of(options);
     post(mine.data(), all.data(), mine.size(), detail::dtype_of<T>(), detail::op_kind::all_gather, {}, 0, seq);
@@ -229,25 +213,16 @@ class local_collective {
     rendezvous(deadline, seq, detail::op_kind::all_gather, false);
   }
 
-  /// Returns once every rank has entered the barrier.
-  void barrier(op_options options = {}) {
-    queue_.drain();
+  void barrier_now(op_options options) {
     const auto seq = next_seq_++;
     post(nullptr, nullptr, 0, detail::wire_dtype::i32, detail::op_kind::barrier, {}, 0, seq);
     rendezvous(deadline_of(options), seq, detail::op_kind::barrier, false);
   }
 
- private:
   using clock = std::chrono::steady_clock;
 
   clock::time_point deadline_of(op_options options) const {
     return clock::now() + (options.timeout.count() > 0 ? options.timeout : group_->options().op_timeout);
-  }
-
-  void check_root(int root, const char* what) const {
-    if (root < 0 || root >= size())
-      throw config_error({"local", rank_}, std::string(what) + ": root " + std::to_string(root) +
-                                               " is out of range for " + std::to_string(size()) + " ranks");
   }
 
   template <class T>
@@ -387,7 +362,6 @@ class local_collective {
   int rank_;
   int uncaught_;
   std::uint64_t next_seq_ = 0;
-  detail::op_queue queue_;
 };
 
 /// Runs `fn(local_collective&)` on `n` threads, one per rank of a fresh `local_group`, and rethrows the first

@@ -1,0 +1,122 @@
+#pragma once
+// The ring's fail-fast protocol. The rank that detects a failure (a lost peer, a missed deadline, a frame that is
+// not the one expected) finishes the frame it was sending, so the stream stays at a frame boundary, then sends an
+// abort frame naming the culprit to both neighbours and shuts its sending halves; a rank that receives an abort
+// reports the culprit it names and passes it on the same way. So every rank fails fast naming the same culprit.
+
+#include <mwstrat/collective/ring/detail/socket_io.hpp>
+#include <mwstrat/collective/ring/detail/wire.hpp>
+#include <mwstrat/error.hpp>
+
+#include <sys/socket.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mwstrat::detail {
+
+// How long a rank reads the rest of a message whose first bytes have arrived (an abort's body, a back-channel
+// frame): a peer writes each of these in one go, so they are whole within microseconds unless the peer is dying;
+// half a second bounds a failing rank's wait without mistaking a busy peer for a broken one.
+inline constexpr std::chrono::milliseconds abort_read_grace{500};
+// How long a failing rank spends finishing its in-flight frame and writing the abort to each neighbour: it is
+// failing anyway, and a neighbour that misses the abort still fails by its own deadline, so this stays short.
+inline constexpr std::chrono::milliseconds abort_send_grace{250};
+
+// What went wrong in an operation, as the rank that reports it sees it.
+struct ring_failure {
+  error_kind kind;
+  int culprit;
+  std::string text;
+};
+
+// The frame being sent, so that an abort can complete it first.
+struct inflight_frame {
+  const std::uint8_t* payload = nullptr;
+  std::size_t total = 0;
+  std::size_t sent = 0;
+  std::array<std::uint8_t, frame_header_size> header{};
+};
+
+inline std::string ring_peer(const std::vector<std::string>& addresses, int r) {
+  return "rank " + std::to_string(r) + " (" + addresses.at(static_cast<std::size_t>(r)) + ")";
+}
+
+// The rest of an abort frame whose header `h` came from rank `from` on `fd`: the failure it reports.
+inline ring_failure read_abort(int fd, const frame_header& h, int from, const std::string& where,
+                               const std::vector<std::string>& addresses) {
+  std::array<std::uint8_t, abort_fixed_size + max_abort_text> raw{};
+  const auto len = static_cast<std::size_t>(h.payload);  // bounded by decode_frame_header
+  const auto r = read_exact(fd, raw.data(), len, steady::now() + abort_read_grace);
+  std::optional<abort_notice> a;
+  if (r.status == io_status::ok) a = decode_abort(std::span(raw.data(), len), static_cast<int>(addresses.size()));
+  if (!a)
+    return ring_failure{error_kind::protocol, from, ring_peer(addresses, from) + " sent a malformed abort during " + where};
+  const int culprit = a->culprit >= 0 ? a->culprit : from;
+  auto kind = static_cast<error_kind>(a->kind);
+  return ring_failure{kind, culprit,
+                      ring_peer(addresses, culprit) + " " + (kind == error_kind::peer_lost ? "was lost" : "failed") +
+                          " during " + where + " (reported by rank " + std::to_string(from) + ": " + a->text + ")"};
+}
+
+// Tells both neighbours about `f` (those not already known dead), first completing `inflight` towards the next
+// rank, then shuts both sending halves. `op` names the operation (kind, element type, sequence number).
+inline void send_abort(int next, int prev, bool next_dead, bool prev_dead, const inflight_frame& inflight,
+                       const frame_header& op, const ring_failure& f) {
+  abort_notice notice;
+  notice.kind = static_cast<std::uint8_t>(f.kind);
+  notice.culprit = f.culprit;
+  notice.seq = op.seq;
+  notice.text = f.text;
+  std::array<std::uint8_t, abort_fixed_size + max_abort_text> body{};
+  const auto len = encode(notice, body);
+  frame_header h;
+  h.type = frame_type::abort;
+  h.op = op.op;
+  h.type_of_elements = op.type_of_elements;
+  h.seq = op.seq;
+  h.payload = len;
+  std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text> frame{};
+  encode(h, std::span<std::uint8_t, frame_header_size>(frame.data(), frame_header_size));
+  std::memcpy(frame.data() + frame_header_size, body.data(), len);
+  const auto limit = steady::now() + abort_send_grace;
+  if (!next_dead) {
+    bool ok = true;
+    if (inflight.total > 0) {  // finish the frame on the wire so the abort starts at a frame boundary
+      const std::size_t hs = frame_header_size;
+      if (inflight.sent < hs)
+        ok = write_all(next, inflight.header.data() + inflight.sent, hs - inflight.sent, limit).status == io_status::ok;
+      const std::size_t body_sent = inflight.sent > hs ? inflight.sent - hs : 0;
+      if (ok)
+        ok = write_all(next, inflight.payload + body_sent, inflight.total - hs - body_sent, limit).status ==
+             io_status::ok;
+    }
+    if (ok) (void)write_all(next, frame.data(), frame_header_size + len, limit);
+  }
+  if (!prev_dead) (void)write_all(prev, frame.data(), frame_header_size + len, limit);
+  ::shutdown(next, SHUT_WR);
+  ::shutdown(prev, SHUT_WR);
+}
+
+// The exception a rank throws for `f`.
+inline std::exception_ptr ring_error(int rank, const ring_failure& f, const std::vector<std::string>& addresses) {
+  const error_origin origin{"ring", rank};
+  const int c = f.culprit;
+  switch (f.kind) {
+    case error_kind::peer_lost:
+      return std::make_exception_ptr(peer_lost_error(origin, c, addresses.at(static_cast<std::size_t>(c)), f.text));
+    case error_kind::timeout: return std::make_exception_ptr(timeout_error(origin, f.text, c));
+    case error_kind::protocol: return std::make_exception_ptr(protocol_error(origin, f.text));
+    default: return std::make_exception_ptr(io_error(origin, f.text));
+  }
+}
+
+}  // namespace mwstrat::detail

@@ -1,0 +1,439 @@
+#pragma once
+// The ring's start-up: resolve the addresses, listen, connect to the next rank (retrying with backoff until the
+// start-up deadline) while accepting the previous one, handshake both connections (magic, protocol version, world
+// size, ranks, cluster and model fingerprints, an HMAC-SHA256 proof of the job token when one is set), and, when
+// both ends of a link share a host and want it, set up the link's shared-memory region. The result is the two
+// connected links (link.hpp); nothing here runs once the ring is up.
+
+#include <mwstrat/collective/ring/detail/link.hpp>
+#include <mwstrat/collective/ring/detail/shm_region.hpp>
+#include <mwstrat/collective/ring/detail/socket_io.hpp>
+#include <mwstrat/collective/ring/detail/wire.hpp>
+#include <mwstrat/collective/ring/options.hpp>
+#include <mwstrat/error.hpp>
+
+#include <arpa/inet.h>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace mwstrat::detail {
+
+// Slots of a link's shared-memory region: enough to keep a few chunks in flight (as the socket buffers do for
+// TCP) while bounding its memory to ring_shm_slots x chunk_bytes.
+inline constexpr std::size_t ring_shm_slots = 8;
+
+// How often the acceptor looks up from poll() to see whether the connecting side has given up: the delay before a
+// failed start-up reports, so short; each look is one cheap syscall.
+inline constexpr std::chrono::milliseconds accept_poll_slice{100};
+// The bound of one connection attempt (a SYN to a host that is up but not yet listening is usually refused at
+// once; one lost on the way must not use up the whole start-up deadline).
+inline constexpr std::chrono::seconds connect_attempt_limit{2};
+// Backoff between connection attempts: the first retry soon (the peer is usually a few milliseconds from
+// listening), then doubling, but at most half a second, so a rank that starts late is found soon after.
+inline constexpr std::chrono::milliseconds connect_backoff_first{10};
+inline constexpr std::chrono::milliseconds connect_backoff_max{500};
+
+// One ring log line ("[mwstrat.ring] rank r: ..."), to `options.log` or standard error.
+inline void ring_log(const ring_options& options, int rank, const std::string& text) {
+  const std::string line = "[mwstrat.ring] rank " + std::to_string(rank) + ": " + text;
+  if (options.log) {
+    options.log(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  }
+}
+
+// What start-up needs beyond the options: the parsed addresses and the values derived from the options.
+struct ring_identity {
+  int rank = 0;
+  int world = 1;
+  std::vector<mwstrat::address> hosts;  // parsed addresses[]
+  std::string token;             // empty: no job token
+  bool want_shm = false;
+  std::size_t chunk_bytes = 0;
+  digest host{}, cluster{}, model{};
+};
+
+class ring_startup {
+ public:
+  ring_startup(const ring_options& options, const ring_identity& id)
+      : options_(options), n_(id.world), rank_(id.rank), parsed_(id.hosts), token_(id.token),
+        chunk_bytes_(id.chunk_bytes), cluster_digest_(id.cluster), model_digest_(id.model), want_shm_(id.want_shm),
+        host_(id.host) {}
+
+  // Listens, connects and accepts; throws what ring_collective's constructor documents.
+  ring_links run() {
+    connect_ring();
+    return std::move(links_);
+  }
+
+ private:
+  const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
+  int next() const { return (rank_ + 1) % n_; }
+  int prev() const { return (rank_ + n_ - 1) % n_; }
+  void log(const std::string& text) const { ring_log(options_, rank_, text); }
+
+  static std::string peer_name(const sockaddr_storage& a) {
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (a.ss_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+      ::inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+      port = ntohs(v4->sin_port);
+      return std::string(host) + ":" + std::to_string(port);
+    }
+    if (a.ss_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+      ::inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+      port = ntohs(v6->sin6_port);
+      return "[" + std::string(host) + "]:" + std::to_string(port);
+    }
+    return "?";
+  }
+
+  boost::asio::ip::tcp::endpoint resolve(int r, bool passive) const {
+    namespace ip = boost::asio::ip;
+    boost::asio::io_context io;
+    ip::tcp::resolver resolver(io);
+    boost::system::error_code ec;
+    const auto& hp = parsed_[static_cast<std::size_t>(r)];
+    const auto flags = passive ? ip::resolver_base::passive : ip::resolver_base::flags{};
+    const auto results = resolver.resolve(hp.host, std::to_string(hp.port), flags, ec);
+    if (ec || results.empty())
+      throw config_error({"ring", rank_}, "cannot resolve the address of rank " + std::to_string(r) + " '" +
+                                              address(r) + "': " + (ec ? ec.message() : "no results"));
+    return results.begin()->endpoint();
+  }
+
+  void connect_ring() {
+    namespace ip = boost::asio::ip;
+    const auto deadline = steady::now() + options_.connect_timeout;
+    boost::asio::io_context io;
+    ip::tcp::acceptor acceptor(io);
+    boost::system::error_code ec;
+    const auto here = resolve(rank_, true);
+    acceptor.open(here.protocol(), ec);
+    if (!ec) acceptor.set_option(ip::tcp::acceptor::reuse_address(true), ec);
+    if (!ec) detail::tune_socket(acceptor.native_handle(), options_.socket_buffer_bytes);
+    if (!ec) acceptor.bind(here, ec);
+    if (!ec) acceptor.listen(64, ec);
+    if (!ec) acceptor.non_blocking(true, ec);
+    if (ec) throw io_error({"ring", rank_}, "cannot listen on " + address(rank_) + ": " + ec.message());
+    if (rank_ == 0)
+      log("started: tcp://" + address(0) + ", waiting for " + std::to_string(n_) + " workers");
+
+    std::atomic<bool> stop{false};
+    std::exception_ptr accept_error;
+    std::thread accepting([&] {
+      try {
+        accept_prev(acceptor.native_handle(), deadline, stop);
+      } catch (...) {
+        accept_error = std::current_exception();
+      }
+    });
+    std::exception_ptr connect_error;
+    try {
+      connect_next(deadline);
+    } catch (...) {
+      connect_error = std::current_exception();
+      stop = true;
+    }
+    accepting.join();
+    if (connect_error) std::rethrow_exception(connect_error);
+    if (accept_error) std::rethrow_exception(accept_error);
+    if (rank_ == 0) log("ring of " + std::to_string(n_) + " ranks connected");
+  }
+
+  void accept_prev(int listener, steady::time_point deadline, const std::atomic<bool>& stop) {
+    std::string last_refusal;
+    while (!stop) {
+      if (steady::now() >= deadline)
+        throw timeout_error({"ring", rank_},
+                            "rank " + std::to_string(prev()) + " (" + address(prev()) + ") did not connect within " +
+                                std::to_string(options_.connect_timeout.count()) + " ms" +
+                                (last_refusal.empty() ? "" : "; last refused connection: " + last_refusal),
+                            prev());
+      const auto slice = std::min(deadline, steady::now() + accept_poll_slice);
+      if (detail::wait_fd(listener, POLLIN, slice).status != detail::io_status::ok) continue;
+      sockaddr_storage from{};
+      socklen_t len = sizeof from;
+      const int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      detail::unique_socket conn(fd);
+      const auto who = peer_name(from);
+      const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
+      if (auto refused = serve_handshake(conn.get(), limit)) {
+        last_refusal = who + ": " + *refused;
+        log("refused connection from " + last_refusal);
+        {
+          const std::lock_guard lock(refusal_mutex_);
+          last_refusal_ = last_refusal;
+        }
+        continue;
+      }
+      detail::tune_socket(conn.get(), options_.socket_buffer_bytes);
+      links_.in.socket = std::move(conn);
+      return;
+    }
+  }
+
+  // The server side of the handshake; a reason when the connection is refused.
+  std::optional<std::string> serve_handshake(int fd, steady::time_point limit) {
+    std::array<std::uint8_t, detail::hello_size> raw{};
+    if (auto r = detail::read_exact(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
+      return "no hello (" + r.describe() + ")";
+    const auto h = detail::decode_hello(raw);
+    if (!h) return std::string("not an mwstrat ring peer (bad magic)");
+    const bool have_token = !token_.empty();
+    detail::hello_reply reply;
+    reply.status = detail::judge_hello(*h, static_cast<std::uint32_t>(n_), static_cast<std::uint32_t>(prev()),
+                                       cluster_digest_, model_digest_, have_token);
+    reply.flags = static_cast<std::uint8_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0));
+    reply.world = static_cast<std::uint32_t>(n_);
+    reply.rank = static_cast<std::uint32_t>(rank_);
+    reply.nonce = detail::random_nonce();
+    reply.host = host_;
+    if (reply.status == detail::refusal::none && have_token)
+      reply.proof = detail::handshake_proof(token_, true, h->nonce, reply.nonce, cluster_digest_, reply.world,
+                                            h->rank, reply.rank);
+    std::array<std::uint8_t, detail::hello_reply_size> out{};
+    detail::encode(reply, out);
+    const auto sent = detail::write_all(fd, out.data(), out.size(), limit);
+    if (reply.status != detail::refusal::none) {
+      std::string why = detail::refusal_text(reply.status);
+      if (reply.status == detail::refusal::wrong_world)
+        why += " (peer says " + std::to_string(h->world) + ", ours is " + std::to_string(n_) + ")";
+      if (reply.status == detail::refusal::wrong_rank)
+        why += " (peer says rank " + std::to_string(h->rank) + ", expected " + std::to_string(prev()) + ")";
+      return why;
+    }
+    if (sent.status != detail::io_status::ok) return "reply failed (" + sent.describe() + ")";
+    std::array<std::uint8_t, detail::hello_finish_size> fin{};
+    if (auto r = detail::read_exact(fd, fin.data(), fin.size(), limit); r.status != detail::io_status::ok)
+      return "no proof (" + r.describe() + ")";
+    const auto proof = detail::decode_hello_finish(fin);
+    if (!proof) return std::string("malformed proof message");
+    if (proof->status != detail::refusal::none)
+      return std::string("the peer refused us: ") + detail::refusal_text(proof->status);
+    detail::hello_finish verdict;
+    if (have_token) {
+      const auto want = detail::handshake_proof(token_, false, h->nonce, reply.nonce, cluster_digest_, reply.world,
+                                                h->rank, reply.rank);
+      if (!detail::digest_equal(want, proof->proof)) verdict.status = detail::refusal::bad_proof;
+    }
+    detail::encode(verdict, fin);
+    const auto told = detail::write_all(fd, fin.data(), fin.size(), limit);
+    if (verdict.status != detail::refusal::none) return std::string(detail::refusal_text(verdict.status));
+    if (told.status != detail::io_status::ok) return "verdict failed (" + told.describe() + ")";
+    if (same_host(h->flags, h->host)) return accept_shm(fd, limit);
+    return std::nullopt;
+  }
+
+  // Both ends want shared memory and share a kernel, user and namespaces.
+  bool same_host(std::uint16_t peer_flags, const detail::digest& peer_host) const {
+    return want_shm_ && (peer_flags & detail::flag_shm) != 0 && detail::digest_equal(peer_host, host_);
+  }
+
+  // The receiving end of a same-host link: maps the region the previous rank offers, or says why not (then the
+  // link carries payloads over TCP). A reason when the connection itself failed.
+  std::optional<std::string> accept_shm(int fd, steady::time_point limit) {
+    std::array<std::uint8_t, detail::shm_offer_size> raw{};
+    if (auto r = detail::read_exact(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
+      return "no shared-memory offer (" + r.describe() + ")";
+    const auto offer = detail::decode_shm_offer(raw);
+    if (!offer) return std::string("malformed shared-memory offer");
+    const auto from = "rank " + std::to_string(prev()) + " (" + address(prev()) + ")";
+    if (offer->status == 0) {
+      log("payloads from " + from + " over TCP: it could not set up shared memory");
+      return std::nullopt;
+    }
+    detail::shm_region region;
+    std::string why;
+    if (offer->slot_bytes != chunk_bytes_ || offer->slots > ring_shm_slots) {  // judged before mapping anything
+      why = "its region (" + std::to_string(offer->slots) + " x " + std::to_string(offer->slot_bytes) +
+            " bytes) does not match our chunk_bytes (" + std::to_string(chunk_bytes_) + ")";
+      detail::shm_region::discard(detail::shm_directory, offer->name);
+    } else {
+      why = region.open(detail::shm_directory, offer->name, offer->slots, offer->slot_bytes);
+    }
+    std::array<std::uint8_t, detail::shm_answer_size> answer{};
+    detail::encode_shm_answer(why.empty(), answer);
+    if (auto r = detail::write_all(fd, answer.data(), answer.size(), limit); r.status != detail::io_status::ok)
+      return "shared-memory answer failed (" + r.describe() + ")";
+    if (!why.empty()) {
+      log("payloads from " + from + " over TCP: shared memory declined: " + why);
+      return std::nullopt;
+    }
+    links_.in.adopt(std::move(region));
+    return std::nullopt;
+  }
+
+  // The sending end: creates the region (bounded: ring_shm_slots × chunk_bytes), offers it, and uses it once the next
+  // rank has mapped it. The name is gone from /dev/shm when this returns, whatever happened. A reason when the
+  // connection itself failed (the caller retries).
+  std::optional<std::string> offer_shm(int fd, steady::time_point limit) {
+    const auto to = "rank " + std::to_string(next()) + " (" + address(next()) + ")";
+    detail::shm_region region;
+    const std::string why = region.create(detail::shm_directory, ring_shm_slots, chunk_bytes_);
+    detail::shm_offer offer;
+    if (why.empty()) {
+      offer.status = 1;
+      offer.slots = static_cast<std::uint32_t>(ring_shm_slots);
+      offer.slot_bytes = chunk_bytes_;
+      offer.name = region.name();
+    }
+    std::array<std::uint8_t, detail::shm_offer_size> raw{};
+    detail::encode(offer, raw);
+    if (auto r = detail::write_all(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
+      return "shared-memory offer: " + r.describe();
+    if (!why.empty()) {
+      log("payloads to " + to + " over TCP: " + why);
+      return std::nullopt;
+    }
+    std::array<std::uint8_t, detail::shm_answer_size> answer{};
+    const auto r = detail::read_exact(fd, answer.data(), answer.size(), limit);
+    region.unlink();  // the receiver unlinks it once it has it open; this covers every other path
+    if (r.status != detail::io_status::ok) return "shared-memory answer: " + r.describe();
+    const auto mapped = detail::decode_shm_answer(answer);
+    if (!mapped) throw protocol_error({"ring", rank_}, to + " sent a malformed shared-memory answer");
+    if (!*mapped) {
+      log("payloads to " + to + " over TCP: it declined the shared memory (see its log)");
+      return std::nullopt;
+    }
+    links_.out.adopt(std::move(region));
+    return std::nullopt;
+  }
+
+  void connect_next(steady::time_point deadline) {
+    const int to = next();
+    std::string last = "not tried";
+    auto backoff = connect_backoff_first;
+    while (steady::now() < deadline) {
+      const auto ep = resolve(to, false);
+      detail::unique_socket fd(::socket(ep.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      if (!fd) throw io_error({"ring", rank_}, std::string("socket: ") + std::strerror(errno));
+      detail::tune_socket(fd.get(), options_.socket_buffer_bytes);
+      int rc = ::connect(fd.get(), ep.data(), static_cast<socklen_t>(ep.size()));
+      if (rc < 0 && errno == EINPROGRESS) {
+        const auto limit = std::min(deadline, steady::now() + connect_attempt_limit);
+        if (detail::wait_fd(fd.get(), POLLOUT, limit).status == detail::io_status::ok) {
+          int err = 0;
+          socklen_t len = sizeof err;
+          ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+          rc = err == 0 ? 0 : -1;
+          errno = err == 0 ? 0 : err;
+        } else {
+          errno = ETIMEDOUT;
+        }
+      }
+      if (rc == 0) {
+        const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
+        auto outcome = client_handshake(fd.get(), limit);
+        if (!outcome) {
+          links_.out.socket = std::move(fd);
+          return;
+        }
+        last = *outcome;
+      } else {
+        last = std::strerror(errno);
+      }
+      const auto pause = std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::max(deadline - steady::now(), steady::duration::zero())));
+      std::this_thread::sleep_for(pause);
+      backoff = std::min(backoff * 2, connect_backoff_max);
+    }
+    std::string refused;
+    {
+      const std::lock_guard lock(refusal_mutex_);
+      if (!last_refusal_.empty()) refused = "; meanwhile refused a connection from " + last_refusal_;
+    }
+    throw timeout_error({"ring", rank_},
+                        "could not connect to rank " + std::to_string(to) + " (" + address(to) + ") within " +
+                            std::to_string(options_.connect_timeout.count()) + " ms: " + last + refused,
+                        to);
+  }
+
+  // The client side; nullopt on success, a reason for transient failures (retried); throws when the peer
+  // answers but refuses us or is not an mwstrat peer (retrying cannot help).
+  std::optional<std::string> client_handshake(int fd, steady::time_point limit) {
+    const int to = next();
+    const auto who = "rank " + std::to_string(to) + " (" + address(to) + ")";
+    const bool have_token = !token_.empty();
+    detail::hello h;
+    h.flags = static_cast<std::uint16_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0));
+    h.world = static_cast<std::uint32_t>(n_);
+    h.rank = static_cast<std::uint32_t>(rank_);
+    h.cluster = cluster_digest_;
+    h.model = model_digest_;
+    h.nonce = detail::random_nonce();
+    h.host = host_;
+    std::array<std::uint8_t, detail::hello_size> out{};
+    detail::encode(h, out);
+    if (auto r = detail::write_all(fd, out.data(), out.size(), limit); r.status != detail::io_status::ok)
+      return "hello: " + r.describe();
+    std::array<std::uint8_t, detail::hello_reply_size> raw{};
+    if (auto r = detail::read_exact(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
+      return "reply: " + r.describe();
+    const auto reply = detail::decode_hello_reply(raw);
+    if (!reply) throw protocol_error({"ring", rank_}, who + " is not an mwstrat ring peer (bad reply)");
+    if (reply->status != detail::refusal::none)
+      throw protocol_error({"ring", rank_}, who + " refused this rank: " + detail::refusal_text(reply->status));
+    detail::hello_finish fin;
+    if (reply->version != detail::protocol_version) fin.status = detail::refusal::bad_version;
+    else if (reply->world != h.world) fin.status = detail::refusal::wrong_world;
+    else if (reply->rank != static_cast<std::uint32_t>(to)) fin.status = detail::refusal::wrong_rank;
+    else if (have_token && (reply->flags & detail::flag_token) == 0) fin.status = detail::refusal::token_required;
+    else if (!have_token && (reply->flags & detail::flag_token) != 0) fin.status = detail::refusal::token_unexpected;
+    else if (have_token &&
+             !detail::digest_equal(reply->proof, detail::handshake_proof(token_, true, h.nonce, reply->nonce,
+                                                                         cluster_digest_, h.world, h.rank,
+                                                                         reply->rank)))
+      fin.status = detail::refusal::bad_proof;
+    if (fin.status == detail::refusal::none && have_token)
+      fin.proof = detail::handshake_proof(token_, false, h.nonce, reply->nonce, cluster_digest_, h.world, h.rank,
+                                          reply->rank);
+    std::array<std::uint8_t, detail::hello_finish_size> fraw{};
+    detail::encode(fin, fraw);
+    const auto sent = detail::write_all(fd, fraw.data(), fraw.size(), limit);
+    if (fin.status != detail::refusal::none)
+      throw protocol_error({"ring", rank_}, "refusing " + who + ": " + detail::refusal_text(fin.status));
+    if (sent.status != detail::io_status::ok) return "proof: " + sent.describe();
+    if (auto r = detail::read_exact(fd, fraw.data(), fraw.size(), limit); r.status != detail::io_status::ok)
+      return "verdict: " + r.describe();
+    const auto verdict = detail::decode_hello_finish(fraw);
+    if (!verdict) throw protocol_error({"ring", rank_}, who + " is not an mwstrat ring peer (bad verdict)");
+    if (verdict->status != detail::refusal::none)
+      throw protocol_error({"ring", rank_}, who + " refused this rank: " + detail::refusal_text(verdict->status));
+    if (same_host(reply->flags, reply->host)) return offer_shm(fd, limit);
+    return std::nullopt;
+  }
+
+  const ring_options& options_;
+  int n_ = 0;
+  int rank_ = 0;
+  const std::vector<mwstrat::address>& parsed_;
+  const std::string& token_;
+  std::size_t chunk_bytes_ = 0;
+  digest cluster_digest_{}, model_digest_{};
+  bool want_shm_ = false;
+  digest host_{};
+  std::mutex refusal_mutex_;
+  std::string last_refusal_;  // the acceptor's latest refusal, for the connector's error
+  ring_links links_;
+};
+
+}  // namespace mwstrat::detail

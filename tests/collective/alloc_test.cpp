@@ -1,0 +1,96 @@
+// The asynchronous all-reduce allocates nothing per operation once warm, on local ranks and on a ring: global
+// operator new is replaced in this test executable and counts only while `counting` is set (outside that window
+// it is plain malloc, so the rest of the suite is unaffected).
+
+#include "process.hpp"
+
+#include <mwstrat/collective.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+using namespace mwstrat;
+
+// Warm-up operations, then a window in which `rounds` rounds of two overlapping asynchronous all-reduces run on
+// every rank; ranks meet at barriers on both sides of the window so no rank's warm-up falls into it.
+template <class C>
+void run_window(C& c, int rounds) {
+  std::vector<float> a(10007, static_cast<float>(c.rank() + 1)), b(513, 1.0f);
+  const auto round = [&] {
+    auto h1 = c.all_reduce_async(std::span<float>(a), reduce_op::mean);
+    auto h2 = c.all_reduce_async(std::span<float>(b), reduce_op::sum);
+    h1.wait();
+    h2.wait();
+  };
+  for (int i = 0; i < 3; ++i) round();
+  c.barrier();
+  if (c.rank() == 0) counting = true;
+  c.barrier();
+  for (int i = 0; i < rounds; ++i) round();
+  c.barrier();
+  if (c.rank() == 0) counting = false;
+  c.barrier();
+}
+
+TEST(async_all_reduce, allocates_nothing_per_operation_on_local_ranks) {
+  for (const int n : {2, 3}) {
+    allocations = 0;
+    spawn_ranks(n, [](local_collective& c) { run_window(c, 50); });
+    EXPECT_EQ(allocations.load(), 0) << n << " local ranks";
+  }
+}
+
+TEST(async_all_reduce, allocates_nothing_per_operation_on_a_two_rank_ring) {
+  for (const auto transport : {ring_transport::tcp, ring_transport::automatic}) {
+    const auto ports = test::free_ports(2);
+    std::vector<ring_options> opts(2);
+    for (int r = 0; r < 2; ++r) {
+      auto& o = opts[static_cast<std::size_t>(r)];
+      for (const int p : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(p));
+      o.rank = r;
+      o.chunk_bytes = 8192;  // several chunks per operation
+      o.transport = transport;
+      o.log = [](std::string_view) {};
+    }
+    allocations = 0;
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(2);
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          ring_collective ring(opts[static_cast<std::size_t>(r)]);
+          run_window(ring, 50);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    counting = false;
+    EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+    EXPECT_EQ(allocations.load(), 0) << (transport == ring_transport::tcp ? "tcp" : "automatic") << " ring";
+  }
+}
+
+}  // namespace
