@@ -28,6 +28,7 @@
 #include <mwstrat/checkpoint/detail/posix_file.hpp>
 #include <mwstrat/checkpoint/detail/safetensors_header.hpp>
 #include <mwstrat/checkpoint/safetensors.hpp>
+#include <mwstrat/data/cursor.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -47,14 +48,6 @@
 #include <vector>
 
 namespace mwstrat {
-
-/// Where the input pipeline stands: enough to replay exactly the examples it would have produced next.
-struct data_cursor {
-  std::int64_t epoch = 0;   ///< the epoch the pipeline is in
-  std::int64_t step = 0;    ///< global batches already taken in that epoch
-  std::uint64_t seed = 0;   ///< the shuffle seed
-  friend bool operator==(const data_cursor&, const data_cursor&) = default;
-};
 
 /// A named F32 tensor that owns its values; `tensor_like` (so `save_tensors`/`load_tensors` take it too).
 struct float_tensor {
@@ -83,7 +76,7 @@ template <class Tensor>
 struct basic_training_state {
   std::int64_t epoch = 0;                 ///< the epoch to resume in
   std::int64_t step = 0;                  ///< the global step count
-  data_cursor cursor = {};                ///< the input pipeline's position
+  data::data_cursor cursor = {};          ///< the input pipeline's position (data/cursor.hpp)
   std::string rng_state;                  ///< the trainer's RNG, serialised (see `rng_state_of`)
   std::int64_t world_size = 1;            ///< number of workers that wrote it
   std::string model_fingerprint;          ///< identifies the architecture; checked on restore by the trainer

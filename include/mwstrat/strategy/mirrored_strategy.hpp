@@ -10,6 +10,7 @@
 /// Over `ring_collective` (processes, TCP) this is TensorFlow's MultiWorkerMirroredStrategy; over
 /// `local_collective` (threads in one process) it is MirroredStrategy.
 
+#include <mwstrat/cluster/task_info.hpp>
 #include <mwstrat/collective/concepts.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/strategy/concepts.hpp>
@@ -28,12 +29,6 @@
 #include <vector>
 
 namespace mwstrat {
-
-/// Who this replica is in the cluster's own terms (TF_CONFIG's task), for logs and file paths.
-struct task_identity {
-  std::string type = "worker";  ///< "chief" or "worker"
-  int id = 0;                   ///< the task's index within its job
-};
 
 namespace detail {
 // How a strategy holds its collective: by value, by reference (`C&`) or owned on the heap (`std::unique_ptr<C>`,
@@ -62,7 +57,7 @@ class mirrored_strategy {
 
   /// Takes (or refers to) a connected collective; `task` names this replica in logs and file paths; `sync` says how
   /// gradients are synchronised (throws `config_error` for options that contradict themselves).
-  mirrored_strategy(Collective c, task_identity task, gradient_sync_options sync = {})
+  mirrored_strategy(Collective c, task_info task, gradient_sync_options sync = {})
       : held_(std::forward<Collective>(c)), task_(std::move(task)), sync_(sync) {
     detail::validate(sync_, collective().rank());
   }
@@ -70,7 +65,7 @@ class mirrored_strategy {
   /// As above, with the task `worker:<rank>`.
   explicit mirrored_strategy(Collective c, gradient_sync_options sync = {})
       : held_(std::forward<Collective>(c)), sync_(sync) {
-    task_.id = collective().rank();
+    task_.index = collective().rank();
     detail::validate(sync_, collective().rank());
   }
 
@@ -83,7 +78,7 @@ class mirrored_strategy {
   /// TF_CONFIG's task type of this replica ("chief" or "worker").
   [[nodiscard]] const std::string& task_type() const { return task_.type; }
   /// TF_CONFIG's task index of this replica.
-  [[nodiscard]] int task_id() const { return task_.id; }
+  [[nodiscard]] int task_id() const { return task_.index; }
 
   /// Throws `config_error` naming every replica whose `value` differs from the chief's; `what` names the value
   /// ("model fingerprint"). Only a digest and the length cross the wire.
@@ -139,7 +134,7 @@ class mirrored_strategy {
 
  private:
   Collective held_;
-  task_identity task_;
+  task_info task_;
   gradient_sync_options sync_;
 };
 

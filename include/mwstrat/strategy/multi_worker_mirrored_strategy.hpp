@@ -59,7 +59,7 @@ inline multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(const 
   ring.model_fingerprint = std::move(options.model_fingerprint);
   if (options.log) ring.log = std::move(options.log);
   return multi_worker_mirrored_strategy(std::make_unique<ring_collective>(std::move(ring)),
-                                        task_identity{config.task_type(), config.task_id()}, options.gradient_sync);
+                                        config.task(), options.gradient_sync);
 }
 
 /// Builds the strategy for the cluster `resolver` finds (TF_CONFIG, Slurm, an explicit list).

@@ -54,6 +54,7 @@
 /// \endcode
 
 #include <mwstrat/tensor/concepts.hpp>
+#include <mwstrat/train/logs.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -65,13 +66,6 @@
 #include <utility>
 
 namespace mwstrat {
-
-/// The loss sum, the number classified right and the number of examples of one batch.
-struct batch_stats {
-  double loss_sum = 0;
-  double correct = 0;
-  double count = 0;
-};
 
 /// The result of training or evaluating one batch (requirements in the file comment).
 template <class R>

@@ -44,7 +44,7 @@ namespace detail {
 
 // Reduces [loss_sum, correct, count] over the workers.
 template <class Strategy, class R>
-metric_sums reduce_stats(Strategy& strategy, const R& r) {
+batch_stats reduce_stats(Strategy& strategy, const R& r) {
   std::array<double, 3> v{static_cast<double>(r.loss_sum), static_cast<double>(r.correct),
                           static_cast<double>(r.count)};
   strategy.sum_metrics(std::span<double>(v));
@@ -67,12 +67,9 @@ evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t st
   batch_stats local;
   for (std::size_t s = 0; s < n; ++s) {
     const auto& batch = data.batch_at(0, s);
-    const auto r = evaluate_on_batch(model, batch);
-    local.loss_sum += static_cast<double>(r.loss_sum);
-    local.correct += static_cast<double>(r.correct);
-    local.count += static_cast<double>(r.count);
+    local += evaluate_on_batch(model, batch);
   }
-  const metric_sums all = detail::reduce_stats(strategy, local);
+  const batch_stats all = detail::reduce_stats(strategy, local);
   return {all.loss(), all.accuracy(), all.count};
 }
 
@@ -121,10 +118,8 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
       const auto result = sync.step([&](auto&& on_ready) {
         return train_on_batch(model, batch, std::forward<decltype(on_ready)>(on_ready));
       });
-      const metric_sums global = detail::reduce_stats(strategy, result);
-      ctx.epoch_sums.loss_sum += global.loss_sum;
-      ctx.epoch_sums.correct += global.correct;
-      ctx.epoch_sums.count += global.count;
+      const batch_stats global = detail::reduce_stats(strategy, result);
+      ctx.epoch_sums += global;
       ctx.step = step + 1;
       ++steps_run;
       const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss()};

@@ -10,12 +10,22 @@
 
 namespace mwstrat {
 
-/// Running sums over all workers; means are taken only when reported so metrics weigh every example equally.
-struct metric_sums {
+/// Loss sum, examples classified right and examples: of one batch (what a model returns; any type with these three
+/// fields is a `batch_result`), or summed over batches and workers. Means are taken only when reported, so metrics
+/// weigh every example equally.
+struct batch_stats {
   double loss_sum = 0;
   double correct = 0;
   double count = 0;
 
+  /// Adds another batch's (or worker's) sums; any `batch_result`-shaped value.
+  template <class R>
+  batch_stats& operator+=(const R& r) {
+    loss_sum += static_cast<double>(r.loss_sum);
+    correct += static_cast<double>(r.correct);
+    count += static_cast<double>(r.count);
+    return *this;
+  }
   /// Mean loss per example (NaN before any example).
   [[nodiscard]] double loss() const { return count > 0 ? loss_sum / count : std::nan(""); }
   /// Fraction classified right (NaN before any example).

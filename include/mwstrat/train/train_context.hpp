@@ -23,7 +23,7 @@ struct train_context {
   std::size_t steps_per_epoch = 0;
   int epoch = 0;                   ///< the current epoch (0-based)
   std::size_t step = 0;            ///< the next step to run within the epoch (0-based)
-  metric_sums epoch_sums;          ///< metrics of the current epoch so far, all workers
+  batch_stats epoch_sums;          ///< metrics of the current epoch so far, all workers
   bool stop_training = false;      ///< set by a callback to end fit after the current step
 
   /// Steps done since the start of training (epoch × steps_per_epoch + step), the same on every worker.

@@ -10,6 +10,7 @@
 // gathered facts.
 
 #include <mwstrat/detail/hash.hpp>
+#include <mwstrat/detail/host_identity.hpp>
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 
@@ -20,8 +21,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <span>
 #include <string>
@@ -41,13 +40,8 @@ struct replica_load {
 // A digest of the running kernel instance (its boot id, random per boot): replicas with equal keys share CPUs,
 // containers on one kernel included, whatever their hostnames. Without /proc, the hostname stands in.
 inline std::int64_t host_key() {
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string id((std::istreambuf_iterator<char>(boot)), std::istreambuf_iterator<char>());
-  if (id.empty()) {
-    std::array<char, 256> name{};
-    ::gethostname(name.data(), name.size() - 1);
-    id = std::string("host:") + name.data();
-  }
+  std::string id = kernel_boot_id();
+  if (id.empty()) id = "host:" + host_name();
   return static_cast<std::int64_t>(fnv1a64(id));
 }
 

@@ -244,7 +244,7 @@ class basic_backup_and_restore {
     training_state_view s;
     s.epoch = epoch;
     s.step = static_cast<std::int64_t>(static_cast<std::uint64_t>(epoch) * ctx.steps_per_epoch + step);
-    s.cursor = {epoch, static_cast<std::int64_t>(step), 0};
+    s.cursor = {static_cast<std::uint64_t>(epoch), step, 0};
     s.world_size = ctx.strategy.num_replicas_in_sync();
     s.model_fingerprint = std::string(ctx.model.fingerprint());
     s.weights = weight_views(ctx.model);

@@ -7,6 +7,7 @@
 // it read-only, then unlinks the name, so the object lives on only as the two mappings.
 
 #include <mwstrat/collective/ring/detail/wire.hpp>
+#include <mwstrat/detail/host_identity.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -21,8 +22,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -35,21 +34,13 @@ inline constexpr const char* shm_directory = "/dev/shm";
 // user, and the IPC and mount namespaces (containers on one kernel do not share /dev/shm). Hashed, so the
 // handshake does not reveal it; the hostname is included so distinct machines never compare equal by accident.
 inline digest host_identity() {
-  const auto slurp = [](const char* path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
   const auto link = [](const char* path) {
     std::array<char, 256> buf{};
     const auto n = ::readlink(path, buf.data(), buf.size() - 1);
     return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : std::string("?");
   };
-  std::array<char, 256> host{};
-  ::gethostname(host.data(), host.size() - 1);
   std::string id = "mwstrat-host.1";
-  for (const auto& part : {slurp("/proc/sys/kernel/random/boot_id"), std::string(host.data()),
+  for (const auto& part : {kernel_boot_id(), host_name(),
                            std::to_string(::geteuid()), link("/proc/self/ns/ipc"), link("/proc/self/ns/mnt")}) {
     id += '\0';
     id += part;
