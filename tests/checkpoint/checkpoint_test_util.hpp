@@ -3,6 +3,8 @@
 
 #include <mwstrat/checkpoint.hpp>
 
+#include <support/temp_dir.hpp>
+
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -17,27 +19,6 @@
 #include <vector>
 
 namespace mwstrat::test {
-
-/// A fresh folder under the system's temporary folder, deleted with everything in it at the end.
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "mwstrat-checkpoint-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-  [[nodiscard]] std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline std::vector<std::byte> read_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -8,6 +8,8 @@
 
 #include <support/softmax_regression.hpp>
 
+#include <support/temp_dir.hpp>
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -37,16 +39,7 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t features = 6, classes = 3, examples = 240;
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> n{0};
-    path = fs::temp_directory_path() / ("mwstrat_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
+using test::temp_dir;
 
 // Throws on every worker once `global_step` steps are done: a job that dies mid-run.
 struct die_at {
@@ -114,11 +107,11 @@ TEST(backup_and_restore, resumed_run_is_bitwise_identical_to_an_uninterrupted_on
   for (std::size_t freq : {0u, 1u, 4u, 7u}) {  // 0: every epoch
     temp_dir dir;
     run_options o;
-    o.backup = backup_options{dir.path, freq == 0 ? save_frequency::epoch() : save_frequency::every(freq)};
+    o.backup = backup_options{dir.path(), freq == 0 ? save_frequency::epoch() : save_frequency::every(freq)};
     o.die_at_step = 23;  // mid-epoch 2 (10 steps per epoch)
     const run_result crashed = run(o);
     ASSERT_TRUE(crashed.failed);
-    EXPECT_TRUE(fs::exists(dir.path / "backup.index.json"));
+    EXPECT_TRUE(fs::exists(dir.path() / "backup.index.json"));
     o.die_at_step.reset();
     o.init_seed = 77;  // a restarted job initialises differently; the backup must override it
     const run_result resumed = run(o);
@@ -127,7 +120,7 @@ TEST(backup_and_restore, resumed_run_is_bitwise_identical_to_an_uninterrupted_on
     EXPECT_EQ(resumed.resumed_at, expected_resume) << "save_freq " << freq;
     EXPECT_EQ(resumed.params, reference.params) << "save_freq " << freq;
     EXPECT_EQ(resumed.velocity, reference.velocity) << "save_freq " << freq;
-    EXPECT_FALSE(fs::exists(dir.path)) << "the backup is removed after a successful fit";
+    EXPECT_FALSE(fs::exists(dir.path())) << "the backup is removed after a successful fit";
   }
 }
 
@@ -135,10 +128,10 @@ TEST(backup_and_restore, a_corrupt_latest_backup_falls_back_to_the_previous_one)
   const run_result reference = run({});
   temp_dir dir;
   run_options o;
-  o.backup = backup_options{dir.path, save_frequency::every(5)};
+  o.backup = backup_options{dir.path(), save_frequency::every(5)};
   o.die_at_step = 17;
   ASSERT_TRUE(run(o).failed);
-  const fs::path latest = dir.path / "backup-15.safetensors";
+  const fs::path latest = dir.path() / "backup-15.safetensors";
   ASSERT_TRUE(fs::exists(latest));
   {
     std::fstream f(latest, std::ios::in | std::ios::out | std::ios::binary);
@@ -156,7 +149,7 @@ TEST(backup_and_restore, changing_the_world_size_with_the_same_global_batch_stay
   const run_result reference = run({});
   temp_dir dir;
   run_options o;
-  o.backup = backup_options{dir.path, save_frequency::every(6)};
+  o.backup = backup_options{dir.path(), save_frequency::every(6)};
   o.die_at_step = 14;
   ASSERT_TRUE(run(o).failed);
   o.die_at_step.reset();
@@ -172,7 +165,7 @@ TEST(backup_and_restore, changing_the_world_size_with_the_same_global_batch_stay
 TEST(backup_and_restore, a_backup_of_another_model_fails_every_worker_clearly) {
   temp_dir dir;
   run_options o;
-  o.backup = backup_options{dir.path, save_frequency::every(3)};
+  o.backup = backup_options{dir.path(), save_frequency::every(3)};
   o.die_at_step = 4;
   ASSERT_TRUE(run(o).failed);
   std::vector<std::string> errors(2);
@@ -181,7 +174,7 @@ TEST(backup_and_restore, a_backup_of_another_model_fails_every_worker_clearly) {
     softmax_regression model(features + 1, classes, 1);
     momentum_sgd sgd(model.parameters().size());
     blob_batches data(examples, features + 1, classes, 24, 2, c.rank(), 9);
-    backup_and_restore backup({dir.path});
+    backup_and_restore backup({dir.path()});
     try {
       fit(strategy, model, sgd, data, fit_options{}, backup);
     } catch (const checkpoint_error& e) {
@@ -193,7 +186,7 @@ TEST(backup_and_restore, a_backup_of_another_model_fails_every_worker_clearly) {
             std::string::npos)
       << errors[0];
   EXPECT_NE(errors[1].find("the chief could not restore the backup"), std::string::npos) << errors[1];
-  EXPECT_TRUE(fs::exists(dir.path / "backup-3.safetensors")) << "nothing already saved is lost";
+  EXPECT_TRUE(fs::exists(dir.path() / "backup-3.safetensors")) << "nothing already saved is lost";
 }
 
 // A write hook that throws when the backup of `step` reaches `stage`, on whichever thread writes it.
@@ -218,37 +211,37 @@ std::function<void(write_stage, const fs::path&, const fs::path&)> slow_backup_o
 TEST(backup_and_restore, a_failed_background_write_is_an_error_at_the_next_save_point) {
   temp_dir dir;
   run_options o;
-  backup_options bo{dir.path, save_frequency::every(5)};
+  backup_options bo{dir.path(), save_frequency::every(5)};
   bo.write.on_stage = fail_backup_of(5, write_stage::written);
   o.backup = bo;
   const run_result r = run(o);
   ASSERT_TRUE(r.failed);
-  EXPECT_NE(r.error.find("the backup of global step 5 (written in the background to " + dir.path.string() +
+  EXPECT_NE(r.error.find("the backup of global step 5 (written in the background to " + dir.path().string() +
                          ") failed: injected write failure"),
             std::string::npos)
       << r.error;
-  EXPECT_FALSE(fs::exists(dir.path / "backup-5.safetensors"));
-  EXPECT_FALSE(fs::exists(dir.path / "backup-10.safetensors")) << "the job stops at the next save point";
+  EXPECT_FALSE(fs::exists(dir.path() / "backup-5.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.path() / "backup-10.safetensors")) << "the job stops at the next save point";
 }
 
 TEST(backup_and_restore, a_failed_last_background_write_is_an_error_at_the_end_of_fit) {
   temp_dir dir;
   run_options o;  // 3 epochs of 10 steps: backups at global steps 10, 20 and 30
-  backup_options bo{dir.path, save_frequency::every(10)};
+  backup_options bo{dir.path(), save_frequency::every(10)};
   bo.write.on_stage = fail_backup_of(30, write_stage::synced);
   o.backup = bo;
   const run_result r = run(o);
   ASSERT_TRUE(r.failed) << "the last backup failed after the last step: fit must not succeed silently";
   EXPECT_NE(r.error.find("the backup of global step 30"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("injected write failure"), std::string::npos) << r.error;
-  EXPECT_TRUE(fs::exists(dir.path / "backup-20.safetensors")) << "the previous backup is kept, not deleted";
-  EXPECT_FALSE(fs::exists(dir.path / "backup-30.safetensors"));
+  EXPECT_TRUE(fs::exists(dir.path() / "backup-20.safetensors")) << "the previous backup is kept, not deleted";
+  EXPECT_FALSE(fs::exists(dir.path() / "backup-30.safetensors"));
 }
 
 TEST(backup_and_restore, the_synchronous_mode_fails_at_the_save_itself) {
   temp_dir dir;
   run_options o;
-  backup_options bo{dir.path, save_frequency::every(5)};
+  backup_options bo{dir.path(), save_frequency::every(5)};
   bo.write_in_background = false;
   bo.write.on_stage = fail_backup_of(5, write_stage::written);
   o.backup = bo;
@@ -263,15 +256,15 @@ TEST(backup_and_restore, background_and_synchronous_backups_are_byte_identical_a
   temp_dir synchronous_dir;
   run_options o;
   o.die_at_step = 20;  // right after the save point of step 20: its write is still in flight when fit fails
-  backup_options background{background_dir.path, save_frequency::every(4)};
+  backup_options background{background_dir.path(), save_frequency::every(4)};
   background.write.on_stage = slow_backup_of(20);
   o.backup = background;
   ASSERT_TRUE(run(o).failed);
   // The callback is gone, and with it the writer: the step-20 backup it had in flight is complete on disk.
-  const training_state restored = load_training_state(background_dir.path / "backup-20.safetensors");
+  const training_state restored = load_training_state(background_dir.path() / "backup-20.safetensors");
   EXPECT_EQ(restored.step, 20);
 
-  backup_options synchronous{synchronous_dir.path, save_frequency::every(4)};
+  backup_options synchronous{synchronous_dir.path(), save_frequency::every(4)};
   synchronous.write_in_background = false;
   o.backup = synchronous;
   ASSERT_TRUE(run(o).failed);
@@ -280,11 +273,11 @@ TEST(backup_and_restore, background_and_synchronous_backups_are_byte_identical_a
       std::ifstream in(p, std::ios::binary);
       return std::string(std::istreambuf_iterator<char>(in), {});
     };
-    const std::string bytes = read(background_dir.path / name);
+    const std::string bytes = read(background_dir.path() / name);
     EXPECT_FALSE(bytes.empty()) << name;
-    EXPECT_EQ(bytes, read(synchronous_dir.path / name)) << name;
+    EXPECT_EQ(bytes, read(synchronous_dir.path() / name)) << name;
   }
-  EXPECT_FALSE(fs::exists(background_dir.path / "backup-12.safetensors")) << "pruned in the background too";
+  EXPECT_FALSE(fs::exists(background_dir.path() / "backup-12.safetensors")) << "pruned in the background too";
 }
 
 // On the chief at `step`: whether `file` exists before and after `wait_for_backup`.
@@ -310,11 +303,11 @@ TEST(backup_and_restore, wait_for_backup_returns_once_the_backup_is_durable) {
     momentum_sgd sgd(model.parameters().size());
     blob_batches data(examples, features, classes, 24, 2, c.rank(), 9);
     std::ostringstream silent;
-    backup_options bo{dir.path, save_frequency::every(5)};
+    backup_options bo{dir.path(), save_frequency::every(5)};
     bo.log = &silent;
     bo.write.on_stage = slow_backup_of(5);
     backup_and_restore backup(bo);
-    check_durable_at check{5, &backup, dir.path / "backup-5.safetensors", &seen};
+    check_durable_at check{5, &backup, dir.path() / "backup-5.safetensors", &seen};
     fit_options fo;
     fo.epochs = 1;
     fit(strategy, model, sgd, data, fo, backup, check);
@@ -349,9 +342,9 @@ TEST(model_checkpoint, chief_saves_each_epoch_or_only_the_best) {
     softmax_regression model(features, classes, 1);
     momentum_sgd sgd(model.parameters().size());
     blob_batches train(examples, features, classes, 24, 2, c.rank(), 9), val(120, features, classes, 24, 2, c.rank(), 10);
-    model_checkpoint every({(dir.path / "all/w.{epoch:02d}.safetensors").string()});
+    model_checkpoint every({(dir.path() / "all/w.{epoch:02d}.safetensors").string()});
     model_checkpoint_options bo;
-    bo.filepath = (dir.path / "best.safetensors").string();
+    bo.filepath = (dir.path() / "best.safetensors").string();
     bo.save_best_only = true;
     bo.monitor = "val_accuracy";
     bo.save_weights_only = true;
@@ -364,8 +357,8 @@ TEST(model_checkpoint, chief_saves_each_epoch_or_only_the_best) {
   });
   EXPECT_EQ(saved[0].size(), 3u);
   EXPECT_TRUE(saved[1].empty()) << "only the chief writes";
-  EXPECT_TRUE(fs::exists(dir.path / "all/w.01.safetensors"));
-  EXPECT_TRUE(fs::exists(dir.path / "all/w.03.safetensors"));
+  EXPECT_TRUE(fs::exists(dir.path() / "all/w.01.safetensors"));
+  EXPECT_TRUE(fs::exists(dir.path() / "all/w.03.safetensors"));
   EXPECT_GE(best[0].size(), 1u);
   EXPECT_LE(best[0].size(), 3u);
 }
@@ -381,15 +374,15 @@ TEST(saved_model, same_weights_give_byte_identical_files_and_load_back) {
   momentum_sgd sa(a.parameters().size()), sb(b.parameters().size());
   sa.velocity[3] = 0.5f;
   sa.steps = 42;
-  save_model(dir.path / "a.safetensors", a, sa);
-  save_model(dir.path / "a2.safetensors", a, sa);
-  EXPECT_EQ(read_all(dir.path / "a.safetensors"), read_all(dir.path / "a2.safetensors"));
-  load_model(dir.path / "a.safetensors", b, sb);
+  save_model(dir.path() / "a.safetensors", a, sa);
+  save_model(dir.path() / "a2.safetensors", a, sa);
+  EXPECT_EQ(read_all(dir.path() / "a.safetensors"), read_all(dir.path() / "a2.safetensors"));
+  load_model(dir.path() / "a.safetensors", b, sb);
   EXPECT_TRUE(std::equal(a.parameters().begin(), a.parameters().end(), b.parameters().begin()));
   EXPECT_EQ(sb.velocity, sa.velocity);
   EXPECT_EQ(sb.steps, 42);
   softmax_regression other(features + 2, classes, 5);
-  EXPECT_THROW(load_weights(dir.path / "a.safetensors", other), checkpoint_error);
+  EXPECT_THROW(load_weights(dir.path() / "a.safetensors", other), checkpoint_error);
 }
 
 TEST(saved_model, a_saved_multi_worker_model_continues_training_on_one_worker) {
@@ -400,13 +393,13 @@ TEST(saved_model, a_saved_multi_worker_model_continues_training_on_one_worker) {
     momentum_sgd sgd(model.parameters().size());
     blob_batches data(examples, features, classes, 24, 2, c.rank(), 9);
     fit(strategy, model, sgd, data, fit_options{});
-    EXPECT_EQ(save_model(strategy, dir.path / "model.safetensors", model, sgd), c.rank() == 0);
+    EXPECT_EQ(save_model(strategy, dir.path() / "model.safetensors", model, sgd), c.rank() == 0);
   });
   spawn_ranks(1, [&](local_collective& c) {
     mirrored_strategy<local_collective&> strategy(c);
     softmax_regression model(features, classes, 99);
     momentum_sgd sgd(model.parameters().size());
-    load_model(dir.path / "model.safetensors", model, sgd);
+    load_model(dir.path() / "model.safetensors", model, sgd);
     EXPECT_EQ(sgd.steps, 10);
     blob_batches data(examples, features, classes, 24, 1, 0, 9);
     const evaluation before = evaluate(strategy, model, data);

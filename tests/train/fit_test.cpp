@@ -9,6 +9,7 @@
 #include <mwstrat/train/fit.hpp>
 
 #include <support/softmax_regression.hpp>
+#include <support/temp_dir.hpp>
 
 #include <gtest/gtest.h>
 
@@ -283,8 +284,8 @@ TEST(fit, learning_rate_schedule_applies_on_every_worker) {
 }
 
 TEST(fit, only_the_chief_prints_progress_and_writes_the_csv_log) {
-  const auto dir = std::filesystem::temp_directory_path() / ("mwstrat_fit_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const test::temp_dir scratch("mwstrat-fit");  // removed with its logs at the end (it was left behind before)
+  const std::filesystem::path& dir = scratch.path();
   std::vector<std::string> printed(2);
   spawn_ranks(2, [&](local_collective& c) {
     mirrored_strategy<local_collective&> strategy(c);
