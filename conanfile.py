@@ -57,10 +57,10 @@ class MwstratConan(ConanFile):
     def package_info(self):
         # mwstrat installs its own config (which finds its dependencies per component); let CMake use it.
         self.cpp_info.set_property("cmake_find_mode", "none")
-        self.cpp_info.set_property("cmake_file_name", "mwstrat")
         builddirs = [os.path.join("share", "cmake", "mwstrat")]
-        # The components, as in cmake/mwstratComponents.cmake: a program that brings its own tensors needs core (+ ring,
-        # data) and no oneTBB. mpi (collective/mpi/) takes the system's MPI through find_package(mwstrat COMPONENTS mpi).
+        # The components, as in cmake/mwstratComponents.cmake: a program that brings its own tensors needs core
+        # (+ ring, data) and no oneTBB. mpi (collective/mpi/) is left to the CMake config, which finds the system's
+        # MPI for find_package(mwstrat COMPONENTS mpi).
         components = {
             "core": ["boost::headers", "boost::json"],  # + Threads
             "ring": ["core", "openssl::crypto"],

@@ -4,6 +4,7 @@
 # so this re-runs the header checks' own compile commands with -M and reads the list of files each one opened.
 # Inputs: COMPILE_COMMANDS (compile_commands.json), CHECKS_DIR (header_checks/<component>/<stem>.cpp),
 #         WORK_DIR (scratch), SOURCE_DIR, COMPONENTS (the components this build defines).
+cmake_policy(VERSION 3.25)
 include("${SOURCE_DIR}/cmake/mwstratComponents.cmake")
 
 # Which package a header outside mwstrat comes from, by the path packages install their headers under. A path
@@ -77,6 +78,7 @@ foreach(i RANGE ${last})
     endforeach()
   endforeach()
 
+  set(reported "")  # one line per package a header should not reach
   foreach(dep IN LISTS deps)
     if(dep STREQUAL "" OR dep STREQUAL file)
       continue()
@@ -96,7 +98,8 @@ foreach(i RANGE ${last})
       string(REGEX MATCH "^([^=]+)=(.*)$" _ "${signature}")
       set(package "${CMAKE_MATCH_1}")
       if(dep MATCHES "${CMAKE_MATCH_2}")
-        if(NOT package IN_LIST allowed_packages)
+        if(NOT package IN_LIST allowed_packages AND NOT package IN_LIST reported)
+          list(APPEND reported ${package})
           string(APPEND problems "\n  ${header} (${component}) opens ${dep}, a header of ${package}, which "
                                  "${component} does not link")
         endif()
@@ -109,7 +112,7 @@ endforeach()
 
 if(check_sources)
   list(JOIN check_sources "\n  " text)
-  string(APPEND problems "\n  no compile command for (build the header checks first):\n  ${text}")
+  string(APPEND problems "\n  no compile command (compile_commands.json is written at configure time) for:\n  ${text}")
 endif()
 if(problems)
   message(FATAL_ERROR "component boundaries crossed:${problems}")

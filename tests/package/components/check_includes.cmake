@@ -1,6 +1,8 @@
 # Fails if the consumer's translation unit opens a header of oneTBB, zlib, nn/ or data/, or if the built program
-# loads libtbb or libz (directly or through another library). Re-runs the consumer's own compile command (from compile_commands.json) with -M.
+# loads libtbb or libz (directly or through another library). Re-runs the consumer's own compile command (from
+# compile_commands.json) with -M.
 # Inputs: COMPILE_COMMANDS, SOURCE (consumer.cpp), EXECUTABLE, WORK_DIR.
+cmake_policy(VERSION 3.25)
 file(READ "${COMPILE_COMMANDS}" json)
 string(JSON count LENGTH "${json}")
 math(EXPR last "${count} - 1")
@@ -61,4 +63,5 @@ foreach(library IN LISTS libraries unresolved)
     message(FATAL_ERROR "the consumer loads ${library}")
   endif()
 endforeach()
-message(STATUS "the consumer opens ${count} headers, none of oneTBB, zlib, nn/ or data/; it loads neither libtbb nor libz")
+message(STATUS "the consumer opens ${count} headers, none of oneTBB, zlib, nn/ or data/; "
+               "it loads neither libtbb nor libz")

@@ -135,7 +135,9 @@ class blobs {
     for (std::size_t i = 0; i < per_worker; ++i) {
       const std::size_t label = (i + step) % classes;
       y_[i] = static_cast<std::int64_t>(label);
-      for (std::size_t f = 0; f < features; ++f) x_[i * features + f] = noise(rng) + (f % classes == label ? 2.0f : 0.0f);
+      for (std::size_t f = 0; f < features; ++f) {
+        x_[i * features + f] = noise(rng) + (f % classes == label ? 2.0f : 0.0f);
+      }
     }
     return {&x_, &y_};
   }
