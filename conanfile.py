@@ -65,7 +65,7 @@ class MwstratConan(ConanFile):
             "core": ["boost::headers", "boost::json"],  # + Threads
             "ring": ["core", "openssl::crypto"],
             "data": ["core", "zlib::zlib"],
-            "nn": ["core", "onetbb::libtbb"],
+            "nn": ["core", "data", "onetbb::libtbb"],
             "mwstrat": ["core", "ring", "data", "nn"],  # the whole library: mwstrat::mwstrat
         }
         for name, requires in components.items():

@@ -8,9 +8,9 @@
 #
 #   core  error, version, tensor/, cluster/, checkpoint/, collective/ (concepts, local backend), strategy/
 #         (mirrored), train/ (fit, callbacks)           Boost.JSON (+ Boost headers), Threads
-#   ring  collective/ring/, the multi-worker strategy  core + OpenSSL (HMAC handshake); Boost.Asio via core
-#   data  data/ (IDX, MNIST, sharding), the image-set input of fit                 core + zlib (gzip IDX)
-#   nn    nn/ (the reference layers and kernels)                                   core + oneTBB
+#   ring  collective/ring/, the multi-worker strategy and its options   core + OpenSSL (HMAC); Asio is Boost's
+#   data  data/ (IDX, MNIST, sharding, image batches), fit's image-set input       core + zlib (gzip IDX)
+#   nn    nn/ (the reference layers and kernels, on data's image batches)          core + data + oneTBB
 #   mpi   collective/mpi/ (optional: defined where MPI is found)                   core + MPI
 # mwstrat::mwstrat is core + ring + data + nn and holds the umbrella header mwstrat.hpp.
 
@@ -19,8 +19,10 @@ set(mwstrat_whole_components core ring data nn)    # what mwstrat::mwstrat is (a
 
 # Patterns (regular expressions on the path below include/mwstrat/).
 set(mwstrat_mpi_patterns "^collective/mpi/")
-# The family umbrellas collective.hpp and strategy.hpp include the ring and the multi-worker strategy.
-set(mwstrat_ring_patterns "^collective/ring/" "^strategy/multi_worker" "^collective\\.hpp$" "^strategy\\.hpp$")
+# The multi-worker strategy and its communication options (which carry the ring's transport) are the ring's; the
+# family umbrellas collective.hpp and strategy.hpp include them.
+set(mwstrat_ring_patterns "^collective/ring/" "^strategy/multi_worker" "^strategy/communication_options"
+    "^collective\\.hpp$" "^strategy\\.hpp$")
 set(mwstrat_nn_patterns "^nn/" "^nn\\.hpp$")
 # train/distributed_input.hpp is data's image set as fit reads it (it includes data/), and train.hpp includes it.
 set(mwstrat_data_patterns "^data/" "^data\\.hpp$" "^train/distributed_input" "^train\\.hpp$")
@@ -31,7 +33,7 @@ set(mwstrat_whole_patterns "^mwstrat\\.hpp$")  # checked first: the umbrella of 
 set(mwstrat_core_uses "")
 set(mwstrat_ring_uses core)
 set(mwstrat_data_uses core)
-set(mwstrat_nn_uses core)
+set(mwstrat_nn_uses core data)  # the reference model trains on data's image batches
 set(mwstrat_mpi_uses core)
 
 # find_package arguments (one string per package) and the targets linked, per component.
