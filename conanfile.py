@@ -1,7 +1,9 @@
 """Conan 2 recipe for mwstrat, a header-only C++20 library.
 
 The package carries the headers and mwstrat's own CMake package config; consumers call
-find_package(mwstrat CONFIG) and link mwstrat::mwstrat, exactly as with a plain install.
+find_package(mwstrat CONFIG) and link mwstrat::mwstrat (or find_package(mwstrat CONFIG COMPONENTS core ring) and
+link the components they use), exactly as with a plain install. The components are declared below too, with the
+dependencies each needs (cmake/mwstratComponents.cmake is the table they follow).
 """
 import os
 
@@ -53,8 +55,25 @@ class MwstratConan(ConanFile):
         self.info.clear()
 
     def package_info(self):
-        # mwstrat installs its own config (which finds its dependencies); let CMake use it.
-        self.cpp_info.bindirs = []
-        self.cpp_info.libdirs = []
+        # mwstrat installs its own config (which finds its dependencies per component); let CMake use it.
         self.cpp_info.set_property("cmake_find_mode", "none")
-        self.cpp_info.builddirs = [os.path.join("share", "cmake", "mwstrat")]
+        builddirs = [os.path.join("share", "cmake", "mwstrat")]
+        # The components, as in cmake/mwstratComponents.cmake: a program that brings its own tensors needs core
+        # (+ ring, data) and no oneTBB. mpi (collective/mpi/) is left to the CMake config, which finds the system's
+        # MPI for find_package(mwstrat COMPONENTS mpi).
+        components = {
+            "core": ["boost::headers", "boost::json"],  # + Threads
+            "ring": ["core", "openssl::crypto"],
+            "data": ["core", "zlib::zlib"],
+            "nn": ["core", "data", "onetbb::libtbb"],
+            "mwstrat": ["core", "ring", "data", "nn"],  # the whole library: mwstrat::mwstrat
+        }
+        for name, requires in components.items():
+            component = self.cpp_info.components[name]
+            component.set_property("cmake_target_name", f"mwstrat::{name}")
+            component.requires = requires
+            component.bindirs = []
+            component.libdirs = []
+            component.builddirs = builddirs
+            if name == "core" and self.settings.os in ("Linux", "FreeBSD"):
+                component.system_libs = ["pthread"]

@@ -22,4 +22,5 @@ class MwstratTestPackage(ConanFile):
 
     def test(self):
         if can_run(self):
-            self.run(os.path.join(self.cpp.build.bindir, "mwstrat_consumer"), env="conanrun")
+            for program in ("mwstrat_components_consumer", "mwstrat_consumer"):
+                self.run(os.path.join(self.cpp.build.bindir, program), env="conanrun")

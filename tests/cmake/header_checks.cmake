@@ -1,35 +1,47 @@
-# Every public header compiles on its own, with this project's warnings: one generated translation unit per
-# header that includes it twice (which also proves the include guard). Built with the default target.
-set(header_check_sources "")
-foreach(header IN LISTS mwstrat_headers)
-  string(REGEX REPLACE "^include/" "" include_path "${header}")
-  string(MAKE_C_IDENTIFIER "${include_path}" stem)
-  set(source "${CMAKE_CURRENT_BINARY_DIR}/header_checks/${stem}.cpp")
-  set(content "#include <${include_path}>\n#include <${include_path}>\n")
-  if(EXISTS "${source}")
-    file(READ "${source}" old)
+# Every public header compiles on its own, with only its component's dependencies (the target mwstrat::<component>
+# it belongs to, see cmake/mwstratComponents.cmake) and this project's warnings: one generated translation unit
+# per header that includes it twice (which also proves the include guard). Built with the default target.
+# The boundary test below then proves what no compiler can on a machine where every package's headers sit in
+# /usr/include: that each of these translation units opens only headers of its component's closure.
+set(header_check_targets "")
+foreach(component IN ITEMS whole LISTS mwstrat_components)
+  if(component STREQUAL "whole")
+    set(target mwstrat::mwstrat)
   else()
-    set(old "")
+    set(target mwstrat::${component})
   endif()
-  if(NOT old STREQUAL content)
-    file(WRITE "${source}" "${content}")
-  endif()
-  list(APPEND header_check_sources "${source}")
-endforeach()
-add_library(mwstrat_header_checks OBJECT ${header_check_sources})
-target_link_libraries(mwstrat_header_checks PRIVATE mwstrat::mwstrat mwstrat::warnings)
-
-# The MPI adapter's headers need MPI itself; they are checked alone where MPI is found.
-find_package(MPI QUIET COMPONENTS CXX)
-if(MPI_CXX_FOUND AND mwstrat_mpi_headers)
-  set(mpi_check_sources "")
-  foreach(header IN LISTS mwstrat_mpi_headers)
+  set(sources "")
+  foreach(header IN LISTS mwstrat_${component}_headers)
     string(REGEX REPLACE "^include/" "" include_path "${header}")
     string(MAKE_C_IDENTIFIER "${include_path}" stem)
-    set(source "${CMAKE_CURRENT_BINARY_DIR}/header_checks/${stem}.cpp")
+    set(source "${CMAKE_CURRENT_BINARY_DIR}/header_checks/${component}/${stem}.cpp")
     file(CONFIGURE OUTPUT "${source}" CONTENT "#include <${include_path}>\n#include <${include_path}>\n")
-    list(APPEND mpi_check_sources "${source}")
+    list(APPEND sources "${source}")
   endforeach()
-  add_library(mwstrat_mpi_header_checks OBJECT ${mpi_check_sources})
-  target_link_libraries(mwstrat_mpi_header_checks PRIVATE mwstrat::mwstrat mwstrat::warnings MPI::MPI_CXX)
+  # A header that moved leaves its old check behind: remove it (the boundary test reads the folder).
+  file(GLOB stale "${CMAKE_CURRENT_BINARY_DIR}/header_checks/${component}/*.cpp")
+  if(sources)
+    list(REMOVE_ITEM stale ${sources})
+  endif()
+  if(stale)
+    file(REMOVE ${stale})
+  endif()
+  if(NOT sources)
+    continue()
+  endif()
+  add_library(mwstrat_header_checks_${component} OBJECT ${sources})
+  target_link_libraries(mwstrat_header_checks_${component} PRIVATE ${target} mwstrat::warnings)
+  # The boundary test re-runs these exact compile commands to list the headers each one opens.
+  set_target_properties(mwstrat_header_checks_${component} PROPERTIES EXPORT_COMPILE_COMMANDS ON)
+  list(APPEND header_check_targets mwstrat_header_checks_${component})
+endforeach()
+add_custom_target(mwstrat_header_checks DEPENDS ${header_check_targets})
+
+if(CMAKE_EXPORT_COMPILE_COMMANDS OR CMAKE_GENERATOR MATCHES "Ninja|Makefiles")
+  add_test(NAME component_boundaries
+    COMMAND "${CMAKE_COMMAND}" -DCOMPILE_COMMANDS=${PROJECT_BINARY_DIR}/compile_commands.json
+            -DCHECKS_DIR=${CMAKE_CURRENT_BINARY_DIR}/header_checks -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/boundaries
+            -DSOURCE_DIR=${PROJECT_SOURCE_DIR} "-DCOMPONENTS=${mwstrat_components}"
+            -P "${CMAKE_CURRENT_SOURCE_DIR}/cmake/check_boundaries.cmake")
+  set_tests_properties(component_boundaries PROPERTIES LABELS "core" TIMEOUT 600)
 endif()

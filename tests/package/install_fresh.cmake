@@ -5,7 +5,9 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
 foreach(file include/mwstrat/mwstrat.hpp include/mwstrat/error.hpp share/cmake/mwstrat/mwstratConfig.cmake
-             share/cmake/mwstrat/mwstratConfigVersion.cmake share/cmake/mwstrat/mwstratTargets.cmake)
+             share/cmake/mwstrat/mwstratConfigVersion.cmake share/cmake/mwstrat/mwstratTargets.cmake
+             share/cmake/mwstrat/mwstrat_coreTargets.cmake share/cmake/mwstrat/mwstrat_ringTargets.cmake
+             share/cmake/mwstrat/mwstrat_dataTargets.cmake share/cmake/mwstrat/mwstrat_nnTargets.cmake)
   if(NOT EXISTS "${PREFIX}/${file}")
     message(FATAL_ERROR "install is missing ${file}")
   endif()
