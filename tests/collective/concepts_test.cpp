@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <optional>
 #include <span>
+#include <string>
 
 namespace {
 
@@ -67,6 +70,34 @@ static_assert(!collective<fake<true, true, true, true, true, true, true, true, f
 static_assert(!collective<fake<true, true, true, true, true, true, true, true, true, handle_without_wait>>,
               "6: handle without wait()");
 static_assert(!collective<int>);
+
+// Optional capabilities: one type per missing or wrong member.
+struct fused_update_complete {
+  template <class F>
+  void all_reduce_update(std::span<float>, reduce_op, std::span<float>, F&&) {}
+};
+struct fused_update_missing {};
+struct fused_update_without_the_update {
+  void all_reduce_update(std::span<float>, reduce_op, std::span<float>) {}
+};
+static_assert(fused_update_collective<fused_update_complete>);
+static_assert(!fused_update_collective<fused_update_missing>);
+static_assert(!fused_update_collective<fused_update_without_the_update>);
+static_assert(fused_update_collective<local_collective> && fused_update_collective<ring_collective>);
+
+struct arena_region {
+  std::span<float> parameters() { return {}; }
+};
+struct with_arena {};
+std::optional<arena_region> make_host_arena(with_arena&, std::size_t, std::string*) { return std::nullopt; }
+struct arena_without_parameters {};
+std::optional<int> make_host_arena(arena_without_parameters&, std::size_t, std::string*) { return std::nullopt; }
+struct without_arena {};
+static_assert(host_arena_collective<with_arena>);
+static_assert(!host_arena_collective<arena_without_parameters>, "the region has no parameters()");
+static_assert(!host_arena_collective<without_arena>);
+static_assert(host_arena_collective<ring_collective>, "the ring offers one (collective/ring/host_arena.hpp)");
+static_assert(!host_arena_collective<local_collective>, "threads share memory already");
 
 TEST(collective_concept, backends_and_near_misses_are_checked_at_compile_time) { SUCCEED(); }
 

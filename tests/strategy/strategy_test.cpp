@@ -120,8 +120,8 @@ TEST(bucketed_reduction, equals_one_mean_and_sends_whole_layers) {
 // bit against all_reduce and a full update, tests/collective/sweep.hpp) and used by fit for plain SGD only:
 // optimizers with slots take the full update. These keep those checks from being skipped silently by a changed
 // signature.
-static_assert(fuses_update_v<ring_collective>);
-static_assert(fuses_update_v<local_collective>);
+static_assert(fused_update_collective<ring_collective>);
+static_assert(fused_update_collective<local_collective>);
 static_assert(part_update_optimizer<nn::sgd>);
 static_assert(!part_update_optimizer<nn::adam>);
 

@@ -33,8 +33,10 @@
 #include <mwstrat/collective/types.hpp>
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <utility>
 
 namespace mwstrat {
@@ -66,5 +68,32 @@ concept collective = requires(const C& cc, C& c, op_options o) {
   c.barrier(o);
 } && collective_for<C, float> && collective_for<C, double> && collective_for<C, std::int32_t> &&
                      collective_for<C, std::int64_t>;
+
+// ------------------------------------------------------------------------------------------ optional capabilities
+// What a collective may offer beyond the concept; the gradient synchroniser (strategy/gradient_sync.hpp) uses each
+// where present and takes another path, with the same bits, where not.
+
+namespace detail {
+// An elementwise update of parameters[first, first + count) from their mean gradients.
+struct update_probe {
+  void operator()(std::size_t, std::size_t) const {}
+};
+}  // namespace detail
+
+/// Capability: `c.all_reduce_update(values, reduce_op::mean, params, update)` — an all-reduce fused with a sharded
+/// elementwise update: each rank calls `update(first, count)` on the part it finished reducing, and the updated
+/// `params` are gathered (the ring and the local collective offer it).
+template <class C>
+concept fused_update_collective = requires(C& c, std::span<float> v, detail::update_probe update) {
+  c.all_reduce_update(v, reduce_op::mean, v, update);
+};
+
+/// Capability: `make_host_arena(c, count, why)`, found by argument-dependent lookup, returns an optional region that
+/// every rank maps — one parameter copy and each rank's gradients (`host_arena`, collective/ring/host_arena.hpp,
+/// for a ring whose ranks share one host); nullopt on every rank where it cannot be made.
+template <class C>
+concept host_arena_collective = requires(C& c, std::size_t n, std::string* why) {
+  make_host_arena(c, n, why)->parameters();
+};
 
 }  // namespace mwstrat

@@ -35,13 +35,6 @@
 
 namespace mwstrat {
 
-/// Whether a collective offers `all_reduce_update`: an all-reduce fused with a sharded elementwise update (the ring
-/// and the local collective do).
-template <class C>
-inline constexpr bool fuses_update_v = requires(C& c, std::span<float> v, void (*update)(std::size_t, std::size_t)) {
-  c.all_reduce_update(v, reduce_op::mean, v, update);
-};
-
 namespace detail {
 
 // The `on_ready` of a step whose reduction waits for the end of backward.
@@ -60,24 +53,6 @@ void apply_update(Model& model, Optimizer& optimizer) {
     update();
   }
 }
-
-template <class C>
-concept async_all_reduce_collective = requires(C& c, std::span<float> g) { c.all_reduce_async(g, reduce_op::mean); };
-
-// A host_arena maker found by argument-dependent lookup (collective/ring/host_arena.hpp offers one for the ring).
-template <class C>
-concept host_arena_collective = requires(C& c, std::size_t n, std::string* why) {
-  make_host_arena(c, n, why)->parameters();
-};
-
-template <class C, bool Async = async_all_reduce_collective<C>>
-struct buckets_for {
-  using type = int;  // never made: the collective has no asynchronous all-reduce
-};
-template <class C>
-struct buckets_for<C, true> {
-  using type = bucketed_reduction<C>;
-};
 
 template <class C, bool Has = host_arena_collective<C>>
 struct arena_for {
@@ -126,7 +101,7 @@ class collective_gradient_sync {
   collective_gradient_sync(Collective& c, Model& m, Optimizer& o, const gradient_sync_options& options)
       : collective_(c), model_(m), optimizer_(o), update_(options.update) {
     detail::validate(options, c.rank());
-    if constexpr (async) {
+    {
       // An explicit sharded or shared update needs the whole gradient after backward: no automatic overlap then.
       reduction_overlap overlap = options.overlap;
       if (overlap == reduction_overlap::automatic &&
@@ -153,7 +128,7 @@ class collective_gradient_sync {
   /// applies the update where the placement says; returns what `backward` returned. Collective call.
   template <class Backward>
   auto step(Backward&& backward) {
-    if constexpr (async) {
+    {
       if (buckets_) {
         buckets_->begin();
         auto result =
@@ -195,15 +170,13 @@ class collective_gradient_sync {
   [[nodiscard]] update_placement placement() const noexcept { return placement_; }
   /// Whether the reduction overlaps backward in buckets.
   [[nodiscard]] bool overlaps() const noexcept {
-    if constexpr (async) return buckets_.has_value();
-    return false;
+    return buckets_.has_value();
   }
 
  private:
-  static constexpr bool async = detail::async_all_reduce_collective<Collective>;
-  static constexpr bool can_shard = part_update_optimizer<Optimizer> && fuses_update_v<Collective>;
+  static constexpr bool can_shard = part_update_optimizer<Optimizer> && fused_update_collective<Collective>;
   static constexpr bool shares_storage =
-      detail::host_arena_collective<Collective> && storage_adopting_model<Model> && part_update_optimizer<Optimizer>;
+      host_arena_collective<Collective> && storage_adopting_model<Model> && part_update_optimizer<Optimizer>;
 
   // At the first step (after mirroring and any restore, so only the chief's values are copied in): the first of the
   // placements the options allow (shared_host_copy, sharded, replicated) that this job can run. A collective
@@ -243,7 +216,7 @@ class collective_gradient_sync {
   update_placement update_;                                   // as asked
   update_placement placement_ = update_placement::automatic;  // as taken (automatic: not decided yet)
   bool adopted_ = false;  // the model works in arena_ (and must leave it before arena_ goes)
-  std::optional<typename detail::buckets_for<Collective>::type> buckets_;  // set when overlapping
+  std::optional<bucketed_reduction<Collective>> buckets_;  // set when overlapping
   std::optional<typename detail::arena_for<Collective>::type> arena_;      // the shared region, while in use
 };
 
