@@ -144,8 +144,9 @@ class host_arena {
   std::vector<float> scratch_;  // the running sum of a chunk when more than two ranks add up
 };
 
-/// `host_arena::open`, under the name strategies look for (found by argument-dependent lookup, so
-/// `mirrored_strategy` offers `open_host_arena` exactly when its collective is a ring).
+/// `host_arena::open`, under the name the gradient synchroniser looks for (found by argument-dependent lookup:
+/// `host_arena_collective` in collective/concepts.hpp). Include this header where the strategy over a ring is built
+/// (multi_worker_mirrored_strategy.hpp does) or the synchroniser cannot see it and takes the sharded ring path.
 inline std::optional<host_arena> make_host_arena(ring_collective& ring, std::size_t count, std::string* why = nullptr) {
   return host_arena::open(ring, count, why);
 }
