@@ -46,7 +46,7 @@ TEST(crc32c, fast_paths_agree_with_portable_path) {
   for (auto& b : data) b = static_cast<std::byte>(rng());
   using update = std::uint32_t (*)(std::uint32_t, const std::byte*, std::size_t) noexcept;
   std::vector<std::pair<const char*, update>> paths = {{"dispatched", &mwstrat::detail::crc32c_update}};
-#if MWSTRAT_CRC32C_X86
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))  // crc32c.hpp's x86 paths
   if (mwstrat::detail::cpu_has_sse42()) paths.emplace_back("sse4.2", &mwstrat::detail::crc32c_update_sse42);
   if (mwstrat::detail::cpu_has_vpclmul()) paths.emplace_back("vpclmulqdq", &mwstrat::detail::crc32c_update_vpclmul);
 #endif

@@ -273,3 +273,5 @@ namespace mwstrat {
 }
 
 }  // namespace mwstrat
+
+#undef MWSTRAT_CRC32C_X86

@@ -489,3 +489,5 @@ void gemm_nt(std::size_t M, std::size_t N, std::size_t K, const T* a, std::size_
 }
 
 }  // namespace mwstrat::detail
+
+#undef MWSTRAT_NN_UNROLL
