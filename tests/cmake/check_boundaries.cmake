@@ -6,6 +6,7 @@
 #         WORK_DIR (scratch), SOURCE_DIR, COMPONENTS (the components this build defines).
 cmake_policy(VERSION 3.25)
 include("${SOURCE_DIR}/cmake/mwstratComponents.cmake")
+include("${CMAKE_CURRENT_LIST_DIR}/opened_headers.cmake")
 
 # Which package a header outside mwstrat comes from, by the path packages install their headers under. A path
 # that matches none is the standard library's, the C library's or the system's.
@@ -43,30 +44,12 @@ foreach(i RANGE ${last})
   file(STRINGS "${file}" first LIMIT_COUNT 1)
   string(REGEX REPLACE "^#include <mwstrat/(.*)>$" "\\1" header "${first}")
 
-  # The compile command, with its output and dependency-file options replaced by -M (list what is opened).
-  separate_arguments(args UNIX_COMMAND "${command}")
-  set(kept "")
-  set(skip FALSE)
-  foreach(arg IN LISTS args)
-    if(skip)
-      set(skip FALSE)
-    elseif(arg MATCHES "^-(o|MT|MF|MQ)$")
-      set(skip TRUE)
-    elseif(NOT arg MATCHES "^-(c|MD|MMD)$")
-      list(APPEND kept "${arg}")
-    endif()
-  endforeach()
-  set(deps_file "${WORK_DIR}/${component}_${stem}.d")
-  execute_process(COMMAND ${kept} -M -MF "${deps_file}" WORKING_DIRECTORY "${directory}"
-                  RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
-  if(NOT rc EQUAL 0)
+  # Every file the header's compile command opens.
+  mwstrat_opened_headers("${command}" "${directory}" "${WORK_DIR}/${component}_${stem}.d" deps err)
+  if(err)
     string(APPEND problems "\n  ${header}: listing its includes failed:\n${err}")
     continue()
   endif()
-  file(READ "${deps_file}" deps)
-  string(REGEX REPLACE "^[^:]*:" "" deps "${deps}")
-  string(REPLACE "\\\n" " " deps "${deps}")
-  string(REGEX REPLACE "[ \t\r\n]+" ";" deps "${deps}")
 
   # What this component may open: its closure's headers and packages.
   if(component STREQUAL "whole")
