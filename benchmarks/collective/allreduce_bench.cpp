@@ -78,7 +78,7 @@ void run_rank(int n, int rank, const std::vector<std::string>& addrs, const std:
   if (socket_buffer >= 0) o.socket_buffer_bytes = socket_buffer;
   mwstrat::ring_collective ring(o);
   if (ring.uses_shared_memory() != shm) {
-    std::fprintf(stderr, "rank %d: wanted %s payloads, got the other transport (see MWSTRAT_RING_TRANSPORT)\n", rank,
+    std::fprintf(stderr, "rank %d: wanted %s payloads, got the other transport (see the ring's log)\n", rank,
                  shm ? "shared-memory" : "TCP");
     std::_Exit(2);
   }

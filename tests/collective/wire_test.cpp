@@ -1,5 +1,6 @@
 // The ring's wire formats: addresses, handshake messages, frame headers, abort notices, HMAC.
 
+#include <mwstrat/cluster/address.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
 
@@ -24,6 +25,13 @@ std::optional<frame_header> round_trip(const frame_header& h, std::string& why) 
   std::array<std::uint8_t, frame_header_size> raw{};
   encode(h, raw);
   return decode_frame_header(raw, &why);
+}
+
+// The ring's addresses go through the cluster layer's one parser (cluster/address.hpp); nullopt when it refuses.
+std::optional<mwstrat::address> parse_address(std::string_view text) {
+  auto parsed = parse_address_nothrow(text);
+  if (!parsed.reason.empty()) return std::nullopt;
+  return parsed.value;
 }
 
 TEST(ring_wire, addresses) {

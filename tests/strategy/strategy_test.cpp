@@ -184,7 +184,7 @@ void expect_fused_update_equals_mean_then_update(int replicas) {
   }
 }
 
-TEST(mirrored_strategy, mean_gradients_and_update_equals_the_mean_then_the_whole_update) {
+TEST(gradient_sync, the_sharded_update_equals_the_mean_then_the_whole_update) {
   expect_fused_update_equals_mean_then_update(3);
   expect_fused_update_equals_mean_then_update(1);
 }

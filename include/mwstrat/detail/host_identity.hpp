@@ -2,6 +2,8 @@
 // The facts that say which machine (kernel instance) a process runs on, read in one place: the shared-memory
 // handshake (collective/ring) and the CPU-load decision (strategy) both start from them.
 
+#include <mwstrat/detail/platform.hpp>
+
 #include <unistd.h>
 
 #include <array>

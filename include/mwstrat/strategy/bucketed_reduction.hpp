@@ -13,6 +13,7 @@
 #include <mwstrat/error.hpp>
 
 #include <cstddef>
+#include <exception>
 #include <optional>
 #include <span>
 #include <string>
@@ -63,8 +64,30 @@ class bucketed_reduction {
                              " of " + std::to_string(gradients_.size()));
     }
     if (unsent_end_ > 0) send(0, unsent_end_);
-    for (auto& h : in_flight_) h.wait();
+    // Every bucket is waited for before an error is rethrown: none may still write into the arena afterwards.
+    std::exception_ptr first_failure;
+    for (auto& h : in_flight_) {
+      try {
+        h.wait();
+      } catch (...) {
+        if (!first_failure) first_failure = std::current_exception();
+      }
+    }
     buckets_sent_ = in_flight_.size();
+    in_flight_.clear();
+    if (first_failure) std::rethrow_exception(first_failure);
+  }
+
+  /// Waits for every bucket still in flight and drops their errors: for a step being abandoned (backward threw), so
+  /// that no all-reduce writes into the arena once the caller has unwound. Never throws; each wait is bounded by
+  /// its operation's deadline.
+  void abandon() noexcept {
+    for (auto& h : in_flight_) {
+      try {
+        h.wait();
+      } catch (...) {  // the step is failing already; its own error is the one that propagates
+      }
+    }
     in_flight_.clear();
   }
 

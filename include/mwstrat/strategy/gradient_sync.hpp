@@ -11,9 +11,9 @@
 ///     whole update — nothing but the `strategy` concept.
 ///
 /// `collective_gradient_sync` is `mirrored_strategy`'s: over its collective it reduces in buckets that overlap
-/// backward (`bucketed_reduction`, when the collective has an asynchronous all-reduce and the policy or the host
-/// topology says so), or after backward through one shared parameter copy per host (`host_arena`), or fused with
-/// a sharded update (the collective's `all_reduce_update`), or as a mean all-reduce then the whole update. Every
+/// backward (`bucketed_reduction`, when the policy or the host topology says so), or after backward through one
+/// shared parameter copy per host (`host_arena`), or fused with a sharded update (the collective's
+/// `all_reduce_update`), or as a mean all-reduce then the whole update. Every
 /// path gives the same bits. Every decision is collective and deterministic — taken from the options, the types
 /// and facts gathered from every replica — so every replica issues the same operations in the same order. After
 /// the first step nothing is allocated by the synchroniser.
@@ -100,18 +100,16 @@ class collective_gradient_sync {
   /// Collective call (with `reduction_overlap::automatic`, one all-gather of every replica's host and threads).
   collective_gradient_sync(Collective& c, Model& m, Optimizer& o, const gradient_sync_options& options)
       : collective_(c), model_(m), optimizer_(o), update_(options.update) {
-    detail::validate(options, c.rank());
-    {
-      // An explicit sharded or shared update needs the whole gradient after backward: no automatic overlap then.
-      reduction_overlap overlap = options.overlap;
-      if (overlap == reduction_overlap::automatic &&
-          (update_ == update_placement::sharded || update_ == update_placement::shared_host_copy)) {
-        overlap = reduction_overlap::never;
-      }
-      if (c.size() > 1 && detail::overlap_reduction(c, m, overlap)) {
-        buckets_.emplace(c, m.gradients(), options.bucket_bytes / sizeof(float));
-        placement_ = update_placement::replicated;
-      }
+    detail::validate(options, c.rank());  // also here: the synchroniser can be made without a strategy
+    // An explicit sharded or shared update needs the whole gradient after backward: no automatic overlap then.
+    reduction_overlap overlap = options.overlap;
+    if (overlap == reduction_overlap::automatic &&
+        (update_ == update_placement::sharded || update_ == update_placement::shared_host_copy)) {
+      overlap = reduction_overlap::never;
+    }
+    if (c.size() > 1 && detail::overlap_reduction(c, m, overlap)) {
+      buckets_.emplace(c, m.gradients(), options.bucket_bytes / sizeof(float));
+      placement_ = update_placement::replicated;
     }
   }
 
@@ -128,14 +126,17 @@ class collective_gradient_sync {
   /// applies the update where the placement says; returns what `backward` returned. Collective call.
   template <class Backward>
   auto step(Backward&& backward) {
-    {
-      if (buckets_) {
-        buckets_->begin();
+    if (buckets_) {
+      buckets_->begin();
+      try {
         auto result =
             std::forward<Backward>(backward)([this](std::size_t o, std::size_t n) { buckets_->on_ready(o, n); });
         buckets_->finish();
         detail::apply_update(model_, optimizer_);
         return result;
+      } catch (...) {
+        buckets_->abandon();  // no bucket may still write into the model's gradients once this unwinds
+        throw;
       }
     }
     if (placement_ == update_placement::automatic) decide_placement();

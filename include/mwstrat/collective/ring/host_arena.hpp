@@ -145,8 +145,8 @@ class host_arena {
 };
 
 /// `host_arena::open`, under the name the gradient synchroniser looks for (found by argument-dependent lookup:
-/// `host_arena_collective` in collective/concepts.hpp). Include this header where the strategy over a ring is built
-/// (multi_worker_mirrored_strategy.hpp does) or the synchroniser cannot see it and takes the sharded ring path.
+/// `host_arena_collective` in collective/concepts.hpp). ring_collective.hpp includes this header at its end, so
+/// every translation unit that sees the ring sees this too.
 inline std::optional<host_arena> make_host_arena(ring_collective& ring, std::size_t count, std::string* why = nullptr) {
   return host_arena::open(ring, count, why);
 }

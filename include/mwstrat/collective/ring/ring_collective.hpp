@@ -19,12 +19,14 @@
 /// Transport: when both ends of a link are on the same host (and `ring_options::transport` allows it), the
 /// payloads travel through a shared-memory region owned by that link, and the TCP connection carries only the
 /// frame headers (one per chunk, naming the slot implicitly: slots are used in turn) and, backwards, one credit
+/// per slot the receiver is done with.
 ///
 /// The class is the front-end (shared with the other backends: collective/detail/front_end.hpp) over four seams in
 /// ring/detail/: the schedule (schedule.hpp, which chunk goes where at each step), start-up (startup.hpp, which
 /// returns the connected links), the fail-fast abort protocol (abort.hpp) and the data path below, which moves the
 /// schedule's chunks over the links.
 
+#include <mwstrat/cluster/address.hpp>
 #include <mwstrat/collective/concepts.hpp>
 #include <mwstrat/collective/detail/front_end.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
@@ -557,3 +559,9 @@ class ring_collective : public detail::front_end<ring_collective> {
 static_assert(collective<ring_collective>);
 
 }  // namespace mwstrat
+
+// Last, so that whoever sees the ring sees its host_arena maker too: the gradient synchroniser finds it by
+// argument-dependent lookup (host_arena_collective), and a translation unit that saw the ring without it would
+// silently choose another update path — and give collective_gradient_sync<ring_collective, ...> a different
+// definition from one that did. host_arena.hpp includes this header first; #pragma once ends the cycle.
+#include <mwstrat/collective/ring/host_arena.hpp>  // IWYU pragma: export

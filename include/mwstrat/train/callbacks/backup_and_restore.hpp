@@ -103,7 +103,7 @@ class basic_backup_and_restore {
   /// Backs up through `k` (used on the chief only); `options.backup_dir`, if empty, becomes "<checkpointer>" in
   /// messages.
   basic_backup_and_restore(Checkpointer k, backup_options options)
-      : options_(std::move(options)), checkpointer_(std::move(k)), own_checkpointer_(true) {
+      : options_(std::move(options)), checkpointer_(std::move(k)), user_checkpointer_(true) {
     if (options_.backup_dir.empty()) options_.backup_dir = "<checkpointer>";
   }
   basic_backup_and_restore(const basic_backup_and_restore&) = delete;
@@ -146,7 +146,7 @@ class basic_backup_and_restore {
     }
     rank_ = rank;
     if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
-      if (ctx.strategy.is_chief() && !own_checkpointer_) {
+      if (ctx.strategy.is_chief() && !user_checkpointer_) {
         checkpoint_manager_options mo;
         mo.write = options_.write;
         mo.write.rank = rank;
@@ -159,25 +159,26 @@ class basic_backup_and_restore {
     std::optional<training_state> state;
     std::string failure;
     if (ctx.strategy.is_chief()) {
+      // Whatever fails here — the library's errors, or anything a user's checkpointer throws — must still reach the
+      // broadcast below, so the other workers learn it at once instead of waiting out the operation timeout.
       try {
         if (auto restored = checkpointer_->restore_latest_checkpoint()) {
           source_ = restored->path.string();
           state = std::move(restored->state);
           check_fits(ctx, *state);
+          head[1] = static_cast<double>(state->epoch);
+          head[2] = static_cast<double>(state->cursor.step);
+          head[3] = static_cast<double>(state->optimizer_iterations);
+          head[4] = parse_double(*state, "train.epoch_loss_sum");
+          head[5] = parse_double(*state, "train.epoch_correct");
+          head[6] = parse_double(*state, "train.epoch_count");
+          head[7] = parse_double(*state, "train.model_step");
         }
-      } catch (const error& e) {
+      } catch (const std::exception& e) {
         failure = e.what();
+        if (failure.empty()) failure = "the checkpointer failed without a message";
       }
       head[0] = !failure.empty() ? -1.0 : state ? 1.0 : 0.0;
-      if (state && failure.empty()) {
-        head[1] = static_cast<double>(state->epoch);
-        head[2] = static_cast<double>(state->cursor.step);
-        head[3] = static_cast<double>(state->optimizer_iterations);
-        head[4] = parse_double(*state, "train.epoch_loss_sum");
-        head[5] = parse_double(*state, "train.epoch_correct");
-        head[6] = parse_double(*state, "train.epoch_count");
-        head[7] = parse_double(*state, "train.model_step");
-      }
     }
     ctx.strategy.mirror(std::span<double>(head));
     if (head[0] < 0) {
@@ -322,7 +323,7 @@ class basic_backup_and_restore {
 
   backup_options options_;
   std::optional<Checkpointer> checkpointer_;
-  bool own_checkpointer_ = false;  // the user gave the checkpointer: never replaced
+  bool user_checkpointer_ = false;  // the user gave the checkpointer: never replaced
   std::string source_;
   std::optional<std::uint64_t> resumed_at_;
   int rank_ = 0;

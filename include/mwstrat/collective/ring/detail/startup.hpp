@@ -5,6 +5,7 @@
 // both ends of a link share a host and want it, set up the link's shared-memory region. The result is the two
 // connected links (link.hpp); nothing here runs once the ring is up.
 
+#include <mwstrat/cluster/address.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>

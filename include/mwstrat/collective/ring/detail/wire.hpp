@@ -1,10 +1,9 @@
 #pragma once
-// The ring's wire formats, as pure functions over bytes (no sockets), so they can be fuzzed: addresses,
+// The ring's wire formats, as pure functions over bytes (no sockets), so they can be fuzzed:
 // the handshake messages, frame headers and abort payloads, plus the HMAC-SHA256 proofs (OpenSSL libcrypto).
 // All integers are little-endian. Each message's fields are listed once (wire_fields<Msg>, see wire_fields.hpp);
 // its size, encoder and decoder come from that list. See docs/collectives.md for the protocol.
 
-#include <mwstrat/cluster/address.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/ring/detail/wire_fields.hpp>
 #include <mwstrat/collective/types.hpp>
@@ -30,16 +29,6 @@
 namespace mwstrat::detail {
 
 using digest = std::array<std::uint8_t, 32>;
-
-// ---- addresses ----
-
-// "host:port", "[v6]:port" or "[v6%zone]:port", by the library's one address parser (cluster/address.hpp: RFC 1123
-// host names or IPv4, ports 1..65535); nullopt when malformed.
-inline std::optional<address> parse_address(std::string_view text) {
-  auto parsed = parse_address_nothrow(text);
-  if (!parsed.reason.empty()) return std::nullopt;
-  return std::move(parsed.value);
-}
 
 // ---- crypto ----
 
