@@ -1,12 +1,17 @@
 // The ring's and the front-end's small parts, each alone: the operation pool behind every asynchronous collective
 // (slots reused, never while a handle names them, in issue order across a growth), its in-place task, and the
 // wire field lists that give each message its size, encoder and decoder.
+#include <mwstrat/collective/detail/front_end.hpp>
 #include <mwstrat/collective/detail/op_pool.hpp>
+#include <mwstrat/error.hpp>
 #include <mwstrat/collective/ring/detail/wire_fields.hpp>
 
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
+#include <span>
+#include <thread>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -98,6 +103,83 @@ TEST(inline_task, runs_its_callable_and_destroys_it_on_reset_and_on_replacement)
   task.emplace([alive] {});
   task.reset();
   EXPECT_EQ(alive.use_count(), 1);
+}
+
+// ------------------------------------------------------------------------------------------------- front_end
+
+// A backend that only records what reaches it: the front-end's own work (argument checks, draining the
+// asynchronous queue first) is all that is under test.
+class recording_backend : public front_end<recording_backend> {
+ public:
+  static constexpr const char* component = "fake";
+  ~recording_backend() { queue_.stop(); }
+  int rank() const { return 0; }
+  int size() const { return 3; }
+  bool fail_next = false;
+
+  std::vector<std::string> calls() {
+    const std::lock_guard lock(mutex_);
+    return calls_;
+  }
+
+ private:
+  friend class front_end<recording_backend>;
+  template <class T>
+  void all_reduce_now(std::span<T>, mwstrat::reduce_op, mwstrat::op_options) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // still running when the caller moves on
+    record("all_reduce");
+    if (fail_next) throw mwstrat::peer_lost_error({"fake", 0}, 1, "127.0.0.1:1", "went away");
+  }
+  template <class T>
+  void broadcast_now(std::span<T>, int, mwstrat::op_options) { record("broadcast"); }
+  template <class T>
+  void all_gather_now(std::span<const T>, std::span<T>, mwstrat::op_options) { record("all_gather"); }
+  void barrier_now(mwstrat::op_options) { record("barrier"); }
+  void record(const char* what) {
+    const std::lock_guard lock(mutex_);
+    calls_.emplace_back(what);
+  }
+  std::mutex mutex_;
+  std::vector<std::string> calls_;
+};
+
+TEST(front_end, a_synchronous_call_waits_for_the_asynchronous_ones_issued_before_it) {
+  recording_backend b;
+  std::vector<float> v(4);
+  auto h = b.all_reduce_async(std::span<float>(v), mwstrat::reduce_op::sum);
+  b.barrier();
+  EXPECT_EQ(b.calls(), (std::vector<std::string>{"all_reduce", "barrier"}));
+  h.wait();
+}
+
+TEST(front_end, an_asynchronous_failure_is_rethrown_by_wait) {
+  recording_backend b;
+  b.fail_next = true;
+  std::vector<float> v(4);
+  auto h = b.all_reduce_async(std::span<float>(v), mwstrat::reduce_op::sum);
+  EXPECT_THROW(h.wait(), mwstrat::peer_lost_error);
+}
+
+TEST(front_end, bad_arguments_are_refused_with_the_backends_name_before_reaching_it) {
+  recording_backend b;
+  std::vector<float> mine(2), all(5);
+  try {
+    b.broadcast(std::span<float>(mine), 3);
+    ADD_FAILURE() << "a root out of range was accepted";
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("[mwstrat.fake] rank 0: broadcast: root 3 is out of range for 3 ranks"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    b.all_gather(std::span<const float>(mine), std::span<float>(all));
+    ADD_FAILURE() << "a wrong output size was accepted";
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("all_gather: output holds 5 elements, expected size() * mine.size() = 6"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(b.calls().empty());
 }
 
 // ------------------------------------------------------------------------------------------------ wire_fields
