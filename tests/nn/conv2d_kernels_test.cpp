@@ -188,6 +188,59 @@ TEST(Conv2dKernels, FilterGradientOverManyChunksIsThreadInvariant) {
   }
 }
 
+// The fast path against the reference on ResNet-CIFAR's layer shapes (batch 2), within float tolerance.
+TEST(Conv2dKernels, FastPathAgreesWithReferenceOnResNetShapes) {
+  const conv2d_geometry shapes[] = {
+      make(2, 34, 34, 3, 16, 3, 1, false), make(2, 32, 32, 16, 16, 3, 1, true), make(2, 32, 32, 16, 32, 3, 2, true),
+      make(2, 32, 32, 16, 32, 1, 2, true), make(2, 16, 16, 32, 32, 3, 1, true), make(2, 16, 16, 32, 64, 3, 2, true),
+      make(2, 16, 16, 32, 64, 1, 2, true), make(2, 8, 8, 64, 64, 3, 1, true),
+  };
+  std::uint64_t seed = 99;
+  for (const conv2d_geometry& g : shapes) {
+    SCOPED_TRACE(describe(g));
+    const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, seed++);
+    const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, seed++);
+    const auto b = filled(g.out_c, seed++);
+    const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, seed++);
+    const run_result ref = run(g, conv2d_path::reference, x, w, b, dy, 2);
+    const run_result fast = run(g, conv2d_path::automatic, x, w, b, dy, 2);
+    const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    expect_near_all(fast.y, widen(ref.y), static_cast<double>(g.kernel_h * g.kernel_w * g.in_c), "forward");
+    expect_near_all(fast.dx, widen(ref.dx), static_cast<double>(g.kernel_h * g.kernel_w * g.out_c), "backward data");
+    expect_near_all(fast.dw, widen(ref.dw), static_cast<double>(g.batch * g.out_h * g.out_w), "backward filter");
+    expect_near_all(fast.db, widen(ref.db), static_cast<double>(g.batch * g.out_h * g.out_w), "bias gradient");
+  }
+}
+
+// The forward pass with an input transform equals the transform applied first, then the plain forward pass; the
+// padding stays zero (a shift would otherwise leak into the border).
+TEST(Conv2dKernels, InputTransformIsAppliedBeforeZeroPadding) {
+  for (bool relu : {true, false})
+    for (conv2d_path path : {conv2d_path::automatic, conv2d_path::reference})
+      for (const conv2d_geometry& g : {make(2, 8, 8, 16, 16, 3, 1, true), make(2, 9, 9, 16, 32, 3, 2, true)}) {
+        SCOPED_TRACE(describe(g));
+        const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, 41);
+        const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, 42);
+        const auto b = filled(g.out_c, 43);
+        const auto scale = filled(g.in_c, 44);
+        const auto shift = filled(g.in_c, 45);
+        std::vector<float> t(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const std::size_t c = i % g.in_c;
+          const float v = x[i] * scale[c] + shift[c];
+          t[i] = relu && v < 0.0f ? 0.0f : v;
+        }
+        std::vector<float> want(g.batch * g.out_h * g.out_w * g.out_c), got(want.size(), std::nanf(""));
+        conv2d_workspace ws;
+        ws.path = path;
+        mwstrat::nn::kernels::conv2d_forward(g, t.data(), w.data(), b.data(), want.data(), ws);
+        const mwstrat::nn::kernels::conv2d_input_transform transform{scale.data(), shift.data(), relu};
+        mwstrat::nn::kernels::conv2d_forward(g, x.data(), transform, w.data(), b.data(), got.data(), ws);
+        const std::vector<double> wanted(want.begin(), want.end());
+        expect_near_all(got, wanted, static_cast<double>(g.kernel_h * g.kernel_w * g.in_c), "transformed forward");
+      }
+}
+
 TEST(Conv2dKernels, RefusesBadGeometryNamingTheCall) {
   conv2d_workspace ws;
   conv2d_geometry g = make(1, 4, 4, 3, 4, 3, 1, true);

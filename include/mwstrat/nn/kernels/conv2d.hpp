@@ -8,7 +8,8 @@
 // reference one (im2col / col2im around the library's GEMM) runs everywhere else and is selectable through the
 // workspace so tests can compare the two.
 
-#include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/kernels/conv2d_direct.hpp>
+#include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 
@@ -21,47 +22,7 @@
 
 namespace mwstrat::nn::kernels {
 
-/// NHWC activations: input [batch][in_h][in_w][in_c], output [batch][out_h][out_w][out_c]. Output position
-/// (oy, ox) reads input rows oy * stride_h + ky - pad_top and columns ox * stride_w + kx - pad_left; reads outside
-/// the input are zeros (so padding beyond pad_top/pad_left is implied by out_h/out_w).
-struct conv2d_geometry {
-  std::size_t batch, in_h, in_w, in_c, out_c, kernel_h, kernel_w, stride_h, stride_w, pad_top, pad_left, out_h,
-      out_w;
-};
-
-/// Which implementation a workspace's calls take: `automatic` (the fast kernels where the shape allows them,
-/// else the reference) or `reference` (always the im2col reference; for tests).
-enum class conv2d_path { automatic, reference };
-
-/// Reusable scratch memory: a layer keeps one per convolution, and once it has grown to a shape's needs no call
-/// allocates again.
-struct conv2d_workspace {
-  conv2d_path path = conv2d_path::automatic;
-  detail::aligned_vector<float> buffer_a, buffer_b, buffer_c;
-
-  static float* ensure(detail::aligned_vector<float>& v, std::size_t n) {
-    if (v.size() < n) v.resize(n);
-    return v.data();
-  }
-};
-
 namespace detail_conv {
-
-inline void check_geometry(const conv2d_geometry& g, const char* who) {
-  const auto fail = [&](const std::string& what) {
-    throw std::invalid_argument(std::string(who) + ": " + what);
-  };
-  if (g.in_c == 0 || g.out_c == 0 || g.kernel_h == 0 || g.kernel_w == 0) fail("channels and kernel must be positive");
-  if (g.stride_h == 0 || g.stride_w == 0) fail("strides must be positive");
-  if (g.out_h == 0 || g.out_w == 0 || g.in_h == 0 || g.in_w == 0) fail("empty input or output");
-  // Every window must touch the padded input: its first row/column must lie before the input's end plus the
-  // implied bottom/right padding, which can never exceed the kernel's extent.
-  if ((g.out_h - 1) * g.stride_h >= g.in_h + g.pad_top + g.kernel_h - 1 ||
-      (g.out_w - 1) * g.stride_w >= g.in_w + g.pad_left + g.kernel_w - 1)
-    fail("output " + std::to_string(g.out_h) + "x" + std::to_string(g.out_w) + " does not fit input " +
-         std::to_string(g.in_h) + "x" + std::to_string(g.in_w));
-  if (g.pad_top >= g.kernel_h || g.pad_left >= g.kernel_w) fail("padding must be smaller than the kernel");
-}
 
 inline std::size_t patch_size(const conv2d_geometry& g) { return g.kernel_h * g.kernel_w * g.in_c; }
 inline std::size_t out_positions(const conv2d_geometry& g) { return g.out_h * g.out_w; }
@@ -194,18 +155,58 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
 /// output = conv(input, kernel) + bias (bias may be null); output is overwritten.
 inline void conv2d_forward(const conv2d_geometry& g, const float* input, const float* kernel, const float* bias,
                            float* output, conv2d_workspace& ws) {
+  detail_conv::check_geometry(g, "conv2d_forward");
+  if (ws.path == conv2d_path::automatic && direct::applies(g.out_c)) {
+    direct::forward(g, input, nullptr, kernel, bias, output, ws);
+    return;
+  }
   conv2d_forward_reference(g, input, kernel, bias, output, ws);
+}
+
+/// output = conv(t(input), kernel) + bias, where t is the per-channel transform (inference-mode batch norm and
+/// ReLU) applied as the input is read; the padding stays zero. The fast path does it in its padding pass at no
+/// extra pass over memory; the reference path transforms into the workspace first.
+inline void conv2d_forward(const conv2d_geometry& g, const float* input, const conv2d_input_transform& transform,
+                           const float* kernel, const float* bias, float* output, conv2d_workspace& ws) {
+  detail_conv::check_geometry(g, "conv2d_forward");
+  if (transform.scale == nullptr || transform.shift == nullptr)
+    throw std::invalid_argument("conv2d_forward: the input transform needs a scale and a shift");
+  if (ws.path == conv2d_path::automatic && direct::applies(g.out_c)) {
+    direct::forward(g, input, &transform, kernel, bias, output, ws);
+    return;
+  }
+  const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
+  float* x = conv2d_workspace::ensure(ws.buffer_c, n);
+  detail::parallel_chunks(n / g.in_c, 1024, [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t p = p0; p < p1; ++p)
+      for (std::size_t c = 0; c < g.in_c; ++c) {
+        float v = input[p * g.in_c + c] * transform.scale[c] + transform.shift[c];
+        if (transform.relu) v = v > 0.0f ? v : 0.0f;
+        x[p * g.in_c + c] = v;
+      }
+  });
+  conv2d_forward_reference(g, x, kernel, bias, output, ws);
 }
 
 /// grad_input = the gradient of the loss with respect to the input; overwritten.
 inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel,
                                  float* grad_input, conv2d_workspace& ws) {
+  detail_conv::check_geometry(g, "conv2d_backward_data");
+  if (ws.path == conv2d_path::automatic && direct::applies(g.in_c)) {
+    direct::backward_data(g, grad_output, kernel, grad_input, ws);
+    return;
+  }
   conv2d_backward_data_reference(g, grad_output, kernel, grad_input, ws);
 }
 
 /// grad_kernel (HWIO) and grad_bias (nullable) = the gradients summed over the batch; overwritten.
 inline void conv2d_backward_filter(const conv2d_geometry& g, const float* input, const float* grad_output,
                                    float* grad_kernel, float* grad_bias, conv2d_workspace& ws) {
+  detail_conv::check_geometry(g, "conv2d_backward_filter");
+  if (ws.path == conv2d_path::automatic && direct::applies(g.out_c)) {
+    direct::backward_filter(g, input, grad_output, grad_kernel, grad_bias, ws);
+    return;
+  }
   conv2d_backward_filter_reference(g, input, grad_output, grad_kernel, grad_bias, ws);
 }
 

@@ -1,0 +1,467 @@
+#pragma once
+// The fast convolution path: direct convolution over a zero-padded NHWC copy of the input, with register-blocked
+// micro-kernels sized for the ISA at hand (nn/detail/simd.hpp: 16 floats per vector and 32 registers with
+// AVX-512, 8 and 16 with AVX2/FMA, 4 and 16 otherwise) and weights repacked once per call into blocks of NV
+// vectors of output channels.
+//
+// One micro-kernel does the forward pass and the data gradient: MR output pixels of one row by NV vectors of
+// output channels, summing over "taps" (kernel rows) whose inner run of K values is contiguous in the padded
+// input (the kx and channel indices of a kernel row, [kx][c] in both the padded NHWC image and the HWIO kernel).
+// The data gradient of a strided convolution is split by the phase (iy mod stride, ix mod stride) of the input
+// position: each phase is a stride-1 correlation of the padded output gradient with a subset of the (flipped,
+// transposed) taps, so no multiply is spent on zeros.
+//
+// The filter gradient sums over the batch in fixed chunks of images (each chunk and kernel row one task into its
+// own partial sum, the partial sums then added in chunk order), so its bits do not depend on the thread count.
+
+#include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/detail/simd.hpp>
+#include <mwstrat/nn/kernels/conv2d_geometry.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <utility>
+
+#define MWSTRAT_CONV_UNROLL _Pragma("GCC unroll 32")
+
+namespace mwstrat::nn::kernels::direct {
+
+using V = detail::vec_t<float>;
+inline constexpr int lanes = detail::lanes_v<float>;
+// Accumulators a micro-kernel may hold (the rest of the register file takes the weight vectors and a broadcast).
+inline constexpr int accumulator_budget = detail::vector_registers >= 32 ? 24 : 12;
+inline constexpr int max_nv = detail::vector_registers >= 32 ? 4 : 2;
+inline constexpr int max_mr = 12;  // pixels per tile: more would not keep their addresses in registers
+
+// ---------------------------------------------------------------------------------------------- micro-kernels
+
+// out[i * out_px + v * L] = bias + sum_t sum_k in[tap_off[t] + i * in_px + k] * w[(t * K + k) * NV*L + v * L].
+template <int MR, int NV>
+void tile(std::size_t taps, const std::ptrdiff_t* tap_off, std::size_t K, const float* in, std::ptrdiff_t in_px,
+          const float* w, float* out, std::ptrdiff_t out_px, const float* bias) noexcept {
+  constexpr std::size_t width = static_cast<std::size_t>(NV * lanes);
+  V acc[MR][NV];
+  MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) {
+    V init = {};
+    if (bias != nullptr) detail::vload(init, bias + v * lanes);
+    MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) acc[i][v] = init;
+  }
+  for (std::size_t t = 0; t < taps; ++t) {
+    const float* a = in + tap_off[t];
+    const float* b = w + t * K * width;
+    for (std::size_t k = 0; k < K; ++k) {
+      V bv[NV];
+      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vload(bv[v], b + k * width + static_cast<std::size_t>(v * lanes));
+      MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) {
+        const float s = a[i * in_px + static_cast<std::ptrdiff_t>(k)];
+        MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vfma(acc[i][v], s, bv[v]);
+      }
+    }
+  }
+  MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
+    MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vstore(out + i * out_px + v * lanes, acc[i][v]);
+}
+
+// Filter-gradient tile: out[i * ldo + v * L] = sum over the images, rows and columns of a chunk of
+// a[img * a_img + r * a_row + c * a_px + i] * g[img * g_img + (r * cols + c) * g_px + v * L].
+template <int MR, int NV>
+void filter_tile(std::size_t images, std::size_t rows, std::size_t cols, const float* a, std::ptrdiff_t a_img,
+                 std::ptrdiff_t a_row, std::ptrdiff_t a_px, const float* g, std::ptrdiff_t g_img, std::ptrdiff_t g_px,
+                 float* out, std::size_t ldo) noexcept {
+  V acc[MR][NV];
+  const V zero = {};
+  MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = zero;
+  for (std::size_t n = 0; n < images; ++n)
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* ar = a + static_cast<std::ptrdiff_t>(n) * a_img + static_cast<std::ptrdiff_t>(r) * a_row;
+      const float* gr = g + static_cast<std::ptrdiff_t>(n) * g_img + static_cast<std::ptrdiff_t>(r * cols) * g_px;
+      for (std::size_t c = 0; c < cols; ++c) {
+        V gv[NV];
+        const float* gc = gr + static_cast<std::ptrdiff_t>(c) * g_px;
+        MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vload(gv[v], gc + v * lanes);
+        const float* ac = ar + static_cast<std::ptrdiff_t>(c) * a_px;
+        MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) {
+          const float s = ac[i];
+          MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vfma(acc[i][v], s, gv[v]);
+        }
+      }
+    }
+  MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
+    MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v)
+      detail::vstore(out + static_cast<std::size_t>(i) * ldo + static_cast<std::size_t>(v * lanes), acc[i][v]);
+}
+
+// Tables of the instantiations a plan may pick: [NV - 1][MR - 1], null where MR * NV exceeds the budget.
+using tile_fn = void (*)(std::size_t, const std::ptrdiff_t*, std::size_t, const float*, std::ptrdiff_t, const float*,
+                         float*, std::ptrdiff_t, const float*) noexcept;
+using filter_tile_fn = void (*)(std::size_t, std::size_t, std::size_t, const float*, std::ptrdiff_t, std::ptrdiff_t,
+                                std::ptrdiff_t, const float*, std::ptrdiff_t, std::ptrdiff_t, float*,
+                                std::size_t) noexcept;
+
+template <int NV, int MR>
+constexpr tile_fn tile_entry() {
+  if constexpr (MR * NV <= accumulator_budget) return &tile<MR, NV>;
+  else return nullptr;
+}
+template <int NV, int MR>
+constexpr filter_tile_fn filter_tile_entry() {
+  if constexpr (MR * NV <= accumulator_budget) return &filter_tile<MR, NV>;
+  else return nullptr;
+}
+
+template <int NV, std::size_t... M>
+constexpr std::array<tile_fn, max_mr> tile_row(std::index_sequence<M...>) {
+  return {tile_entry<NV, static_cast<int>(M) + 1>()...};
+}
+template <int NV, std::size_t... M>
+constexpr std::array<filter_tile_fn, max_mr> filter_tile_row(std::index_sequence<M...>) {
+  return {filter_tile_entry<NV, static_cast<int>(M) + 1>()...};
+}
+
+template <std::size_t... N>
+constexpr std::array<std::array<tile_fn, max_mr>, max_nv> tile_table(std::index_sequence<N...>) {
+  return {tile_row<static_cast<int>(N) + 1>(std::make_index_sequence<max_mr>{})...};
+}
+template <std::size_t... N>
+constexpr std::array<std::array<filter_tile_fn, max_mr>, max_nv> filter_tile_table(std::index_sequence<N...>) {
+  return {filter_tile_row<static_cast<int>(N) + 1>(std::make_index_sequence<max_mr>{})...};
+}
+
+inline constexpr auto tiles = tile_table(std::make_index_sequence<max_nv>{});
+inline constexpr auto filter_tiles = filter_tile_table(std::make_index_sequence<max_nv>{});
+
+// ---------------------------------------------------------------------------------------------- planning
+
+struct blocking {
+  int nv = 1;  // vectors of output channels per tile
+  int mr = 1;  // pixels (or, for the filter gradient, patch values) per tile
+};
+
+// The (NV, MR) that covers `extent` pixels by `vectors` vectors of channels with the fewest FMA-issue slots: a
+// tile costs at least 8 slots (the FMA latency hidden by independent sums), larger tiles win ties (fewer loads).
+inline blocking plan(std::size_t extent, std::size_t vectors) {
+  blocking best;
+  std::size_t best_cost = ~std::size_t{0};
+  for (int nv = max_nv; nv >= 1; --nv) {
+    if (vectors % static_cast<std::size_t>(nv) != 0) continue;
+    const int mr_top = std::min(max_mr, accumulator_budget / nv);
+    for (int mr = mr_top; mr >= 1; --mr) {
+      const auto m = static_cast<std::size_t>(mr);
+      const auto n = static_cast<std::size_t>(nv);
+      const auto slots = [&](std::size_t pixels) { return std::max<std::size_t>(pixels * n, 8); };
+      std::size_t cost = (extent / m) * slots(m) + (extent % m != 0 ? slots(extent % m) : 0);
+      cost = cost * (vectors / n) * 64 + (extent / m + (extent % m != 0)) * (vectors / n);  // + per-tile overhead
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = {nv, mr};
+      }
+    }
+  }
+  return best;
+}
+
+// Whether the fast path handles a layer whose tiles cover `channels` output channels.
+inline bool applies(std::size_t channels) { return channels % static_cast<std::size_t>(lanes) == 0; }
+
+// ---------------------------------------------------------------------------------------------- padding
+
+// dst[n][r][c][ch] (rows x cols) = src[n][r - top][c - left][ch] inside the source, zero outside; with a transform,
+// max(0, x * scale[ch] + shift[ch]) (relu) or x * scale[ch] + shift[ch] inside (padding stays zero).
+inline void pad_images(const float* src, std::size_t batch, std::size_t h, std::size_t w, std::size_t ch, float* dst,
+                       std::size_t rows, std::size_t cols, std::size_t top, std::size_t left,
+                       const conv2d_input_transform* transform) {
+  detail::parallel_tasks(batch, [&](std::size_t n) {
+    const float* s = src + n * h * w * ch;
+    float* d = dst + n * rows * cols * ch;
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* dr = d + r * cols * ch;
+      if (r < top || r >= top + h) {
+        std::fill(dr, dr + cols * ch, 0.0f);
+        continue;
+      }
+      const std::size_t right = cols - std::min(cols, left + w);
+      std::fill(dr, dr + left * ch, 0.0f);
+      const std::size_t copy = std::min(w, cols - left);
+      const float* sr = s + (r - top) * w * ch;
+      float* dc = dr + left * ch;
+      if (transform == nullptr) {
+        std::memcpy(dc, sr, copy * ch * sizeof(float));
+      } else {
+        for (std::size_t x = 0; x < copy; ++x)
+          for (std::size_t c = 0; c < ch; ++c) {
+            float v = sr[x * ch + c] * transform->scale[c] + transform->shift[c];
+            if (transform->relu) v = v > 0.0f ? v : 0.0f;
+            dc[x * ch + c] = v;
+          }
+      }
+      std::fill(dr + (left + copy) * ch, dr + (left + copy + right) * ch, 0.0f);
+    }
+  });
+}
+
+// Output rows per parallel task: about 2^21 multiply-adds each, fixed by the shape.
+inline std::size_t rows_per_task(std::size_t row_flops, std::size_t rows) {
+  return std::clamp<std::size_t>((std::size_t{1} << 21) / std::max<std::size_t>(row_flops, 1), 1, rows);
+}
+
+// ---------------------------------------------------------------------------------------------- forward
+
+inline void forward(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
+                    const float* kernel, const float* bias, float* output, conv2d_workspace& ws) {
+  const std::size_t hp = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + g.kernel_h);
+  const std::size_t wp = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + g.kernel_w);
+  const std::size_t C = g.in_c;
+  float* padded = conv2d_workspace::ensure(ws.buffer_a, g.batch * hp * wp * C);
+  pad_images(input, g.batch, g.in_h, g.in_w, C, padded, hp, wp, g.pad_top, g.pad_left, transform);
+
+  const std::size_t vectors = g.out_c / lanes;
+  const blocking b = plan(g.out_w, vectors);
+  const std::size_t width = static_cast<std::size_t>(b.nv * lanes);
+  const std::size_t blocks = vectors / static_cast<std::size_t>(b.nv);
+  const std::size_t K = g.kernel_w * C;                // a kernel row's contiguous run
+  const std::size_t block_size = g.kernel_h * K * width;  // one block's packed weights
+  float* packed = conv2d_workspace::ensure(ws.buffer_b, blocks * block_size);
+  // packed[block][ky][kx*C + c][width] = kernel[ky][kx][c][block * width + ...]
+  detail::parallel_tasks(blocks, [&](std::size_t blk) {
+    for (std::size_t t = 0; t < g.kernel_h * K; ++t)
+      std::memcpy(packed + blk * block_size + t * width, kernel + t * g.out_c + blk * width, width * sizeof(float));
+  });
+  if (ws.taps.size() < g.kernel_h) ws.taps.resize(g.kernel_h);
+  std::ptrdiff_t* tap_off = ws.taps.data();
+  for (std::size_t ky = 0; ky < g.kernel_h; ++ky) tap_off[ky] = static_cast<std::ptrdiff_t>(ky * wp * C);
+
+  const tile_fn full = tiles[static_cast<std::size_t>(b.nv - 1)][static_cast<std::size_t>(b.mr - 1)];
+  const std::size_t mr = static_cast<std::size_t>(b.mr);
+  const std::size_t rem = g.out_w % mr;
+  const tile_fn tail = rem != 0 ? tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
+  const std::size_t group = rows_per_task(g.out_w * g.out_c * g.kernel_h * K, g.out_h);
+  const std::size_t groups = detail::ceil_div(g.out_h, group);
+  const auto in_px = static_cast<std::ptrdiff_t>(g.stride_w * C);
+  const auto out_px = static_cast<std::ptrdiff_t>(g.out_c);
+  detail::parallel_tasks(g.batch * groups, [&](std::size_t task) {
+    const std::size_t n = task / groups;
+    const std::size_t oy0 = (task % groups) * group;
+    const std::size_t oy1 = std::min(g.out_h, oy0 + group);
+    for (std::size_t oy = oy0; oy < oy1; ++oy) {
+      const float* in_row = padded + ((n * hp + oy * g.stride_h) * wp) * C;
+      float* out_row = output + ((n * g.out_h + oy) * g.out_w) * g.out_c;
+      for (std::size_t blk = 0; blk < blocks; ++blk) {
+        const float* w = packed + blk * block_size;
+        const float* bb = bias != nullptr ? bias + blk * width : nullptr;
+        std::size_t ox = 0;
+        for (; ox + mr <= g.out_w; ox += mr)
+          full(g.kernel_h, tap_off, K, in_row + ox * g.stride_w * C, in_px, w, out_row + ox * g.out_c + blk * width,
+               out_px, bb);
+        if (tail != nullptr)
+          tail(g.kernel_h, tap_off, K, in_row + ox * g.stride_w * C, in_px, w, out_row + ox * g.out_c + blk * width,
+               out_px, bb);
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------- data gradient
+
+// One phase of the data gradient along one axis: the kernel offsets k that reach input positions
+// i = phase + stride * j, from output position j + (phase + pad - k) / stride.
+struct axis_phase {
+  std::size_t first_k = 0;   // the largest such k (its output offset is the smallest)
+  std::size_t count = 0;     // how many (k = first_k, first_k - stride, ...)
+  std::ptrdiff_t offset = 0; // output offset of first_k: (phase + pad - first_k) / stride
+  std::size_t positions = 0; // input positions of this phase: j in [0, positions)
+};
+
+inline axis_phase phase_of(std::size_t phase, std::size_t pad, std::size_t kernel, std::size_t stride,
+                           std::size_t extent) {
+  axis_phase p;
+  p.positions = phase < extent ? (extent - 1 - phase) / stride + 1 : 0;
+  for (std::size_t k = kernel; k-- > 0;) {
+    const auto diff = static_cast<std::ptrdiff_t>(phase + pad) - static_cast<std::ptrdiff_t>(k);
+    const auto s = static_cast<std::ptrdiff_t>(stride);
+    if (((diff % s) + s) % s != 0) continue;
+    if (p.count == 0) {
+      p.first_k = k;
+      p.offset = diff >= 0 ? diff / s : -((-diff) / s);
+    }
+    ++p.count;
+  }
+  return p;
+}
+
+inline void backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel, float* grad_input,
+                          conv2d_workspace& ws) {
+  const std::size_t sh = g.stride_h, sw = g.stride_w;
+  const std::size_t OC = g.out_c, IC = g.in_c;
+  // The padded output gradient: every phase's reads (offset + j over its positions, count taps) stay inside it.
+  std::ptrdiff_t lo_r = 0, hi_r = static_cast<std::ptrdiff_t>(g.out_h), lo_c = 0, hi_c = static_cast<std::ptrdiff_t>(g.out_w);
+  for (std::size_t p = 0; p < sh; ++p) {
+    const axis_phase a = phase_of(p, g.pad_top, g.kernel_h, sh, g.in_h);
+    if (a.count == 0 || a.positions == 0) continue;
+    lo_r = std::min(lo_r, a.offset);
+    hi_r = std::max(hi_r, a.offset + static_cast<std::ptrdiff_t>(a.positions - 1 + a.count));
+  }
+  for (std::size_t p = 0; p < sw; ++p) {
+    const axis_phase a = phase_of(p, g.pad_left, g.kernel_w, sw, g.in_w);
+    if (a.count == 0 || a.positions == 0) continue;
+    lo_c = std::min(lo_c, a.offset);
+    hi_c = std::max(hi_c, a.offset + static_cast<std::ptrdiff_t>(a.positions - 1 + a.count));
+  }
+  const auto top = static_cast<std::size_t>(-lo_r), left = static_cast<std::size_t>(-lo_c);
+  const auto hp = static_cast<std::size_t>(hi_r - lo_r), wp = static_cast<std::size_t>(hi_c - lo_c);
+  float* padded = conv2d_workspace::ensure(ws.buffer_a, g.batch * hp * wp * OC);
+  pad_images(grad_output, g.batch, g.out_h, g.out_w, OC, padded, hp, wp, top, left, nullptr);
+
+  const std::size_t vectors = IC / lanes;
+  const std::size_t phases = sh * sw;
+  // Packed weights of each phase: [block][ky tap][kx tap * OC + oc][width] = kernel[ky][kx][block*width + .][oc],
+  // ky = first_ky - stride * tap, kx = first_kx - stride * tap (ascending output offset).
+  std::size_t total = 0;
+  for (std::size_t p = 0; p < phases; ++p) {
+    const axis_phase r = phase_of(p / sw, g.pad_top, g.kernel_h, sh, g.in_h);
+    const axis_phase c = phase_of(p % sw, g.pad_left, g.kernel_w, sw, g.in_w);
+    total += r.count * c.count * OC * IC;
+  }
+  float* packed = conv2d_workspace::ensure(ws.buffer_b, std::max<std::size_t>(total, 1));
+  if (ws.taps.size() < g.kernel_h) ws.taps.resize(g.kernel_h);
+  float* phase_weights = packed;
+  for (std::size_t p = 0; p < phases; ++p) {
+    const std::size_t py = p / sw, px = p % sw;
+    const axis_phase r = phase_of(py, g.pad_top, g.kernel_h, sh, g.in_h);
+    const axis_phase c = phase_of(px, g.pad_left, g.kernel_w, sw, g.in_w);
+    if (r.positions == 0 || c.positions == 0) continue;
+    if (r.count == 0 || c.count == 0) {  // no kernel offset reaches these positions: their gradient is zero
+      detail::parallel_tasks(g.batch, [&](std::size_t n) {
+        for (std::size_t j = 0; j < r.positions; ++j)
+          for (std::size_t q = 0; q < c.positions; ++q)
+            std::fill_n(grad_input + ((n * g.in_h + py + sh * j) * g.in_w + px + sw * q) * IC, IC, 0.0f);
+      });
+      continue;
+    }
+    const blocking b = plan(c.positions, vectors);
+    const std::size_t width = static_cast<std::size_t>(b.nv * lanes);
+    const std::size_t blocks = vectors / static_cast<std::size_t>(b.nv);
+    const std::size_t K = c.count * OC;
+    const std::size_t block_size = r.count * K * width;
+    detail::parallel_tasks(blocks, [&](std::size_t blk) {
+      float* wb = phase_weights + blk * block_size;
+      for (std::size_t ty = 0; ty < r.count; ++ty)
+        for (std::size_t tx = 0; tx < c.count; ++tx) {
+          const std::size_t ky = r.first_k - sh * ty, kx = c.first_k - sw * tx;
+          const float* src = kernel + (ky * g.kernel_w + kx) * IC * OC + blk * width * OC;  // [ic][oc]
+          float* dst = wb + (ty * K + tx * OC) * width;                                   // [oc][ic]
+          for (std::size_t i = 0; i < width; ++i)
+            for (std::size_t o = 0; o < OC; ++o) dst[o * width + i] = src[i * OC + o];
+        }
+    });
+    std::ptrdiff_t* tap_off = ws.taps.data();
+    for (std::size_t ty = 0; ty < r.count; ++ty)
+      tap_off[ty] = (r.offset + static_cast<std::ptrdiff_t>(ty)) * static_cast<std::ptrdiff_t>(wp * OC) +
+                    c.offset * static_cast<std::ptrdiff_t>(OC);
+    const tile_fn full = tiles[static_cast<std::size_t>(b.nv - 1)][static_cast<std::size_t>(b.mr - 1)];
+    const std::size_t mr = static_cast<std::size_t>(b.mr);
+    const std::size_t rem = c.positions % mr;
+    const tile_fn tail = rem != 0 ? tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
+    const std::size_t group = rows_per_task(c.positions * IC * r.count * K, r.positions);
+    const std::size_t groups = detail::ceil_div(r.positions, group);
+    const auto in_px = static_cast<std::ptrdiff_t>(OC);
+    const auto out_px = static_cast<std::ptrdiff_t>(sw * IC);
+    const float* wphase = phase_weights;
+    detail::parallel_tasks(g.batch * groups, [&](std::size_t task) {
+      const std::size_t n = task / groups;
+      const std::size_t j0 = (task % groups) * group;
+      const std::size_t j1 = std::min(r.positions, j0 + group);
+      for (std::size_t j = j0; j < j1; ++j) {
+        const float* in_row = padded + ((n * hp + j + top) * wp + left) * OC;
+        float* out_row = grad_input + ((n * g.in_h + py + sh * j) * g.in_w + px) * IC;
+        for (std::size_t blk = 0; blk < blocks; ++blk) {
+          const float* w = wphase + blk * block_size;
+          std::size_t q = 0;
+          for (; q + mr <= c.positions; q += mr)
+            full(r.count, tap_off, K, in_row + q * OC, in_px, w, out_row + q * sw * IC + blk * width, out_px, nullptr);
+          if (tail != nullptr)
+            tail(r.count, tap_off, K, in_row + q * OC, in_px, w, out_row + q * sw * IC + blk * width, out_px, nullptr);
+        }
+      }
+    });
+    phase_weights += blocks * block_size;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- filter gradient
+
+// Images per chunk of the batch sum: the chunk's padded input and output gradient in about 512 KiB (they are
+// re-read from L2 once per tile), fixed by the shape.
+inline std::size_t filter_chunk(const conv2d_geometry& g, std::size_t padded_image) {
+  const std::size_t bytes = (padded_image + g.out_h * g.out_w * g.out_c) * sizeof(float);
+  return std::clamp<std::size_t>((std::size_t{512} << 10) / std::max<std::size_t>(bytes, 1), 1, 16);
+}
+
+inline void backward_filter(const conv2d_geometry& g, const float* input, const float* grad_output,
+                            float* grad_kernel, float* grad_bias, conv2d_workspace& ws) {
+  const std::size_t hp = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + g.kernel_h);
+  const std::size_t wp = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + g.kernel_w);
+  const std::size_t C = g.in_c, OC = g.out_c;
+  float* padded = conv2d_workspace::ensure(ws.buffer_a, g.batch * hp * wp * C);
+  pad_images(input, g.batch, g.in_h, g.in_w, C, padded, hp, wp, g.pad_top, g.pad_left, nullptr);
+
+  const std::size_t K = g.kernel_w * C;  // one kernel row's patch values: [kx][c]
+  const std::size_t vectors = OC / lanes;
+  const blocking b = plan(K, vectors);
+  const std::size_t width = static_cast<std::size_t>(b.nv * lanes);
+  const std::size_t blocks = vectors / static_cast<std::size_t>(b.nv);
+  const std::size_t mr = static_cast<std::size_t>(b.mr);
+  const std::size_t rem = K % mr;
+  const filter_tile_fn full = filter_tiles[static_cast<std::size_t>(b.nv - 1)][mr - 1];
+  const filter_tile_fn tail = rem != 0 ? filter_tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
+
+  const std::size_t wsize = g.kernel_h * K * OC;
+  const std::size_t chunk = filter_chunk(g, hp * wp * C);
+  const std::size_t chunks = detail::ceil_div(g.batch, chunk);
+  const std::size_t stride = wsize + OC;  // one chunk's partial sums: the kernel's, then the bias's
+  float* part = conv2d_workspace::ensure(ws.buffer_c, chunks * stride);
+  const auto a_img = static_cast<std::ptrdiff_t>(hp * wp * C);
+  const auto a_row = static_cast<std::ptrdiff_t>(g.stride_h * wp * C);
+  const auto a_px = static_cast<std::ptrdiff_t>(g.stride_w * C);
+  const auto g_img = static_cast<std::ptrdiff_t>(g.out_h * g.out_w * OC);
+  const auto g_px = static_cast<std::ptrdiff_t>(OC);
+  // Tasks: (chunk, kernel row); the last kernel row's task of a chunk also sums the bias gradient.
+  detail::parallel_tasks(chunks * g.kernel_h, [&](std::size_t task) {
+    const std::size_t t = task / g.kernel_h;
+    const std::size_t ky = task % g.kernel_h;
+    const std::size_t n0 = t * chunk;
+    const std::size_t images = std::min(g.batch, n0 + chunk) - n0;
+    const float* a = padded + n0 * hp * wp * C + ky * wp * C;
+    const float* go = grad_output + n0 * g.out_h * g.out_w * OC;
+    float* out = part + t * stride + ky * K * OC;
+    for (std::size_t blk = 0; blk < blocks; ++blk) {
+      std::size_t k = 0;
+      for (; k + mr <= K; k += mr)
+        full(images, g.out_h, g.out_w, a + k, a_img, a_row, a_px, go + blk * width, g_img, g_px,
+             out + k * OC + blk * width, OC);
+      if (tail != nullptr)
+        tail(images, g.out_h, g.out_w, a + k, a_img, a_row, a_px, go + blk * width, g_img, g_px,
+             out + k * OC + blk * width, OC);
+    }
+    if (ky + 1 == g.kernel_h) {
+      float* bsum = part + t * stride + wsize;
+      std::fill_n(bsum, OC, 0.0f);
+      const std::size_t m = images * g.out_h * g.out_w;
+      for (std::size_t r = 0; r < m; ++r)
+        for (std::size_t f = 0; f < OC; ++f) bsum[f] += go[r * OC + f];
+    }
+  });
+  detail::parallel_chunks(stride, 4096, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      float s = part[i];
+      for (std::size_t t = 1; t < chunks; ++t) s += part[t * stride + i];
+      if (i < wsize) grad_kernel[i] = s;
+      else if (grad_bias != nullptr) grad_bias[i - wsize] = s;
+    }
+  });
+}
+
+}  // namespace mwstrat::nn::kernels::direct
+
+#undef MWSTRAT_CONV_UNROLL
