@@ -192,7 +192,7 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
 inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel,
                                  float* grad_input, conv2d_workspace& ws) {
   detail_conv::check_geometry(g, "conv2d_backward_data");
-  if (ws.path == conv2d_path::automatic && direct::applies(g.in_c)) {
+  if (ws.path == conv2d_path::automatic && direct::backward_data_applies(g)) {
     direct::backward_data(g, grad_output, kernel, grad_input, ws);
     return;
   }

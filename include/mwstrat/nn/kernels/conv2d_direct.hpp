@@ -11,12 +11,14 @@
 // position: each phase is a stride-1 correlation of the padded output gradient with a subset of the (flipped,
 // transposed) taps, so no multiply is spent on zeros.
 //
-// The filter gradient sums over the batch in fixed chunks of images (each chunk and kernel row one task into its
-// own partial sum, the partial sums then added in chunk order), so its bits do not depend on the thread count.
+// The filter gradient sums over the batch in fixed chunks of images (each chunk one task into its own partial sum,
+// the partial sums then added in chunk order), so its bits do not depend on the thread count.
 
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
+
+#include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
 #include <array>
@@ -165,46 +167,74 @@ inline blocking plan(std::size_t extent, std::size_t vectors) {
 // Whether the fast path handles a layer whose tiles cover `channels` output channels.
 inline bool applies(std::size_t channels) { return channels % static_cast<std::size_t>(lanes) == 0; }
 
+// The data gradient's phases (stride_h * stride_w) are planned on the stack, up to this many.
+inline constexpr std::size_t max_phases = 16;
+inline bool backward_data_applies(const conv2d_geometry& g) {
+  return applies(g.in_c) && g.stride_h * g.stride_w <= max_phases;
+}
+
 // ---------------------------------------------------------------------------------------------- padding
 
-// dst[n][r][c][ch] (rows x cols) = src[n][r - top][c - left][ch] inside the source, zero outside; with a transform,
+// dst[r][c][ch] (rows x cols) = src[r - top][c - left][ch] inside the source image, zero outside; with a transform,
 // max(0, x * scale[ch] + shift[ch]) (relu) or x * scale[ch] + shift[ch] inside (padding stays zero).
-inline void pad_images(const float* src, std::size_t batch, std::size_t h, std::size_t w, std::size_t ch, float* dst,
-                       std::size_t rows, std::size_t cols, std::size_t top, std::size_t left,
-                       const conv2d_input_transform* transform) {
-  detail::parallel_tasks(batch, [&](std::size_t n) {
-    const float* s = src + n * h * w * ch;
-    float* d = dst + n * rows * cols * ch;
-    for (std::size_t r = 0; r < rows; ++r) {
-      float* dr = d + r * cols * ch;
-      if (r < top || r >= top + h) {
-        std::fill(dr, dr + cols * ch, 0.0f);
-        continue;
-      }
-      const std::size_t right = cols - std::min(cols, left + w);
-      std::fill(dr, dr + left * ch, 0.0f);
-      const std::size_t copy = std::min(w, cols - left);
-      const float* sr = s + (r - top) * w * ch;
-      float* dc = dr + left * ch;
-      if (transform == nullptr) {
-        std::memcpy(dc, sr, copy * ch * sizeof(float));
-      } else {
-        for (std::size_t x = 0; x < copy; ++x)
-          for (std::size_t c = 0; c < ch; ++c) {
-            float v = sr[x * ch + c] * transform->scale[c] + transform->shift[c];
-            if (transform->relu) v = v > 0.0f ? v : 0.0f;
-            dc[x * ch + c] = v;
-          }
-      }
-      std::fill(dr + (left + copy) * ch, dr + (left + copy + right) * ch, 0.0f);
+inline void pad_image(const float* src, std::size_t h, std::size_t w, std::size_t ch, float* dst, std::size_t rows,
+                      std::size_t cols, std::size_t top, std::size_t left,
+                      const conv2d_input_transform* transform) noexcept {
+  for (std::size_t r = 0; r < rows; ++r) {
+    float* dr = dst + r * cols * ch;
+    if (r < top || r >= top + h) {
+      std::fill(dr, dr + cols * ch, 0.0f);
+      continue;
     }
-  });
+    const std::size_t copy = std::min(w, cols - std::min(cols, left));
+    std::fill(dr, dr + left * ch, 0.0f);
+    const float* sr = src + (r - top) * w * ch;
+    float* dc = dr + left * ch;
+    if (transform == nullptr) {
+      std::memcpy(dc, sr, copy * ch * sizeof(float));
+    } else {
+      for (std::size_t x = 0; x < copy; ++x)
+        for (std::size_t c = 0; c < ch; ++c) {
+          float v = sr[x * ch + c] * transform->scale[c] + transform->shift[c];
+          if (transform->relu) v = v > 0.0f ? v : 0.0f;
+          dc[x * ch + c] = v;
+        }
+    }
+    std::fill(dr + (left + copy) * ch, dr + cols * ch, 0.0f);
+  }
 }
 
-// Output rows per parallel task: about 2^21 multiply-adds each, fixed by the shape.
-inline std::size_t rows_per_task(std::size_t row_flops, std::size_t rows) {
-  return std::clamp<std::size_t>((std::size_t{1} << 21) / std::max<std::size_t>(row_flops, 1), 1, rows);
-}
+// Zero-padded copies of images, made where they are used: a task asks for images [n0, n1) and gets them in the
+// running thread's own slot of the workspace, still in that core's cache when the task reads them (a copy of the
+// whole batch made up front would go out to memory and come back). Only a copy: any thread count gives the same
+// bits. Tasks must not nest (a slot is the thread's until its task ends).
+struct staged_images {
+  const float* src;
+  std::size_t h, w, ch, rows, cols, top, left;
+  const conv2d_input_transform* transform;
+  std::size_t per_slot;  // images a slot holds
+  float* slots;
+
+  [[nodiscard]] std::size_t image_size() const noexcept { return rows * cols * ch; }
+
+  staged_images(const float* source, std::size_t height, std::size_t width, std::size_t channels,
+                std::size_t padded_rows, std::size_t padded_cols, std::size_t pad_top, std::size_t pad_left,
+                const conv2d_input_transform* t, std::size_t images_per_task, detail::aligned_vector<float>& buffer)
+      : src(source), h(height), w(width), ch(channels), rows(padded_rows), cols(padded_cols), top(pad_top),
+        left(pad_left), transform(t), per_slot(images_per_task) {
+    const auto threads = static_cast<std::size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+    slots = conv2d_workspace::ensure(buffer, threads * per_slot * image_size());
+  }
+
+  // Pads images [n0, n0 + count) (count <= per_slot) into the calling thread's slot and returns it.
+  float* stage(std::size_t n0, std::size_t count) const noexcept {
+    const auto slot = static_cast<std::size_t>(std::max(0, tbb::this_task_arena::current_thread_index()));
+    float* dst = slots + slot * per_slot * image_size();
+    for (std::size_t i = 0; i < count; ++i)
+      pad_image(src + (n0 + i) * h * w * ch, h, w, ch, dst + i * image_size(), rows, cols, top, left, transform);
+    return dst;
+  }
+};
 
 // ---------------------------------------------------------------------------------------------- forward
 
@@ -213,8 +243,7 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
   const std::size_t hp = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + g.kernel_h);
   const std::size_t wp = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + g.kernel_w);
   const std::size_t C = g.in_c;
-  float* padded = conv2d_workspace::ensure(ws.buffer_a, g.batch * hp * wp * C);
-  pad_images(input, g.batch, g.in_h, g.in_w, C, padded, hp, wp, g.pad_top, g.pad_left, transform);
+  const staged_images staged(input, g.in_h, g.in_w, C, hp, wp, g.pad_top, g.pad_left, transform, 1, ws.buffer_a);
 
   const std::size_t vectors = g.out_c / lanes;
   const blocking b = plan(g.out_w, vectors);
@@ -236,16 +265,13 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
   const std::size_t mr = static_cast<std::size_t>(b.mr);
   const std::size_t rem = g.out_w % mr;
   const tile_fn tail = rem != 0 ? tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
-  const std::size_t group = rows_per_task(g.out_w * g.out_c * g.kernel_h * K, g.out_h);
-  const std::size_t groups = detail::ceil_div(g.out_h, group);
   const auto in_px = static_cast<std::ptrdiff_t>(g.stride_w * C);
   const auto out_px = static_cast<std::ptrdiff_t>(g.out_c);
-  detail::parallel_tasks(g.batch * groups, [&](std::size_t task) {
-    const std::size_t n = task / groups;
-    const std::size_t oy0 = (task % groups) * group;
-    const std::size_t oy1 = std::min(g.out_h, oy0 + group);
-    for (std::size_t oy = oy0; oy < oy1; ++oy) {
-      const float* in_row = padded + ((n * hp + oy * g.stride_h) * wp) * C;
+  // One task per image: its padded copy is made by the task, in cache.
+  detail::parallel_tasks(g.batch, [&](std::size_t n) {
+    const float* image = staged.stage(n, 1);
+    for (std::size_t oy = 0; oy < g.out_h; ++oy) {
+      const float* in_row = image + oy * g.stride_h * wp * C;
       float* out_row = output + ((n * g.out_h + oy) * g.out_w) * g.out_c;
       for (std::size_t blk = 0; blk < blocks; ++blk) {
         const float* w = packed + blk * block_size;
@@ -310,11 +336,10 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
   }
   const auto top = static_cast<std::size_t>(-lo_r), left = static_cast<std::size_t>(-lo_c);
   const auto hp = static_cast<std::size_t>(hi_r - lo_r), wp = static_cast<std::size_t>(hi_c - lo_c);
-  float* padded = conv2d_workspace::ensure(ws.buffer_a, g.batch * hp * wp * OC);
-  pad_images(grad_output, g.batch, g.out_h, g.out_w, OC, padded, hp, wp, top, left, nullptr);
+  const staged_images staged(grad_output, g.out_h, g.out_w, OC, hp, wp, top, left, nullptr, 1, ws.buffer_a);
 
   const std::size_t vectors = IC / lanes;
-  const std::size_t phases = sh * sw;
+  const std::size_t phases = sh * sw;  // at most max_phases (backward_data_applies)
   // Packed weights of each phase: [block][ky tap][kx tap * OC + oc][width] = kernel[ky][kx][block*width + .][oc],
   // ky = first_ky - stride * tap, kx = first_kx - stride * tap (ascending output offset).
   std::size_t total = 0;
@@ -324,27 +349,38 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
     total += r.count * c.count * OC * IC;
   }
   float* packed = conv2d_workspace::ensure(ws.buffer_b, std::max<std::size_t>(total, 1));
-  if (ws.taps.size() < g.kernel_h) ws.taps.resize(g.kernel_h);
+  if (ws.taps.size() < phases * g.kernel_h) ws.taps.resize(phases * g.kernel_h);
+  struct phase_plan {
+    std::size_t py, px;
+    axis_phase r, c;
+    tile_fn full, tail;
+    std::size_t mr, width, blocks, K, block_size;
+    const float* weights;
+    const std::ptrdiff_t* taps;
+  };
+  std::array<phase_plan, max_phases> plans{};
   float* phase_weights = packed;
   for (std::size_t p = 0; p < phases; ++p) {
-    const std::size_t py = p / sw, px = p % sw;
-    const axis_phase r = phase_of(py, g.pad_top, g.kernel_h, sh, g.in_h);
-    const axis_phase c = phase_of(px, g.pad_left, g.kernel_w, sw, g.in_w);
-    if (r.positions == 0 || c.positions == 0) continue;
-    if (r.count == 0 || c.count == 0) {  // no kernel offset reaches these positions: their gradient is zero
-      detail::parallel_tasks(g.batch, [&](std::size_t n) {
-        for (std::size_t j = 0; j < r.positions; ++j)
-          for (std::size_t q = 0; q < c.positions; ++q)
-            std::fill_n(grad_input + ((n * g.in_h + py + sh * j) * g.in_w + px + sw * q) * IC, IC, 0.0f);
-      });
-      continue;
-    }
+    phase_plan& pl = plans[p];
+    pl.py = p / sw;
+    pl.px = p % sw;
+    pl.r = phase_of(pl.py, g.pad_top, g.kernel_h, sh, g.in_h);
+    pl.c = phase_of(pl.px, g.pad_left, g.kernel_w, sw, g.in_w);
+    const axis_phase& r = pl.r;
+    const axis_phase& c = pl.c;
+    if (r.positions == 0 || c.positions == 0 || r.count == 0 || c.count == 0) continue;
     const blocking b = plan(c.positions, vectors);
-    const std::size_t width = static_cast<std::size_t>(b.nv * lanes);
-    const std::size_t blocks = vectors / static_cast<std::size_t>(b.nv);
-    const std::size_t K = c.count * OC;
-    const std::size_t block_size = r.count * K * width;
-    detail::parallel_tasks(blocks, [&](std::size_t blk) {
+    pl.width = static_cast<std::size_t>(b.nv * lanes);
+    pl.blocks = vectors / static_cast<std::size_t>(b.nv);
+    pl.K = c.count * OC;
+    pl.block_size = r.count * pl.K * pl.width;
+    pl.mr = static_cast<std::size_t>(b.mr);
+    pl.full = tiles[static_cast<std::size_t>(b.nv - 1)][pl.mr - 1];
+    const std::size_t rem = c.positions % pl.mr;
+    pl.tail = rem != 0 ? tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
+    pl.weights = phase_weights;
+    const std::size_t width = pl.width, K = pl.K, block_size = pl.block_size;
+    detail::parallel_tasks(pl.blocks, [&](std::size_t blk) {
       float* wb = phase_weights + blk * block_size;
       for (std::size_t ty = 0; ty < r.count; ++ty)
         for (std::size_t tx = 0; tx < c.count; ++tx) {
@@ -355,38 +391,42 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
             for (std::size_t o = 0; o < OC; ++o) dst[o * width + i] = src[i * OC + o];
         }
     });
-    std::ptrdiff_t* tap_off = ws.taps.data();
+    std::ptrdiff_t* tap_off = ws.taps.data() + p * g.kernel_h;
     for (std::size_t ty = 0; ty < r.count; ++ty)
       tap_off[ty] = (r.offset + static_cast<std::ptrdiff_t>(ty)) * static_cast<std::ptrdiff_t>(wp * OC) +
                     c.offset * static_cast<std::ptrdiff_t>(OC);
-    const tile_fn full = tiles[static_cast<std::size_t>(b.nv - 1)][static_cast<std::size_t>(b.mr - 1)];
-    const std::size_t mr = static_cast<std::size_t>(b.mr);
-    const std::size_t rem = c.positions % mr;
-    const tile_fn tail = rem != 0 ? tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
-    const std::size_t group = rows_per_task(c.positions * IC * r.count * K, r.positions);
-    const std::size_t groups = detail::ceil_div(r.positions, group);
-    const auto in_px = static_cast<std::ptrdiff_t>(OC);
-    const auto out_px = static_cast<std::ptrdiff_t>(sw * IC);
-    const float* wphase = phase_weights;
-    detail::parallel_tasks(g.batch * groups, [&](std::size_t task) {
-      const std::size_t n = task / groups;
-      const std::size_t j0 = (task % groups) * group;
-      const std::size_t j1 = std::min(r.positions, j0 + group);
-      for (std::size_t j = j0; j < j1; ++j) {
-        const float* in_row = padded + ((n * hp + j + top) * wp + left) * OC;
-        float* out_row = grad_input + ((n * g.in_h + py + sh * j) * g.in_w + px) * IC;
-        for (std::size_t blk = 0; blk < blocks; ++blk) {
-          const float* w = wphase + blk * block_size;
+    pl.taps = tap_off;
+    phase_weights += pl.blocks * block_size;
+  }
+  const auto in_px = static_cast<std::ptrdiff_t>(OC);
+  const auto out_px = static_cast<std::ptrdiff_t>(sw * IC);
+  // One task per image: its padded output gradient is made by the task, in cache, and read by every phase.
+  detail::parallel_tasks(g.batch, [&](std::size_t n) {
+    const float* image = staged.stage(n, 1);
+    for (std::size_t p = 0; p < phases; ++p) {
+      const phase_plan& pl = plans[p];
+      if (pl.r.positions == 0 || pl.c.positions == 0) continue;
+      if (pl.r.count == 0 || pl.c.count == 0) {  // no kernel offset reaches these positions: their gradient is zero
+        for (std::size_t j = 0; j < pl.r.positions; ++j)
+          for (std::size_t q = 0; q < pl.c.positions; ++q)
+            std::fill_n(grad_input + ((n * g.in_h + pl.py + sh * j) * g.in_w + pl.px + sw * q) * IC, IC, 0.0f);
+        continue;
+      }
+      for (std::size_t j = 0; j < pl.r.positions; ++j) {
+        const float* in_row = image + ((j + top) * wp + left) * OC;
+        float* out_row = grad_input + ((n * g.in_h + pl.py + sh * j) * g.in_w + pl.px) * IC;
+        for (std::size_t blk = 0; blk < pl.blocks; ++blk) {
+          const float* w = pl.weights + blk * pl.block_size;
+          float* o = out_row + blk * pl.width;
           std::size_t q = 0;
-          for (; q + mr <= c.positions; q += mr)
-            full(r.count, tap_off, K, in_row + q * OC, in_px, w, out_row + q * sw * IC + blk * width, out_px, nullptr);
-          if (tail != nullptr)
-            tail(r.count, tap_off, K, in_row + q * OC, in_px, w, out_row + q * sw * IC + blk * width, out_px, nullptr);
+          for (; q + pl.mr <= pl.c.positions; q += pl.mr)
+            pl.full(pl.r.count, pl.taps, pl.K, in_row + q * OC, in_px, w, o + q * sw * IC, out_px, nullptr);
+          if (pl.tail != nullptr)
+            pl.tail(pl.r.count, pl.taps, pl.K, in_row + q * OC, in_px, w, o + q * sw * IC, out_px, nullptr);
         }
       }
-    });
-    phase_weights += blocks * block_size;
-  }
+    }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------- filter gradient
@@ -403,8 +443,8 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   const std::size_t hp = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + g.kernel_h);
   const std::size_t wp = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + g.kernel_w);
   const std::size_t C = g.in_c, OC = g.out_c;
-  float* padded = conv2d_workspace::ensure(ws.buffer_a, g.batch * hp * wp * C);
-  pad_images(input, g.batch, g.in_h, g.in_w, C, padded, hp, wp, g.pad_top, g.pad_left, nullptr);
+  const std::size_t chunk = filter_chunk(g, hp * wp * C);
+  const staged_images staged(input, g.in_h, g.in_w, C, hp, wp, g.pad_top, g.pad_left, nullptr, chunk, ws.buffer_a);
 
   const std::size_t K = g.kernel_w * C;  // one kernel row's patch values: [kx][c]
   const std::size_t vectors = OC / lanes;
@@ -417,7 +457,6 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   const filter_tile_fn tail = rem != 0 ? filter_tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
 
   const std::size_t wsize = g.kernel_h * K * OC;
-  const std::size_t chunk = filter_chunk(g, hp * wp * C);
   const std::size_t chunks = detail::ceil_div(g.batch, chunk);
   const std::size_t stride = wsize + OC;  // one chunk's partial sums: the kernel's, then the bias's
   float* part = conv2d_workspace::ensure(ws.buffer_c, chunks * stride);
@@ -426,31 +465,30 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   const auto a_px = static_cast<std::ptrdiff_t>(g.stride_w * C);
   const auto g_img = static_cast<std::ptrdiff_t>(g.out_h * g.out_w * OC);
   const auto g_px = static_cast<std::ptrdiff_t>(OC);
-  // Tasks: (chunk, kernel row); the last kernel row's task of a chunk also sums the bias gradient.
-  detail::parallel_tasks(chunks * g.kernel_h, [&](std::size_t task) {
-    const std::size_t t = task / g.kernel_h;
-    const std::size_t ky = task % g.kernel_h;
+  // One task per chunk of images (its padded copy made by the task, in cache), into the chunk's own partial sums.
+  detail::parallel_tasks(chunks, [&](std::size_t t) {
     const std::size_t n0 = t * chunk;
     const std::size_t images = std::min(g.batch, n0 + chunk) - n0;
-    const float* a = padded + n0 * hp * wp * C + ky * wp * C;
+    const float* padded = staged.stage(n0, images);
     const float* go = grad_output + n0 * g.out_h * g.out_w * OC;
-    float* out = part + t * stride + ky * K * OC;
-    for (std::size_t blk = 0; blk < blocks; ++blk) {
-      std::size_t k = 0;
-      for (; k + mr <= K; k += mr)
-        full(images, g.out_h, g.out_w, a + k, a_img, a_row, a_px, go + blk * width, g_img, g_px,
-             out + k * OC + blk * width, OC);
-      if (tail != nullptr)
-        tail(images, g.out_h, g.out_w, a + k, a_img, a_row, a_px, go + blk * width, g_img, g_px,
-             out + k * OC + blk * width, OC);
+    for (std::size_t ky = 0; ky < g.kernel_h; ++ky) {
+      const float* a = padded + ky * wp * C;
+      float* out = part + t * stride + ky * K * OC;
+      for (std::size_t blk = 0; blk < blocks; ++blk) {
+        std::size_t k = 0;
+        for (; k + mr <= K; k += mr)
+          full(images, g.out_h, g.out_w, a + k, a_img, a_row, a_px, go + blk * width, g_img, g_px,
+               out + k * OC + blk * width, OC);
+        if (tail != nullptr)
+          tail(images, g.out_h, g.out_w, a + k, a_img, a_row, a_px, go + blk * width, g_img, g_px,
+               out + k * OC + blk * width, OC);
+      }
     }
-    if (ky + 1 == g.kernel_h) {
-      float* bsum = part + t * stride + wsize;
-      std::fill_n(bsum, OC, 0.0f);
-      const std::size_t m = images * g.out_h * g.out_w;
-      for (std::size_t r = 0; r < m; ++r)
-        for (std::size_t f = 0; f < OC; ++f) bsum[f] += go[r * OC + f];
-    }
+    float* bsum = part + t * stride + wsize;
+    std::fill_n(bsum, OC, 0.0f);
+    const std::size_t m = images * g.out_h * g.out_w;
+    for (std::size_t r = 0; r < m; ++r)
+      for (std::size_t f = 0; f < OC; ++f) bsum[f] += go[r * OC + f];
   });
   detail::parallel_chunks(stride, 4096, [&](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) {
