@@ -36,6 +36,8 @@ inline constexpr int lanes = detail::lanes_v<float>;
 inline constexpr int accumulator_budget = detail::vector_registers >= 32 ? 24 : 12;
 inline constexpr int max_nv = detail::vector_registers >= 32 ? 4 : 2;
 inline constexpr int max_mr = 12;  // pixels per tile: more would not keep their addresses in registers
+// Patch values per filter-gradient tile (their broadcasts come from one pointer at fixed offsets).
+inline constexpr int filter_max_mr = accumulator_budget;
 
 // ---------------------------------------------------------------------------------------------- micro-kernels
 
@@ -118,7 +120,7 @@ constexpr std::array<tile_fn, max_mr> tile_row(std::index_sequence<M...>) {
   return {tile_entry<NV, static_cast<int>(M) + 1>()...};
 }
 template <int NV, std::size_t... M>
-constexpr std::array<filter_tile_fn, max_mr> filter_tile_row(std::index_sequence<M...>) {
+constexpr std::array<filter_tile_fn, filter_max_mr> filter_tile_row(std::index_sequence<M...>) {
   return {filter_tile_entry<NV, static_cast<int>(M) + 1>()...};
 }
 
@@ -127,8 +129,8 @@ constexpr std::array<std::array<tile_fn, max_mr>, max_nv> tile_table(std::index_
   return {tile_row<static_cast<int>(N) + 1>(std::make_index_sequence<max_mr>{})...};
 }
 template <std::size_t... N>
-constexpr std::array<std::array<filter_tile_fn, max_mr>, max_nv> filter_tile_table(std::index_sequence<N...>) {
-  return {filter_tile_row<static_cast<int>(N) + 1>(std::make_index_sequence<max_mr>{})...};
+constexpr std::array<std::array<filter_tile_fn, filter_max_mr>, max_nv> filter_tile_table(std::index_sequence<N...>) {
+  return {filter_tile_row<static_cast<int>(N) + 1>(std::make_index_sequence<filter_max_mr>{})...};
 }
 
 inline constexpr auto tiles = tile_table(std::make_index_sequence<max_nv>{});
@@ -141,21 +143,59 @@ struct blocking {
   int mr = 1;  // pixels (or, for the filter gradient, patch values) per tile
 };
 
-// The (NV, MR) that covers `extent` pixels by `vectors` vectors of channels with the fewest FMA-issue slots: a
-// tile costs at least 8 slots (the FMA latency hidden by independent sums), larger tiles win ties (fewer loads).
-inline blocking plan(std::size_t extent, std::size_t vectors) {
+// Cycles per step of k of a forward / data-gradient tile of m pixels by n vectors: its FMAs (at least 12: the FMA
+// latency hidden by independent sums, with margin), or, when the weights do not stay in L1 (`weights_in_l2`),
+// the time to bring its n weight vectors from L2 (about 20 bytes a cycle), whichever is longer.
+inline double tile_cycles(std::size_t m, std::size_t n, bool weights_in_l2) {
+  const double fma = static_cast<double>(std::max<std::size_t>(m * n, 12));
+  const double fetch = weights_in_l2 ? static_cast<double>(n * sizeof(V)) / 20.0 : 0.0;
+  return std::max(fma, fetch) + 0.01 * fetch;  // ties go to the tile that moves fewer bytes
+}
+
+// The (NV, MR) that covers `extent` pixels by `vectors` vectors of output channels in the fewest cycles, for a
+// kernel whose weights are `weight_bytes` in all (one block is weight_bytes * NV / vectors).
+inline blocking plan(std::size_t extent, std::size_t vectors, std::size_t weight_bytes) {
   blocking best;
-  std::size_t best_cost = ~std::size_t{0};
+  double best_cost = 1e300;
   for (int nv = max_nv; nv >= 1; --nv) {
-    if (vectors % static_cast<std::size_t>(nv) != 0) continue;
-    const int mr_top = std::min(max_mr, accumulator_budget / nv);
+    const auto n = static_cast<std::size_t>(nv);
+    if (vectors % n != 0) continue;
+    const bool in_l2 = weight_bytes / (vectors / n) > (std::size_t{24} << 10);
+    const int mr_top = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::min(max_mr, accumulator_budget / nv)), extent));
     for (int mr = mr_top; mr >= 1; --mr) {
       const auto m = static_cast<std::size_t>(mr);
-      const auto n = static_cast<std::size_t>(nv);
-      const auto slots = [&](std::size_t pixels) { return std::max<std::size_t>(pixels * n, 8); };
-      std::size_t cost = (extent / m) * slots(m) + (extent % m != 0 ? slots(extent % m) : 0);
-      cost = cost * (vectors / n) * 64 + (extent / m + (extent % m != 0)) * (vectors / n);  // + per-tile overhead
-      if (cost < best_cost) {
+      // (a tile that leaves a remainder loses ties: equal tiles keep the same code path hot)
+      double cost = static_cast<double>(extent / m) * tile_cycles(m, n, in_l2) +
+                    (extent % m != 0 ? tile_cycles(extent % m, n, in_l2) + 0.5 : 0.0);
+      cost *= static_cast<double>(vectors / n);
+      if (cost < best_cost - 1e-9) {
+        best_cost = cost;
+        best = {nv, mr};
+      }
+    }
+  }
+  return best;
+}
+
+// The filter gradient's (NV, MR): `extent` patch values by `vectors` vectors of output channels. Every tile is a
+// pass over the chunk's pixels reading, per pixel, NV vectors of the output gradient and a line or two of the input
+// from L2 (about 20 bytes a cycle), and doing MR * NV FMAs; the cheapest cover wins.
+inline blocking filter_plan(std::size_t extent, std::size_t vectors) {
+  blocking best;
+  double best_cost = 1e300;
+  for (int nv = max_nv; nv >= 1; --nv) {
+    const auto n = static_cast<std::size_t>(nv);
+    if (vectors % n != 0) continue;
+    const int mr_top = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::min(filter_max_mr, accumulator_budget / nv)), extent));
+    for (int mr = mr_top; mr >= 1; --mr) {
+      const auto m = static_cast<std::size_t>(mr);
+      const auto pass = [&](std::size_t mm) {
+        const double bytes = static_cast<double>(n * sizeof(V) + (mm * sizeof(float) > 64 ? 128 : 96));
+        return std::max(static_cast<double>(std::max<std::size_t>(mm * n, 12)), bytes / 20.0) + 0.01 * bytes / 20.0;
+      };
+      double cost = static_cast<double>(extent / m) * pass(m) + (extent % m != 0 ? pass(extent % m) : 0.0);
+      cost *= static_cast<double>(vectors / n);
+      if (cost < best_cost - 1e-9) {
         best_cost = cost;
         best = {nv, mr};
       }
@@ -246,7 +286,7 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
   const staged_images staged(input, g.in_h, g.in_w, C, hp, wp, g.pad_top, g.pad_left, transform, 1, ws.buffer_a);
 
   const std::size_t vectors = g.out_c / lanes;
-  const blocking b = plan(g.out_w, vectors);
+  const blocking b = plan(g.out_w, vectors, g.kernel_h * g.kernel_w * C * g.out_c * sizeof(float));
   const std::size_t width = static_cast<std::size_t>(b.nv * lanes);
   const std::size_t blocks = vectors / static_cast<std::size_t>(b.nv);
   const std::size_t K = g.kernel_w * C;                // a kernel row's contiguous run
@@ -369,7 +409,7 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
     const axis_phase& r = pl.r;
     const axis_phase& c = pl.c;
     if (r.positions == 0 || c.positions == 0 || r.count == 0 || c.count == 0) continue;
-    const blocking b = plan(c.positions, vectors);
+    const blocking b = plan(c.positions, vectors, r.count * c.count * OC * IC * sizeof(float));
     pl.width = static_cast<std::size_t>(b.nv * lanes);
     pl.blocks = vectors / static_cast<std::size_t>(b.nv);
     pl.K = c.count * OC;
@@ -448,7 +488,7 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
 
   const std::size_t K = g.kernel_w * C;  // one kernel row's patch values: [kx][c]
   const std::size_t vectors = OC / lanes;
-  const blocking b = plan(K, vectors);
+  const blocking b = filter_plan(K, vectors);
   const std::size_t width = static_cast<std::size_t>(b.nv * lanes);
   const std::size_t blocks = vectors / static_cast<std::size_t>(b.nv);
   const std::size_t mr = static_cast<std::size_t>(b.mr);
