@@ -41,16 +41,23 @@ inline constexpr int filter_max_mr = accumulator_budget;
 
 // ---------------------------------------------------------------------------------------------- micro-kernels
 
-// out[i * out_px + v * L] = bias + sum_t sum_k in[tap_off[t] + i * in_px + k] * w[(t * K + k) * NV*L + v * L].
+// out[i * out_px + v * L] = start + sum_t sum_k in[tap_off[t] + i * in_px + k] * w[(t * K + k) * NV*L + v * L],
+// where start is out's own value (accumulate: the sums of earlier taps, continued in the same order, so splitting
+// the taps over calls gives the same bits), else the bias (or zero).
 template <int MR, int NV>
 void tile(std::size_t taps, const std::ptrdiff_t* tap_off, std::size_t K, const float* in, std::ptrdiff_t in_px,
-          const float* w, float* out, std::ptrdiff_t out_px, const float* bias) noexcept {
+          const float* w, float* out, std::ptrdiff_t out_px, const float* bias, bool accumulate) noexcept {
   constexpr std::size_t width = static_cast<std::size_t>(NV * lanes);
   V acc[MR][NV];
-  MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) {
-    V init = {};
-    if (bias != nullptr) detail::vload(init, bias + v * lanes);
-    MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) acc[i][v] = init;
+  if (accumulate) {
+    MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
+      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vload(acc[i][v], out + i * out_px + v * lanes);
+  } else {
+    MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) {
+      V init = {};
+      if (bias != nullptr) detail::vload(init, bias + v * lanes);
+      MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) acc[i][v] = init;
+    }
   }
   for (std::size_t t = 0; t < taps; ++t) {
     const float* a = in + tap_off[t];
@@ -99,7 +106,7 @@ void filter_tile(std::size_t images, std::size_t rows, std::size_t cols, const f
 
 // Tables of the instantiations a plan may pick: [NV - 1][MR - 1], null where MR * NV exceeds the budget.
 using tile_fn = void (*)(std::size_t, const std::ptrdiff_t*, std::size_t, const float*, std::ptrdiff_t, const float*,
-                         float*, std::ptrdiff_t, const float*) noexcept;
+                         float*, std::ptrdiff_t, const float*, bool) noexcept;
 using filter_tile_fn = void (*)(std::size_t, std::size_t, std::size_t, const float*, std::ptrdiff_t, std::ptrdiff_t,
                                 std::ptrdiff_t, const float*, std::ptrdiff_t, std::ptrdiff_t, float*,
                                 std::size_t) noexcept;
@@ -143,24 +150,34 @@ struct blocking {
   int mr = 1;  // pixels (or, for the filter gradient, patch values) per tile
 };
 
-// Cycles per step of k of a forward / data-gradient tile of m pixels by n vectors: its FMAs (at least 12: the FMA
-// latency hidden by independent sums, with margin), or, when the weights do not stay in L1 (`weights_in_l2`),
-// the time to bring its n weight vectors from L2 (about 20 bytes a cycle), whichever is longer.
+// Cycles per step of k of a forward / data-gradient tile of m pixels by n vectors: its FMAs (at least 8: the FMA
+// latency hidden by independent sums), or, when a pass's weights do not stay in L1 (`weights_in_l2`), the time
+// to bring its n weight vectors from L2 (measured: about 8 bytes a cycle sustained on the EPYC this was tuned
+// on), whichever is longer.
 inline double tile_cycles(std::size_t m, std::size_t n, bool weights_in_l2) {
-  const double fma = static_cast<double>(std::max<std::size_t>(m * n, 12));
-  const double fetch = weights_in_l2 ? static_cast<double>(n * sizeof(V)) / 20.0 : 0.0;
+  const double fma = static_cast<double>(std::max<std::size_t>(m * n, 8));
+  const double fetch = weights_in_l2 ? static_cast<double>(n * sizeof(V)) / 8.0 : 0.0;
   return std::max(fma, fetch) + 0.01 * fetch;  // ties go to the tile that moves fewer bytes
 }
 
+// Bytes of weights one pass of tiles may use and still find them in L1: the taps of a block are split into passes
+// of this size (the input rows and the output tile take the rest of the 32-48 KiB).
+inline constexpr std::size_t l1_weight_bytes = std::size_t{16} << 10;
+
+// Taps per pass for a block whose tap holds `tap_bytes` of weights (at least one).
+inline std::size_t taps_per_pass(std::size_t tap_bytes) {
+  return std::max<std::size_t>(1, l1_weight_bytes / std::max<std::size_t>(tap_bytes, 1));
+}
+
 // The (NV, MR) that covers `extent` pixels by `vectors` vectors of output channels in the fewest cycles, for a
-// kernel whose weights are `weight_bytes` in all (one block is weight_bytes * NV / vectors).
-inline blocking plan(std::size_t extent, std::size_t vectors, std::size_t weight_bytes) {
+// kernel whose weights are `tap_bytes` per tap (kernel row) over all output channels.
+inline blocking plan(std::size_t extent, std::size_t vectors, std::size_t tap_bytes) {
   blocking best;
   double best_cost = 1e300;
   for (int nv = max_nv; nv >= 1; --nv) {
     const auto n = static_cast<std::size_t>(nv);
     if (vectors % n != 0) continue;
-    const bool in_l2 = weight_bytes / (vectors / n) > (std::size_t{24} << 10);
+    const bool in_l2 = tap_bytes / (vectors / n) > l1_weight_bytes;
     const int mr_top = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::min(max_mr, accumulator_budget / nv)), extent));
     for (int mr = mr_top; mr >= 1; --mr) {
       const auto m = static_cast<std::size_t>(mr);
@@ -286,7 +303,7 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
   const staged_images staged(input, g.in_h, g.in_w, C, hp, wp, g.pad_top, g.pad_left, transform, 1, ws.buffer_a);
 
   const std::size_t vectors = g.out_c / lanes;
-  const blocking b = plan(g.out_w, vectors, g.kernel_h * g.kernel_w * C * g.out_c * sizeof(float));
+  const blocking b = plan(g.out_w, vectors, g.kernel_w * C * g.out_c * sizeof(float));
   const std::size_t width = static_cast<std::size_t>(b.nv * lanes);
   const std::size_t blocks = vectors / static_cast<std::size_t>(b.nv);
   const std::size_t K = g.kernel_w * C;                // a kernel row's contiguous run
@@ -307,22 +324,29 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
   const tile_fn tail = rem != 0 ? tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
   const auto in_px = static_cast<std::ptrdiff_t>(g.stride_w * C);
   const auto out_px = static_cast<std::ptrdiff_t>(g.out_c);
+  const std::size_t pass = taps_per_pass(K * width * sizeof(float));
   // One task per image: its padded copy is made by the task, in cache.
   detail::parallel_tasks(g.batch, [&](std::size_t n) {
     const float* image = staged.stage(n, 1);
-    for (std::size_t oy = 0; oy < g.out_h; ++oy) {
-      const float* in_row = image + oy * g.stride_h * wp * C;
-      float* out_row = output + ((n * g.out_h + oy) * g.out_w) * g.out_c;
-      for (std::size_t blk = 0; blk < blocks; ++blk) {
-        const float* w = packed + blk * block_size;
-        const float* bb = bias != nullptr ? bias + blk * width : nullptr;
-        std::size_t ox = 0;
-        for (; ox + mr <= g.out_w; ox += mr)
-          full(g.kernel_h, tap_off, K, in_row + ox * g.stride_w * C, in_px, w, out_row + ox * g.out_c + blk * width,
-               out_px, bb);
-        if (tail != nullptr)
-          tail(g.kernel_h, tap_off, K, in_row + ox * g.stride_w * C, in_px, w, out_row + ox * g.out_c + blk * width,
-               out_px, bb);
+    float* out_image = output + n * g.out_h * g.out_w * g.out_c;
+    // Per block, the taps in passes whose weights stay in L1 while every row of the image uses them.
+    for (std::size_t blk = 0; blk < blocks; ++blk) {
+      const float* bb = bias != nullptr ? bias + blk * width : nullptr;
+      for (std::size_t t0 = 0; t0 < g.kernel_h; t0 += pass) {
+        const std::size_t taps = std::min(pass, g.kernel_h - t0);
+        const float* w = packed + blk * block_size + t0 * K * width;
+        const bool accumulate = t0 > 0;
+        for (std::size_t oy = 0; oy < g.out_h; ++oy) {
+          const float* in_row = image + oy * g.stride_h * wp * C;
+          float* out_row = out_image + oy * g.out_w * g.out_c + blk * width;
+          std::size_t ox = 0;
+          for (; ox + mr <= g.out_w; ox += mr)
+            full(taps, tap_off + t0, K, in_row + ox * g.stride_w * C, in_px, w, out_row + ox * g.out_c, out_px, bb,
+                 accumulate);
+          if (tail != nullptr)
+            tail(taps, tap_off + t0, K, in_row + ox * g.stride_w * C, in_px, w, out_row + ox * g.out_c, out_px, bb,
+                 accumulate);
+        }
       }
     }
   });
@@ -409,7 +433,7 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
     const axis_phase& r = pl.r;
     const axis_phase& c = pl.c;
     if (r.positions == 0 || c.positions == 0 || r.count == 0 || c.count == 0) continue;
-    const blocking b = plan(c.positions, vectors, r.count * c.count * OC * IC * sizeof(float));
+    const blocking b = plan(c.positions, vectors, c.count * OC * IC * sizeof(float));
     pl.width = static_cast<std::size_t>(b.nv * lanes);
     pl.blocks = vectors / static_cast<std::size_t>(b.nv);
     pl.K = c.count * OC;
@@ -452,19 +476,23 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
             std::fill_n(grad_input + ((n * g.in_h + pl.py + sh * j) * g.in_w + pl.px + sw * q) * IC, IC, 0.0f);
         continue;
       }
-      for (std::size_t j = 0; j < pl.r.positions; ++j) {
-        const float* in_row = image + ((j + top) * wp + left) * OC;
-        float* out_row = grad_input + ((n * g.in_h + pl.py + sh * j) * g.in_w + pl.px) * IC;
-        for (std::size_t blk = 0; blk < pl.blocks; ++blk) {
-          const float* w = pl.weights + blk * pl.block_size;
-          float* o = out_row + blk * pl.width;
-          std::size_t q = 0;
-          for (; q + pl.mr <= pl.c.positions; q += pl.mr)
-            pl.full(pl.r.count, pl.taps, pl.K, in_row + q * OC, in_px, w, o + q * sw * IC, out_px, nullptr);
-          if (pl.tail != nullptr)
-            pl.tail(pl.r.count, pl.taps, pl.K, in_row + q * OC, in_px, w, o + q * sw * IC, out_px, nullptr);
+      const std::size_t pass = taps_per_pass(pl.K * pl.width * sizeof(float));
+      for (std::size_t blk = 0; blk < pl.blocks; ++blk)
+        for (std::size_t t0 = 0; t0 < pl.r.count; t0 += pass) {
+          const std::size_t taps = std::min(pass, pl.r.count - t0);
+          const float* w = pl.weights + blk * pl.block_size + t0 * pl.K * pl.width;
+          const bool accumulate = t0 > 0;
+          for (std::size_t j = 0; j < pl.r.positions; ++j) {
+            const float* in_row = image + ((j + top) * wp + left) * OC;
+            float* o = grad_input + ((n * g.in_h + pl.py + sh * j) * g.in_w + pl.px) * IC + blk * pl.width;
+            std::size_t q = 0;
+            for (; q + pl.mr <= pl.c.positions; q += pl.mr)
+              pl.full(taps, pl.taps + t0, pl.K, in_row + q * OC, in_px, w, o + q * sw * IC, out_px, nullptr, accumulate);
+            if (pl.tail != nullptr)
+              pl.tail(taps, pl.taps + t0, pl.K, in_row + q * OC, in_px, w, o + q * sw * IC, out_px, nullptr,
+                      accumulate);
+          }
         }
-      }
     }
   });
 }
