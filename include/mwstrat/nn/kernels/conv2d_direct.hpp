@@ -270,7 +270,8 @@ struct staged_images {
   std::size_t h, w, ch, rows, cols, top, left;
   const conv2d_input_transform* transform;
   std::size_t per_slot;  // images a slot holds
-  float* slots;
+  bool in_place;         // no padding and no transform: the tasks read the source itself
+  float* slots = nullptr;
 
   [[nodiscard]] std::size_t image_size() const noexcept { return rows * cols * ch; }
 
@@ -278,13 +279,16 @@ struct staged_images {
                 std::size_t padded_rows, std::size_t padded_cols, std::size_t pad_top, std::size_t pad_left,
                 const conv2d_input_transform* t, std::size_t images_per_task, detail::aligned_vector<float>& buffer)
       : src(source), h(height), w(width), ch(channels), rows(padded_rows), cols(padded_cols), top(pad_top),
-        left(pad_left), transform(t), per_slot(images_per_task) {
+        left(pad_left), transform(t), per_slot(images_per_task),
+        in_place(t == nullptr && pad_top == 0 && pad_left == 0 && padded_rows == height && padded_cols == width) {
+    if (in_place) return;
     const auto threads = static_cast<std::size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
     slots = conv2d_workspace::ensure(buffer, threads * per_slot * image_size());
   }
 
   // Pads images [n0, n0 + count) (count <= per_slot) into the calling thread's slot and returns it.
-  float* stage(std::size_t n0, std::size_t count) const noexcept {
+  const float* stage(std::size_t n0, std::size_t count) const noexcept {
+    if (in_place) return src + n0 * h * w * ch;
     const auto slot = static_cast<std::size_t>(std::max(0, tbb::this_task_arena::current_thread_index()));
     float* dst = slots + slot * per_slot * image_size();
     for (std::size_t i = 0; i < count; ++i)
@@ -295,10 +299,17 @@ struct staged_images {
 
 // ---------------------------------------------------------------------------------------------- forward
 
+// Rows (or columns) of the padded input: the input after `pad` zeros, extended with zeros to what the last window
+// reads (and never shorter than the input, so a window-free input, such as a 1x1 convolution's, is read in place).
+inline std::size_t padded_extent(std::size_t in, std::size_t pad, std::size_t out, std::size_t stride,
+                                 std::size_t kernel) {
+  return std::max(in + pad, (out - 1) * stride + kernel);
+}
+
 inline void forward(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
                     const float* kernel, const float* bias, float* output, conv2d_workspace& ws) {
-  const std::size_t hp = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + g.kernel_h);
-  const std::size_t wp = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + g.kernel_w);
+  const std::size_t hp = padded_extent(g.in_h, g.pad_top, g.out_h, g.stride_h, g.kernel_h);
+  const std::size_t wp = padded_extent(g.in_w, g.pad_left, g.out_w, g.stride_w, g.kernel_w);
   const std::size_t C = g.in_c;
   const staged_images staged(input, g.in_h, g.in_w, C, hp, wp, g.pad_top, g.pad_left, transform, 1, ws.buffer_a);
 
@@ -508,8 +519,8 @@ inline std::size_t filter_chunk(const conv2d_geometry& g, std::size_t padded_ima
 
 inline void backward_filter(const conv2d_geometry& g, const float* input, const float* grad_output,
                             float* grad_kernel, float* grad_bias, conv2d_workspace& ws) {
-  const std::size_t hp = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + g.kernel_h);
-  const std::size_t wp = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + g.kernel_w);
+  const std::size_t hp = padded_extent(g.in_h, g.pad_top, g.out_h, g.stride_h, g.kernel_h);
+  const std::size_t wp = padded_extent(g.in_w, g.pad_left, g.out_w, g.stride_w, g.kernel_w);
   const std::size_t C = g.in_c, OC = g.out_c;
   const std::size_t chunk = filter_chunk(g, hp * wp * C);
   const staged_images staged(input, g.in_h, g.in_w, C, hp, wp, g.pad_top, g.pad_left, nullptr, chunk, ws.buffer_a);
