@@ -473,20 +473,21 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
     pl.taps = tap_off;
     phase_weights += pl.blocks * block_size;
   }
+  bool unreached = false;
+  for (std::size_t p = 0; p < phases; ++p)
+    unreached = unreached || (plans[p].r.positions > 0 && plans[p].c.positions > 0 &&
+                              (plans[p].r.count == 0 || plans[p].c.count == 0));
   const auto in_px = static_cast<std::ptrdiff_t>(OC);
   const auto out_px = static_cast<std::ptrdiff_t>(sw * IC);
   // One task per image: its padded output gradient is made by the task, in cache, and read by every phase.
   detail::parallel_tasks(g.batch, [&](std::size_t n) {
     const float* image = staged.stage(n, 1);
+    // Positions no kernel offset reaches (a stride larger than the kernel) have a zero gradient: zero the whole
+    // image in one sweep, then the phases with taps overwrite theirs.
+    if (unreached) std::fill_n(grad_input + n * g.in_h * g.in_w * IC, g.in_h * g.in_w * IC, 0.0f);
     for (std::size_t p = 0; p < phases; ++p) {
       const phase_plan& pl = plans[p];
-      if (pl.r.positions == 0 || pl.c.positions == 0) continue;
-      if (pl.r.count == 0 || pl.c.count == 0) {  // no kernel offset reaches these positions: their gradient is zero
-        for (std::size_t j = 0; j < pl.r.positions; ++j)
-          for (std::size_t q = 0; q < pl.c.positions; ++q)
-            std::fill_n(grad_input + ((n * g.in_h + pl.py + sh * j) * g.in_w + pl.px + sw * q) * IC, IC, 0.0f);
-        continue;
-      }
+      if (pl.r.positions == 0 || pl.c.positions == 0 || pl.r.count == 0 || pl.c.count == 0) continue;
       const std::size_t pass = taps_per_pass(pl.K * pl.width * sizeof(float));
       for (std::size_t blk = 0; blk < pl.blocks; ++blk)
         for (std::size_t t0 = 0; t0 < pl.r.count; t0 += pass) {
