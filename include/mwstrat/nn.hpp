@@ -1,8 +1,10 @@
 #pragma once
 /// \file
-/// The nn family: the reference CNN's layers, losses, optimizers, metrics and oneTBB kernels.
+/// The nn family: the reference CNN's layers, losses, optimizers, metrics and oneTBB kernels (the convolution
+/// kernels of nn/kernels/ included).
 
 #include <mwstrat/nn/initializers.hpp>
+#include <mwstrat/nn/kernels/conv2d.hpp>
 #include <mwstrat/nn/layers.hpp>
 #include <mwstrat/nn/losses.hpp>
 #include <mwstrat/nn/metrics.hpp>

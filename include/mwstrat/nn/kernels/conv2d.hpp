@@ -88,10 +88,10 @@ inline void conv2d_forward_reference(const conv2d_geometry& g, const float* inpu
   const std::size_t patch = detail_conv::patch_size(g);
   const std::size_t rows = detail_conv::out_positions(g);
   float* cols = conv2d_workspace::ensure(ws.buffer_a, g.batch * rows * patch);
-  detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
     detail_conv::im2col_image(g, input + n * g.in_h * g.in_w * g.in_c, cols + n * rows * patch);
   });
-  detail::gemm_nn<float>(g.batch * rows, g.out_c, patch, cols, static_cast<std::ptrdiff_t>(patch), 1, kernel,
+  ::mwstrat::detail::gemm_nn<float>(g.batch * rows, g.out_c, patch, cols, static_cast<std::ptrdiff_t>(patch), 1, kernel,
                          g.out_c, output, g.out_c, bias);
 }
 
@@ -103,11 +103,11 @@ inline void conv2d_backward_data_reference(const conv2d_geometry& g, const float
   const std::size_t rows = detail_conv::out_positions(g);
   const std::size_t m = g.batch * rows;
   float* cols = conv2d_workspace::ensure(ws.buffer_a, m * patch);
-  const std::size_t scratch = detail::gemm_nt_workspace(m, patch, g.out_c);
+  const std::size_t scratch = ::mwstrat::detail::gemm_nt_workspace(m, patch, g.out_c);
   float* part = conv2d_workspace::ensure(ws.buffer_b, std::max<std::size_t>(scratch, 1));
-  detail::gemm_nt<float>(m, patch, g.out_c, grad_output, g.out_c, kernel, g.out_c, cols, patch, nullptr, false,
+  ::mwstrat::detail::gemm_nt<float>(m, patch, g.out_c, grad_output, g.out_c, kernel, g.out_c, cols, patch, nullptr, false,
                          std::span<float>(part, scratch));
-  detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
     detail_conv::col2im_image(g, cols + n * rows * patch, grad_input + n * g.in_h * g.in_w * g.in_c);
   });
 }
@@ -120,11 +120,11 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
   const std::size_t patch = detail_conv::patch_size(g);
   const std::size_t rows = detail_conv::out_positions(g);
   const std::size_t chunk = detail_conv::filter_chunk_images(g);
-  const std::size_t chunks = detail::ceil_div(g.batch, chunk);
+  const std::size_t chunks = ::mwstrat::detail::ceil_div(g.batch, chunk);
   const std::size_t wsize = patch * g.out_c;
   float* cols = conv2d_workspace::ensure(ws.buffer_a, g.batch * rows * patch);
   float* part = conv2d_workspace::ensure(ws.buffer_b, chunks * (wsize + g.out_c));
-  detail::parallel_tasks(chunks, [&](std::size_t t) {
+  ::mwstrat::detail::parallel_tasks(chunks, [&](std::size_t t) {
     const std::size_t n0 = t * chunk;
     const std::size_t n1 = std::min(g.batch, n0 + chunk);
     for (std::size_t n = n0; n < n1; ++n)
@@ -133,7 +133,7 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
     const std::size_t k = (n1 - n0) * rows;
     float* out = part + t * (wsize + g.out_c);
     // A(i, k) = cols[k][i]: the patch element i of position k.
-    detail::gemm_nn_block<float>(0, patch, 0, g.out_c, k, cols + m0 * patch, 1, static_cast<std::ptrdiff_t>(patch),
+    ::mwstrat::detail::gemm_nn_block<float>(0, patch, 0, g.out_c, k, cols + m0 * patch, 1, static_cast<std::ptrdiff_t>(patch),
                                  grad_output + m0 * g.out_c, g.out_c, out, g.out_c, nullptr);
     float* bsum = out + wsize;
     std::fill(bsum, bsum + g.out_c, 0.0f);
@@ -142,7 +142,7 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
       for (std::size_t f = 0; f < g.out_c; ++f) bsum[f] += dy[f];
     }
   });
-  detail::parallel_chunks(wsize + g.out_c, 4096, [&](std::size_t i0, std::size_t i1) {
+  ::mwstrat::detail::parallel_chunks(wsize + g.out_c, 4096, [&](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) {
       float s = part[i];
       for (std::size_t t = 1; t < chunks; ++t) s += part[t * (wsize + g.out_c) + i];
@@ -177,7 +177,7 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
   }
   const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
   float* x = conv2d_workspace::ensure(ws.buffer_c, n);
-  detail::parallel_chunks(n / g.in_c, 1024, [&](std::size_t p0, std::size_t p1) {
+  ::mwstrat::detail::parallel_chunks(n / g.in_c, 1024, [&](std::size_t p0, std::size_t p1) {
     for (std::size_t p = p0; p < p1; ++p)
       for (std::size_t c = 0; c < g.in_c; ++c) {
         float v = input[p * g.in_c + c] * transform.scale[c] + transform.shift[c];

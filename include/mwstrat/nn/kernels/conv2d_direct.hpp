@@ -30,11 +30,11 @@
 
 namespace mwstrat::nn::kernels::direct {
 
-using V = detail::vec_t<float>;
-inline constexpr int lanes = detail::lanes_v<float>;
+using V = ::mwstrat::detail::vec_t<float>;
+inline constexpr int lanes = ::mwstrat::detail::lanes_v<float>;
 // Accumulators a micro-kernel may hold (the rest of the register file takes the weight vectors and a broadcast).
-inline constexpr int accumulator_budget = detail::vector_registers >= 32 ? 24 : 12;
-inline constexpr int max_nv = detail::vector_registers >= 32 ? 4 : 2;
+inline constexpr int accumulator_budget = ::mwstrat::detail::vector_registers >= 32 ? 24 : 12;
+inline constexpr int max_nv = ::mwstrat::detail::vector_registers >= 32 ? 4 : 2;
 inline constexpr int max_mr = 12;  // pixels per tile: more would not keep their addresses in registers
 // Patch values per filter-gradient tile (their broadcasts come from one pointer at fixed offsets).
 inline constexpr int filter_max_mr = accumulator_budget;
@@ -51,11 +51,11 @@ void tile(std::size_t taps, const std::ptrdiff_t* tap_off, std::size_t K, const 
   V acc[MR][NV];
   if (accumulate) {
     MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
-      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vload(acc[i][v], out + i * out_px + v * lanes);
+      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vload(acc[i][v], out + i * out_px + v * lanes);
   } else {
     MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) {
       V init = {};
-      if (bias != nullptr) detail::vload(init, bias + v * lanes);
+      if (bias != nullptr) ::mwstrat::detail::vload(init, bias + v * lanes);
       MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) acc[i][v] = init;
     }
   }
@@ -64,15 +64,15 @@ void tile(std::size_t taps, const std::ptrdiff_t* tap_off, std::size_t K, const 
     const float* b = w + t * K * width;
     for (std::size_t k = 0; k < K; ++k) {
       V bv[NV];
-      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vload(bv[v], b + k * width + static_cast<std::size_t>(v * lanes));
+      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vload(bv[v], b + k * width + static_cast<std::size_t>(v * lanes));
       MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) {
         const float s = a[i * in_px + static_cast<std::ptrdiff_t>(k)];
-        MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vfma(acc[i][v], s, bv[v]);
+        MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vfma(acc[i][v], s, bv[v]);
       }
     }
   }
   MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
-    MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vstore(out + i * out_px + v * lanes, acc[i][v]);
+    MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vstore(out + i * out_px + v * lanes, acc[i][v]);
 }
 
 // Filter-gradient tile: out[i * ldo + v * L] = sum over the images, rows and columns of a chunk of
@@ -91,17 +91,17 @@ void filter_tile(std::size_t images, std::size_t rows, std::size_t cols, const f
       for (std::size_t c = 0; c < cols; ++c) {
         V gv[NV];
         const float* gc = gr + static_cast<std::ptrdiff_t>(c) * g_px;
-        MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vload(gv[v], gc + v * lanes);
+        MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vload(gv[v], gc + v * lanes);
         const float* ac = ar + static_cast<std::ptrdiff_t>(c) * a_px;
         MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) {
           const float s = ac[i];
-          MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vfma(acc[i][v], s, gv[v]);
+          MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vfma(acc[i][v], s, gv[v]);
         }
       }
     }
   MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
     MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v)
-      detail::vstore(out + static_cast<std::size_t>(i) * ldo + static_cast<std::size_t>(v * lanes), acc[i][v]);
+      ::mwstrat::detail::vstore(out + static_cast<std::size_t>(i) * ldo + static_cast<std::size_t>(v * lanes), acc[i][v]);
 }
 
 // Tables of the instantiations a plan may pick: [NV - 1][MR - 1], null where MR * NV exceeds the budget.
@@ -277,7 +277,7 @@ struct staged_images {
 
   staged_images(const float* source, std::size_t height, std::size_t width, std::size_t channels,
                 std::size_t padded_rows, std::size_t padded_cols, std::size_t pad_top, std::size_t pad_left,
-                const conv2d_input_transform* t, std::size_t images_per_task, detail::aligned_vector<float>& buffer)
+                const conv2d_input_transform* t, std::size_t images_per_task, ::mwstrat::detail::aligned_vector<float>& buffer)
       : src(source), h(height), w(width), ch(channels), rows(padded_rows), cols(padded_cols), top(pad_top),
         left(pad_left), transform(t), per_slot(images_per_task),
         in_place(t == nullptr && pad_top == 0 && pad_left == 0 && padded_rows == height && padded_cols == width) {
@@ -321,7 +321,7 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
   const std::size_t block_size = g.kernel_h * K * width;  // one block's packed weights
   float* packed = conv2d_workspace::ensure(ws.buffer_b, blocks * block_size);
   // packed[block][ky][kx*C + c][width] = kernel[ky][kx][c][block * width + ...]
-  detail::parallel_tasks(blocks, [&](std::size_t blk) {
+  ::mwstrat::detail::parallel_tasks(blocks, [&](std::size_t blk) {
     for (std::size_t t = 0; t < g.kernel_h * K; ++t)
       std::memcpy(packed + blk * block_size + t * width, kernel + t * g.out_c + blk * width, width * sizeof(float));
   });
@@ -337,7 +337,7 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
   const auto out_px = static_cast<std::ptrdiff_t>(g.out_c);
   const std::size_t pass = taps_per_pass(K * width * sizeof(float));
   // One task per image: its padded copy is made by the task, in cache.
-  detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
     const float* image = staged.stage(n, 1);
     float* out_image = output + n * g.out_h * g.out_w * g.out_c;
     // Per block, the taps in passes whose weights stay in L1 while every row of the image uses them.
@@ -455,7 +455,7 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
     pl.tail = rem != 0 ? tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
     pl.weights = phase_weights;
     const std::size_t width = pl.width, K = pl.K, block_size = pl.block_size;
-    detail::parallel_tasks(pl.blocks, [&](std::size_t blk) {
+    ::mwstrat::detail::parallel_tasks(pl.blocks, [&](std::size_t blk) {
       float* wb = phase_weights + blk * block_size;
       for (std::size_t ty = 0; ty < r.count; ++ty)
         for (std::size_t tx = 0; tx < c.count; ++tx) {
@@ -480,7 +480,7 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
   const auto in_px = static_cast<std::ptrdiff_t>(OC);
   const auto out_px = static_cast<std::ptrdiff_t>(sw * IC);
   // One task per image: its padded output gradient is made by the task, in cache, and read by every phase.
-  detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
     const float* image = staged.stage(n, 1);
     // Positions no kernel offset reaches (a stride larger than the kernel) have a zero gradient: zero the whole
     // image in one sweep, then the phases with taps overwrite theirs.
@@ -538,7 +538,7 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   const filter_tile_fn tail = rem != 0 ? filter_tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
 
   const std::size_t wsize = g.kernel_h * K * OC;
-  const std::size_t chunks = detail::ceil_div(g.batch, chunk);
+  const std::size_t chunks = ::mwstrat::detail::ceil_div(g.batch, chunk);
   const std::size_t stride = wsize + OC;  // one chunk's partial sums: the kernel's, then the bias's
   float* part = conv2d_workspace::ensure(ws.buffer_c, chunks * stride);
   const auto a_img = static_cast<std::ptrdiff_t>(hp * wp * C);
@@ -547,7 +547,7 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   const auto g_img = static_cast<std::ptrdiff_t>(g.out_h * g.out_w * OC);
   const auto g_px = static_cast<std::ptrdiff_t>(OC);
   // One task per chunk of images (its padded copy made by the task, in cache), into the chunk's own partial sums.
-  detail::parallel_tasks(chunks, [&](std::size_t t) {
+  ::mwstrat::detail::parallel_tasks(chunks, [&](std::size_t t) {
     const std::size_t n0 = t * chunk;
     const std::size_t images = std::min(g.batch, n0 + chunk) - n0;
     const float* padded = staged.stage(n0, images);
@@ -571,7 +571,7 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
     for (std::size_t r = 0; r < m; ++r)
       for (std::size_t f = 0; f < OC; ++f) bsum[f] += go[r * OC + f];
   });
-  detail::parallel_chunks(stride, 4096, [&](std::size_t i0, std::size_t i1) {
+  ::mwstrat::detail::parallel_chunks(stride, 4096, [&](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) {
       float s = part[i];
       for (std::size_t t = 1; t < chunks; ++t) s += part[t * stride + i];

@@ -26,10 +26,10 @@ enum class conv2d_path { automatic, reference };
 /// allocates again.
 struct conv2d_workspace {
   conv2d_path path = conv2d_path::automatic;
-  detail::aligned_vector<float> buffer_a, buffer_b, buffer_c;
+  ::mwstrat::detail::aligned_vector<float> buffer_a, buffer_b, buffer_c;
   std::vector<std::ptrdiff_t> taps;
 
-  static float* ensure(detail::aligned_vector<float>& v, std::size_t n) {
+  static float* ensure(::mwstrat::detail::aligned_vector<float>& v, std::size_t n) {
     if (v.size() < n) v.resize(n);
     return v.data();
   }
