@@ -163,7 +163,7 @@ class distributed_batches {
   [[nodiscard]] std::size_t per_worker_batch() const noexcept { return batch_; }
   /// G.
   [[nodiscard]] std::size_t global_batch() const noexcept { return options_.global_batch; }
-  /// Floats per example (rows × cols).
+  /// Floats per example (rows × cols × channels).
   [[nodiscard]] std::size_t example_size() const noexcept { return set_.example_size(); }
   /// What the sharding policy resolved to.
   [[nodiscard]] shard_mode mode() const noexcept { return mode_; }
