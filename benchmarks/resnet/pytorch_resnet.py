@@ -29,10 +29,12 @@ standardization, test examples the standardization only.
 """
 import argparse
 import datetime
+import faulthandler
 import json
 import math
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -199,6 +201,7 @@ def peak_rss_mib():
 
 
 def worker(a):
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: every thread's Python stack
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     port = int(os.environ.get("MASTER_PORT", "29500"))
     torch.set_num_threads(a.threads)
