@@ -75,10 +75,11 @@ def read_batches(data_dir, names):
 
 
 def standardize(x):
-    """tf.image.per_image_standardization per image of x (float [B, C, H, W] in [0, 1])."""
+    """tf.image.per_image_standardization per image of x (float [B, C, H, W] in [0, 1]). TensorFlow standardizes the
+    uint8 values cast to float (0..255): its floor 1/sqrt(N) is 1/(255·sqrt(N)) here."""
     n = x[0].numel()
     mean = x.mean(dim=(1, 2, 3), keepdim=True)
-    std = x.var(dim=(1, 2, 3), unbiased=False, keepdim=True).sqrt().clamp_min(1.0 / math.sqrt(n))
+    std = x.var(dim=(1, 2, 3), unbiased=False, keepdim=True).sqrt().clamp_min(1.0 / (255.0 * math.sqrt(n)))
     return (x - mean) / std
 
 

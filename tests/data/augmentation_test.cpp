@@ -132,8 +132,8 @@ TEST(ImageAugmentation, DrawsAreAPureFunctionOfSeedEpochIndex) {
 }
 
 TEST(ImageAugmentation, PerImageStandardization) {
-  // A 4 × 4 × 1 image of 0, 51, 102, 255 four times (scaled: 0, 0.2, 0.4, 1): mean 0.4, population std
-  // sqrt(0.14) = 0.374, above the floor 1/sqrt(16) = 0.25.
+  // A 4 × 4 × 1 image of 0, 51, 102, 255 four times (as fractions of 255: 0, 0.2, 0.4, 1): mean 0.4, population
+  // std sqrt(0.14), so (x - mean) / std is scale-free; far above the floor 1/sqrt(16) on 0..255 values.
   std::vector<std::uint8_t> pixels;
   for (int k = 0; k < 4; ++k) {
     pixels.insert(pixels.end(), {0, 51, 102, 255});
@@ -150,11 +150,18 @@ TEST(ImageAugmentation, PerImageStandardization) {
   for (std::size_t i = 0; i < 16; ++i) {
     EXPECT_NEAR(out[i], expected[i % 4], 1e-6) << i;
   }
-  // The same values in a 2 × 2 image: std 0.374 is below the floor 1/sqrt(4) = 0.5, which divides instead.
+  // TensorFlow standardizes the pixel values as they are (0..255), so the floor 1/sqrt(N) only bites on nearly flat
+  // images: 0, 0, 0, 1 has std sqrt(3)/4 = 0.433 < 1/sqrt(4), and the floor 0.5 divides (on [0, 1] values the std
+  // would be 0.0017 and the floor would divide there too, giving other numbers).
+  const data::labeled_images almost({0, 0, 0, 1}, {0}, data::image_shape{2, 2, 1});
+  aug(almost, 0, 0, out);
+  EXPECT_NEAR(out[0], -0.25 / 0.5, 1e-6);
+  EXPECT_NEAR(out[3], 0.75 / 0.5, 1e-6);
+  // Above the floor the scale does not matter: 0, 51, 102, 255 in a 2 × 2 image is the 4 × 4 case again.
   const data::labeled_images small({0, 51, 102, 255}, {0}, data::image_shape{2, 2, 1});
   aug(small, 0, 0, out);
-  EXPECT_NEAR(out[0], -0.4 / 0.5, 1e-6);
-  EXPECT_NEAR(out[3], 0.6 / 0.5, 1e-6);
+  EXPECT_NEAR(out[0], expected[0], 1e-6);
+  EXPECT_NEAR(out[3], expected[3], 1e-6);
   // A flat image: stddev 0, so the floor divides (x - mean) = 0: all zeros, no NaN.
   const data::labeled_images flat({7, 7, 7, 7}, {0}, data::image_shape{2, 2, 1});
   aug(flat, 0, 0, out);
@@ -164,8 +171,8 @@ TEST(ImageAugmentation, PerImageStandardization) {
 }
 
 TEST(ImageAugmentation, StandardizationCountsThePaddedZeros) {
-  // A 2 × 4 × 1 image of 255s, pad 2, the crop shifted left by two (left = 4): each row 255 255 0 0, so mean 0.5
-  // and std 0.5 (above the floor 1/sqrt(8)): ±1.
+  // A 2 × 4 × 1 image of 255s, pad 2, the crop shifted left by two (left = 4): each row 255 255 0 0, so mean 127.5
+  // and std 127.5: ±1.
   const data::labeled_images set(std::vector<std::uint8_t>(8, 255), {0}, data::image_shape{2, 4, 1});
   data::augmentation_options o;
   o.pad = 2;

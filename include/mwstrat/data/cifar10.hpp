@@ -45,8 +45,8 @@ struct cifar10_options {
 
 /// Reads one batch file in the official layout (exactly `records` records), appending its images (converted to
 /// HWC) and labels. Throws io_error when it cannot be opened, data_error naming the file and record otherwise.
-inline void read_cifar10_batch(const std::filesystem::path& file, std::size_t records, std::vector<std::uint8_t>& pixels,
-                               std::vector<std::int64_t>& labels) {
+inline void read_cifar10_batch(const std::filesystem::path& file, std::size_t records,
+                               std::vector<std::uint8_t>& pixels, std::vector<std::int64_t>& labels) {
   constexpr std::size_t plane = 32 * 32;
   constexpr std::size_t record_size = 1 + 3 * plane;
   const std::string name = file.string();

@@ -207,9 +207,9 @@ class distributed_batches {
   }
 
   /// Fills this worker's part of the step at `at`: images as floats in [0, 1] (count × example_size, row-major;
-  /// or what the options' transform writes) and int64 labels; returns count (B on a full step, fewer or 0 on a partial last one; the rest of the
-  /// buffers is left as it was). The buffers need room for B examples. Does not move the cursor; allocates
-  /// nothing.
+  /// or what the options' transform writes) and int64 labels; returns count (B on a full step, fewer or 0 on a
+  /// partial last one; the rest of the buffers is left as it was). The buffers need room for B examples. Does not
+  /// move the cursor; allocates nothing (nor may the transform).
   std::size_t fill(const data_cursor& at, std::span<float> images, std::span<std::int64_t> labels) {
     check_room(images.size(), batch_ * set_.example_size(), "image");
     check_room(labels.size(), batch_, "label");

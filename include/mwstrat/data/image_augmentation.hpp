@@ -8,8 +8,8 @@
 ///      random_flip_left_right);
 ///   2. normalise, one of
 ///        - `per_image_standardization`: (x − mean) / max(stddev, 1/√N) over the image's N = rows·cols·channels
-///          values (tf.image.per_image_standardization, on pixels scaled to [0, 1] as TensorFlow 2 converts
-///          uint8 images before standardizing; the padded zeros of a crop count, as in TensorFlow's order),
+///          values (tf.image.per_image_standardization; like it, on the pixel values 0..255 as they are, which only
+///          matters for the floor 1/√N; the padded zeros of a crop count, as in TensorFlow's order),
 ///        - `per_channel`: (x/255 − mean[c]) / std[c], mean and std given or measured on the training set
 ///          (`channel_statistics`),
 ///        - `unit_range`: x / 255 (what the pipeline does without a transform).
@@ -23,8 +23,9 @@
 ///     data::distribution_options o;                         // global batch, workers, shuffle seed, ...
 ///     o.transform = data::image_augmentation(aug).transform();
 ///     mwstrat::distributed_input train(data::distributed_batches(train_set, o));
-///     auto test = data::distributed_batches::for_evaluation(test_set, g, n, w, data::data_shard{},
-///                                                           data::image_augmentation(aug.for_evaluation()).transform());
+///     const auto eval = data::image_augmentation(aug.for_evaluation());   // standardization only
+///     mwstrat::distributed_input test(
+///         data::distributed_batches::for_evaluation(test_set, g, n, w, data::data_shard{}, eval.transform()));
 
 #include <mwstrat/data/distributed.hpp>
 #include <mwstrat/data/labeled_images.hpp>
@@ -44,7 +45,7 @@ namespace mwstrat::data {
 
 /// How pixels become floats after the geometric augmentation.
 enum class image_normalization {
-  per_image_standardization,  ///< (x − mean) / max(stddev, 1/√N) per image (TensorFlow's)
+  per_image_standardization,  ///< (x − mean) / max(stddev, 1/√N) per image, x in 0..255 (TensorFlow's)
   per_channel,                ///< (x/255 − mean[c]) / std[c] with fixed per-channel statistics
   unit_range,                 ///< x / 255
 };
@@ -170,6 +171,9 @@ class image_augmentation {
                                        " channel statistics for images of " + std::to_string(ch) + " channels");
     }
     const std::size_t pad = options_.pad;
+    // TensorFlow standardizes the uint8 values cast to float (0..255); the other modes start from x / 255.
+    const float scale =
+        options_.normalization == image_normalization::per_image_standardization ? 1.0F : 1.0F / 255.0F;
     for (std::size_t y = 0; y < rows; ++y) {
       // Row y of the crop is row (top + y − pad) of the image; outside it, zeros.
       const std::size_t py = d.top + y;
@@ -182,7 +186,7 @@ class image_augmentation {
         if (inside) {
           const std::uint8_t* p = pixels.data() + ((py - pad) * cols + (px - pad)) * ch;
           for (std::size_t c = 0; c < ch; ++c) {
-            o[c] = static_cast<float>(p[c]) * (1.0F / 255.0F);
+            o[c] = static_cast<float>(p[c]) * scale;
           }
         } else {
           std::fill_n(o, ch, 0.0F);
