@@ -2,6 +2,10 @@
 // and layouts, with the architecture (contract 1) in the metadata; load_model reads such files whoever wrote them
 // and refuses another architecture without touching the model. Backups keep the arena layout.
 #include <mwstrat/checkpoint/safetensors.hpp>
+#include <mwstrat/collective/local/local_collective.hpp>
+#include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/train/callbacks/model_checkpoint.hpp>
+#include <mwstrat/train/train_context.hpp>
 #include <mwstrat/nn/model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/train/saved_model.hpp>
@@ -154,6 +158,27 @@ TEST(saved_keras_model, a_file_with_only_keras_tensors_loads_and_a_missing_or_mi
         << e.what();
   }
   EXPECT_TRUE(std::ranges::equal(before, c.parameters()));
+}
+
+TEST(saved_keras_model, model_checkpoint_files_have_the_keras_layout_and_load_back) {
+  temp_dir dir;
+  spawn_ranks(1, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    auto model = small_cnn(4);
+    nn::adam opt(0.01);
+    model_checkpoint cb({.filepath = (dir.path() / "ckpt-{epoch:02d}.safetensors").string(), .monitor = "loss"});
+    train_context<mirrored_strategy<local_collective&>, nn::sequential, nn::adam> ctx(strategy, model, opt);
+    epoch_logs logs;
+    logs.loss = 1.0;
+    cb.on_epoch_end(ctx, 0, logs);
+    const auto file = safetensors_file::open(dir.path() / "ckpt-01.safetensors");
+    ASSERT_NE(file.find("dense/kernel"), nullptr);
+    EXPECT_EQ(file.find("dense/kernel")->shape, (std::vector<std::int64_t>{144, 16}));
+    EXPECT_TRUE(file.metadata().contains(std::string(architecture_metadata_key)));
+    auto again = small_cnn(8);
+    load_weights(dir.path() / "ckpt-01.safetensors", again);
+    EXPECT_TRUE(std::ranges::equal(model.parameters(), again.parameters()));
+  });
 }
 
 }  // namespace
