@@ -20,6 +20,10 @@ CASES = {
     "rmsprop": lambda: keras.optimizers.RMSprop(0.01),
     "rmsprop_centered_momentum": lambda: keras.optimizers.RMSprop(0.01, rho=0.8, momentum=0.5, centered=True),
     "adagrad": lambda: keras.optimizers.Adagrad(0.1, initial_accumulator_value=0.2, epsilon=1e-6),
+    # Large epsilons: where epsilon enters (inside or outside the square root) shows in the results.
+    "adagrad_large_epsilon": lambda: keras.optimizers.Adagrad(0.1, initial_accumulator_value=0.2, epsilon=0.5),
+    "rmsprop_large_epsilon": lambda: keras.optimizers.RMSprop(0.01, epsilon=0.3),
+    "adam_large_epsilon": lambda: keras.optimizers.Adam(0.01, epsilon=0.2),
     # Two variables (the first two and the last three values): the global norm is taken over both.
     "sgd_global_clipnorm": lambda: keras.optimizers.SGD(0.1, global_clipnorm=0.5),
     "sgd_clipvalue": lambda: keras.optimizers.SGD(0.1, clipvalue=0.25),
