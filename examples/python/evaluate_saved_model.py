@@ -136,7 +136,11 @@ def main():
     args = parser.parse_args()
 
     with safe_open(args.model, framework="numpy") as f:
-        layers = json.loads(f.metadata()["mwstrat.architecture"])
+        metadata = f.metadata() or {}
+    if "mwstrat.architecture" not in metadata:
+        raise SystemExit(f"{args.model}: no mwstrat.architecture in the metadata (a backup, or a model saved by an "
+                         "older mwstrat: load and save it again with save_model)")
+    layers = json.loads(metadata["mwstrat.architecture"])
     weights = {k: v for k, v in load_file(args.model).items() if not k.startswith("optimizer/")}
     images, labels = load_mnist_test(args.mnist_dir)
     x = images.reshape((len(images),) + tuple(layers[0]["config"]["batch_shape"][1:]))
