@@ -30,6 +30,7 @@ struct flags {
   int threads = 1;
   std::string model_dir;
   std::string backup_dir;
+  std::string tensorboard_dir;  // --tensorboard DIR: TensorBoard event files (chief only); empty: none
   std::string save_freq = "epoch";
   double connect_timeout_s = 60;
   double op_timeout_s = 60;
@@ -74,7 +75,7 @@ struct fault_injector {
             << "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
                "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
                "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
-               "  [--no-test] [--kill-at-step N [--kill-rank R]]\n";
+               "  [--no-test] [--kill-at-step N [--kill-rank R]] [--tensorboard DIR]\n";
   std::exit(2);
 }
 
@@ -106,6 +107,7 @@ flags parse(int argc, char** argv) {
     else if (a == "--seed") f.seed = count(value());
     else if (a == "--threads") f.threads = static_cast<int>(count(value()));
     else if (a == "--model-dir") f.model_dir = value();
+    else if (a == "--tensorboard") f.tensorboard_dir = value();
     else if (a == "--backup-dir") f.backup_dir = value();
     else if (a == "--save-freq") f.save_freq = value();
     else if (a == "--connect-timeout") f.connect_timeout_s = number(value());
@@ -145,15 +147,16 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy, Opt
   options.steps_per_epoch = f.steps_per_epoch;
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
+  mwstrat::tensorboard board({.log_dir = f.tensorboard_dir, .update_freq = 10});
   std::optional<mwstrat::backup_and_restore> backup;
   if (!f.backup_dir.empty()) {
     backup.emplace(mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
   }
   fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr};
   if (backup) {
-    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, *backup, fault);
+    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, *backup, fault, board);
   } else {
-    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, fault);
+    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, fault, board);
   }
 
   if (!f.model_dir.empty()) {

@@ -146,6 +146,20 @@ fetch_cifar10() {
   done
 }
 
+# python_test_venv: a virtual environment at $MWSTRAT_CACHE/py-venv with what the Python interop tests use
+# (examples/python: safetensors, numpy; the TensorBoard test: tensorboard's own event reader), made once with pip
+# from Debian's python3 (python3-venv is in the list).
+MWSTRAT_PY_VENV="$MWSTRAT_CACHE/py-venv"
+python_test_venv() {
+  if "$MWSTRAT_PY_VENV/bin/python" -c 'import safetensors, numpy, tensorboard' 2>/dev/null; then
+    log "Python test environment present in $MWSTRAT_PY_VENV"
+    return
+  fi
+  log "making the Python test environment in $MWSTRAT_PY_VENV (pip: safetensors numpy tensorboard)"
+  /usr/bin/python3 -m venv "$MWSTRAT_PY_VENV"
+  "$MWSTRAT_PY_VENV/bin/pip" install -q safetensors numpy tensorboard
+}
+
 # --- scripts/bench only (added after the functions above, which demo and test use unchanged) ---
 
 # What the benchmark comparisons need beyond MWSTRAT_PACKAGES: PyTorch (DDP and the reference CNN's peer), from
