@@ -11,4 +11,8 @@ namespace mwstrat::test {
 /// This test executable's path: `self + " tcp-sink PORT"` and `self + " tcp-source ..."` run main.cpp's tools.
 extern std::string self;
 
+#ifdef MWSTRAT_EXAMPLE_MNIST_MPI
+inline const std::string example_mpi = MWSTRAT_EXAMPLE_MNIST_MPI;  ///< the example built with --collective mpi
+#endif
+
 }  // namespace mwstrat::test

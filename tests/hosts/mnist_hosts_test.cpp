@@ -35,6 +35,28 @@ TEST(mnist_hosts, two_hosts_with_a_worker_each_train_the_same_model_as_loopback_
       << "two simulated hosts and one machine give different models";
 }
 
+// As mpirun on two machines would start them: Open MPI's variables and no TF_CONFIG; the workers meet through
+// mpi_resolver's rendezvous on h1 and train with the ring, as they would with TF_CONFIG.
+TEST(mnist_hosts, workers_started_as_by_mpirun_meet_through_the_rendezvous_on_the_first_host) {
+  MWSTRAT_REQUIRE_SIMULATED_HOSTS();
+  scratch_dir dir;
+  simulated_hosts hosts(2, "1gbit");
+  auto mpi_env = [&](int rank) {
+    return "env -u TF_CONFIG OMPI_COMM_WORLD_RANK=" + std::to_string(rank) +
+           " OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_SIZE=1 MWSTRAT_RENDEZVOUS=" + hosts.address(1) + ":29400 ";
+  };
+  process w1(hosts.on(2, mpi_env(1) + example + short_run), 240);
+  process w0(hosts.on(1, mpi_env(0) + example + short_run + " --model-dir " + (dir / "mpi")), 240);
+  const auto r0 = w0.finish();
+  const auto r1 = w1.finish();
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_NE(r0.output.find("rank 0: started: tcp://10.77.0.1:"), std::string::npos) << r0.output;
+  const auto loopback = run(launcher + " -n 2 -- " + example + short_run + " --model-dir " + (dir / "loopback"), 240);
+  ASSERT_EQ(loopback.exit_code, 0) << loopback.output;
+  EXPECT_EQ(read_file(dir.path() / "mpi" / "model.safetensors"), read_file(dir.path() / "loopback" / "model.safetensors"));
+}
+
 TEST(mnist_hosts, launch_places_two_workers_on_each_of_two_hosts) {
   MWSTRAT_REQUIRE_SIMULATED_HOSTS();
   scratch_dir dir;

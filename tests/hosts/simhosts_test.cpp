@@ -12,6 +12,13 @@ namespace {
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
 
+// `prefix` and this process's id (appended: GCC 12 -O3 warns falsely on "literal" + std::to_string(...)).
+std::string with_pid(const char* prefix) {
+  std::string s = prefix;
+  s += std::to_string(::getpid());
+  return s;
+}
+
 std::string ip_links() { return run("ip -o link show | sed 's/ qlen [0-9]*//'", 30).output; }
 std::string namespaces_of(const std::string& set) { return run("ip netns list | grep -- '-" + set + "-' || true", 30).output; }
 
@@ -104,14 +111,14 @@ TEST(simhosts, down_removes_everything_and_never_touches_the_machines_interfaces
 
 TEST(simhosts, run_removes_what_it_made_when_the_command_fails_or_is_killed) {
   MWSTRAT_REQUIRE_SIMULATED_HOSTS();
-  const std::string failing = "hr" + std::to_string(::getpid());
+  const std::string failing = with_pid("hr");
   const auto f = run("'" + simhosts_script + "' --name " + failing + " run 2 -- sh -c 'ip netns list | grep -c " +
                          failing + "; exit 3'",
                      60);
   EXPECT_EQ(f.exit_code, 3) << f.output;
   EXPECT_EQ(f.output, "3\n") << "two hosts and a bridge while the command ran";
   EXPECT_EQ(namespaces_of(failing), "");
-  const std::string killed = "hk" + std::to_string(::getpid());
+  const std::string killed = with_pid("hk");
   const auto k = run("timeout -s TERM 3 '" + simhosts_script + "' --name " + killed + " run 2 -- sleep 60", 60);
   EXPECT_EQ(k.exit_code, 124) << k.output;
   EXPECT_EQ(namespaces_of(killed), "");
@@ -120,7 +127,7 @@ TEST(simhosts, run_removes_what_it_made_when_the_command_fails_or_is_killed) {
 
 TEST(simhosts, bad_arguments_are_named) {
   MWSTRAT_REQUIRE_SIMULATED_HOSTS();
-  const auto rate = run("'" + simhosts_script + "' --name bad" + std::to_string(::getpid()) + " up 2 --rate fast", 30);
+  const auto rate = run("'" + simhosts_script + "' --name " + with_pid("bad") + " up 2 --rate fast", 30);
   EXPECT_EQ(rate.exit_code, 1);
   EXPECT_NE(rate.output.find("rate 'fast' is not <number>bit|kbit|mbit|gbit"), std::string::npos) << rate.output;
   const auto count = run("'" + simhosts_script + "' up 2 --rate 1gbit,1gbit,1gbit", 30);
@@ -129,7 +136,7 @@ TEST(simhosts, bad_arguments_are_named) {
   const auto host = run(hosts.script() + " exec h2 -- true", 30);
   EXPECT_EQ(host.exit_code, 1);
   EXPECT_NE(host.output.find("no host 'h2' in set '" + hosts.name() + "' (h1..h1)"), std::string::npos) << host.output;
-  const auto none = run("'" + simhosts_script + "' --name nosuch" + std::to_string(::getpid()) + " exec h1 -- true", 30);
+  const auto none = run("'" + simhosts_script + "' --name " + with_pid("nosuch") + " exec h1 -- true", 30);
   EXPECT_NE(none.output.find("not up?"), std::string::npos) << none.output;
 }
 

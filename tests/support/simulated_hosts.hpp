@@ -43,7 +43,11 @@ class simulated_hosts {
   /// `hosts` hosts h1..hH; `rate`: one tc rate for every link ("10gbit") or one per host ("1gbit,10gbit").
   explicit simulated_hosts(int hosts, const std::string& rate = "10gbit") : hosts_(hosts) {
     static std::atomic<int> counter{0};
-    name_ = "t" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+    // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, falsely) on "literal" + std::to_string(...).
+    name_ = "t";
+    name_ += std::to_string(::getpid());
+    name_ += '_';
+    name_ += std::to_string(counter++);
     run("'" + simhosts_script + "' gc", 60);  // sets of test runs that were killed
     const auto r = run("'" + simhosts_script + "' --name " + name_ + " up " + std::to_string(hosts) + " --rate " +
                            rate + " --owner " + std::to_string(::getpid()),
@@ -63,7 +67,11 @@ class simulated_hosts {
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] int size() const noexcept { return hosts_; }
   /// "h1".."hH".
-  [[nodiscard]] static std::string host(int k) { return "h" + std::to_string(k); }
+  [[nodiscard]] static std::string host(int k) {
+    std::string name = "h";
+    name += std::to_string(k);
+    return name;
+  }
   /// Host k's address (1-based), e.g. 10.77.0.2.
   [[nodiscard]] const std::string& address(int k) const { return addresses_.at(static_cast<std::size_t>(k - 1)); }
   /// `simhosts --name NAME`, to build command lines with (e.g. for mwstrat-launch --simhosts).
