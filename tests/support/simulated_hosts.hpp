@@ -56,7 +56,10 @@ class simulated_hosts {
     for (int k = 1; k <= hosts; ++k) {
       auto a = run(script() + " addr " + host(k), 30);
       while (!a.output.empty() && a.output.back() == '\n') a.output.pop_back();
-      if (a.exit_code != 0) throw std::runtime_error("simhosts addr " + host(k) + " failed: " + a.output);
+      if (a.exit_code != 0) {
+        run(script() + " down", 120);  // the destructor will not run
+        throw std::runtime_error("simhosts addr " + host(k) + " failed: " + a.output);
+      }
       addresses_.push_back(a.output);
     }
   }
