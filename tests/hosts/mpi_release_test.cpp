@@ -65,6 +65,27 @@ TEST(mpi_release, the_mpi_collective_trains_the_mnist_example_through_fit) {
   }
 }
 
+// mpirun itself across two simulated hosts: started on h1, it reaches h2 through simhosts as its rsh agent; the
+// ranks meet through the rendezvous on h1 and train the model the loopback job trains.
+TEST(mpi_release, mpirun_across_two_simulated_hosts_trains_the_loopback_model) {
+  MWSTRAT_REQUIRE_SIMULATED_HOSTS();
+  scratch_dir dir;
+  simulated_hosts hosts(2, "1gbit");
+  const std::string across = mpirun(2) + "--host " + hosts.address(1) + ":1," + hosts.address(2) + ":1" +
+                             " --mca plm_rsh_agent \"" + hosts.script() + " rsh\" -x MWSTRAT_RENDEZVOUS=" +
+                             hosts.address(1) + ":29400 ";
+  const auto where = run(hosts.on(1, across + "sh -c 'echo rank $OMPI_COMM_WORLD_RANK on $SIMHOSTS_HOST'"), 120);
+  ASSERT_EQ(where.exit_code, 0) << where.output;
+  EXPECT_NE(where.output.find("rank 0 on h1"), std::string::npos) << where.output;
+  EXPECT_NE(where.output.find("rank 1 on h2"), std::string::npos) << where.output;
+  const auto m = run(hosts.on(1, across + example + flags + " --model-dir " + (dir / "mpirun")), 600);
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_NE(m.output.find("[mwstrat.ring] rank 0: started: tcp://10.77.0.1:"), std::string::npos) << m.output;
+  const auto l = run(launcher + " -n 2 -- " + example + flags + " --model-dir " + (dir / "launch"), 600);
+  ASSERT_EQ(l.exit_code, 0) << l.output;
+  EXPECT_EQ(read_file(dir.path() / "mpirun" / "model.safetensors"), read_file(dir.path() / "launch" / "model.safetensors"));
+}
+
 TEST(mpi_release, a_bad_collective_is_named) {
   const auto r = run(example + " --collective mpi", 30);
   EXPECT_EQ(r.exit_code, 2);
