@@ -72,7 +72,8 @@ TEST(mpi_release, mpirun_across_two_simulated_hosts_trains_the_loopback_model) {
   scratch_dir dir;
   simulated_hosts hosts(2, "1gbit");
   const std::string across = mpirun(2) + "--host " + hosts.address(1) + ":1," + hosts.address(2) + ":1" +
-                             " --mca plm_rsh_agent \"" + hosts.script() + " rsh\" -x MWSTRAT_RENDEZVOUS=" +
+                             " --mca plm_rsh_agent \"" + simhosts_script + " --name " + hosts.name() + " rsh\"" +
+                             " -x MWSTRAT_RENDEZVOUS=" +
                              hosts.address(1) + ":29400 ";
   const auto where = run(hosts.on(1, across + "sh -c 'echo rank $OMPI_COMM_WORLD_RANK on $SIMHOSTS_HOST'"), 120);
   ASSERT_EQ(where.exit_code, 0) << where.output;
