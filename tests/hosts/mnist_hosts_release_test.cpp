@@ -30,7 +30,7 @@ TEST(mnist_hosts_release, a_dead_host_is_named_and_the_relaunched_job_resumes_by
   // SIGKILLed at once).
   const std::string job = example + resumable + " --backup-dir " + (dir / "backup") + " --model-dir " + (dir / "model");
   auto workers = start_two_by_two(hosts, two_by_two(hosts), job);
-  ASSERT_TRUE(wait_for(dir.path() / "backup" / "ckpt.index.json", 300)) << "training never wrote a backup";
+  ASSERT_TRUE(wait_for(dir.path() / "backup" / "backup.index.json", 300)) << "training never wrote a backup";
   hosts.kill_all(2);
   for (int rank = 0; rank < 4; ++rank) {
     const auto r = workers[static_cast<std::size_t>(rank)]->finish();
