@@ -83,8 +83,7 @@ struct fault_injector {
             << "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
                "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
                "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
-               "  [--no-test] [--kill-at-step N [--kill-rank R]] [--tensorboard DIR] [--collective ring|mpi]
-";
+               "  [--no-test] [--kill-at-step N [--kill-rank R]] [--tensorboard DIR] [--collective ring|mpi]\n";
   std::exit(2);
 }
 
