@@ -9,18 +9,22 @@
 /// from the strategy's `gradient_sync_options`. Metrics are reduced weighted by examples. Before the first step
 /// the workers compare model fingerprints and the chief's parameters are broadcast.
 
+#include <mwstrat/data/cursor.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/strategy/gradient_sync.hpp>
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/preemption.hpp>
 #include <mwstrat/train/train_context.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -35,6 +39,9 @@ struct fit_options {
   int initial_epoch = 0;              ///< the epoch to start from
   std::size_t validation_steps = 0;   ///< 0: the whole validation set
   int validation_freq = 1;            ///< validate after every n-th epoch
+  /// Catch SIGTERM and SIGINT while training: the job stops at the next step boundary on every worker and `fit`
+  /// throws `preempted` (train/preemption.hpp). false: the signals keep their dispositions.
+  bool catch_preemption_signals = true;
 };
 
 /// A validation set for `fit` that is never used: the default.
@@ -42,13 +49,47 @@ struct no_validation {};
 
 namespace detail {
 
-// Reduces [loss_sum, correct, count] over the workers.
+// Reduces [loss_sum, correct, count] over the workers; `preempt_vote` rides along (summed in the same reduction) and
+// comes back true when any worker voted.
 template <class Strategy, class R>
-batch_stats reduce_stats(Strategy& strategy, const R& r) {
-  std::array<double, 3> v{static_cast<double>(r.loss_sum), static_cast<double>(r.correct),
-                          static_cast<double>(r.count)};
-  strategy.sum_metrics(std::span<double>(v));
+batch_stats reduce_stats(Strategy& strategy, const R& r, bool* preempt_vote = nullptr) {
+  std::array<double, 4> v{static_cast<double>(r.loss_sum), static_cast<double>(r.correct),
+                          static_cast<double>(r.count), preempt_vote && *preempt_vote ? 1.0 : 0.0};
+  strategy.sum_metrics(std::span<double>(v).first(preempt_vote ? 4 : 3));
+  if (preempt_vote) *preempt_vote = v[3] > 0;
   return {v[0], v[1], v[2]};
+}
+
+// The workers' agreement at a step or epoch boundary: every worker learns whether any of them asked to stop
+// (a callback's `stop_training`) or was preempted. One all-reduce of two numbers.
+struct stop_decision {
+  bool stop = false;
+  bool preempt = false;
+};
+template <class Strategy>
+stop_decision agree_to_stop(Strategy& strategy, bool stop, bool preempt) {
+  std::array<double, 2> v{stop ? 1.0 : 0.0, preempt ? 1.0 : 0.0};
+  strategy.sum_metrics(std::span<double>(v));
+  return {v[0] > 0, v[1] > 0};
+}
+
+// A callback that can set stop_training between steps: then fit agrees on it after every step.
+template <class C, class Ctx>
+concept has_batch_hooks = has_on_train_batch_begin<C, Ctx> || has_on_train_batch_end<C, Ctx>;
+
+// The number of examples in a batch, when its type says (`size`, `count` or `size()`), so that an evaluation
+// step that gives a worker nothing skips the model instead of handing it an empty batch.
+template <class B>
+std::optional<std::size_t> examples_in(const B& b) {
+  if constexpr (requires { { b.size } -> std::convertible_to<std::size_t>; }) {
+    return static_cast<std::size_t>(b.size);
+  } else if constexpr (requires { { b.count } -> std::convertible_to<std::size_t>; }) {
+    return static_cast<std::size_t>(b.count);
+  } else if constexpr (requires { { b.size() } -> std::convertible_to<std::size_t>; }) {
+    return static_cast<std::size_t>(b.size());
+  } else {
+    return std::nullopt;
+  }
 }
 
 template <class Strategy>
@@ -59,7 +100,10 @@ template <class Strategy>
 }  // namespace detail
 
 /// Evaluates `model` on `data` across all workers: every worker runs the same number of steps on its shard and the
-/// loss and accuracy are weighted by the examples each saw. `steps` = 0 runs the whole dataset.
+/// loss and accuracy are weighted by the examples each saw. `steps` = 0 runs the whole dataset. Any number of
+/// workers evaluates any data-set size: a worker whose share of a step is empty (the last, partial batch of a
+/// set not divisible by the workers, or a set smaller than they are) skips the model for that step and adds
+/// nothing, so the result is the one-worker result.
 template <strategy Strategy, batch_source Data, class Model>
   requires trainable_model<Model, batch_of<Data>>
 evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t steps = 0) {
@@ -67,6 +111,7 @@ evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t st
   batch_stats local;
   for (std::size_t s = 0; s < n; ++s) {
     const auto& batch = data.batch_at(0, s);
+    if (const auto n_examples = detail::examples_in(batch); n_examples && *n_examples == 0) continue;
     local += evaluate_on_batch(model, batch);
   }
   const batch_stats all = detail::reduce_stats(strategy, local);
@@ -75,6 +120,18 @@ evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t st
 
 /// Trains `model` with `optimizer` on `train` for `options.epochs`, validating on `validation` (when it is not
 /// `no_validation`) every `validation_freq` epochs; calls `callbacks` in Keras's order. Returns the history.
+///
+/// The training data is read as a repeated pipeline (tf.data's `.repeat()`): global step g of the run reads step
+/// g mod P of pass ⌊g / P⌋ (P = `train.steps_per_epoch()`, one pass; `data::stream_position`), so a
+/// `steps_per_epoch` longer than a pass continues into the next, reshuffled, pass, a shorter one continues where
+/// the last epoch stopped, and a resumed run reads exactly what the uninterrupted run would have read.
+///
+/// Stopping: a callback may set `ctx.stop_training` on any worker (the chief alone, say); the workers agree at the
+/// step boundary (one all-reduce of two numbers after the batch hooks, only when some callback has them; once per
+/// epoch after `on_epoch_end`), so every worker stops after the same step. A SIGTERM or SIGINT to any worker
+/// (train/preemption.hpp) rides the same agreement and the step's metric reduction: every worker stops after the
+/// same step, the epoch is left unfinished (no validation, no `on_epoch_end`: a resume finishes it), `on_train_end`
+/// runs (BackupAndRestore writes its backup there) and `fit` throws `preempted`.
 template <strategy Strategy, class Model, optimizer_for Optimizer, batch_source Train, class Validation,
           class... Callbacks>
   requires trainable_model<Model, batch_of<Train>> &&
@@ -82,11 +139,13 @@ template <strategy Strategy, class Model, optimizer_for Optimizer, batch_source 
 history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train, Validation& validation,
             const fit_options& options, Callbacks&... callbacks) {
   using clock = std::chrono::steady_clock;
-  train_context<Strategy, Model, Optimizer> ctx(strategy, model, optimizer);
+  using context = train_context<Strategy, Model, Optimizer>;
+  constexpr bool agree_every_step = (detail::has_batch_hooks<Callbacks, context> || ...);
+  context ctx(strategy, model, optimizer);
   ctx.epochs = options.epochs;
-  ctx.steps_per_epoch = options.steps_per_epoch != 0 ? options.steps_per_epoch
-                                                     : static_cast<std::size_t>(train.steps_per_epoch());
-  if (ctx.steps_per_epoch == 0) detail::throw_fit_error(strategy, "the training dataset has no full global batch");
+  ctx.steps_per_pass = static_cast<std::size_t>(train.steps_per_epoch());
+  if (ctx.steps_per_pass == 0) detail::throw_fit_error(strategy, "the training dataset has no full global batch");
+  ctx.steps_per_epoch = options.steps_per_epoch != 0 ? options.steps_per_epoch : ctx.steps_per_pass;
   if (options.validation_freq < 1) {
     detail::throw_fit_error(strategy, "validation_freq: " + std::to_string(options.validation_freq) + " is not >= 1");
   }
@@ -103,6 +162,8 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
 
   auto sync = make_gradient_sync(strategy, model, optimizer);  // after mirroring: it may exchange facts
   history hist;
+  const preemption_signal_guard signals(options.catch_preemption_signals);
+  int signal_number = 0;  // the signal this worker received, for the `preempted` message
   detail::fire_train_begin(ctx, callbacks...);  // BackupAndRestore may move ctx to where a backup left off
 
   for (; ctx.epoch < options.epochs && !ctx.stop_training; ++ctx.epoch) {
@@ -114,17 +175,34 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
     while (ctx.step < ctx.steps_per_epoch && !ctx.stop_training) {
       const std::size_t step = ctx.step;
       detail::fire_batch_begin(ctx, step, callbacks...);
-      const auto& batch = train.batch_at(static_cast<std::size_t>(epoch), step);
+      const data::data_cursor at = data::stream_position(ctx.global_step(), ctx.steps_per_pass);
+      const auto& batch = train.batch_at(static_cast<std::size_t>(at.epoch), static_cast<std::size_t>(at.step));
       const auto result = sync.step([&](auto&& on_ready) {
         return train_on_batch(model, batch, std::forward<decltype(on_ready)>(on_ready));
       });
-      const batch_stats global = detail::reduce_stats(strategy, result);
+      bool preempt = preemption_requested();
+      if (preempt && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
+      const batch_stats global = detail::reduce_stats(strategy, result, &preempt);
       ctx.epoch_sums += global;
       ctx.step = step + 1;
       ++steps_run;
       const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss()};
       detail::fire_batch_end(ctx, step, logs, callbacks...);
+      if constexpr (agree_every_step) {
+        const bool late = !preempt && preemption_requested();
+        if (late && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
+        const detail::stop_decision d = detail::agree_to_stop(strategy, ctx.stop_training, preempt || late);
+        ctx.stop_training = d.stop;
+        preempt = d.preempt;
+      }
+      if (preempt) {
+        ctx.preempted = true;
+        ctx.stop_training = true;
+      }
     }
+    // Preempted before the epoch's last step: leave it unfinished, so that the resumed run finishes it exactly as
+    // the uninterrupted run would (validation, on_epoch_end and what callbacks decide there).
+    if (ctx.preempted && ctx.step < ctx.steps_per_epoch) break;
     epoch_logs logs;
     logs.epoch = epoch;
     logs.loss = ctx.epoch_sums.loss();
@@ -132,8 +210,9 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
     logs.seconds = std::chrono::duration<double>(clock::now() - started).count();
     logs.steps = steps_run;
     if constexpr (has_learning_rate<Optimizer>) logs.learning_rate = static_cast<double>(optimizer.learning_rate());
+    const bool finished_epoch = ctx.step == ctx.steps_per_epoch;
     if constexpr (batch_source<Validation>) {
-      if ((epoch + 1) % options.validation_freq == 0 && !ctx.stop_training) {
+      if ((epoch + 1) % options.validation_freq == 0 && (finished_epoch || !ctx.stop_training)) {
         detail::fire_test_begin(ctx, callbacks...);
         const evaluation val = evaluate(strategy, model, validation, options.validation_steps);
         detail::fire_test_end(ctx, val, callbacks...);
@@ -141,13 +220,29 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
         logs.val_accuracy = val.accuracy;
       }
     }
-    if (ctx.step == ctx.steps_per_epoch) ctx.step = 0;  // a stopped epoch keeps its position
+    if (finished_epoch) ctx.step = 0;  // a stopped epoch keeps its position
     hist.epochs.push_back(logs);
     detail::fire_epoch_end(ctx, epoch, logs, callbacks...);
+    // A callback's decision in on_epoch_end (EarlyStopping on the chief, say), or a signal during validation,
+    // reaches every worker before the next epoch.
+    const bool late = !ctx.preempted && preemption_requested();
+    if (late && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
+    const detail::stop_decision d = detail::agree_to_stop(strategy, ctx.stop_training, ctx.preempted || late);
+    ctx.stop_training = d.stop || d.preempt;
+    ctx.preempted = d.preempt;
     if (ctx.step != 0) break;  // stopped mid-epoch
   }
-  hist.stopped_early = ctx.stop_training;
+  // A preemption agreed after the last epoch came too late to stop anything: the run is complete.
+  if (ctx.preempted && ctx.epoch >= options.epochs) {
+    ctx.preempted = false;
+    ctx.stop_training = false;
+  }
+  hist.stopped_early = ctx.stop_training && !ctx.preempted;
   detail::fire_train_end(ctx, hist, callbacks...);
+  if (ctx.preempted) {
+    clear_preemption_request();
+    throw preempted(signal_number, ctx.epoch, ctx.global_step());
+  }
   return hist;
 }
 
