@@ -14,5 +14,6 @@
 #include <mwstrat/train/fit.hpp>
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/model_state.hpp>
+#include <mwstrat/train/preemption.hpp>
 #include <mwstrat/train/saved_model.hpp>
 #include <mwstrat/train/train_context.hpp>

@@ -64,7 +64,9 @@ class progress_logger {
   template <class Ctx>
   void on_epoch_end(Ctx& ctx, int, const epoch_logs& logs) {
     if (!enabled_) return;
-    std::string text = line(ctx.steps_per_epoch, ctx.steps_per_epoch, clock::now(), logs.loss, logs.accuracy);
+    // A stopped epoch keeps its position (ctx.step); a finished one is back at 0: the bar shows where it ended.
+    const std::size_t reached = ctx.step != 0 ? ctx.step : ctx.steps_per_epoch;
+    std::string text = line(reached, ctx.steps_per_epoch, clock::now(), logs.loss, logs.accuracy);
     if (logs.val_loss) text += " - val_loss: " + fixed4(*logs.val_loss);
     if (logs.val_accuracy) text += " - val_accuracy: " + fixed4(*logs.val_accuracy);
     *options_.out << (live_ ? "\r" : "") << prefix_ << text << '\n' << std::flush;
