@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -44,6 +45,8 @@ struct flags {
   std::size_t test_examples = 0;   // 0: the whole test set
   // The chief alone asks to stop after this global step: a stop decided on one worker reaches every worker.
   std::optional<std::uint64_t> stop_at_step;
+  // EarlyStopping on the training loss with this patience (epochs), restoring the best epoch's weights.
+  std::optional<int> early_stopping_patience;
 };
 
 // Sets stop_training on the chief only, after a chosen global step; fit makes every worker stop there too.
@@ -98,7 +101,7 @@ struct fault_injector {
                "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
                "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
                "  [--no-test] [--kill-at-step N [--kill-rank R]] [--train-examples N] [--test-examples N]\n"
-               "  [--stop-at-step N]\n"
+               "  [--stop-at-step N] [--early-stopping PATIENCE]\n"
                "SIGTERM or SIGINT stops every worker at the next step boundary (the chief backs up when --backup-dir is\n"
                "given); each then exits with status 75 (mwstrat::preempted_exit_code): restart the job to resume.\n";
   std::exit(2);
@@ -142,6 +145,7 @@ flags parse(int argc, char** argv) {
     else if (a == "--train-examples") f.train_examples = count(value());
     else if (a == "--test-examples") f.test_examples = count(value());
     else if (a == "--stop-at-step") f.stop_at_step = count(value());
+    else if (a == "--early-stopping") f.early_stopping_patience = static_cast<int>(count(value()));
     else usage("unknown flag '" + a + "'");
   }
   if (f.optimizer != "sgd" && f.optimizer != "adam") usage("--optimizer: '" + f.optimizer + "' is not sgd or adam");
@@ -181,11 +185,19 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy, Opt
   }
   fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr};
   chief_stops_at stop{f.stop_at_step};
+  // Keras's EarlyStopping(monitor="loss", patience=P, restore_best_weights=True); every worker runs it on the same
+  // reduced logs. Without the flag its patience is endless (it never stops).
+  mwstrat::early_stopping_options eo;
+  eo.monitor = "loss";
+  eo.patience = f.early_stopping_patience.value_or(std::numeric_limits<int>::max());
+  eo.restore_best_weights = f.early_stopping_patience.has_value();
+  eo.log = chief ? &std::cout : nullptr;
+  mwstrat::early_stopping early(eo);
   try {
     if (backup) {
-      mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, *backup, fault, stop);
+      mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, *backup, fault, stop, early);
     } else {
-      mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, fault, stop);
+      mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, fault, stop, early);
     }
   } catch (const mwstrat::preempted& p) {
     // Every worker stopped after the same step (and the chief's backup is on disk): ask to be restarted.

@@ -5,9 +5,11 @@
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/callbacks/backup_and_restore.hpp>
 #include <mwstrat/train/callbacks/csv_logger.hpp>
+#include <mwstrat/train/callbacks/early_stopping.hpp>
 #include <mwstrat/train/callbacks/learning_rate_scheduler.hpp>
 #include <mwstrat/train/callbacks/model_checkpoint.hpp>
 #include <mwstrat/train/callbacks/progress_logger.hpp>
+#include <mwstrat/train/callbacks/reduce_lr_on_plateau.hpp>
 #include <mwstrat/train/callbacks/terminate_on_nan.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/distributed_input.hpp>

@@ -116,4 +116,18 @@ TEST(preemption_example, evaluation_where_some_workers_get_nothing_equals_one_wo
   EXPECT_EQ(number_after(three.output, "[worker 0] test: loss=", " examples="), 10.0) << three.output;
 }
 
+TEST(preemption_example, early_stopping_flag_stops_both_workers_when_the_loss_stops_improving) {
+  // A rate of 0.5 makes this seed's loss rise in epoch 2: with patience 1 the job stops there, restoring epoch 1.
+  const auto r = run(launcher + " -n 2 -- " + example + " --data-dir " + mnist_dir +
+                         " --seed 7 --no-test --batch-size 4 --train-examples 16 --epochs 6 --steps-per-epoch 2"
+                         " --learning-rate 0.5 --early-stopping 1",
+                     300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[worker 0] Epoch 2: early stopping (loss did not improve for 1 epoch); restoring the "
+                          "weights of epoch 1"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("Epoch 3/6"), std::string::npos) << r.output;
+}
+
 }  // namespace

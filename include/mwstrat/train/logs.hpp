@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstddef>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace mwstrat {
@@ -58,6 +60,26 @@ struct epoch_logs {
   double seconds = 0;          ///< wall time of the epoch's training steps
   std::size_t steps = 0;       ///< steps run in this epoch by this process (fewer after a mid-epoch resume)
 };
+
+/// The value named `name` in `logs`, with Keras's names: `loss`, `accuracy`, `val_loss`, `val_accuracy`,
+/// `learning_rate` (also `lr`); nullopt when the logs do not have it (val_* without validation that epoch).
+[[nodiscard]] inline std::optional<double> logged_value(const epoch_logs& logs, std::string_view name) {
+  if (name == "loss") return logs.loss;
+  if (name == "accuracy" || name == "acc") return logs.accuracy;
+  if (name == "val_loss") return logs.val_loss;
+  if (name == "val_accuracy" || name == "val_acc") return logs.val_accuracy;
+  if (name == "learning_rate" || name == "lr") return logs.learning_rate;
+  return std::nullopt;
+}
+
+/// Whether a monitored quantity improves upward, from Keras's `mode` ("min", "max", or "auto": up for names with
+/// "acc" in them, down otherwise). Returns nullopt for any other mode string.
+[[nodiscard]] inline std::optional<bool> monitor_maximises(std::string_view monitor, std::string_view mode) {
+  if (mode == "min") return false;
+  if (mode == "max") return true;
+  if (mode == "auto") return monitor.find("acc") != std::string_view::npos;
+  return std::nullopt;
+}
 
 /// Everything `fit` reports, one entry per finished epoch.
 struct history {
