@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -56,6 +57,18 @@ struct chief_stops_at {
   void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
     if (at && ctx.strategy.is_chief() && ctx.global_step() == *at) ctx.stop_training = true;
   }
+};
+
+// A user's metric (train/metrics.hpp): the fraction of examples classified wrong. Its state is two sums, which
+// fit adds up over the workers in the step's own reduction; `result` is its rule.
+struct error_rate {
+  static constexpr std::size_t state_size = 2;
+  std::string_view name() const { return "error_rate"; }
+  void update_state(std::span<double> s, const mwstrat::metric_input<mwstrat::data::image_batch>& in) const {
+    s[0] += in.count - in.correct;
+    s[1] += in.count;
+  }
+  double result(std::span<const double> s) const { return s[1] > 0 ? s[0] / s[1] : 0.0; }
 };
 
 // The first `n` examples of `set` (all of them when n is 0 or larger than the set).
@@ -193,11 +206,14 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy, Opt
   eo.restore_best_weights = f.early_stopping_patience.has_value();
   eo.log = chief ? &std::cout : nullptr;
   mwstrat::early_stopping early(eo);
+  mwstrat::metrics user_metrics(error_rate{});  // shown by name in the progress line: "- error_rate: 0.1234"
   try {
     if (backup) {
-      mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, *backup, fault, stop, early);
+      mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, *backup, fault,
+                   stop, early);
     } else {
-      mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, fault, stop, early);
+      mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, fault, stop,
+                   early);
     }
   } catch (const mwstrat::preempted& p) {
     // Every worker stopped after the same step (and the chief's backup is on disk): ask to be restarted.

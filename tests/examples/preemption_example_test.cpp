@@ -128,6 +128,11 @@ TEST(preemption_example, early_stopping_flag_stops_both_workers_when_the_loss_st
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("Epoch 3/6"), std::string::npos) << r.output;
+  // The example's own metric is shown by name, and is 1 - accuracy.
+  const double accuracy = number_after(r.output, "[worker 0] 2/2 [", " - accuracy: ");
+  const double error = number_after(r.output, "[worker 0] 2/2 [", " - error_rate: ");
+  ASSERT_GE(error, 0) << r.output;
+  EXPECT_NEAR(error, 1.0 - accuracy, 1.5e-4) << r.output;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/metrics.hpp>
 #include <mwstrat/train/preemption.hpp>
 #include <mwstrat/train/train_context.hpp>
 
@@ -28,6 +29,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace mwstrat {
 
@@ -48,17 +50,6 @@ struct fit_options {
 struct no_validation {};
 
 namespace detail {
-
-// Reduces [loss_sum, correct, count] over the workers; `preempt_vote` rides along (summed in the same reduction) and
-// comes back true when any worker voted.
-template <class Strategy, class R>
-batch_stats reduce_stats(Strategy& strategy, const R& r, bool* preempt_vote = nullptr) {
-  std::array<double, 4> v{static_cast<double>(r.loss_sum), static_cast<double>(r.correct),
-                          static_cast<double>(r.count), preempt_vote && *preempt_vote ? 1.0 : 0.0};
-  strategy.sum_metrics(std::span<double>(v).first(preempt_vote ? 4 : 3));
-  if (preempt_vote) *preempt_vote = v[3] > 0;
-  return {v[0], v[1], v[2]};
-}
 
 // The workers' agreement at a step or epoch boundary: every worker learns whether any of them asked to stop
 // (a callback's `stop_training`) or was preempted. One all-reduce of two numbers.
@@ -104,18 +95,53 @@ template <class Strategy>
 /// workers evaluates any data-set size: a worker whose share of a step is empty (the last, partial batch of a
 /// set not divisible by the workers, or a set smaller than they are) skips the model for that step and adds
 /// nothing, so the result is the one-worker result.
-template <strategy Strategy, batch_source Data, class Model>
-  requires trainable_model<Model, batch_of<Data>>
-evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t steps = 0) {
+namespace detail {
+
+// evaluate, with the metric sets found among `sets` (fit passes its callbacks; the others are skipped).
+template <class Strategy, class Data, class Model, class... Sets>
+evaluation evaluate_with(Strategy& strategy, Model& model, Data& data, std::size_t steps, const char* prefix,
+                         Sets&... sets) {
+  constexpr std::size_t metric_doubles = metric_state_size<Sets...>();
   const std::size_t n = steps == 0 ? static_cast<std::size_t>(data.steps_per_epoch()) : steps;
-  batch_stats local;
+  // [loss_sum, correct, count, metric states...]: one reduction at the end.
+  std::array<double, 3 + metric_doubles> local{};
   for (std::size_t s = 0; s < n; ++s) {
     const auto& batch = data.batch_at(0, s);
-    if (const auto n_examples = detail::examples_in(batch); n_examples && *n_examples == 0) continue;
-    local += evaluate_on_batch(model, batch);
+    if (const auto n_examples = examples_in(batch); n_examples && *n_examples == 0) continue;
+    const auto r = evaluate_on_batch(model, batch);
+    local[0] += static_cast<double>(r.loss_sum);
+    local[1] += static_cast<double>(r.correct);
+    local[2] += static_cast<double>(r.count);
+    if constexpr (metric_doubles > 0) {
+      const auto [outputs, classes] = model_outputs(model);
+      using batch_type = std::remove_cvref_t<decltype(batch)>;
+      const metric_input<batch_type> in{batch, static_cast<double>(r.loss_sum), static_cast<double>(r.correct),
+                                        static_cast<double>(r.count), outputs, classes};
+      update_metric_sets(std::span<double>(local).subspan(3), in, sets...);
+    }
   }
-  const batch_stats all = detail::reduce_stats(strategy, local);
-  return {all.loss(), all.accuracy(), all.count};
+  strategy.sum_metrics(std::span<double>(local));
+  const batch_stats all{local[0], local[1], local[2]};
+  evaluation e{all.loss(), all.accuracy(), all.count, {}};
+  if constexpr (metric_doubles > 0) {
+    metric_set_results(std::span<const double>(local).subspan(3), e.metrics, prefix, sets...);
+  }
+  return e;
+}
+
+}  // namespace detail
+
+/// Evaluates `model` on `data` across all workers: every worker runs the same number of steps on its shard and the
+/// loss and accuracy are weighted by the examples each saw. `steps` = 0 runs the whole dataset. Any number of
+/// workers evaluates any data-set size: a worker whose share of a step is empty (the last, partial batch of a
+/// set not divisible by the workers, or a set smaller than they are) skips the model for that step and adds
+/// nothing, so the result is the one-worker result. `metric_sets` (`metrics<...>`, train/metrics.hpp) are
+/// reduced in the same all-reduce and reported in `evaluation::metrics`.
+template <strategy Strategy, batch_source Data, class Model, class... MetricSets>
+  requires trainable_model<Model, batch_of<Data>> && (metric_set<MetricSets> && ...)
+evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t steps = 0,
+                    MetricSets&... metric_sets) {
+  return detail::evaluate_with(strategy, model, data, steps, "", metric_sets...);
 }
 
 /// Trains `model` with `optimizer` on `train` for `options.epochs`, validating on `validation` (when it is not
@@ -135,12 +161,16 @@ evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t st
 template <strategy Strategy, class Model, optimizer_for Optimizer, batch_source Train, class Validation,
           class... Callbacks>
   requires trainable_model<Model, batch_of<Train>> &&
-           (callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> && ...)
+           ((callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> || metric_set<Callbacks>) && ...)
 history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train, Validation& validation,
             const fit_options& options, Callbacks&... callbacks) {
   using clock = std::chrono::steady_clock;
   using context = train_context<Strategy, Model, Optimizer>;
   constexpr bool agree_every_step = (detail::has_batch_hooks<Callbacks, context> || ...);
+  // The metric sets among the callbacks (train/metrics.hpp): their states ride the step's reduction.
+  constexpr std::size_t metric_doubles = detail::metric_state_size<Callbacks...>();
+  std::array<double, metric_doubles> epoch_metrics{};  // summed over workers and the epoch's steps
+  std::vector<named_value> batch_metric_values;       // what on_train_batch_end sees
   context ctx(strategy, model, optimizer);
   ctx.epochs = options.epochs;
   ctx.steps_per_pass = static_cast<std::size_t>(train.steps_per_epoch());
@@ -169,6 +199,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   for (; ctx.epoch < options.epochs && !ctx.stop_training; ++ctx.epoch) {
     const int epoch = ctx.epoch;
     if (ctx.step == 0) ctx.epoch_sums = {};
+    epoch_metrics = {};  // (after a mid-epoch resume, the epoch's metrics count from the resumed step)
     detail::fire_epoch_begin(ctx, epoch, callbacks...);
     const auto started = clock::now();
     std::size_t steps_run = 0;
@@ -182,11 +213,29 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
       });
       bool preempt = preemption_requested();
       if (preempt && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
-      const batch_stats global = detail::reduce_stats(strategy, result, &preempt);
+      // One reduction: [loss_sum, correct, count, preemption vote, metric states...].
+      std::array<double, 4 + metric_doubles> reduced{static_cast<double>(result.loss_sum),
+                                                     static_cast<double>(result.correct),
+                                                     static_cast<double>(result.count), preempt ? 1.0 : 0.0};
+      if constexpr (metric_doubles > 0) {
+        const auto [outputs, classes] = detail::model_outputs(model);
+        using batch_type = std::remove_cvref_t<decltype(batch)>;
+        const metric_input<batch_type> in{batch, reduced[0], reduced[1], reduced[2], outputs, classes};
+        detail::update_metric_sets(std::span<double>(reduced).subspan(4), in, callbacks...);
+      }
+      strategy.sum_metrics(std::span<double>(reduced));
+      preempt = reduced[3] > 0;
+      const batch_stats global{reduced[0], reduced[1], reduced[2]};
+      for (std::size_t i = 0; i < metric_doubles; ++i) epoch_metrics[i] += reduced[4 + i];
       ctx.epoch_sums += global;
       ctx.step = step + 1;
       ++steps_run;
-      const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss()};
+      if constexpr (metric_doubles > 0 && agree_every_step) {
+        batch_metric_values.clear();
+        detail::metric_set_results(std::span<const double>(epoch_metrics), batch_metric_values, "", callbacks...);
+      }
+      const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss(),
+                            std::span<const named_value>(batch_metric_values)};
       detail::fire_batch_end(ctx, step, logs, callbacks...);
       if constexpr (agree_every_step) {
         const bool late = !preempt && preemption_requested();
@@ -210,14 +259,19 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
     logs.seconds = std::chrono::duration<double>(clock::now() - started).count();
     logs.steps = steps_run;
     if constexpr (has_learning_rate<Optimizer>) logs.learning_rate = static_cast<double>(optimizer.learning_rate());
+    if constexpr (metric_doubles > 0) {
+      detail::metric_set_results(std::span<const double>(epoch_metrics), logs.metrics, "", callbacks...);
+    }
     const bool finished_epoch = ctx.step == ctx.steps_per_epoch;
     if constexpr (batch_source<Validation>) {
       if ((epoch + 1) % options.validation_freq == 0 && (finished_epoch || !ctx.stop_training)) {
         detail::fire_test_begin(ctx, callbacks...);
-        const evaluation val = evaluate(strategy, model, validation, options.validation_steps);
+        const evaluation val =
+            detail::evaluate_with(strategy, model, validation, options.validation_steps, "val_", callbacks...);
         detail::fire_test_end(ctx, val, callbacks...);
         logs.val_loss = val.loss;
         logs.val_accuracy = val.accuracy;
+        logs.metrics.insert(logs.metrics.end(), val.metrics.begin(), val.metrics.end());
       }
     }
     if (finished_epoch) ctx.step = 0;  // a stopped epoch keeps its position
@@ -249,7 +303,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
 /// `fit` without validation data.
 template <strategy Strategy, class Model, optimizer_for Optimizer, batch_source Train, class... Callbacks>
   requires trainable_model<Model, batch_of<Train>> &&
-           (callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> && ...)
+           ((callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> || metric_set<Callbacks>) && ...)
 history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train, const fit_options& options,
             Callbacks&... callbacks) {
   no_validation none;
