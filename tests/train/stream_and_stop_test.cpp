@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -208,6 +209,48 @@ TEST(evaluate, workers_whose_share_of_the_last_batch_is_empty_give_the_one_worke
     EXPECT_EQ(many.accuracy, one.accuracy) << s.workers << " workers, " << s.count << " examples";
     EXPECT_NEAR(many.loss, one.loss, 1e-6 * std::abs(one.loss)) << s.workers << " workers, " << s.count;
   }
+}
+
+// ------------------------------------------------------------------------------------------------ validation_split
+
+TEST(validation_split, holds_out_the_last_fraction_in_file_order_like_keras_and_validates_on_it) {
+  const data::labeled_images set = blobs(100);
+  const split_sets parts = validation_split(set, 0.2);  // Keras: split_at = int(100 * 0.8) = 80
+  ASSERT_EQ(parts.training.count(), 80u);
+  ASSERT_EQ(parts.validation.count(), 20u);
+  EXPECT_EQ(parts.validation.label(0), set.label(80));
+  EXPECT_TRUE(std::equal(parts.validation.image(19).begin(), parts.validation.image(19).end(), set.image(99).begin()));
+  EXPECT_EQ(validation_split(set, 0.25).training.count(), 75u);
+  EXPECT_THROW((void)validation_split(set, 0.0), config_error);
+  EXPECT_THROW((void)validation_split(set, 1.0), config_error);
+  EXPECT_EQ(validation_split(blobs(3), 0.1).validation.count(), 1u) << "int(3 * 0.9) = 2, as in Keras";
+  EXPECT_THROW((void)validation_split(blobs(3), 0.9), config_error) << "no training example";
+  EXPECT_THROW((void)validation_split(blobs(3), 1e-17), config_error) << "no validation example";
+  // Per-file counts survive: files of 30 and 70 examples split at 80 give [30, 50] and [20].
+  const data::labeled_images two_files(std::vector<std::uint8_t>(set.pixels().begin(), set.pixels().end()),
+                                       std::vector<std::int64_t>(set.labels().begin(), set.labels().end()), rows,
+                                       cols, {30, 70});
+  const split_sets by_file = validation_split(two_files, 0.2);
+  EXPECT_EQ(std::vector<std::size_t>(by_file.training.file_counts().begin(), by_file.training.file_counts().end()),
+            (std::vector<std::size_t>{30, 50}));
+  EXPECT_EQ(by_file.validation.file_counts().size(), 1u);
+
+  // fit with 2 workers validates on exactly the held-out examples.
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    test::plain_sgd sgd;
+    distributed_input train(parts.training, 16, strategy, 3);
+    auto val = distributed_input::for_evaluation(parts.validation, 16, strategy);
+    fit_options fo;
+    fo.epochs = 2;
+    const history h = fit(strategy, model, sgd, train, val, fo);
+    ASSERT_EQ(h.epochs.size(), 2u);
+    ASSERT_TRUE(h.epochs[1].val_loss.has_value());
+    const evaluation e = evaluate(strategy, model, val);
+    EXPECT_EQ(e.count, 20.0);
+    EXPECT_EQ(e.loss, *h.epochs[1].val_loss);
+  });
 }
 
 // ------------------------------------------------------------------------------------------------ stopping
