@@ -11,7 +11,13 @@
 // (h1, h2, ...): the addresses in TF_CONFIG are theirs and each worker is started inside its host
 // (`simhosts --name SET exec HOST -- PROGRAM ...`); without it each NAME is an IPv4 address of this machine
 // (e.g. 127.0.0.2). Ports: --base-port (default 20000) plus the worker's index.
-// Exit status: 0 when every worker succeeded; otherwise the first failure's (128 + signal for a signal).
+//
+// Preemption: a worker that exits with 75 (mwstrat::preempted_exit_code: it was preempted at a step boundary and
+// wants to be resumed) is not a failure. The others, which stop at the same step, get the grace period to exit by
+// themselves, and the group is restarted without counting against --max-restarts. SIGTERM or SIGINT to the
+// launcher is forwarded to every worker (as SIGTERM); the launcher then waits for them and does not restart.
+// Exit status: 0 when every worker succeeded; 75 when the workers stopped for preemption (and the launcher itself
+// was signalled); otherwise the first failure's (128 + signal for a signal).
 #include <mwstrat/version.hpp>
 
 #include <fcntl.h>
@@ -262,6 +268,8 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
   return worker{index, pid, fds[0], {}, {}};
 }
 
+constexpr int preempted_code = 75;  // mwstrat::preempted_exit_code (train/preemption.hpp)
+
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
 std::string describe(int status) {
@@ -273,18 +281,26 @@ std::string describe(int status) {
 volatile sig_atomic_t interrupted = 0;
 void on_signal(int sig) { interrupted = sig; }
 
-// Runs one attempt of the whole group; returns 0 or the first failure's exit code.
+// Runs one attempt of the whole group; returns 0, preempted_code when the workers stopped for preemption (none
+// failed otherwise), or the first failure's exit code.
 int run_group(const options& o, const std::vector<int>& ports, int attempt) {
   std::vector<worker> ws;
-  for (int i = 0; i < o.workers; ++i) ws.push_back(start(o, ports, i, attempt));
-  std::optional<int> failure;
-  // When the workers asked to end get SIGKILL; max() means no such deadline (a plain time point, not an optional:
-  // GCC 12 under TSan reports a false maybe-uninitialized on the optional).
-  constexpr auto no_kill = std::chrono::steady_clock::time_point::max();
-  auto kill_at = no_kill;
+  for (int i = 0; i < o.workers; ++i) {
+    ws.push_back(start(o, ports, i, attempt));
+    std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
+  }
+  std::optional<int> failure;    // the first exit that is neither 0 nor the preemption code
+  bool preempted = false;        // a worker exited with the preemption code
+  bool forwarded = false;        // the launcher's own signal went to the workers
+  // When the workers still running are asked to end (SIGTERM) and killed (SIGKILL); max() means no such deadline
+  // (plain time points, not optionals: GCC 12 under TSan reports a false maybe-uninitialized on the optional).
+  constexpr auto never = std::chrono::steady_clock::time_point::max();
+  auto term_at = never;
+  auto kill_at = never;
   auto end_all = [&](int sig) {
     for (auto& w : ws) if (!w.status) ::kill(-w.pid, sig);
   };
+  auto grace = [&] { return std::chrono::steady_clock::now() + std::chrono::milliseconds(o.grace_ms); };
   for (;;) {
     std::vector<pollfd> pfds;
     for (auto& w : ws) if (w.out >= 0) pfds.push_back({w.out, POLLIN, 0});
@@ -306,30 +322,53 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt) {
       int status = 0;
       if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.status = status;
-        if (status != 0 && !failure) {
+        if (status == 0) continue;
+        if (exit_code(status) == preempted_code && !failure) {
+          if (!preempted && !forwarded) {
+            std::fprintf(stderr,
+                         "mwstrat-launch: worker %d (pid %d) stopped for preemption (exit %d); waiting for the others "
+                         "to stop at the same step\n",
+                         w.index, static_cast<int>(w.pid), preempted_code);
+            // They agreed on the same step and are exiting by themselves (the chief may be writing a backup).
+            if (term_at == never) term_at = grace();
+          }
+          preempted = true;
+          continue;
+        }
+        if (!failure) {
           failure = exit_code(status);
           std::fprintf(stderr, "mwstrat-launch: worker %d (pid %d) %s; ending the other workers\n", w.index,
                        static_cast<int>(w.pid), describe(status).c_str());
           end_all(SIGTERM);
-          kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.grace_ms);
+          term_at = never;
+          kill_at = grace();
         }
       }
     }
-    if (interrupted && !failure) {
-      failure = 128 + interrupted;
-      std::fprintf(stderr, "mwstrat-launch: interrupted; ending the workers\n");
-      end_all(SIGTERM);
-      kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.grace_ms);
+    if (interrupted && !forwarded) {
+      forwarded = true;
+      std::fprintf(stderr, "mwstrat-launch: %s; forwarding SIGTERM to the workers\n", strsignal(interrupted));
+      end_all(SIGTERM);  // mwstrat workers stop at the next step boundary and exit with the preemption code
+      term_at = never;
+      if (kill_at == never) kill_at = grace();
     }
-    if (kill_at != no_kill && std::chrono::steady_clock::now() >= kill_at) {
+    const auto now = std::chrono::steady_clock::now();
+    if (term_at != never && now >= term_at) {
+      end_all(SIGTERM);
+      term_at = never;
+      kill_at = grace();
+    }
+    if (kill_at != never && now >= kill_at) {
       end_all(SIGKILL);
-      kill_at = no_kill;
+      kill_at = never;
     }
     bool running = false;
     for (auto& w : ws) running = running || !w.status || w.out >= 0;
     if (!running) break;
   }
-  return failure.value_or(0);
+  if (failure) return *failure;
+  if (preempted) return preempted_code;
+  return forwarded ? 128 + interrupted : 0;
 }
 
 }  // namespace
@@ -346,15 +385,20 @@ int main(int argc, char** argv) {
   } else {
     ports = free_ports(o.host, o.workers);
   }
+  int restarts = 0;  // restarts after failures (preemptions are not counted)
   for (int attempt = 0;; ++attempt) {
     const int code = run_group(o, ports, attempt);
     if (code == 0) return 0;
-    if (interrupted || attempt >= o.max_restarts) {
-      if (o.max_restarts > 0 && !interrupted) {
-        std::fprintf(stderr, "mwstrat-launch: giving up after %d restart(s)\n", o.max_restarts);
-      }
+    if (interrupted) return code;  // the launcher itself was told to stop: its workers have stopped too
+    if (code == preempted_code) {
+      std::fprintf(stderr, "mwstrat-launch: restarting the preempted group (not counted against --max-restarts)\n");
+      continue;
+    }
+    if (restarts >= o.max_restarts) {
+      if (o.max_restarts > 0) std::fprintf(stderr, "mwstrat-launch: giving up after %d restart(s)\n", o.max_restarts);
       return code;
     }
-    std::fprintf(stderr, "mwstrat-launch: restarting the group (restart %d of %d)\n", attempt + 1, o.max_restarts);
+    ++restarts;
+    std::fprintf(stderr, "mwstrat-launch: restarting the group (restart %d of %d)\n", restarts, o.max_restarts);
   }
 }

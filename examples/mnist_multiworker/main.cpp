@@ -19,10 +19,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
+#include <vector>
 
 namespace {
 
@@ -48,7 +51,43 @@ struct flags {
   std::optional<std::uint64_t> kill_at_step;
   int kill_rank = 1;
   std::string collective = "ring";  // ring (TF_CONFIG or an MPI launcher's variables) or mpi
+  std::size_t train_examples = 0;  // 0: the whole training set; N: its first N examples (short runs, tests)
+  std::size_t test_examples = 0;   // 0: the whole test set
+  // The chief alone asks to stop after this global step: a stop decided on one worker reaches every worker.
+  std::optional<std::uint64_t> stop_at_step;
+  // EarlyStopping on the training loss with this patience (epochs), restoring the best epoch's weights.
+  std::optional<int> early_stopping_patience;
 };
+
+// Sets stop_training on the chief only, after a chosen global step; fit makes every worker stop there too.
+struct chief_stops_at {
+  std::optional<std::uint64_t> at;
+  template <class Ctx>
+  void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
+    if (at && ctx.strategy.is_chief() && ctx.global_step() == *at) ctx.stop_training = true;
+  }
+};
+
+// A user's metric (train/metrics.hpp): the fraction of examples classified wrong. Its state is two sums, which
+// fit adds up over the workers in the step's own reduction; `result` is its rule.
+struct error_rate {
+  static constexpr std::size_t state_size = 2;
+  std::string_view name() const { return "error_rate"; }
+  void update_state(std::span<double> s, const mwstrat::metric_input<mwstrat::data::image_batch>& in) const {
+    s[0] += in.count - in.correct;
+    s[1] += in.count;
+  }
+  double result(std::span<const double> s) const { return s[1] > 0 ? s[0] / s[1] : 0.0; }
+};
+
+// The first `n` examples of `set` (all of them when n is 0 or larger than the set).
+mwstrat::data::labeled_images first_examples(const mwstrat::data::labeled_images& set, std::size_t n) {
+  if (n == 0 || n >= set.count()) return set;
+  const auto pixels = set.pixels().first(n * set.example_size());
+  const auto labels = set.labels().first(n);
+  return {std::vector<std::uint8_t>(pixels.begin(), pixels.end()), std::vector<std::int64_t>(labels.begin(), labels.end()),
+          set.rows(), set.cols()};
+}
 
 // Kills this process (SIGKILL: no cleanup, no goodbye to its peers) at a chosen step, like a lost machine.
 //
@@ -83,7 +122,11 @@ struct fault_injector {
             << "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
                "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
                "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
-               "  [--no-test] [--kill-at-step N [--kill-rank R]] [--tensorboard DIR] [--collective ring|mpi]\n";
+               "  [--no-test] [--kill-at-step N [--kill-rank R]] [--tensorboard DIR] [--collective ring|mpi]\n"
+                "  [--train-examples N] [--test-examples N]\n"
+               "  [--stop-at-step N] [--early-stopping PATIENCE]\n"
+               "SIGTERM or SIGINT stops every worker at the next step boundary (the chief backs up when --backup-dir is\n"
+               "given); each then exits with status 75 (mwstrat::preempted_exit_code): restart the job to resume.\n";
   std::exit(2);
 }
 
@@ -124,6 +167,10 @@ flags parse(int argc, char** argv) {
     else if (a == "--kill-at-step") f.kill_at_step = count(value());
     else if (a == "--kill-rank") f.kill_rank = static_cast<int>(count(value()));
     else if (a == "--collective") f.collective = value();
+    else if (a == "--train-examples") f.train_examples = count(value());
+    else if (a == "--test-examples") f.test_examples = count(value());
+    else if (a == "--stop-at-step") f.stop_at_step = count(value());
+    else if (a == "--early-stopping") f.early_stopping_patience = static_cast<int>(count(value()));
     else usage("unknown flag '" + a + "'");
   }
   if (f.optimizer != "sgd" && f.optimizer != "adam") usage("--optimizer: '" + f.optimizer + "' is not sgd or adam");
@@ -145,8 +192,9 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   const bool chief = strategy.is_chief();
   // Global batch = per-worker batch × workers, as in the tutorial.
   const std::size_t global_batch = f.batch_size * static_cast<std::size_t>(strategy.num_replicas_in_sync());
-  mwstrat::distributed_input train_data(mwstrat::data::load_mnist(f.data_dir, mwstrat::data::mnist_split::train),
-                                        global_batch, strategy, f.seed);
+  mwstrat::distributed_input train_data(
+      first_examples(mwstrat::data::load_mnist(f.data_dir, mwstrat::data::mnist_split::train), f.train_examples),
+      global_batch, strategy, f.seed);
 
   mwstrat::nn::model_options mo;
   mo.threads = f.threads;
@@ -166,10 +214,28 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
     backup.emplace(mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
   }
   fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr};
-  if (backup) {
-    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, *backup, fault, board);
-  } else {
-    mwstrat::fit(strategy, model, optimizer, train_data, options, progress, nan_guard, fault, board);
+  chief_stops_at stop{f.stop_at_step};
+  // Keras's EarlyStopping(monitor="loss", patience=P, restore_best_weights=True); every worker runs it on the same
+  // reduced logs. Without the flag its patience is endless (it never stops).
+  mwstrat::early_stopping_options eo;
+  eo.monitor = "loss";
+  eo.patience = f.early_stopping_patience.value_or(std::numeric_limits<int>::max());
+  eo.restore_best_weights = f.early_stopping_patience.has_value();
+  eo.log = chief ? &std::cout : nullptr;
+  mwstrat::early_stopping early(eo);
+  mwstrat::metrics user_metrics(error_rate{});  // shown by name in the progress line: "- error_rate: 0.1234"
+  try {
+    if (backup) {
+      mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, *backup, fault,
+                   stop, early, board);
+    } else {
+      mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, fault, stop,
+                   early, board);
+    }
+  } catch (const mwstrat::preempted& p) {
+    // Every worker stopped after the same step (and the chief's backup is on disk): ask to be restarted.
+    std::cerr << p.what() << "\n";
+    return mwstrat::preempted_exit_code;
   }
 
   if (!f.model_dir.empty()) {
@@ -179,9 +245,10 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   if (f.evaluate_test) {
     // Every worker evaluates its share of the test set; the result is reduced over all of them.
     auto test = mwstrat::distributed_input::for_evaluation(
-        mwstrat::data::load_mnist(f.data_dir, mwstrat::data::mnist_split::test), global_batch, strategy);
+        first_examples(mwstrat::data::load_mnist(f.data_dir, mwstrat::data::mnist_split::test), f.test_examples),
+        global_batch, strategy);
     const mwstrat::evaluation e = mwstrat::evaluate(strategy, model, test);
-    if (chief) std::printf("test: loss=%.4f accuracy=%.4f\n", e.loss, e.accuracy);
+    if (chief) std::printf("test: loss=%.6f accuracy=%.6f examples=%.0f\n", e.loss, e.accuracy, e.count);
   }
   return 0;
 }

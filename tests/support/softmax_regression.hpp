@@ -81,16 +81,16 @@ class softmax_regression {
     for (std::size_t i = 0; i < n; ++i) {
       const float* xi = x.data() + i * features_;
       float top = -INFINITY;
+      std::size_t best = 0;  // the arg-max of the logits (taken before they are exponentiated in place)
       for (std::size_t k = 0; k < classes_; ++k) {
         float z = params[w + k];
         for (std::size_t f = 0; f < features_; ++f) z += xi[f] * params[f * classes_ + k];
         probs_[k] = z;
+        if (z > top) best = k;
         top = std::max(top, z);
       }
       float total = 0;
-      std::size_t best = 0;
       for (std::size_t k = 0; k < classes_; ++k) {
-        if (probs_[k] > probs_[best]) best = k;
         probs_[k] = std::exp(probs_[k] - top);
         total += probs_[k];
       }

@@ -175,9 +175,8 @@ class distributed_batches {
   /// The position of the next batch `next` will produce.
   [[nodiscard]] data_cursor cursor() const noexcept { return cursor_; }
 
-  /// Moves to `at` (e.g. from a checkpoint), adopting its seed. A step equal to steps_per_epoch() means the start
-  /// of the next epoch; a larger one is a data_error (the checkpoint was written with another global batch or
-  /// data set).
+  /// Moves to `at` (e.g. from a checkpoint), adopting its seed. A step at or beyond steps_per_epoch() continues
+  /// into the following passes (step steps_per_epoch() is the start of the next pass), as a repeated pipeline does.
   void restore(const data_cursor& at) { cursor_ = normalised(at); }
 
   /// How many examples all workers together read at `at`'s step (the denominator of a count-weighted mean).
@@ -244,16 +243,12 @@ class distributed_batches {
   }
 
  private:
-  [[nodiscard]] data_cursor normalised(data_cursor at) const {
-    if (at.step == steps_) {
-      ++at.epoch;
-      at.step = 0;
-    }
-    if (at.step > steps_) {
-      throw data_error({"data", options_.worker_index}, "",
-                       "data cursor at step " + std::to_string(at.step) + " of epoch " + std::to_string(at.epoch) +
-                           " is beyond the " + std::to_string(steps_) +
-                           " steps of an epoch (written with another global batch or data set?)");
+  // A step at or beyond the end of a pass continues into the following passes, as a repeated pipeline does
+  // (`fit` with steps_per_epoch larger than a pass reads on into the next, reshuffled, pass).
+  [[nodiscard]] data_cursor normalised(data_cursor at) const noexcept {
+    if (at.step >= steps_) {
+      at.epoch += at.step / steps_;
+      at.step %= steps_;
     }
     return at;
   }

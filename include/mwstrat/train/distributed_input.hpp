@@ -9,11 +9,14 @@
 #include <mwstrat/data/distributed.hpp>
 #include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/data/labeled_images.hpp>
+#include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -80,5 +83,44 @@ class distributed_input {
 };
 
 static_assert(batch_source<distributed_input>);
+
+/// A data set split for training and validation.
+struct split_sets {
+  data::labeled_images training;
+  data::labeled_images validation;
+};
+
+/// Keras's `validation_split`: the last `fraction` of `set`, in file order (before any shuffling, as Keras takes
+/// it), is held out for validation; the first ⌊count × (1 − fraction)⌋ examples train. Per-file counts are kept
+/// for both parts (file sharding still sees the files). Throws config_error when `fraction` is not in (0, 1) or
+/// leaves either part empty.
+[[nodiscard]] inline split_sets validation_split(const data::labeled_images& set, double fraction) {
+  if (!(fraction > 0.0 && fraction < 1.0)) {
+    throw config_error({"train"}, "validation_split: " + std::to_string(fraction) + " is not in (0, 1)");
+  }
+  const std::size_t count = set.count();
+  const auto split_at = static_cast<std::size_t>(static_cast<double>(count) * (1.0 - fraction));
+  if (split_at == 0 || split_at == count) {
+    throw config_error({"train"}, "validation_split: " + std::to_string(fraction) + " of " + std::to_string(count) +
+                                      " examples leaves " + (split_at == 0 ? "no training" : "no validation") +
+                                      " example");
+  }
+  const auto part = [&](std::size_t first, std::size_t last) {
+    const std::size_t per = set.example_size();
+    const auto pixels = set.pixels().subspan(first * per, (last - first) * per);
+    const auto labels = set.labels().subspan(first, last - first);
+    std::vector<std::size_t> files;  // the files' shares of [first, last)
+    std::size_t begin = 0;
+    for (const std::size_t n : set.file_counts()) {
+      const std::size_t lo = std::max(begin, first), hi = std::min(begin + n, last);
+      if (lo < hi) files.push_back(hi - lo);
+      begin += n;
+    }
+    return data::labeled_images(std::vector<std::uint8_t>(pixels.begin(), pixels.end()),
+                                std::vector<std::int64_t>(labels.begin(), labels.end()), set.rows(), set.cols(),
+                                std::move(files));
+  };
+  return {part(0, split_at), part(split_at, count)};
+}
 
 }  // namespace mwstrat

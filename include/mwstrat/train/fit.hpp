@@ -9,21 +9,27 @@
 /// from the strategy's `gradient_sync_options`. Metrics are reduced weighted by examples. Before the first step
 /// the workers compare model fingerprints and the chief's parameters are broadcast.
 
+#include <mwstrat/data/cursor.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/strategy/gradient_sync.hpp>
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/metrics.hpp>
+#include <mwstrat/train/preemption.hpp>
 #include <mwstrat/train/train_context.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace mwstrat {
 
@@ -35,6 +41,9 @@ struct fit_options {
   int initial_epoch = 0;              ///< the epoch to start from
   std::size_t validation_steps = 0;   ///< 0: the whole validation set
   int validation_freq = 1;            ///< validate after every n-th epoch
+  /// Catch SIGTERM and SIGINT while training: the job stops at the next step boundary on every worker and `fit`
+  /// throws `preempted` (train/preemption.hpp). false: the signals keep their dispositions.
+  bool catch_preemption_signals = true;
 };
 
 /// A validation set for `fit` that is never used: the default.
@@ -42,13 +51,36 @@ struct no_validation {};
 
 namespace detail {
 
-// Reduces [loss_sum, correct, count] over the workers.
-template <class Strategy, class R>
-batch_stats reduce_stats(Strategy& strategy, const R& r) {
-  std::array<double, 3> v{static_cast<double>(r.loss_sum), static_cast<double>(r.correct),
-                          static_cast<double>(r.count)};
+// The workers' agreement at a step or epoch boundary: every worker learns whether any of them asked to stop
+// (a callback's `stop_training`) or was preempted. One all-reduce of two numbers.
+struct stop_decision {
+  bool stop = false;
+  bool preempt = false;
+};
+template <class Strategy>
+stop_decision agree_to_stop(Strategy& strategy, bool stop, bool preempt) {
+  std::array<double, 2> v{stop ? 1.0 : 0.0, preempt ? 1.0 : 0.0};
   strategy.sum_metrics(std::span<double>(v));
-  return {v[0], v[1], v[2]};
+  return {v[0] > 0, v[1] > 0};
+}
+
+// A callback that can set stop_training between steps: then fit agrees on it after every step.
+template <class C, class Ctx>
+concept has_batch_hooks = has_on_train_batch_begin<C, Ctx> || has_on_train_batch_end<C, Ctx>;
+
+// The number of examples in a batch, when its type says (`size`, `count` or `size()`), so that an evaluation
+// step that gives a worker nothing skips the model instead of handing it an empty batch.
+template <class B>
+std::optional<std::size_t> examples_in(const B& b) {
+  if constexpr (requires { { b.size } -> std::convertible_to<std::size_t>; }) {
+    return static_cast<std::size_t>(b.size);
+  } else if constexpr (requires { { b.count } -> std::convertible_to<std::size_t>; }) {
+    return static_cast<std::size_t>(b.count);
+  } else if constexpr (requires { { b.size() } -> std::convertible_to<std::size_t>; }) {
+    return static_cast<std::size_t>(b.size());
+  } else {
+    return std::nullopt;
+  }
 }
 
 template <class Strategy>
@@ -59,34 +91,91 @@ template <class Strategy>
 }  // namespace detail
 
 /// Evaluates `model` on `data` across all workers: every worker runs the same number of steps on its shard and the
-/// loss and accuracy are weighted by the examples each saw. `steps` = 0 runs the whole dataset.
-template <strategy Strategy, batch_source Data, class Model>
-  requires trainable_model<Model, batch_of<Data>>
-evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t steps = 0) {
+/// loss and accuracy are weighted by the examples each saw. `steps` = 0 runs the whole dataset. Any number of
+/// workers evaluates any data-set size: a worker whose share of a step is empty (the last, partial batch of a
+/// set not divisible by the workers, or a set smaller than they are) skips the model for that step and adds
+/// nothing, so the result is the one-worker result.
+namespace detail {
+
+// evaluate, with the metric sets found among `sets` (fit passes its callbacks; the others are skipped).
+template <class Strategy, class Data, class Model, class... Sets>
+evaluation evaluate_with(Strategy& strategy, Model& model, Data& data, std::size_t steps, const char* prefix,
+                         Sets&... sets) {
+  constexpr std::size_t metric_doubles = metric_state_size<Sets...>();
   const std::size_t n = steps == 0 ? static_cast<std::size_t>(data.steps_per_epoch()) : steps;
-  batch_stats local;
+  // [loss_sum, correct, count, metric states...]: one reduction at the end.
+  std::array<double, 3 + metric_doubles> local{};
   for (std::size_t s = 0; s < n; ++s) {
     const auto& batch = data.batch_at(0, s);
-    local += evaluate_on_batch(model, batch);
+    if (const auto n_examples = examples_in(batch); n_examples && *n_examples == 0) continue;
+    const auto r = evaluate_on_batch(model, batch);
+    local[0] += static_cast<double>(r.loss_sum);
+    local[1] += static_cast<double>(r.correct);
+    local[2] += static_cast<double>(r.count);
+    if constexpr (metric_doubles > 0) {
+      const auto [outputs, classes] = model_outputs(model);
+      using batch_type = std::remove_cvref_t<decltype(batch)>;
+      const metric_input<batch_type> in{batch, static_cast<double>(r.loss_sum), static_cast<double>(r.correct),
+                                        static_cast<double>(r.count), outputs, classes};
+      update_metric_sets(std::span<double>(local).subspan(3), in, sets...);
+    }
   }
-  const batch_stats all = detail::reduce_stats(strategy, local);
-  return {all.loss(), all.accuracy(), all.count};
+  strategy.sum_metrics(std::span<double>(local));
+  const batch_stats all{local[0], local[1], local[2]};
+  evaluation e{all.loss(), all.accuracy(), all.count, {}};
+  if constexpr (metric_doubles > 0) {
+    metric_set_results(std::span<const double>(local).subspan(3), e.metrics, prefix, sets...);
+  }
+  return e;
+}
+
+}  // namespace detail
+
+/// Evaluates `model` on `data` across all workers: every worker runs the same number of steps on its shard and the
+/// loss and accuracy are weighted by the examples each saw. `steps` = 0 runs the whole dataset. Any number of
+/// workers evaluates any data-set size: a worker whose share of a step is empty (the last, partial batch of a
+/// set not divisible by the workers, or a set smaller than they are) skips the model for that step and adds
+/// nothing, so the result is the one-worker result. `metric_sets` (`metrics<...>`, train/metrics.hpp) are
+/// reduced in the same all-reduce and reported in `evaluation::metrics`.
+template <strategy Strategy, batch_source Data, class Model, class... MetricSets>
+  requires trainable_model<Model, batch_of<Data>> && (metric_set<MetricSets> && ...)
+evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t steps = 0,
+                    MetricSets&... metric_sets) {
+  return detail::evaluate_with(strategy, model, data, steps, "", metric_sets...);
 }
 
 /// Trains `model` with `optimizer` on `train` for `options.epochs`, validating on `validation` (when it is not
 /// `no_validation`) every `validation_freq` epochs; calls `callbacks` in Keras's order. Returns the history.
+///
+/// The training data is read as a repeated pipeline (tf.data's `.repeat()`): global step g of the run reads step
+/// g mod P of pass ⌊g / P⌋ (P = `train.steps_per_epoch()`, one pass; `data::stream_position`), so a
+/// `steps_per_epoch` longer than a pass continues into the next, reshuffled, pass, a shorter one continues where
+/// the last epoch stopped, and a resumed run reads exactly what the uninterrupted run would have read.
+///
+/// Stopping: a callback may set `ctx.stop_training` on any worker (the chief alone, say); the workers agree at the
+/// step boundary (one all-reduce of two numbers after the batch hooks, only when some callback has them; once per
+/// epoch after `on_epoch_end`), so every worker stops after the same step. A SIGTERM or SIGINT to any worker
+/// (train/preemption.hpp) rides the same agreement and the step's metric reduction: every worker stops after the
+/// same step, the epoch is left unfinished (no validation, no `on_epoch_end`: a resume finishes it), `on_train_end`
+/// runs (BackupAndRestore writes its backup there) and `fit` throws `preempted`.
 template <strategy Strategy, class Model, optimizer_for Optimizer, batch_source Train, class Validation,
           class... Callbacks>
   requires trainable_model<Model, batch_of<Train>> &&
-           (callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> && ...)
+           ((callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> || metric_set<Callbacks>) && ...)
 history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train, Validation& validation,
             const fit_options& options, Callbacks&... callbacks) {
   using clock = std::chrono::steady_clock;
-  train_context<Strategy, Model, Optimizer> ctx(strategy, model, optimizer);
+  using context = train_context<Strategy, Model, Optimizer>;
+  constexpr bool agree_every_step = (detail::has_batch_hooks<Callbacks, context> || ...);
+  // The metric sets among the callbacks (train/metrics.hpp): their states ride the step's reduction.
+  constexpr std::size_t metric_doubles = detail::metric_state_size<Callbacks...>();
+  std::array<double, metric_doubles> epoch_metrics{};  // summed over workers and the epoch's steps
+  std::vector<named_value> batch_metric_values;       // what on_train_batch_end sees
+  context ctx(strategy, model, optimizer);
   ctx.epochs = options.epochs;
-  ctx.steps_per_epoch = options.steps_per_epoch != 0 ? options.steps_per_epoch
-                                                     : static_cast<std::size_t>(train.steps_per_epoch());
-  if (ctx.steps_per_epoch == 0) detail::throw_fit_error(strategy, "the training dataset has no full global batch");
+  ctx.steps_per_pass = static_cast<std::size_t>(train.steps_per_epoch());
+  if (ctx.steps_per_pass == 0) detail::throw_fit_error(strategy, "the training dataset has no full global batch");
+  ctx.steps_per_epoch = options.steps_per_epoch != 0 ? options.steps_per_epoch : ctx.steps_per_pass;
   if (options.validation_freq < 1) {
     detail::throw_fit_error(strategy, "validation_freq: " + std::to_string(options.validation_freq) + " is not >= 1");
   }
@@ -103,28 +192,66 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
 
   auto sync = make_gradient_sync(strategy, model, optimizer);  // after mirroring: it may exchange facts
   history hist;
+  const preemption_signal_guard signals(options.catch_preemption_signals);
+  int signal_number = 0;  // the signal this worker received, for the `preempted` message
   detail::fire_train_begin(ctx, callbacks...);  // BackupAndRestore may move ctx to where a backup left off
 
   for (; ctx.epoch < options.epochs && !ctx.stop_training; ++ctx.epoch) {
     const int epoch = ctx.epoch;
     if (ctx.step == 0) ctx.epoch_sums = {};
+    epoch_metrics = {};  // (after a mid-epoch resume, the epoch's metrics count from the resumed step)
     detail::fire_epoch_begin(ctx, epoch, callbacks...);
     const auto started = clock::now();
     std::size_t steps_run = 0;
     while (ctx.step < ctx.steps_per_epoch && !ctx.stop_training) {
       const std::size_t step = ctx.step;
       detail::fire_batch_begin(ctx, step, callbacks...);
-      const auto& batch = train.batch_at(static_cast<std::size_t>(epoch), step);
+      const data::data_cursor at = data::stream_position(ctx.global_step(), ctx.steps_per_pass);
+      const auto& batch = train.batch_at(static_cast<std::size_t>(at.epoch), static_cast<std::size_t>(at.step));
       const auto result = sync.step([&](auto&& on_ready) {
         return train_on_batch(model, batch, std::forward<decltype(on_ready)>(on_ready));
       });
-      const batch_stats global = detail::reduce_stats(strategy, result);
+      bool preempt = preemption_requested();
+      if (preempt && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
+      // One reduction: [loss_sum, correct, count, preemption vote, metric states...].
+      std::array<double, 4 + metric_doubles> reduced{static_cast<double>(result.loss_sum),
+                                                     static_cast<double>(result.correct),
+                                                     static_cast<double>(result.count), preempt ? 1.0 : 0.0};
+      if constexpr (metric_doubles > 0) {
+        const auto [outputs, classes] = detail::model_outputs(model);
+        using batch_type = std::remove_cvref_t<decltype(batch)>;
+        const metric_input<batch_type> in{batch, reduced[0], reduced[1], reduced[2], outputs, classes};
+        detail::update_metric_sets(std::span<double>(reduced).subspan(4), in, callbacks...);
+      }
+      strategy.sum_metrics(std::span<double>(reduced));
+      preempt = reduced[3] > 0;
+      const batch_stats global{reduced[0], reduced[1], reduced[2]};
+      for (std::size_t i = 0; i < metric_doubles; ++i) epoch_metrics[i] += reduced[4 + i];
       ctx.epoch_sums += global;
       ctx.step = step + 1;
       ++steps_run;
-      const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss()};
+      if constexpr (metric_doubles > 0 && agree_every_step) {
+        batch_metric_values.clear();
+        detail::metric_set_results(std::span<const double>(epoch_metrics), batch_metric_values, "", callbacks...);
+      }
+      const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss(),
+                            std::span<const named_value>(batch_metric_values)};
       detail::fire_batch_end(ctx, step, logs, callbacks...);
+      if constexpr (agree_every_step) {
+        const bool late = !preempt && preemption_requested();
+        if (late && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
+        const detail::stop_decision d = detail::agree_to_stop(strategy, ctx.stop_training, preempt || late);
+        ctx.stop_training = d.stop;
+        preempt = d.preempt;
+      }
+      if (preempt) {
+        ctx.preempted = true;
+        ctx.stop_training = true;
+      }
     }
+    // Preempted before the epoch's last step: leave it unfinished, so that the resumed run finishes it exactly as
+    // the uninterrupted run would (validation, on_epoch_end and what callbacks decide there).
+    if (ctx.preempted && ctx.step < ctx.steps_per_epoch) break;
     epoch_logs logs;
     logs.epoch = epoch;
     logs.loss = ctx.epoch_sums.loss();
@@ -132,29 +259,51 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
     logs.seconds = std::chrono::duration<double>(clock::now() - started).count();
     logs.steps = steps_run;
     if constexpr (has_learning_rate<Optimizer>) logs.learning_rate = static_cast<double>(optimizer.learning_rate());
+    if constexpr (metric_doubles > 0) {
+      detail::metric_set_results(std::span<const double>(epoch_metrics), logs.metrics, "", callbacks...);
+    }
+    const bool finished_epoch = ctx.step == ctx.steps_per_epoch;
     if constexpr (batch_source<Validation>) {
-      if ((epoch + 1) % options.validation_freq == 0 && !ctx.stop_training) {
+      if ((epoch + 1) % options.validation_freq == 0 && (finished_epoch || !ctx.stop_training)) {
         detail::fire_test_begin(ctx, callbacks...);
-        const evaluation val = evaluate(strategy, model, validation, options.validation_steps);
+        const evaluation val =
+            detail::evaluate_with(strategy, model, validation, options.validation_steps, "val_", callbacks...);
         detail::fire_test_end(ctx, val, callbacks...);
         logs.val_loss = val.loss;
         logs.val_accuracy = val.accuracy;
+        logs.metrics.insert(logs.metrics.end(), val.metrics.begin(), val.metrics.end());
       }
     }
-    if (ctx.step == ctx.steps_per_epoch) ctx.step = 0;  // a stopped epoch keeps its position
+    if (finished_epoch) ctx.step = 0;  // a stopped epoch keeps its position
     hist.epochs.push_back(logs);
     detail::fire_epoch_end(ctx, epoch, logs, callbacks...);
+    // A callback's decision in on_epoch_end (EarlyStopping on the chief, say), or a signal during validation,
+    // reaches every worker before the next epoch.
+    const bool late = !ctx.preempted && preemption_requested();
+    if (late && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
+    const detail::stop_decision d = detail::agree_to_stop(strategy, ctx.stop_training, ctx.preempted || late);
+    ctx.stop_training = d.stop || d.preempt;
+    ctx.preempted = d.preempt;
     if (ctx.step != 0) break;  // stopped mid-epoch
   }
-  hist.stopped_early = ctx.stop_training;
+  // A preemption agreed after the last epoch came too late to stop anything: the run is complete.
+  if (ctx.preempted && ctx.epoch >= options.epochs) {
+    ctx.preempted = false;
+    ctx.stop_training = false;
+  }
+  hist.stopped_early = ctx.stop_training && !ctx.preempted;
   detail::fire_train_end(ctx, hist, callbacks...);
+  if (ctx.preempted) {
+    clear_preemption_request();
+    throw preempted(signal_number, ctx.epoch, ctx.global_step());
+  }
   return hist;
 }
 
 /// `fit` without validation data.
 template <strategy Strategy, class Model, optimizer_for Optimizer, batch_source Train, class... Callbacks>
   requires trainable_model<Model, batch_of<Train>> &&
-           (callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> && ...)
+           ((callback_for<Callbacks, train_context<Strategy, Model, Optimizer>> || metric_set<Callbacks>) && ...)
 history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train, const fit_options& options,
             Callbacks&... callbacks) {
   no_validation none;

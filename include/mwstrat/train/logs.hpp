@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstddef>
 #include <optional>
+#include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace mwstrat {
@@ -32,12 +35,20 @@ struct batch_stats {
   [[nodiscard]] double accuracy() const { return count > 0 ? correct / count : std::nan(""); }
 };
 
+/// A value reported by name: a metric (train/metrics.hpp), or `val_` + a metric.
+struct named_value {
+  std::string name;
+  double value = 0;
+  friend bool operator==(const named_value&, const named_value&) = default;
+};
+
 /// What a callback sees after each training batch.
 struct batch_logs {
   std::size_t step = 0;        ///< the step just done, within the epoch (0-based)
   double loss = 0;             ///< mean loss over the epoch so far, all workers
   double accuracy = 0;         ///< accuracy over the epoch so far, all workers
   double batch_loss = 0;       ///< mean loss of this global batch alone
+  std::span<const named_value> metrics = {};  ///< the `metrics<...>` given to fit, over the epoch so far
 };
 
 /// The result of `evaluate`, reduced over all workers.
@@ -45,6 +56,7 @@ struct evaluation {
   double loss = 0;
   double accuracy = 0;
   double count = 0;  ///< examples evaluated, all workers together
+  std::vector<named_value> metrics = {};  ///< the `metrics<...>` given to evaluate, by name
 };
 
 /// What a callback sees at the end of an epoch.
@@ -57,7 +69,32 @@ struct epoch_logs {
   std::optional<double> learning_rate;
   double seconds = 0;          ///< wall time of the epoch's training steps
   std::size_t steps = 0;       ///< steps run in this epoch by this process (fewer after a mid-epoch resume)
+  /// The `metrics<...>` given to fit, by name, then their validation values as `val_` + name.
+  std::vector<named_value> metrics = {};
 };
+
+/// The value named `name` in `logs`, with Keras's names: `loss`, `accuracy`, `val_loss`, `val_accuracy`,
+/// `learning_rate` (also `lr`); nullopt when the logs do not have it (val_* without validation that epoch).
+[[nodiscard]] inline std::optional<double> logged_value(const epoch_logs& logs, std::string_view name) {
+  if (name == "loss") return logs.loss;
+  if (name == "accuracy" || name == "acc") return logs.accuracy;
+  if (name == "val_loss") return logs.val_loss;
+  if (name == "val_accuracy" || name == "val_acc") return logs.val_accuracy;
+  if (name == "learning_rate" || name == "lr") return logs.learning_rate;
+  for (const named_value& m : logs.metrics) {
+    if (m.name == name) return m.value;
+  }
+  return std::nullopt;
+}
+
+/// Whether a monitored quantity improves upward, from Keras's `mode` ("min", "max", or "auto": up for names with
+/// "acc" in them, down otherwise). Returns nullopt for any other mode string.
+[[nodiscard]] inline std::optional<bool> monitor_maximises(std::string_view monitor, std::string_view mode) {
+  if (mode == "min") return false;
+  if (mode == "max") return true;
+  if (mode == "auto") return monitor.find("acc") != std::string_view::npos;
+  return std::nullopt;
+}
 
 /// Everything `fit` reports, one entry per finished epoch.
 struct history {

@@ -21,10 +21,16 @@ struct train_context {
   Optimizer& optimizer;
   int epochs = 1;                  ///< the epoch count fit was asked for
   std::size_t steps_per_epoch = 0;
+  std::size_t steps_per_pass = 0;  ///< global steps in one pass over the training data (the source's epoch)
   int epoch = 0;                   ///< the current epoch (0-based)
   std::size_t step = 0;            ///< the next step to run within the epoch (0-based)
   batch_stats epoch_sums;          ///< metrics of the current epoch so far, all workers
-  bool stop_training = false;      ///< set by a callback to end fit after the current step
+  /// Set by a callback (on any worker) to end fit after the current step: the workers agree at the step boundary
+  /// (one in `on_epoch_end` ends it before the next epoch).
+  bool stop_training = false;
+  /// Set by fit on every worker when a preemption (SIGTERM, SIGINT, `request_preemption`) stopped the job: the
+  /// epoch is not over, and `on_train_end` is the place to save what a restart needs (BackupAndRestore does).
+  bool preempted = false;
 
   /// Steps done since the start of training (epoch × steps_per_epoch + step), the same on every worker.
   [[nodiscard]] std::uint64_t global_step() const {

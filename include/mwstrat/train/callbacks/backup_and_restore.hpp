@@ -27,6 +27,7 @@
 #include <mwstrat/checkpoint/concepts.hpp>
 #include <mwstrat/checkpoint/manager.hpp>
 #include <mwstrat/checkpoint/training_state.hpp>
+#include <mwstrat/data/cursor.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
@@ -167,7 +168,9 @@ class basic_backup_and_restore {
           state = std::move(restored->state);
           check_fits(ctx, *state);
           head[1] = static_cast<double>(state->epoch);
-          head[2] = static_cast<double>(state->cursor.step);
+          // The step within the epoch, from the global step (the cursor is the data's pass and step, which
+          // differ from the epoch's when steps_per_epoch is not one pass).
+          head[2] = static_cast<double>(state->step - state->epoch * static_cast<std::int64_t>(ctx.steps_per_epoch));
           head[3] = static_cast<double>(state->optimizer_iterations);
           head[4] = parse_double(*state, "train.epoch_loss_sum");
           head[5] = parse_double(*state, "train.epoch_correct");
@@ -231,8 +234,10 @@ class basic_backup_and_restore {
   template <class Ctx>
   void on_train_end(Ctx& ctx, const history& h) {
     if (!ctx.strategy.is_chief()) return;
+    // Preempted: back up where every worker stopped (fit agreed on the step), so the restarted job resumes there.
+    if (ctx.preempted) save(ctx, ctx.epoch, ctx.step);
     wait_for_backup();  // the last backup is on disk, or its failure is thrown, before fit returns or deletes it
-    if (!options_.delete_checkpoint || h.stopped_early) return;
+    if (!options_.delete_checkpoint || h.stopped_early || ctx.preempted) return;
     if (ctx.epoch < ctx.epochs) return;  // not finished: keep the backup
     checkpointer_->remove_all();
   }
@@ -245,7 +250,8 @@ class basic_backup_and_restore {
     training_state_view s;
     s.epoch = epoch;
     s.step = static_cast<std::int64_t>(static_cast<std::uint64_t>(epoch) * ctx.steps_per_epoch + step);
-    s.cursor = {static_cast<std::uint64_t>(epoch), step, 0};
+    // The data's position: the pass and step of a repeated pipeline (a fit epoch may be longer or shorter).
+    s.cursor = data::stream_position(static_cast<std::uint64_t>(s.step), ctx.steps_per_pass);
     s.world_size = ctx.strategy.num_replicas_in_sync();
     s.model_fingerprint = std::string(ctx.model.fingerprint());
     s.weights = weight_views(ctx.model);
@@ -258,6 +264,7 @@ class basic_backup_and_restore {
     s.extra["train.epoch_correct"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.correct);
     s.extra["train.epoch_count"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.count);
     s.extra["train.steps_per_epoch"] = std::to_string(ctx.steps_per_epoch);
+    s.extra["train.steps_per_pass"] = std::to_string(ctx.steps_per_pass);
     if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) s.extra["train.model_step"] = exact(double(ctx.model.step()));
     if (!options_.write_in_background) {
       checkpointer_->save(s, s.step);
@@ -299,6 +306,13 @@ class basic_backup_and_restore {
       throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
                              source_ + ": the backup was written with " + spe->second +
                                  " steps per epoch, this run has " + std::to_string(ctx.steps_per_epoch) +
+                                 " (the global batch or the data set changed)");
+    }
+    const auto spp = state.extra.find("train.steps_per_pass");
+    if (spp != state.extra.end() && spp->second != std::to_string(ctx.steps_per_pass)) {
+      throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
+                             source_ + ": the backup was written with " + spp->second +
+                                 " steps per pass over the data, this run has " + std::to_string(ctx.steps_per_pass) +
                                  " (the global batch or the data set changed)");
     }
   }

@@ -58,15 +58,26 @@ class progress_logger {
     const auto now = clock::now();
     if (step + 1 < ctx.steps_per_epoch && now - last_draw_ < options_.redraw_every) return;
     last_draw_ = now;
-    *options_.out << '\r' << line(step + 1, ctx.steps_per_epoch, now, logs.loss, logs.accuracy) << std::flush;
+    std::string text = line(step + 1, ctx.steps_per_epoch, now, logs.loss, logs.accuracy);
+    for (const named_value& m : logs.metrics) text += " - " + m.name + ": " + fixed4(m.value);
+    *options_.out << '\r' << text << std::flush;
   }
 
   template <class Ctx>
   void on_epoch_end(Ctx& ctx, int, const epoch_logs& logs) {
     if (!enabled_) return;
-    std::string text = line(ctx.steps_per_epoch, ctx.steps_per_epoch, clock::now(), logs.loss, logs.accuracy);
+    // A stopped epoch keeps its position (ctx.step); a finished one is back at 0: the bar shows where it ended.
+    const std::size_t reached = ctx.step != 0 ? ctx.step : ctx.steps_per_epoch;
+    std::string text = line(reached, ctx.steps_per_epoch, clock::now(), logs.loss, logs.accuracy);
+    // Keras's order: the training metrics, then the validation loss, accuracy and metrics.
+    for (const named_value& m : logs.metrics) {
+      if (m.name.rfind("val_", 0) != 0) text += " - " + m.name + ": " + fixed4(m.value);
+    }
     if (logs.val_loss) text += " - val_loss: " + fixed4(*logs.val_loss);
     if (logs.val_accuracy) text += " - val_accuracy: " + fixed4(*logs.val_accuracy);
+    for (const named_value& m : logs.metrics) {
+      if (m.name.rfind("val_", 0) == 0) text += " - " + m.name + ": " + fixed4(m.value);
+    }
     *options_.out << (live_ ? "\r" : "") << prefix_ << text << '\n' << std::flush;
   }
 

@@ -1,0 +1,160 @@
+// Metrics as a concept: accuracy, sparse top-k accuracy, the mean of the loss and a user's metric, reduced across
+// workers in the step's own reduction, by name in the history, the logs, `evaluate` and the progress line.
+#include <mwstrat/collective/local/local_collective.hpp>
+#include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/train/callbacks/progress_logger.hpp>
+#include <mwstrat/train/fit.hpp>
+#include <mwstrat/train/metrics.hpp>
+
+#include <support/softmax_regression.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace mwstrat;
+using test::blob_batches;
+using test::plain_sgd;
+using test::softmax_regression;
+
+constexpr std::size_t features = 8, classes = 4;
+
+// softmax_regression that keeps the logits of its last batch: a model_with_outputs.
+struct regression_with_outputs : softmax_regression {
+  using softmax_regression::softmax_regression;
+  std::vector<float> logits;
+  template <class OnReady>
+  batch_stats train_batch(const data::image_batch& b, OnReady&& r) {
+    keep_logits(b);
+    return softmax_regression::train_batch(b, r);
+  }
+  batch_stats evaluate_batch(const data::image_batch& b) {
+    keep_logits(b);
+    return softmax_regression::evaluate_batch(b);
+  }
+  std::span<const float> outputs() const { return logits; }
+  std::size_t output_size() const { return classes; }
+
+ private:
+  void keep_logits(const data::image_batch& b) {
+    const auto p = parameters();
+    logits.assign(b.size * classes, 0.0f);
+    for (std::size_t i = 0; i < b.size; ++i) {
+      for (std::size_t k = 0; k < classes; ++k) {
+        float z = p[features * classes + k];
+        for (std::size_t f = 0; f < features; ++f) z += b.inputs[i * features + f] * p[f * classes + k];
+        logits[i * classes + k] = z;
+      }
+    }
+  }
+};
+static_assert(model_with_outputs<regression_with_outputs>);
+
+// A user's metric: the mean label of the examples seen (sums of labels and of examples).
+struct mean_label {
+  static constexpr std::size_t state_size = 2;
+  std::string_view name() const { return "mean_label"; }
+  void update_state(std::span<double> s, const metric_input<data::image_batch>& in) const {
+    for (std::size_t i = 0; i < in.batch.size; ++i) s[0] += static_cast<double>(in.batch.labels[i]);
+    s[1] += in.count;
+  }
+  double result(std::span<const double> s) const { return s[1] > 0 ? s[0] / s[1] : 0.0; }
+};
+static_assert(metric_for<mean_label, data::image_batch>);
+static_assert(metric_for<sparse_top_k_accuracy, data::image_batch>);
+
+std::map<std::string, double> by_name(const std::vector<named_value>& v) {
+  std::map<std::string, double> m;
+  for (const auto& x : v) m[x.name] = x.value;
+  return m;
+}
+
+struct metric_run {
+  std::vector<epoch_logs> epochs;
+  evaluation test;
+  std::string progress;
+};
+
+metric_run train_with_metrics(int workers) {
+  metric_run out;
+  std::mutex m;
+  spawn_ranks(workers, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    regression_with_outputs model(features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(256, features, classes, 32, c.size(), c.rank(), 4);
+    blob_batches val(64, features, classes, 32, c.size(), c.rank(), 6);
+    metrics ms(sparse_categorical_accuracy{}, sparse_top_k_accuracy{2}, mean_loss{}, mean_label{});
+    std::ostringstream text;
+    progress_logger progress(progress_options{.out = &text, .live = 0});
+    fit_options fo;
+    fo.epochs = 2;
+    const history h = fit(strategy, model, sgd, train, val, fo, ms, progress);
+    metrics top(sparse_top_k_accuracy{1}, sparse_top_k_accuracy{classes});
+    const evaluation e = evaluate(strategy, model, val, 0, top);
+    if (c.rank() == 0) {
+      const std::lock_guard lock(m);
+      out.epochs = h.epochs;
+      out.test = e;
+      out.progress = text.str();
+    }
+  });
+  return out;
+}
+
+TEST(metrics, are_reduced_across_workers_by_their_rule_and_reported_by_name) {
+  const metric_run two = train_with_metrics(2);
+  const metric_run one = train_with_metrics(1);
+  ASSERT_EQ(two.epochs.size(), 2u);
+  for (std::size_t e = 0; e < 2; ++e) {
+    auto m2 = by_name(two.epochs[e].metrics);
+    auto m1 = by_name(one.epochs[e].metrics);
+    ASSERT_EQ(m2.size(), 8u) << "four metrics and their val_ values";
+    // Each metric over the whole global batch, whatever the number of workers.
+    for (const auto& [name, value] : m1) EXPECT_NEAR(m2[name], value, 1e-5) << name << ", epoch " << e;
+    // Its own rule: accuracy and the mean loss agree with fit's own figures; a mean label of classes 0..3 drawn
+    // evenly is 1.5.
+    EXPECT_DOUBLE_EQ(m2["sparse_categorical_accuracy"], two.epochs[e].accuracy);
+    EXPECT_DOUBLE_EQ(m2["mean_loss"], two.epochs[e].loss);
+    EXPECT_DOUBLE_EQ(m2["val_mean_loss"], *two.epochs[e].val_loss);
+    EXPECT_DOUBLE_EQ(m2["val_sparse_categorical_accuracy"], *two.epochs[e].val_accuracy);
+    EXPECT_DOUBLE_EQ(m2["mean_label"], 1.5);
+    EXPECT_GE(m2["sparse_top_k_categorical_accuracy"], m2["sparse_categorical_accuracy"]);
+    EXPECT_LE(m2["sparse_top_k_categorical_accuracy"], 1.0);
+    EXPECT_EQ(logged_value(two.epochs[e], "val_sparse_top_k_categorical_accuracy"),
+              m2["val_sparse_top_k_categorical_accuracy"]) << "callbacks can monitor a metric by name";
+  }
+  // evaluate: top-1 is the accuracy, top-(all classes) is 1.
+  ASSERT_EQ(two.test.metrics.size(), 2u);
+  EXPECT_DOUBLE_EQ(two.test.metrics[0].value, two.test.accuracy);
+  EXPECT_DOUBLE_EQ(two.test.metrics[1].value, 1.0);
+  // The progress line names them, training metrics first, validation ones last.
+  EXPECT_NE(two.progress.find("- accuracy: "), std::string::npos) << two.progress;
+  EXPECT_NE(two.progress.find(" - sparse_top_k_categorical_accuracy: "), std::string::npos) << two.progress;
+  EXPECT_NE(two.progress.find(" - mean_label: 1.5000 - val_loss: "), std::string::npos) << two.progress;
+  EXPECT_NE(two.progress.find(" - val_mean_label: 1.5000\n"), std::string::npos) << two.progress;
+}
+
+TEST(metrics, top_k_without_the_models_outputs_is_an_error_naming_what_is_missing) {
+  spawn_ranks(1, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);  // no outputs()
+    blob_batches val(64, features, classes, 32, 1, 0, 6);
+    metrics top(sparse_top_k_accuracy{2});
+    try {
+      (void)evaluate(strategy, model, val, 0, top);
+      ADD_FAILURE() << "no error";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find("needs the model's outputs"), std::string::npos) << e.what();
+    }
+  });
+}
+
+}  // namespace
