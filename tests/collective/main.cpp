@@ -47,6 +47,7 @@ int run_worker(int argc, char** argv) {
   o.cluster_fingerprint = get("fingerprint", "test-cluster");
   if (kv.count("token")) o.job_token = kv["token"];
   o.transport = get("transport", "auto") == "tcp" ? ring_transport::tcp : ring_transport::automatic;
+  if (kv.count("host")) o.host_identity = kv["host"];
   try {
     ring_collective ring(o);
     std::printf("transport=%s\n", ring.uses_shared_memory() ? "shm" : "tcp");

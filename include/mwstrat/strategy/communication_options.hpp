@@ -8,7 +8,8 @@
 /// never overridden by the environment.
 ///   - `transport`: `MWSTRAT_RING_TRANSPORT` (`tcp` or `auto`), else `ring_transport::automatic`;
 ///   - `spin`: `MWSTRAT_RING_SPIN_US` (microseconds in 0..1000000), else 200 µs;
-///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token).
+///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token);
+///   - `host_identity`: `MWSTRAT_HOST_ID`, else derived from the kernel's boot id (an empty value is no value).
 
 #include <mwstrat/cluster/environment.hpp>
 #include <mwstrat/collective/ring/options.hpp>
@@ -39,14 +40,17 @@ struct communication_options {
   /// How long an idle rank polls before it sleeps (`ring_options::spin`); nullopt: the environment's
   /// MWSTRAT_RING_SPIN_US, else the ring's default (200 µs).
   std::optional<std::chrono::microseconds> spin;
+  /// Which host this worker is on, for shared memory and the hierarchical all-reduce (`ring_options::host_identity`);
+  /// nullopt: the environment's MWSTRAT_HOST_ID, else derived from the kernel's boot id, user and namespaces.
+  std::optional<std::string> host_identity;
   std::string model_fingerprint;         ///< checked in the handshake when set (fit also checks it)
   std::function<void(std::string_view)> log;  ///< where the ring logs; default: standard error
   gradient_sync_options gradient_sync;   ///< buckets, overlap and where the update runs
 };
 
 /// `options` with every field the code left unset (nullopt) filled from `env` (the file comment lists them), so
-/// that afterwards `job_token`, `transport` and `spin` all hold values. Throws `config_error` (naming `rank` when
-/// given) for a variable whose value is not one of those listed.
+/// that afterwards `job_token`, `transport` and `spin` all hold values (`host_identity` only when the variable is
+/// set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of those listed.
 [[nodiscard]] inline communication_options with_environment_defaults(communication_options options,
                                                                      const environment& env,
                                                                      std::optional<int> rank = std::nullopt) {
@@ -70,6 +74,8 @@ struct communication_options {
       options.spin = std::chrono::microseconds(us);
     }
   }
+  if (!options.host_identity)
+    if (auto v = env.get("MWSTRAT_HOST_ID"); v && !v->empty()) options.host_identity = std::move(*v);
   return options;
 }
 

@@ -50,6 +50,12 @@ struct ring_options {
   int socket_buffer_bytes = 4 << 20;
   /// Payload transport of each link.
   ring_transport transport = ring_transport::automatic;
+  /// Which host this rank is on, as far as shared memory and the hierarchical all-reduce are concerned: ranks with
+  /// equal identities try shared memory with each other (and use it only once a handshake proves that both reach
+  /// the same region); ranks with different ones talk TCP. nullopt: derived from the kernel's boot id, the user and
+  /// the IPC and mount namespaces. Set it where that guess is wrong (simulated hosts, containers). An empty string
+  /// is refused (`config_error`).
+  std::optional<std::string> host_identity;
   /// How long a rank with nothing to do keeps polling its sockets before it sleeps in poll(): a wake-up from sleep
   /// costs tens to hundreds of microseconds (more in a virtual machine) on every hop of an operation, polling costs
   /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.

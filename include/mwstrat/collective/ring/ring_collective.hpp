@@ -99,7 +99,10 @@ class ring_collective : public detail::front_end<ring_collective> {
     spin_ = options_.spin;
     if (spin_ < std::chrono::microseconds::zero())
       throw config_error({"ring", rank_}, "ring_options.spin is negative");
-    if (id.want_shm && n_ > 1) id.host = detail::host_identity();
+    if (options_.host_identity && options_.host_identity->empty())
+      throw config_error({"ring", rank_}, "ring_options.host_identity is empty (leave it unset to derive it)");
+    if (n_ > 1) id.host = options_.host_identity ? detail::explicit_host_identity(*options_.host_identity)
+                                                 : detail::host_identity();
     id.cluster = detail::sha256(options_.cluster_fingerprint);
     id.model = detail::sha256(options_.model_fingerprint);
     if (n_ > 1) {

@@ -271,12 +271,25 @@ class ring_startup {
     } else {
       why = region.open(detail::shm_directory, offer->name, offer->slots, offer->slot_bytes);
     }
-    std::array<std::uint8_t, detail::shm_answer_size> answer{};
-    detail::encode_shm_answer(why.empty(), answer);
-    if (auto r = detail::write_all(fd, answer.data(), answer.size(), limit); r.status != detail::io_status::ok)
+    detail::shm_answer answer;
+    answer.mapped = why.empty();
+    // What this side sees at the start of the region: the sender's proof only if both map the same object.
+    if (answer.mapped) std::memcpy(answer.proof.data(), region.data(), answer.proof.size());
+    std::array<std::uint8_t, detail::shm_answer_size> raw_answer{};
+    detail::encode(answer, raw_answer);
+    if (auto r = detail::write_all(fd, raw_answer.data(), raw_answer.size(), limit); r.status != detail::io_status::ok)
       return "shared-memory answer failed (" + r.describe() + ")";
     if (!why.empty()) {
       log("payloads from " + from + " over TCP: shared memory declined: " + why);
+      return std::nullopt;
+    }
+    std::array<std::uint8_t, detail::shm_verdict_size> raw_verdict{};
+    if (auto r = detail::read_exact(fd, raw_verdict.data(), raw_verdict.size(), limit); r.status != detail::io_status::ok)
+      return "no shared-memory verdict (" + r.describe() + ")";
+    const auto proven = detail::decode_shm_verdict(raw_verdict);
+    if (!proven) return std::string("malformed shared-memory verdict");
+    if (!*proven) {
+      log("payloads from " + from + " over TCP: the region mapped here is not the one it wrote (a separate /dev/shm)");
       return std::nullopt;
     }
     links_.in.adopt(std::move(region));
@@ -291,7 +304,12 @@ class ring_startup {
     detail::shm_region region;
     const std::string why = region.create(detail::shm_directory, ring_shm_slots, chunk_bytes_);
     detail::shm_offer offer;
+    detail::shm_proof proof{};
     if (why.empty()) {
+      const auto nonce = detail::random_nonce();
+      std::copy_n(nonce.begin(), proof.size(), proof.begin());
+      std::memcpy(region.data(), proof.data(), proof.size());  // slot 0, overwritten by the first payload
+      std::atomic_thread_fence(std::memory_order_release);
       offer.status = 1;
       offer.slots = static_cast<std::uint32_t>(ring_shm_slots);
       offer.slot_bytes = chunk_bytes_;
@@ -305,14 +323,24 @@ class ring_startup {
       log("payloads to " + to + " over TCP: " + why);
       return std::nullopt;
     }
-    std::array<std::uint8_t, detail::shm_answer_size> answer{};
-    const auto r = detail::read_exact(fd, answer.data(), answer.size(), limit);
+    std::array<std::uint8_t, detail::shm_answer_size> raw_answer{};
+    const auto r = detail::read_exact(fd, raw_answer.data(), raw_answer.size(), limit);
     region.unlink();  // the receiver unlinks it once it has it open; this covers every other path
     if (r.status != detail::io_status::ok) return "shared-memory answer: " + r.describe();
-    const auto mapped = detail::decode_shm_answer(answer);
-    if (!mapped) throw protocol_error({"ring", rank_}, to + " sent a malformed shared-memory answer");
-    if (!*mapped) {
+    const auto answer = detail::decode_shm_answer(raw_answer);
+    if (!answer) throw protocol_error({"ring", rank_}, to + " sent a malformed shared-memory answer");
+    if (!answer->mapped) {
       log("payloads to " + to + " over TCP: it declined the shared memory (see its log)");
+      return std::nullopt;
+    }
+    const bool proven = answer->proof == proof;
+    std::array<std::uint8_t, detail::shm_verdict_size> raw_verdict{};
+    detail::encode_shm_verdict(proven, raw_verdict);
+    if (auto w = detail::write_all(fd, raw_verdict.data(), raw_verdict.size(), limit); w.status != detail::io_status::ok)
+      return "shared-memory verdict: " + w.describe();
+    if (!proven) {
+      log("payloads to " + to + " over TCP: it mapped another object under the region's name (a separate /dev/shm: "
+          "another container or mount namespace)");
       return std::nullopt;
     }
     links_.out.adopt(std::move(region));
