@@ -2,6 +2,7 @@
 // rank of a ring test (a real process on 127.0.0.1), reporting "transport=<shm|tcp>" once connected, then "OK" or
 // "ERROR <kind> <peer> <message>" on stdout. `transport=tcp` forces TCP payloads (default: automatic).
 
+#include "hierarchy.hpp"
 #include "process.hpp"
 #include "sweep.hpp"
 
@@ -48,6 +49,8 @@ int run_worker(int argc, char** argv) {
   if (kv.count("token")) o.job_token = kv["token"];
   o.transport = get("transport", "auto") == "tcp" ? ring_transport::tcp : ring_transport::automatic;
   if (kv.count("host")) o.host_identity = kv["host"];
+  if (kv.count("hosts")) o.host_identity = test::nth_field(kv["hosts"], rank);  // "a,a,b,b": rank r's host
+  if (get("topology", "auto") == "flat") o.topology = ring_topology::flat;
   try {
     ring_collective ring(o);
     std::printf("transport=%s\n", ring.uses_shared_memory() ? "shm" : "tcp");
@@ -86,6 +89,13 @@ int run_worker(int argc, char** argv) {
           std::fflush(stdout);
         }
       }
+    } else if (scenario == "dump") {
+      // One all-reduce of test::varied_input floats, written to `<out><rank>.bin` for the test to compare.
+      std::fprintf(stderr, "hierarchical=%d hosts=%d\n", ring.hierarchical() ? 1 : 0, ring.hosts());
+      std::vector<float> data(std::stoul(get("count", "1000")));
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = test::varied_input(rank, i);
+      ring.all_reduce(std::span<float>(data), get("op", "sum") == "mean" ? reduce_op::mean : reduce_op::sum);
+      test::write_floats(get("out", "") + std::to_string(rank) + ".bin", data);
     } else if (scenario == "pair") {
       test::check_all_reduce<float>(ring, 1001, reduce_op::sum);
       ring.barrier();

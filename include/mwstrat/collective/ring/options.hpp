@@ -23,6 +23,16 @@ enum class ring_transport {
   tcp,
 };
 
+/// How the ranks of a ring that spans several hosts are arranged for all-reduce.
+enum class ring_topology {
+  /// Hierarchical when every host runs the same number (at least two) of ranks: a ring of each host's ranks
+  /// (shared memory) reduces, a TCP ring between hosts carries each host rank's part, the host ring gathers;
+  /// otherwise one flat ring. Only all-reduce is hierarchical; the other operations use the flat ring.
+  automatic,
+  /// One flat ring through every rank in rank order, whatever the hosts.
+  flat,
+};
+
 /// Options of the TCP ring backend.
 struct ring_options {
   /// Every rank's listening address, "host:port" or "[v6]:port"; the index is the rank.
@@ -56,6 +66,8 @@ struct ring_options {
   /// the IPC and mount namespaces. Set it where that guess is wrong (simulated hosts, containers). An empty string
   /// is refused (`config_error`).
   std::optional<std::string> host_identity;
+  /// Flat or hierarchical all-reduce across hosts (see `ring_topology`).
+  ring_topology topology = ring_topology::automatic;
   /// How long a rank with nothing to do keeps polling its sockets before it sleeps in poll(): a wake-up from sleep
   /// costs tens to hundreds of microseconds (more in a virtual machine) on every hop of an operation, polling costs
   /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.

@@ -49,6 +49,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -58,6 +59,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace mwstrat {
@@ -73,7 +75,62 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// when the neighbours do not appear before `connect_timeout`, `protocol_error` when a neighbour refuses
   /// this rank or is not an mwstrat peer, `io_error` when the address cannot be listened on.
   explicit ring_collective(ring_options options)
+      : ring_collective(std::move(options), detail::unique_socket{}, nullptr) {}
+
+  ring_collective(const ring_collective&) = delete;
+  ring_collective& operator=(const ring_collective&) = delete;
+
+  /// Waits for queued asynchronous operations (each bounded by its deadline), then closes the connections.
+  /// When destroyed by an exception, shuts the connections down first, so queued operations and the other
+  /// ranks fail fast (`peer_lost_error` naming this rank) instead of waiting for their deadline.
+  ~ring_collective() {
+    if (std::uncaught_exceptions() > uncaught_) {
+      if (out_.socket) ::shutdown(out_.socket.get(), SHUT_RDWR);
+      if (in_.socket) ::shutdown(in_.socket.get(), SHUT_RDWR);
+    }
+    queue_.stop();  // the worker is joined before the sockets close
+  }
+
+  /// This rank, in [0, size()).
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  /// The number of ranks in the ring.
+  [[nodiscard]] int size() const noexcept { return n_; }
+  /// True when both links of this rank carry payloads through shared memory (see `ring_transport`).
+  [[nodiscard]] bool uses_shared_memory() const noexcept { return out_.through_shm() && in_.through_shm(); }
+  /// The number of hosts the ranks are on (by `ring_options::host_identity`, or as derived).
+  [[nodiscard]] int hosts() const noexcept { return hosts_; }
+  /// True when all-reduce is hierarchical: within each host, then a TCP ring between hosts (see `ring_topology`).
+  [[nodiscard]] bool hierarchical() const noexcept { return local_ != nullptr; }
+  /// The configured address of rank `r`.
+  [[nodiscard]] const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
+
+  // all_reduce, all_reduce_async, broadcast, all_gather, barrier: see detail::front_end.
+  //
+  // all_reduce_update(gradients, op, params, update): all-reduce fused with an elementwise update, so that each
+  // rank updates only its own part of the parameters: the reduce-scatter half of the ring leaves each rank one
+  // part of `gradients` fully reduced, and as each chunk of it is final this rank calls `update(first, count)`
+  // (gradients[first, first + count) hold the result; the call must update params[first, first + count) from
+  // them, touch nothing else, and not throw); the all-gather half then carries those parts of `params`, not of the
+  // gradients. Every rank ends with the same `params`, each part exactly as its owner updated it; the other parts
+  // of `gradients` are left partially reduced. For an optimizer whose update of an element depends only on that
+  // element (plain SGD) this is the same result as `all_reduce` then updating everything, with a fraction
+  // 1/size() of the update work and of its memory traffic.
+
+ private:
+  friend class detail::front_end<ring_collective>;
+
+  // The ranks of a ring inside a hierarchical ring (a host's ranks, or one rank of each host) as the parent knows
+  // them: errors and logs name the parent's ranks and addresses.
+  struct sub_ring_info {
+    std::string scope;                   // "host ring", "ring between hosts"
+    std::vector<int> global;             // this ring's rank k is the parent's rank global[k]
+    std::vector<std::string> addresses;  // the parent's addresses
+    int global_rank = 0;
+  };
+
+  ring_collective(ring_options options, detail::unique_socket listener, const sub_ring_info* sub)
       : options_(std::move(options)), uncaught_(std::uncaught_exceptions()) {
+    if (sub) sub_ = *sub;
     n_ = static_cast<int>(options_.addresses.size());
     rank_ = options_.rank;
     if (n_ < 1) throw config_error({"ring"}, "ring_options.addresses is empty");
@@ -105,53 +162,19 @@ class ring_collective : public detail::front_end<ring_collective> {
                                                  : detail::host_identity();
     id.cluster = detail::sha256(options_.cluster_fingerprint);
     id.model = detail::sha256(options_.model_fingerprint);
+    id.listener = listener.release();
+    id.quiet = sub != nullptr;
     if (n_ > 1) {
       auto links = detail::ring_startup(options_, id).run();  // connected links (link.hpp)
       out_ = std::move(links.out);
       in_ = std::move(links.in);
       in_.make_scratch(chunk_bytes_);
-    } else if (rank_ == 0) {
+      if (!sub) arrange_hosts(id);
+    } else if (rank_ == 0 && !sub) {
       log("started: tcp://" + options_.addresses[0] + ", waiting for 1 worker (itself)");
     }
   }
 
-  ring_collective(const ring_collective&) = delete;
-  ring_collective& operator=(const ring_collective&) = delete;
-
-  /// Waits for queued asynchronous operations (each bounded by its deadline), then closes the connections.
-  /// When destroyed by an exception, shuts the connections down first, so queued operations and the other
-  /// ranks fail fast (`peer_lost_error` naming this rank) instead of waiting for their deadline.
-  ~ring_collective() {
-    if (std::uncaught_exceptions() > uncaught_) {
-      if (out_.socket) ::shutdown(out_.socket.get(), SHUT_RDWR);
-      if (in_.socket) ::shutdown(in_.socket.get(), SHUT_RDWR);
-    }
-    queue_.stop();  // the worker is joined before the sockets close
-  }
-
-  /// This rank, in [0, size()).
-  [[nodiscard]] int rank() const noexcept { return rank_; }
-  /// The number of ranks in the ring.
-  [[nodiscard]] int size() const noexcept { return n_; }
-  /// True when both links of this rank carry payloads through shared memory (see `ring_transport`).
-  [[nodiscard]] bool uses_shared_memory() const noexcept { return out_.through_shm() && in_.through_shm(); }
-  /// The configured address of rank `r`.
-  [[nodiscard]] const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
-
-  // all_reduce, all_reduce_async, broadcast, all_gather, barrier: see detail::front_end.
-  //
-  // all_reduce_update(gradients, op, params, update): all-reduce fused with an elementwise update, so that each
-  // rank updates only its own part of the parameters: the reduce-scatter half of the ring leaves each rank one
-  // part of `gradients` fully reduced, and as each chunk of it is final this rank calls `update(first, count)`
-  // (gradients[first, first + count) hold the result; the call must update params[first, first + count) from
-  // them, touch nothing else, and not throw); the all-gather half then carries those parts of `params`, not of the
-  // gradients. Every rank ends with the same `params`, each part exactly as its owner updated it; the other parts
-  // of `gradients` are left partially reduced. For an optimizer whose update of an element depends only on that
-  // element (plain SGD) this is the same result as `all_reduce` then updating everything, with a fraction
-  // 1/size() of the update work and of its memory traffic.
-
- private:
-  friend class detail::front_end<ring_collective>;
   using steady = detail::steady;
   using failure = detail::ring_failure;
   using plan = detail::ring_plan;
@@ -178,6 +201,7 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   template <class T>
   void all_reduce_now(std::span<T> data, reduce_op op, op_options options) {
+    if (local_) return hierarchical_all_reduce(data, op, options);
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
                                                    chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), data.data());
@@ -191,6 +215,15 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (!gradients.empty()) update(std::size_t{0}, gradients.size());
       return;
     }
+    if (local_) return hierarchical_all_reduce_update(gradients, op, params, update, options);
+    flat_all_reduce_update(gradients, op, params, update, options);
+  }
+
+  // all_reduce_update on this ring alone (a separate function: the hierarchical one calls it with its own wrapper of
+  // `update`, and calling the dispatcher would instantiate wrappers of wrappers without end).
+  template <class T, class Update>
+  void flat_all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update& update,
+                              op_options options) {
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce_update, rank_, n_, gradients.size(),
                                                    sizeof(T), chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), gradients.data());
@@ -228,12 +261,179 @@ class ring_collective : public detail::front_end<ring_collective> {
   }
 
   // ---------------------------------------------------------------------------------------------------------
+  // Hosts: which ranks share one, and the rings of the hierarchical all-reduce.
+
+  // Collective, once the flat ring is up: every rank learns every rank's host (the digests of the handshake); when
+  // every host runs the same number L >= 2 of ranks, each rank joins two more rings on ports the kernel picks —
+  // the ranks of its host (shared memory where proven) and the ranks with its index on every host (TCP) — and rank
+  // 0 logs what it found.
+  void arrange_hosts(const detail::ring_identity& id) {
+    const auto n = static_cast<std::size_t>(n_);
+    std::array<std::int64_t, 4> mine{};
+    static_assert(sizeof mine == sizeof id.host);
+    std::memcpy(mine.data(), id.host.data(), sizeof mine);
+    std::vector<std::int64_t> all(4 * n);
+    all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+    std::vector<int> host_of(n, -1);
+    std::vector<std::vector<int>> members;  // per host, its ranks in order; hosts in order of their first rank
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t q = 0; q < r && host_of[r] < 0; ++q)
+        if (std::equal(all.begin() + 4 * static_cast<std::ptrdiff_t>(q), all.begin() + 4 * static_cast<std::ptrdiff_t>(q + 1),
+                       all.begin() + 4 * static_cast<std::ptrdiff_t>(r)))
+          host_of[r] = host_of[q];
+      if (host_of[r] < 0) {
+        host_of[r] = static_cast<int>(members.size());
+        members.emplace_back();
+      }
+      members[static_cast<std::size_t>(host_of[r])].push_back(static_cast<int>(r));
+    }
+    hosts_ = static_cast<int>(members.size());
+    const auto& mates = members[static_cast<std::size_t>(host_of[static_cast<std::size_t>(rank_)])];
+    const std::size_t per_host = mates.size();
+    const bool even = std::all_of(members.begin(), members.end(), [&](const auto& m) { return m.size() == per_host; });
+    std::string between;
+    if (hosts_ > 1 && even && per_host > 1 && options_.topology == ring_topology::automatic) {
+      join_host_rings(id, members, host_of);
+      between = "tcp ring between hosts (each host's ranks carry a part)";
+    } else if (hosts_ > 1) {
+      between = per_host == 1 && even ? "tcp ring between hosts"
+                : options_.topology == ring_topology::flat ? "one flat ring through every rank (topology: flat)"
+                                                           : "one flat ring through every rank (hosts run unequal numbers of ranks)";
+    }
+    // Which ranks' host links carry payloads through shared memory, for the log line.
+    const std::int64_t shm = local_ ? (local_->uses_shared_memory() ? 1 : 0)
+                                    : (out_.through_shm() || in_.through_shm() ? 1 : 0);
+    std::vector<std::int64_t> shm_of(n);
+    all_gather(std::span<const std::int64_t>(&shm, 1), std::span<std::int64_t>(shm_of));
+    if (rank_ != 0) return;
+    std::string text = std::to_string(n_) + " workers on " + std::to_string(hosts_) + (hosts_ == 1 ? " host (" : " hosts (");
+    for (std::size_t h = 0; h < members.size(); ++h) {
+      const auto& m = members[h];
+      std::string label = id.hosts[static_cast<std::size_t>(m.front())].host;
+      for (std::size_t g = 0; g < members.size(); ++g)
+        if (g != h && id.hosts[static_cast<std::size_t>(members[g].front())].host == label) {
+          label += " #" + std::to_string(h);  // simulated hosts on one address: told apart by their index
+          break;
+        }
+      text += (h ? "; " : "") + label + (m.size() == 1 ? ": rank " : ": ranks ");
+      bool all_shm = true;
+      for (std::size_t k = 0; k < m.size(); ++k) {
+        text += (k ? "," : "") + std::to_string(m[k]);
+        all_shm = all_shm && shm_of[static_cast<std::size_t>(m[k])] != 0;
+      }
+      if (m.size() > 1) text += all_shm ? " shared memory" : " tcp";
+    }
+    text += ")";
+    if (!between.empty()) text += "; " + between;
+    announce(text);
+  }
+
+  void join_host_rings(const detail::ring_identity& id, const std::vector<std::vector<int>>& members,
+                       const std::vector<int>& host_of) {
+    const auto n = static_cast<std::size_t>(n_);
+    const auto my_host = static_cast<std::size_t>(host_of[static_cast<std::size_t>(rank_)]);
+    const auto& mates = members[my_host];
+    const auto index = static_cast<std::size_t>(std::find(mates.begin(), mates.end(), rank_) - mates.begin());
+    int host_port = 0, between_port = 0;
+    const auto& here = id.hosts[static_cast<std::size_t>(rank_)];
+    auto host_listener = detail::listen_ephemeral(here, options_.socket_buffer_bytes, rank_, host_port);
+    auto between_listener = detail::listen_ephemeral(here, options_.socket_buffer_bytes, rank_, between_port);
+    const std::array<std::int64_t, 2> mine{host_port, between_port};
+    std::vector<std::int64_t> ports(2 * n);
+    all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(ports));
+    const auto ring_of = [&](const std::vector<int>& ranks, std::size_t which, int my_index, std::string scope) {
+      ring_options o = options_;
+      o.addresses.clear();
+      for (int g : ranks) {
+        auto a = id.hosts[static_cast<std::size_t>(g)];
+        a.port = static_cast<std::uint16_t>(ports[2 * static_cast<std::size_t>(g) + which]);
+        o.addresses.push_back(a.to_string());
+      }
+      o.rank = my_index;
+      o.cluster_fingerprint = options_.cluster_fingerprint + '\n' + scope;
+      o.topology = ring_topology::flat;
+      if (which == 1) o.transport = ring_transport::tcp;  // other hosts: nothing to share
+      sub_ring_info info{std::move(scope), ranks, options_.addresses, rank_};
+      return std::pair{std::move(o), std::move(info)};
+    };
+    auto [host_options, host_info] = ring_of(mates, 0, static_cast<int>(index), "host ring");
+    local_.reset(new ring_collective(std::move(host_options), std::move(host_listener), &host_info));
+    std::vector<int> peers;  // rank `index` of every host, in host order
+    for (const auto& m : members) peers.push_back(m[index]);
+    auto [between_options, between_info] =
+        ring_of(peers, 1, static_cast<int>(my_host), "ring between hosts (rank " + std::to_string(index) + " of each)");
+    cross_.reset(new ring_collective(std::move(between_options), std::move(between_listener), &between_info));
+  }
+
+  // Reduce-scatter within the host, all-reduce of this rank's part around the ring between hosts, all-gather within
+  // the host. Element e is combined in a fixed order — its host ring's order, then the hosts' ring order — so every
+  // rank gets the same bits, every run. A failure in any ring breaks all three (and shuts their connections, so the
+  // ranks waiting in the others fail fast too).
+  template <class T>
+  void hierarchical_all_reduce(std::span<T> data, reduce_op op, op_options options) {
+    if (broken_) std::rethrow_exception(broken_);
+    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
+    try {
+      local_->run_half<T>(detail::ring_half::reduce_scatter, data, partial, options);
+      std::size_t first = 0, last = 0;
+      detail::owned_segment(local_->rank_, local_->n_, data.size(), first, last);
+      const auto part = data.subspan(first, last - first);
+      cross_->all_reduce_now<T>(part, partial, options);
+      detail::finish_reduce(part.data(), part.size(), op, n_);
+      local_->run_half<T>(detail::ring_half::all_gather, data, partial, options);
+    } catch (...) {
+      break_all();
+      throw;
+    }
+  }
+
+  // The same with all_reduce_update's sharding: the host ring's reduce-scatter leaves this rank a part, the ring
+  // between hosts reduces it and updates a share of it (all_reduce_update), the host ring gathers the parameters.
+  template <class T, class Update>
+  void hierarchical_all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update& update,
+                                      op_options options) {
+    if (broken_) std::rethrow_exception(broken_);
+    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
+    try {
+      local_->run_half<T>(detail::ring_half::reduce_scatter, gradients, partial, options);
+      std::size_t first = 0, last = 0;
+      detail::owned_segment(local_->rank_, local_->n_, gradients.size(), first, last);
+      const int world = n_;
+      auto finish_then_update = [&](std::size_t at, std::size_t count) {
+        detail::finish_reduce(gradients.data() + first + at, count, op, world);
+        update(first + at, count);
+      };
+      cross_->flat_all_reduce_update<T>(gradients.subspan(first, last - first), partial,
+                                        params.subspan(first, last - first), finish_then_update, options);
+      local_->run_half<T>(detail::ring_half::all_gather, params, partial, options);
+    } catch (...) {
+      break_all();
+      throw;
+    }
+  }
+
+  void break_all() {
+    broken_ = std::current_exception();
+    for (ring_collective* r : {local_.get(), cross_.get(), this}) {
+      if (r->out_.socket) ::shutdown(r->out_.socket.get(), SHUT_RDWR);
+      if (r->in_.socket) ::shutdown(r->in_.socket.get(), SHUT_RDWR);
+    }
+  }
+
+  template <class T>
+  void run_half(detail::ring_half half, std::span<T> data, reduce_op op, op_options options) {
+    plan p = make_plan(detail::all_reduce_half_schedule(half, rank_, n_, data.size(), sizeof(T), chunk_bytes_), op,
+                       static_cast<std::uint8_t>(op), data.data());
+    run<T>(p, options);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
   // The data path.
 
   template <class T>
   void run(plan& p, op_options options) {
     if (broken_) std::rethrow_exception(broken_);
-    if (n_ == 1 || p.sched.items == 0) return;  // one rank: the result is the input (mean over one rank is a no-op)
+    if (n_ == 1 || p.sched.items <= p.sched.begin) return;  // one rank: the result is the input (mean over one rank is a no-op)
     const auto timeout = options.timeout.count() > 0 ? options.timeout : options_.op_timeout;
     const auto deadline = steady::now() + timeout;
     std::optional<failure> f = pump<T>(p, deadline, timeout);
@@ -266,6 +466,7 @@ class ring_collective : public detail::front_end<ring_collective> {
   std::optional<failure> pump(const plan& p, steady::time_point deadline, std::chrono::milliseconds timeout) {
     send_stream s;
     recv_stream r;
+    s.t = r.t = p.sched.begin;
     out_.inflight = {};
     steady::time_point idle_since{};  // when the current wait began (zero: not waiting)
     for (;;) {
@@ -539,12 +740,38 @@ class ring_collective : public detail::front_end<ring_collective> {
   // Tells both neighbours, breaks the ring for good, and throws the error this rank reports.
   [[noreturn]] void fail(const plan& p, const failure& f) {
     detail::send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, detail::op_header(p), f);
-    broken_ = detail::ring_error(rank_, f, options_.addresses);
-    log(f.text);
+    if (sub_) {  // name the parent's ranks and addresses
+      failure mapped = f;
+      if (f.culprit >= 0 && f.culprit < n_) mapped.culprit = sub_->global[static_cast<std::size_t>(f.culprit)];
+      mapped.text = sub_->scope + ", whose rank k is rank " + global_names() + ": " + f.text;
+      broken_ = detail::ring_error(sub_->global_rank, mapped, sub_->addresses);
+      log(mapped.text);
+    } else {
+      broken_ = detail::ring_error(rank_, f, options_.addresses);
+      log(f.text);
+    }
     std::rethrow_exception(broken_);
   }
 
-  void log(const std::string& text) const { detail::ring_log(options_, rank_, text); }
+  void log(const std::string& text) const { detail::ring_log(options_, sub_ ? sub_->global_rank : rank_, text); }
+
+  // "[0,2]": the parent's rank of each of this ring's ranks.
+  std::string global_names() const {
+    std::string s = "[";
+    for (std::size_t k = 0; k < sub_->global.size(); ++k) s += (k ? "," : "") + std::to_string(sub_->global[k]);
+    return s + "]";
+  }
+
+  // A line about the whole job ("[mwstrat] ..."), to `options.log` or standard error.
+  void announce(const std::string& text) const {
+    const std::string line = "[mwstrat] " + text;
+    if (options_.log) {
+      options_.log(line);
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      std::fflush(stderr);
+    }
+  }
 
 
   ring_options options_;
@@ -557,6 +784,10 @@ class ring_collective : public detail::front_end<ring_collective> {
   std::chrono::microseconds spin_{0};  // ring_options::spin
   std::uint64_t next_seq_ = 0;
   std::exception_ptr broken_;
+  std::optional<sub_ring_info> sub_;        // set when this ring is one of a hierarchical ring's
+  int hosts_ = 1;
+  std::unique_ptr<ring_collective> local_;  // hierarchical: this host's ranks
+  std::unique_ptr<ring_collective> cross_;  // hierarchical: this rank's index on every host
 };
 
 static_assert(collective<ring_collective>);

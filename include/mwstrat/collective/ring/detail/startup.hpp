@@ -67,14 +67,39 @@ struct ring_identity {
   bool want_shm = false;
   std::size_t chunk_bytes = 0;
   digest host{}, cluster{}, model{};
+  int listener = -1;   // a socket already listening on this rank's address (a ring inside a ring), else -1
+  bool quiet = false;  // no start-up lines (a ring inside a ring: its parent logs the topology)
 };
+
+// A socket listening on `here`'s host at a port the kernel picks (the rings inside a hierarchical ring); its port in
+// `port`. Throws io_error naming `rank`.
+inline unique_socket listen_ephemeral(const mwstrat::address& here, int buffer_bytes, int rank, int& port) {
+  namespace ip = boost::asio::ip;
+  boost::asio::io_context io;
+  boost::system::error_code ec;
+  ip::tcp::resolver resolver(io);
+  const auto found = resolver.resolve(here.host, "0", ip::resolver_base::passive, ec);
+  if (ec || found.empty())
+    throw io_error({"ring", rank}, "cannot resolve '" + here.host + "': " + (ec ? ec.message() : "no results"));
+  ip::tcp::acceptor acceptor(io);
+  const auto ep = found.begin()->endpoint();
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(ip::tcp::acceptor::reuse_address(true), ec);
+  if (!ec) tune_socket(acceptor.native_handle(), buffer_bytes);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(64, ec);
+  if (!ec) acceptor.non_blocking(true, ec);
+  if (ec) throw io_error({"ring", rank}, "cannot listen on " + here.host + ": " + ec.message());
+  port = acceptor.local_endpoint(ec).port();
+  return unique_socket(acceptor.release(ec));
+}
 
 class ring_startup {
  public:
   ring_startup(const ring_options& options, const ring_identity& id)
       : options_(options), n_(id.world), rank_(id.rank), parsed_(id.hosts), token_(id.token),
         chunk_bytes_(id.chunk_bytes), cluster_digest_(id.cluster), model_digest_(id.model), want_shm_(id.want_shm),
-        host_(id.host) {}
+        host_(id.host), listener_(id.listener), quiet_(id.quiet) {}
 
   // Listens, connects and accepts; throws what ring_collective's constructor documents.
   ring_links run() {
@@ -127,14 +152,18 @@ class ring_startup {
     ip::tcp::acceptor acceptor(io);
     boost::system::error_code ec;
     const auto here = resolve(rank_, true);
-    acceptor.open(here.protocol(), ec);
-    if (!ec) acceptor.set_option(ip::tcp::acceptor::reuse_address(true), ec);
-    if (!ec) detail::tune_socket(acceptor.native_handle(), options_.socket_buffer_bytes);
-    if (!ec) acceptor.bind(here, ec);
-    if (!ec) acceptor.listen(64, ec);
+    if (listener_ >= 0) {
+      acceptor.assign(here.protocol(), listener_, ec);  // the acceptor closes it
+    } else {
+      acceptor.open(here.protocol(), ec);
+      if (!ec) acceptor.set_option(ip::tcp::acceptor::reuse_address(true), ec);
+      if (!ec) detail::tune_socket(acceptor.native_handle(), options_.socket_buffer_bytes);
+      if (!ec) acceptor.bind(here, ec);
+      if (!ec) acceptor.listen(64, ec);
+    }
     if (!ec) acceptor.non_blocking(true, ec);
     if (ec) throw io_error({"ring", rank_}, "cannot listen on " + address(rank_) + ": " + ec.message());
-    if (rank_ == 0)
+    if (rank_ == 0 && !quiet_)
       log("started: tcp://" + address(0) + ", waiting for " + std::to_string(n_) + " workers");
 
     std::atomic<bool> stop{false};
@@ -156,7 +185,7 @@ class ring_startup {
     accepting.join();
     if (connect_error) std::rethrow_exception(connect_error);
     if (accept_error) std::rethrow_exception(accept_error);
-    if (rank_ == 0) log("ring of " + std::to_string(n_) + " ranks connected");
+    if (rank_ == 0 && !quiet_) log("ring of " + std::to_string(n_) + " ranks connected");
   }
 
   void accept_prev(int listener, steady::time_point deadline, const std::atomic<bool>& stop) {
@@ -460,6 +489,8 @@ class ring_startup {
   digest cluster_digest_{}, model_digest_{};
   bool want_shm_ = false;
   digest host_{};
+  int listener_ = -1;
+  bool quiet_ = false;
   std::mutex refusal_mutex_;
   std::string last_refusal_;  // the acceptor's latest refusal, for the connector's error
   ring_links links_;
