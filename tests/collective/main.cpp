@@ -51,6 +51,8 @@ int run_worker(int argc, char** argv) {
   if (kv.count("host")) o.host_identity = kv["host"];
   if (kv.count("hosts")) o.host_identity = test::nth_field(kv["hosts"], rank);  // "a,a,b,b": rank r's host
   if (get("topology", "auto") == "flat") o.topology = ring_topology::flat;
+  if (get("compression", "none") == "bf16") o.compression = wire_compression::bf16;
+  if (get("compression", "none") == "fp16") o.compression = wire_compression::fp16;
   try {
     ring_collective ring(o);
     std::printf("transport=%s\n", ring.uses_shared_memory() ? "shm" : "tcp");

@@ -9,6 +9,7 @@
 ///   - `transport`: `MWSTRAT_RING_TRANSPORT` (`tcp` or `auto`), else `ring_transport::automatic`;
 ///   - `spin`: `MWSTRAT_RING_SPIN_US` (microseconds in 0..1000000), else 200 µs;
 ///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token);
+///   - `compression`: `MWSTRAT_RING_COMPRESSION` (`none`, `bf16` or `fp16`), else none;
 ///   - `host_identity`: `MWSTRAT_HOST_ID`, else derived from the kernel's boot id (an empty value is no value).
 
 #include <mwstrat/cluster/environment.hpp>
@@ -43,14 +44,18 @@ struct communication_options {
   /// Which host this worker is on, for shared memory and the hierarchical all-reduce (`ring_options::host_identity`);
   /// nullopt: the environment's MWSTRAT_HOST_ID, else derived from the kernel's boot id, user and namespaces.
   std::optional<std::string> host_identity;
+  /// What the all-reduce's payloads between hosts are narrowed to on the wire (`ring_options::compression`);
+  /// nullopt: the environment's MWSTRAT_RING_COMPRESSION, else none.
+  std::optional<wire_compression> compression;
   std::string model_fingerprint;         ///< checked in the handshake when set (fit also checks it)
   std::function<void(std::string_view)> log;  ///< where the ring logs; default: standard error
   gradient_sync_options gradient_sync;   ///< buckets, overlap and where the update runs
 };
 
 /// `options` with every field the code left unset (nullopt) filled from `env` (the file comment lists them), so
-/// that afterwards `job_token`, `transport` and `spin` all hold values (`host_identity` only when the variable is
-/// set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of those listed.
+/// that afterwards `job_token`, `transport`, `spin` and `compression` all hold values (`host_identity` only when
+/// its variable is set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of
+/// those listed.
 [[nodiscard]] inline communication_options with_environment_defaults(communication_options options,
                                                                      const environment& env,
                                                                      std::optional<int> rank = std::nullopt) {
@@ -72,6 +77,15 @@ struct communication_options {
         throw config_error({"strategy", rank},
                            "MWSTRAT_RING_SPIN_US is '" + *v + "', expected microseconds in 0..1000000");
       options.spin = std::chrono::microseconds(us);
+    }
+  }
+  if (!options.compression) {
+    options.compression = wire_compression::none;
+    if (const auto v = env.get("MWSTRAT_RING_COMPRESSION")) {
+      if (*v == "bf16") options.compression = wire_compression::bf16;
+      else if (*v == "fp16") options.compression = wire_compression::fp16;
+      else if (*v != "none")
+        throw config_error({"strategy", rank}, "MWSTRAT_RING_COMPRESSION is '" + *v + "', expected none, bf16 or fp16");
     }
   }
   if (!options.host_identity)

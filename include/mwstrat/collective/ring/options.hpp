@@ -33,6 +33,14 @@ enum class ring_topology {
   flat,
 };
 
+/// What the all-reduce's payloads between hosts are narrowed to on the wire (float32 sum and mean only; sums stay in
+/// float32, in the same fixed order). The error it adds is bounded in docs/collectives.md ("Compression").
+enum class wire_compression {
+  none,  ///< float32 on the wire
+  bf16,  ///< bfloat16: half the bytes, 8 significant bits, float32's range
+  fp16,  ///< IEEE binary16: half the bytes, 11 significant bits, magnitudes up to 65504 (beyond: infinity)
+};
+
 /// Options of the TCP ring backend.
 struct ring_options {
   /// Every rank's listening address, "host:port" or "[v6]:port"; the index is the rank.
@@ -68,6 +76,9 @@ struct ring_options {
   std::optional<std::string> host_identity;
   /// Flat or hierarchical all-reduce across hosts (see `ring_topology`).
   ring_topology topology = ring_topology::automatic;
+  /// The inter-host leg of float sum/mean all-reduces: the ring between hosts of a hierarchical all-reduce, or the
+  /// whole ring when it is flat and spans several hosts. Never used within one host.
+  wire_compression compression = wire_compression::none;
   /// How long a rank with nothing to do keeps polling its sockets before it sleeps in poll(): a wake-up from sleep
   /// costs tens to hundreds of microseconds (more in a virtual machine) on every hop of an operation, polling costs
   /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.

@@ -32,6 +32,7 @@
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/handle.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
+#include <mwstrat/collective/ring/detail/compress.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/plan.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
@@ -189,6 +190,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     p.reduction = reduction;
     p.seq = next_seq_++;
     p.esize = sizeof(T);
+    p.wire_esize = sizeof(T);
     p.base = reinterpret_cast<std::uint8_t*>(base);
     return p;
   }
@@ -205,6 +207,12 @@ class ring_collective : public detail::front_end<ring_collective> {
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
                                                    chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), data.data());
+    if constexpr (std::is_same_v<T, float>) {
+      if (compression_ != wire_compression::none && (op == reduce_op::sum || op == reduce_op::mean)) {
+        p.wire = compression_;
+        p.wire_esize = sizeof(std::uint16_t);
+      }
+    }
     run<T>(p, options);
   }
 
@@ -294,8 +302,10 @@ class ring_collective : public detail::front_end<ring_collective> {
     std::string between;
     if (hosts_ > 1 && even && per_host > 1 && options_.topology == ring_topology::automatic) {
       join_host_rings(id, members, host_of);
+      cross_->compress(options_.compression);
       between = "tcp ring between hosts (each host's ranks carry a part)";
     } else if (hosts_ > 1) {
+      compress(options_.compression);
       between = per_host == 1 && even ? "tcp ring between hosts"
                 : options_.topology == ring_topology::flat ? "one flat ring through every rank (topology: flat)"
                                                            : "one flat ring through every rank (hosts run unequal numbers of ranks)";
@@ -325,7 +335,14 @@ class ring_collective : public detail::front_end<ring_collective> {
     }
     text += ")";
     if (!between.empty()) text += "; " + between;
+    if (hosts_ > 1 && options_.compression != wire_compression::none)
+      text += options_.compression == wire_compression::bf16 ? ", bf16 on the wire" : ", fp16 on the wire";
     announce(text);
+  }
+
+  void compress(wire_compression c) {
+    compression_ = c;
+    if (c != wire_compression::none) wire_stage_.assign(chunk_bytes_, 0);  // a chunk's float32 bytes: room to spare
   }
 
   void join_host_rings(const detail::ring_identity& id, const std::vector<std::vector<int>>& members,
@@ -447,6 +464,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     bool active = false;       // its frame is on its way
     bool credit_wait = false;  // the next frame waits for a shared-memory slot to come back
     std::size_t payload = 0;   // bytes of the item that go on the socket (0 through a slot)
+    const std::uint8_t* src = nullptr;  // where they are: the buffer, or the narrowed copy when compressed
     std::size_t sent = 0;      // bytes of the frame (header, then payload) sent so far
     std::array<std::uint8_t, detail::frame_header_size> header{};
   };
@@ -511,7 +529,13 @@ class ring_collective : public detail::front_end<ring_collective> {
       s.credit_wait = true;
       return std::nullopt;
     }
-    s.payload = out_.stage(s.it.ptr, s.it.bytes);
+    s.src = s.it.ptr;
+    if (p.wire != wire_compression::none) {
+      detail::narrow_into(reinterpret_cast<std::uint16_t*>(wire_stage_.data()), reinterpret_cast<const float*>(s.it.ptr),
+                          s.it.bytes / sizeof(float), p.wire);
+      s.src = wire_stage_.data();
+    }
+    s.payload = out_.stage(s.src, s.it.wire_bytes);
     detail::encode(detail::header_for(p, s.it, out_.data_frame()), std::span<std::uint8_t, detail::frame_header_size>(s.header));
     s.active = true;
     s.sent = 0;
@@ -531,11 +555,11 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   // One non-blocking send of what is left of the current frame (header and payload in one call).
   std::optional<failure> send_some(const plan& p, send_stream& s, bool& progress, bool& want_out) {
-    const auto n = out_.send_some(s.header, s.sent, s.it.ptr, s.payload);
+    const auto n = out_.send_some(s.header, s.sent, s.src, s.payload);
     if (n > 0) {
       s.sent += static_cast<std::size_t>(n);
       progress = true;
-      out_.inflight = {s.it.ptr, s.header.size() + s.payload, s.sent, s.header};
+      out_.inflight = {s.src, s.header.size() + s.payload, s.sent, s.header};
       if (s.sent == s.header.size() + s.payload) {
         s.active = false;
         out_.inflight = {};
@@ -595,22 +619,22 @@ class ring_collective : public detail::front_end<ring_collective> {
     }
     if (r.active && !r.reading_header) {
       const item& it = r.it;
-      std::uint8_t* dest = it.reduce ? in_.scratch() : it.ptr;
+      const bool narrowed = p.wire != wire_compression::none;
+      std::uint8_t* dest = it.reduce || narrowed ? in_.scratch() : it.ptr;
       ssize_t n = 0;
-      if (r.got < it.bytes) n = ::recv(in, dest + r.got, it.bytes - r.got, MSG_DONTWAIT);
+      if (r.got < it.wire_bytes) n = ::recv(in, dest + r.got, it.wire_bytes - r.got, MSG_DONTWAIT);
       if (n > 0) {
         r.got += static_cast<std::size_t>(n);
         progress = true;
-        if (it.reduce) {
-          const std::size_t ready = r.got / sizeof(T);
-          detail::reduce_into(reinterpret_cast<T*>(it.ptr) + r.combined,
-                              reinterpret_cast<const T*>(in_.scratch()) + r.combined, ready - r.combined, p.op);
+        if (it.reduce || narrowed) {
+          const std::size_t ready = r.got / p.wire_esize;
+          combine<T>(p, it, in_.scratch(), r.combined, ready - r.combined);
           r.combined = ready;
         }
-      } else if (r.got < it.bytes) {
+      } else if (r.got < it.wire_bytes) {
         if (auto f = recv_failed(n, prev(), p)) return f;
       }
-      if (r.got == it.bytes) {
+      if (r.got == it.wire_bytes) {
         if (it.finish) finish_part<T>(p, it);
         r.active = false;
         ++r.t;
@@ -661,13 +685,10 @@ class ring_collective : public detail::front_end<ring_collective> {
   // handed back with a credit on the reverse direction of the same connection.
   template <class T>
   std::optional<failure> take_slot(const plan& p, const item& ri, steady::time_point deadline) {
-    if (ri.bytes > in_.shm.slot_bytes())
+    if (ri.wire_bytes > in_.shm.slot_bytes())
       return failure{error_kind::protocol, rank_, "internal: a chunk larger than a shared-memory slot during " + detail::where_of(p)};
     const std::uint8_t* src = in_.take_slot();
-    if (ri.reduce)
-      detail::reduce_into(reinterpret_cast<T*>(ri.ptr), reinterpret_cast<const T*>(src), ri.bytes / sizeof(T), p.op);
-    else
-      std::memcpy(ri.ptr, src, ri.bytes);
+    combine<T>(p, ri, src, 0, ri.bytes / sizeof(T));
     if (ri.finish) finish_part<T>(p, ri);
     if (in_.return_credit(detail::op_header(p), deadline).status == detail::io_status::timed_out)
       return failure{error_kind::timeout, prev(), "could not return a shared-memory slot to rank " +
@@ -677,10 +698,31 @@ class ring_collective : public detail::front_end<ring_collective> {
     return std::nullopt;
   }
 
+  // Elements [from, from + count) of item `it` arrived in `wire` (the payload as sent): combined into the buffer
+  // (reduce-scatter) or copied there, widened from 16 bits when the plan narrows them.
+  template <class T>
+  static void combine(const plan& p, const item& it, const std::uint8_t* wire, std::size_t from, std::size_t count) {
+    T* to = reinterpret_cast<T*>(it.ptr) + from;
+    if constexpr (std::is_same_v<T, float>) {
+      if (p.wire != wire_compression::none) {
+        const auto* in = reinterpret_cast<const std::uint16_t*>(wire) + from;
+        if (it.reduce) detail::widen_add(to, in, count, p.wire);  // narrowing is for sum and mean only
+        else detail::widen_into(to, in, count, p.wire);
+        return;
+      }
+    }
+    const T* in = reinterpret_cast<const T*>(wire) + from;
+    if (it.reduce) detail::reduce_into(to, in, count, p.op);
+    else std::memcpy(to, in, count * sizeof(T));
+  }
+
   // A chunk of this rank's part is fully reduced: the mean's division, then all_reduce_update's update of it.
   template <class T>
   void finish_part(const plan& p, const item& ri) const {
     detail::finish_reduce(reinterpret_cast<T*>(ri.ptr), ri.bytes / sizeof(T), p.op, n_);
+    if constexpr (std::is_same_v<T, float>)  // keep what the other ranks will receive: the same bits everywhere
+      if (p.wire != wire_compression::none)
+        detail::round_to_wire(reinterpret_cast<float*>(ri.ptr), ri.bytes / sizeof(T), p.wire);
     if (p.on_reduced != nullptr) p.on_reduced(p.on_reduced_context, ri.first, ri.bytes / sizeof(T));
   }
 
@@ -788,6 +830,8 @@ class ring_collective : public detail::front_end<ring_collective> {
   int hosts_ = 1;
   std::unique_ptr<ring_collective> local_;  // hierarchical: this host's ranks
   std::unique_ptr<ring_collective> cross_;  // hierarchical: this rank's index on every host
+  wire_compression compression_ = wire_compression::none;  // set on the ring that carries the inter-host leg
+  std::vector<std::uint8_t> wire_stage_;  // a chunk narrowed for the wire (allocated once, when compression is on)
 };
 
 static_assert(collective<ring_collective>);
