@@ -1,9 +1,16 @@
 // mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K] [--grace-ms G] -- PROGRAM ARGS...
+// mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- PROGRAM ARGS...
 //
 // Starts N local workers of PROGRAM, each with its own TF_CONFIG (cluster.worker = N addresses on H, task.index =
 // i), prefixes every line they print with "[worker i] ", and waits. When a worker fails (non-zero exit or a
 // signal) the others are ended (SIGTERM, then SIGKILL after the grace period) and, while restarts remain, the
 // whole group is started again with the same TF_CONFIG — so a job that uses BackupAndRestore resumes by itself.
+//
+// With --hosts, workers are placed host by host (the first host's get ranks 0..N-1, and so on) and each has
+// MWSTRAT_HOST_ID set to its host's name. With --simhosts SET the names are simulated hosts of scripts/simhosts
+// (h1, h2, ...): the addresses in TF_CONFIG are theirs and each worker is started inside its host
+// (`simhosts --name SET exec HOST -- PROGRAM ...`); without it each NAME is an IPv4 address of this machine
+// (e.g. 127.0.0.2). Ports: --base-port (default 20000) plus the worker's index.
 // Exit status: 0 when every worker succeeded; otherwise the first failure's (128 + signal for a signal).
 #include <mwstrat/version.hpp>
 
@@ -17,6 +24,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -36,13 +44,21 @@ struct options {
   int max_restarts = 0;
   int grace_ms = 5000;
   std::vector<std::string> command;
+  // --hosts: one entry per worker (filled by resolve_hosts); empty without --hosts.
+  std::string hosts_spec;
+  std::string simhosts_set;
+  std::string simhosts_script;
+  std::vector<std::string> worker_host;     // the host's name (MWSTRAT_HOST_ID)
+  std::vector<std::string> worker_address;  // the host's IPv4 address
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   if (!problem.empty()) std::fprintf(stderr, "mwstrat-launch: %s\n", problem.c_str());
   std::fprintf(stderr,
                "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K] [--grace-ms G] -- PROGRAM "
-               "[ARGS...]\n");
+               "[ARGS...]\n"
+               "       mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- "
+               "PROGRAM [ARGS...]\n");
   std::exit(2);
 }
 
@@ -54,6 +70,77 @@ int parse_int(const std::string& flag, const char* text, int low, int high) {
     usage(flag + ": '" + text + "' is not a number in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
   }
   return static_cast<int>(v);
+}
+
+// The address of simulated host `host` of set `o.simhosts_set`, asked of scripts/simhosts.
+std::string simulated_host_address(const options& o, const std::string& host) {
+  const std::string line = "'" + o.simhosts_script + "' --name '" + o.simhosts_set + "' addr '" + host + "' 2>&1";
+  FILE* p = ::popen(line.c_str(), "r");
+  if (!p) usage("--simhosts: cannot run " + o.simhosts_script);
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int status = ::pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  if (status != 0) usage("--hosts: no address for host '" + host + "' of simulated set '" + o.simhosts_set + "': " + out);
+  return out;
+}
+
+// --hosts NAME:N,...: the workers, host by host, with their host's name and address (see the top of this file).
+void resolve_hosts(options& o) {
+  if (o.hosts_spec.empty()) {
+    if (!o.simhosts_set.empty()) usage("--simhosts needs --hosts");
+    return;
+  }
+  if (o.workers != 0) usage("-n and --hosts exclude each other (--hosts gives the workers per host)");
+  if (o.simhosts_script.empty()) {
+    const char* env = std::getenv("MWSTRAT_SIMHOSTS");
+    o.simhosts_script = env && *env ? env : "simhosts";
+  }
+  if (o.simhosts_script.find('\'') != std::string::npos || o.simhosts_set.find('\'') != std::string::npos) {
+    usage("--simhosts, --simhosts-script: no quotes, please");
+  }
+  std::size_t from = 0;
+  while (from <= o.hosts_spec.size()) {
+    const std::size_t comma = std::min(o.hosts_spec.find(',', from), o.hosts_spec.size());
+    const std::string entry = o.hosts_spec.substr(from, comma - from);
+    const std::size_t colon = entry.rfind(':');
+    if (colon == std::string::npos || colon == 0) usage("--hosts: '" + entry + "' is not NAME:WORKERS");
+    const std::string name = entry.substr(0, colon);
+    if (name.find('\'') != std::string::npos) usage("--hosts: '" + name + "' has a quote");
+    const int count = parse_int("--hosts " + name, entry.c_str() + colon + 1, 1, 1024);
+    std::string address = name;
+    if (!o.simhosts_set.empty()) {
+      address = simulated_host_address(o, name);
+    } else {
+      in_addr probe{};
+      if (::inet_pton(AF_INET, name.c_str(), &probe) != 1) {
+        usage("--hosts: '" + name + "' is not an IPv4 address (simulated host names need --simhosts SET)");
+      }
+    }
+    for (int k = 0; k < count; ++k) {
+      o.worker_host.push_back(name);
+      o.worker_address.push_back(address);
+    }
+    from = comma + 1;
+  }
+  if (o.worker_host.size() > 1024) usage("--hosts: more than 1024 workers");
+  o.workers = static_cast<int>(o.worker_host.size());
+  if (o.base_port == 0) o.base_port = 20000;
+}
+
+// The program line of worker `index`: the command itself, or run inside its simulated host.
+std::vector<std::string> worker_argv(const options& o, int index) {
+  if (o.simhosts_set.empty()) return o.command;
+  std::vector<std::string> argv = {o.simhosts_script, "--name", o.simhosts_set, "exec",
+                                   o.worker_host[static_cast<std::size_t>(index)], "--"};
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return argv;
+}
+
+// The address worker `index` listens on.
+const std::string& worker_address(const options& o, int index) {
+  return o.worker_address.empty() ? o.host : o.worker_address[static_cast<std::size_t>(index)];
 }
 
 options parse(int argc, char** argv) {
@@ -71,11 +158,15 @@ options parse(int argc, char** argv) {
     else if (a == "--host") o.host = value();
     else if (a == "--max-restarts") o.max_restarts = parse_int(a, value(), 0, 1000);
     else if (a == "--grace-ms") o.grace_ms = parse_int(a, value(), 0, 600000);
+    else if (a == "--hosts") o.hosts_spec = value();
+    else if (a == "--simhosts") o.simhosts_set = value();
+    else if (a == "--simhosts-script") o.simhosts_script = value();
     else if (a == "--version") { std::printf("mwstrat-launch %s\n", mwstrat::version_string); std::exit(0); }
     else if (a == "-h" || a == "--help") usage("");
     else usage("unknown option '" + a + "'");
   }
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  resolve_hosts(o);
   if (o.workers == 0) usage("-n N is required");
   if (o.command.empty()) usage("no program given after --");
   if (o.base_port != 0 && o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
@@ -107,7 +198,7 @@ std::vector<int> free_ports(const std::string& host, int n) {
 std::string tf_config(const options& o, const std::vector<int>& ports, int index) {
   std::string workers;
   for (std::size_t k = 0; k < ports.size(); ++k) {
-    workers += (k ? ", \"" : "\"") + o.host + ':' + std::to_string(ports[k]) + '"';
+    workers += (k ? ", \"" : "\"") + worker_address(o, static_cast<int>(k)) + ':' + std::to_string(ports[k]) + '"';
   }
   return "{\"cluster\": {\"worker\": [" + workers + "]}, \"task\": {\"type\": \"worker\", \"index\": " +
          std::to_string(index) + "}}";
@@ -156,8 +247,10 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
     ::close(fds[1]);
     ::setenv("TF_CONFIG", config.c_str(), 1);
     ::setenv("MWSTRAT_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
+    if (!o.worker_host.empty()) ::setenv("MWSTRAT_HOST_ID", o.worker_host[static_cast<std::size_t>(index)].c_str(), 1);
+    const std::vector<std::string> command = worker_argv(o, index);
     std::vector<char*> argv;
-    for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
     std::fprintf(stderr, "mwstrat-launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));

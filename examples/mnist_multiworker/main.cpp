@@ -4,7 +4,14 @@
 //   mwstrat-launch -n 2 -- mnist_multiworker --data-dir .cache/mnist
 // Each trains the tutorial's CNN on its share of every global batch (per-worker batch × workers); the chief logs,
 // saves the final model to --model-dir and evaluates it on the 10 000 test images.
+//
+// Under an MPI launcher (no TF_CONFIG; `mpirun -np 2 mnist_multiworker ...`) the workers find each other through
+// mpi_resolver and train with the ring. mnist_multiworker_mpi (built where MPI is found) also takes
+// `--collective mpi`: the gradients then go through MPI itself (mpi_collective).
 #include <mwstrat/mwstrat.hpp>
+#ifdef MWSTRAT_EXAMPLE_WITH_MPI
+#include <mwstrat/collective/mpi/mpi_collective.hpp>
+#endif
 
 #include <array>
 #include <csignal>
@@ -39,6 +46,7 @@ struct flags {
   // given the same flags: they all meet at that step (see fault_injector).
   std::optional<std::uint64_t> kill_at_step;
   int kill_rank = 1;
+  std::string collective = "ring";  // ring (TF_CONFIG or an MPI launcher's variables) or mpi
 };
 
 // Kills this process (SIGKILL: no cleanup, no goodbye to its peers) at a chosen step, like a lost machine.
@@ -74,7 +82,7 @@ struct fault_injector {
             << "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
                "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
                "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
-               "  [--no-test] [--kill-at-step N [--kill-rank R]]\n";
+               "  [--no-test] [--kill-at-step N [--kill-rank R]] [--collective ring|mpi]\n";
   std::exit(2);
 }
 
@@ -113,11 +121,16 @@ flags parse(int argc, char** argv) {
     else if (a == "--no-test") f.evaluate_test = false;
     else if (a == "--kill-at-step") f.kill_at_step = count(value());
     else if (a == "--kill-rank") f.kill_rank = static_cast<int>(count(value()));
+    else if (a == "--collective") f.collective = value();
     else usage("unknown flag '" + a + "'");
   }
   if (f.optimizer != "sgd" && f.optimizer != "adam") usage("--optimizer: '" + f.optimizer + "' is not sgd or adam");
   if (f.batch_size == 0) usage("--batch-size must be at least 1");
   if (f.threads < 1) usage("--threads must be at least 1");
+  if (f.collective != "ring" && f.collective != "mpi") usage("--collective: '" + f.collective + "' is not ring or mpi");
+#ifndef MWSTRAT_EXAMPLE_WITH_MPI
+  if (f.collective == "mpi") usage("--collective mpi: this build has no MPI (mnist_multiworker_mpi has)");
+#endif
   const char* attempt = std::getenv("MWSTRAT_LAUNCH_ATTEMPT");
   if (attempt && std::string(attempt) != "0") f.kill_at_step.reset();  // a restarted job runs clean
   return f;
@@ -125,8 +138,8 @@ flags parse(int argc, char** argv) {
 
 std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
 
-template <class Optimizer>
-int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy, Optimizer& optimizer) {
+template <class Strategy, class Optimizer>
+int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   const bool chief = strategy.is_chief();
   // Global batch = per-worker batch × workers, as in the tutorial.
   const std::size_t global_batch = f.batch_size * static_cast<std::size_t>(strategy.num_replicas_in_sync());
@@ -172,19 +185,55 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy, Opt
 
 }  // namespace
 
+template <class Strategy>
+int train_with_optimizer(const flags& f, Strategy& strategy) {
+  if (f.optimizer == "adam") {
+    mwstrat::nn::adam optimizer(f.learning_rate.value_or(0.001));
+    return train(f, strategy, optimizer);
+  }
+  mwstrat::nn::sgd optimizer(f.learning_rate.value_or(0.001));
+  return train(f, strategy, optimizer);
+}
+
+// The ring's workers: from TF_CONFIG, or from an MPI launcher's variables when there is no TF_CONFIG.
+mwstrat::multi_worker_mirrored_strategy make_ring_strategy(const flags& f) {
+  mwstrat::communication_options comm;
+  comm.connect_timeout = seconds(f.connect_timeout_s);
+  comm.op_timeout = seconds(f.op_timeout_s);
+  if (!std::getenv("TF_CONFIG") && mwstrat::mpi_resolver::detected()) {
+    mwstrat::mpi_resolver_options mo;
+    mo.timeout = comm.connect_timeout;
+    return mwstrat::make_multi_worker_mirrored_strategy(mwstrat::mpi_resolver(mo), comm);
+  }
+  return mwstrat::make_multi_worker_mirrored_strategy(comm);  // waits for every worker
+}
+
+#ifdef MWSTRAT_EXAMPLE_WITH_MPI
+// The gradients through MPI (mpirun started the processes; MPI is initialised here and finalised at the end).
+int train_over_mpi(const flags& f, int& argc, char**& argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int code = 1;
+  {
+    mwstrat::mpi_options mo;
+    mo.op_timeout = seconds(f.op_timeout_s);
+    using mpi_strategy = mwstrat::mirrored_strategy<std::unique_ptr<mwstrat::mpi_collective>>;
+    mpi_strategy strategy(std::make_unique<mwstrat::mpi_collective>(MPI_COMM_WORLD, mo));
+    code = train_with_optimizer(f, strategy);
+  }
+  MPI_Finalize();
+  return code;
+}
+#endif
+
 int main(int argc, char** argv) {
   const flags f = parse(argc, argv);
   try {
-    mwstrat::communication_options comm;
-    comm.connect_timeout = seconds(f.connect_timeout_s);
-    comm.op_timeout = seconds(f.op_timeout_s);
-    auto strategy = mwstrat::make_multi_worker_mirrored_strategy(comm);  // waits for every worker
-    if (f.optimizer == "adam") {
-      mwstrat::nn::adam optimizer(f.learning_rate.value_or(0.001));
-      return train(f, strategy, optimizer);
-    }
-    mwstrat::nn::sgd optimizer(f.learning_rate.value_or(0.001));
-    return train(f, strategy, optimizer);
+#ifdef MWSTRAT_EXAMPLE_WITH_MPI
+    if (f.collective == "mpi") return train_over_mpi(f, argc, argv);
+#endif
+    auto strategy = make_ring_strategy(f);
+    return train_with_optimizer(f, strategy);
   } catch (const mwstrat::error& e) {
     std::cerr << e.what() << "\n";
     return 1;

@@ -10,6 +10,7 @@
 #include <mwstrat/cluster/environment.hpp>
 #include <mwstrat/cluster/hostlist.hpp>
 #include <mwstrat/cluster/simple_resolver.hpp>
+#include <mwstrat/cluster/mpi_resolver.hpp>
 #include <mwstrat/cluster/slurm_resolver.hpp>
 #include <mwstrat/cluster/task_info.hpp>
 #include <mwstrat/cluster/tf_config.hpp>

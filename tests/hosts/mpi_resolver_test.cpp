@@ -1,0 +1,156 @@
+// mpi_resolver: the launcher's variables (Open MPI's, PMI's), where the rendezvous happens, and the rendezvous
+// itself between real sockets (ranks as threads here; as processes on simulated hosts in mnist_hosts_test.cpp).
+#include "hosts_support.hpp"
+
+#include <mwstrat/cluster/mpi_resolver.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace mwstrat;
+using namespace std::chrono_literals;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+environment open_mpi(int rank, int size, int local_size, const std::string& rendezvous = "") {
+  environment_map v{{"OMPI_COMM_WORLD_RANK", std::to_string(rank)},
+                    {"OMPI_COMM_WORLD_SIZE", std::to_string(size)},
+                    {"OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(local_size)},
+                    {"OMPI_MCA_ess_base_jobid", "1234567"}};
+  if (!rendezvous.empty()) v["MWSTRAT_RENDEZVOUS"] = rendezvous;
+  return environment(v);
+}
+
+TEST(mpi_resolver, reads_open_mpi_and_pmi_variables) {
+  EXPECT_TRUE(mpi_resolver::detected(open_mpi(0, 2, 2)));
+  EXPECT_FALSE(mpi_resolver::detected(environment(environment_map{})));
+  const auto ompi = mpi_resolver(open_mpi(1, 4, 2)).launch_info();
+  EXPECT_EQ(ompi.rank, 1);
+  EXPECT_EQ(ompi.size, 4);
+  EXPECT_EQ(ompi.local_size, 2);
+  EXPECT_EQ(ompi.rank_variable, "OMPI_COMM_WORLD_RANK");
+  EXPECT_EQ(ompi.job_id, "OMPI_MCA_ess_base_jobid=1234567");
+  const auto pmi = mpi_resolver(environment{{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"PMI_KVSNAME", "kvs_9"}}).launch_info();
+  EXPECT_EQ(pmi.rank, 2);
+  EXPECT_EQ(pmi.size, 3);
+  EXPECT_FALSE(pmi.local_size);
+  EXPECT_EQ(pmi.rank_variable, "PMI_RANK");
+  EXPECT_EQ(mpi_resolver(environment{{"OMPI_COMM_WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "0"}}).resolve().world_size(), 1);
+}
+
+TEST(mpi_resolver, bad_variables_are_named_with_their_values) {
+  EXPECT_NE(error_of([] { (void)mpi_resolver(environment(environment_map{})).resolve(); })
+                .find("MPI: OMPI_COMM_WORLD_RANK: not set (nor PMI_RANK); is this process running under mpirun?"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { (void)mpi_resolver(environment{{"OMPI_COMM_WORLD_SIZE", "two"}}).launch_info(); })
+                .find("OMPI_COMM_WORLD_SIZE: \"two\" is not an integer >= 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { (void)mpi_resolver(open_mpi(4, 4, 4)).launch_info(); })
+                .find("OMPI_COMM_WORLD_RANK: 4 is out of range (OMPI_COMM_WORLD_SIZE is 4)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { (void)mpi_resolver(environment{{"PMI_SIZE", "2"}}).launch_info(); })
+                .find("PMI_RANK: not set"),
+            std::string::npos);
+}
+
+TEST(mpi_resolver, the_rendezvous_is_given_or_derived_from_the_job_on_one_host) {
+  const mpi_resolver given(open_mpi(0, 4, 2, "10.1.2.3:29400"));
+  EXPECT_EQ(given.rendezvous_endpoint(given.launch_info()), "10.1.2.3:29400");
+  const mpi_resolver one_host(open_mpi(3, 4, 4));
+  const std::string derived = one_host.rendezvous_endpoint(one_host.launch_info());
+  EXPECT_EQ(derived.rfind("127.0.0.1:", 0), 0u) << derived;
+  const mpi_resolver same_job(open_mpi(0, 4, 4));
+  EXPECT_EQ(same_job.rendezvous_endpoint(same_job.launch_info()), derived) << "every rank derives the same port";
+  const mpi_resolver hosts(open_mpi(0, 4, 2));
+  EXPECT_NE(error_of([&] { (void)hosts.rendezvous_endpoint(hosts.launch_info()); })
+                .find("MWSTRAT_RENDEZVOUS: not set, and the ranks are not all on one host"),
+            std::string::npos);
+  const mpi_resolver bad(open_mpi(0, 2, 2, "somehost:29400"));
+  EXPECT_NE(error_of([&] { (void)bad.rendezvous_endpoint(bad.launch_info()); })
+                .find("MWSTRAT_RENDEZVOUS: \"somehost:29400\" is not \"ipv4:port\""),
+            std::string::npos);
+}
+
+// Each rank resolves in a thread of its own; results[r] is rank r's cluster, errors[r] its error.
+struct world {
+  std::vector<std::optional<cluster_config>> results;
+  std::vector<std::string> errors;
+};
+world resolve_all(const std::vector<environment>& envs, std::chrono::milliseconds timeout) {
+  world w;
+  w.results.resize(envs.size());
+  w.errors.resize(envs.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < envs.size(); ++r) {
+    threads.emplace_back([&, r] {
+      mpi_resolver_options o;
+      o.timeout = timeout;
+      try {
+        w.results[r] = mpi_resolver(envs[r], o).resolve();
+      } catch (const std::exception& e) {
+        w.errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return w;
+}
+
+TEST(mpi_resolver, every_rank_gets_every_address_in_rank_order) {
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(test::free_ports(1)[0]);
+  const auto w = resolve_all({open_mpi(2, 3, 3, rendezvous), open_mpi(0, 3, 3, rendezvous), open_mpi(1, 3, 3, rendezvous)},
+                             20s);
+  // The environments were given out of order: thread 0 is rank 2.
+  const int rank_of_thread[3] = {2, 0, 1};
+  std::optional<std::vector<std::string>> agreed;
+  for (std::size_t t = 0; t < 3; ++t) {
+    ASSERT_TRUE(w.results[t]) << w.errors[t];
+    const cluster_config& c = *w.results[t];
+    EXPECT_EQ(c.rank(), rank_of_thread[t]);
+    EXPECT_EQ(c.world_size(), 3);
+    EXPECT_EQ(c.source(), "MPI");
+    const auto addresses = c.spec().training_addresses();
+    ASSERT_EQ(addresses.size(), 3u);
+    for (const auto& a : addresses) EXPECT_EQ(a.rfind("127.0.0.1:", 0), 0u) << a;
+    if (!agreed) agreed = addresses;
+    EXPECT_EQ(addresses, *agreed) << "ranks disagree on the cluster";
+  }
+  EXPECT_TRUE(w.results[1]->is_chief());
+}
+
+TEST(mpi_resolver, a_rank_that_never_comes_is_named_and_nobody_waits_past_the_deadline) {
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(test::free_ports(1)[0]);
+  const auto start = std::chrono::steady_clock::now();
+  const auto w = resolve_all({open_mpi(0, 3, 3, rendezvous), open_mpi(1, 3, 3, rendezvous)}, 1500ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_NE(w.errors[0].find("MPI rendezvous at " + rendezvous + ": rank(s) 2 did not register within the deadline"),
+            std::string::npos)
+      << w.errors[0];
+  EXPECT_NE(w.errors[1].find("MPI rendezvous at " + rendezvous), std::string::npos) << w.errors[1];
+}
+
+TEST(mpi_resolver, ranks_that_disagree_on_the_world_are_refused_on_both_sides) {
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(test::free_ports(1)[0]);
+  const auto w = resolve_all({open_mpi(0, 2, 2, rendezvous), open_mpi(1, 3, 3, rendezvous)}, 10s);
+  EXPECT_NE(w.errors[0].find("rank 1 says the world has 3 ranks, rank 0 says 2"), std::string::npos) << w.errors[0];
+  EXPECT_NE(w.errors[1].find("rank 0 refused: rank 1 says the world has 3 ranks, rank 0 says 2"), std::string::npos)
+      << w.errors[1];
+}
+
+}  // namespace
