@@ -316,7 +316,8 @@ class ring_collective : public detail::front_end<ring_collective> {
     std::vector<std::int64_t> shm_of(n);
     all_gather(std::span<const std::int64_t>(&shm, 1), std::span<std::int64_t>(shm_of));
     if (rank_ != 0) return;
-    std::string text = std::to_string(n_) + " workers on " + std::to_string(hosts_) + (hosts_ == 1 ? " host (" : " hosts (");
+    std::string text = std::to_string(n_) + " workers on " + std::to_string(hosts_);
+    text += hosts_ == 1 ? " host (" : " hosts (";
     for (std::size_t h = 0; h < members.size(); ++h) {
       const auto& m = members[h];
       std::string label = id.hosts[static_cast<std::size_t>(m.front())].host;
@@ -325,10 +326,13 @@ class ring_collective : public detail::front_end<ring_collective> {
           label += " #" + std::to_string(h);  // simulated hosts on one address: told apart by their index
           break;
         }
-      text += (h ? "; " : "") + label + (m.size() == 1 ? ": rank " : ": ranks ");
+      if (h) text += "; ";
+      text += label;
+      text += m.size() == 1 ? ": rank " : ": ranks ";
       bool all_shm = true;
       for (std::size_t k = 0; k < m.size(); ++k) {
-        text += (k ? "," : "") + std::to_string(m[k]);
+        if (k) text += ',';  // appended apart: GCC 12 -O3 takes "literal" + string for an overlapping copy
+        text += std::to_string(m[k]);
         all_shm = all_shm && shm_of[static_cast<std::size_t>(m[k])] != 0;
       }
       if (m.size() > 1) text += all_shm ? " shared memory" : " tcp";
@@ -800,7 +804,10 @@ class ring_collective : public detail::front_end<ring_collective> {
   // "[0,2]": the parent's rank of each of this ring's ranks.
   std::string global_names() const {
     std::string s = "[";
-    for (std::size_t k = 0; k < sub_->global.size(); ++k) s += (k ? "," : "") + std::to_string(sub_->global[k]);
+    for (std::size_t k = 0; k < sub_->global.size(); ++k) {
+      if (k) s += ',';
+      s += std::to_string(sub_->global[k]);
+    }
     return s + "]";
   }
 
