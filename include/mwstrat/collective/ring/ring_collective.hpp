@@ -394,14 +394,15 @@ class ring_collective : public detail::front_end<ring_collective> {
   void hierarchical_all_reduce(std::span<T> data, reduce_op op, op_options options) {
     if (broken_) std::rethrow_exception(broken_);
     const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
+    const auto left = remaining(options);
     try {
-      local_->run_half<T>(detail::ring_half::reduce_scatter, data, partial, options);
+      local_->run_half<T>(detail::ring_half::reduce_scatter, data, partial, left());
       std::size_t first = 0, last = 0;
       detail::owned_segment(local_->rank_, local_->n_, data.size(), first, last);
       const auto part = data.subspan(first, last - first);
-      cross_->all_reduce_now<T>(part, partial, options);
+      cross_->all_reduce_now<T>(part, partial, left());
       detail::finish_reduce(part.data(), part.size(), op, n_);
-      local_->run_half<T>(detail::ring_half::all_gather, data, partial, options);
+      local_->run_half<T>(detail::ring_half::all_gather, data, partial, left());
     } catch (...) {
       break_all();
       throw;
@@ -415,8 +416,9 @@ class ring_collective : public detail::front_end<ring_collective> {
                                       op_options options) {
     if (broken_) std::rethrow_exception(broken_);
     const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
+    const auto left = remaining(options);
     try {
-      local_->run_half<T>(detail::ring_half::reduce_scatter, gradients, partial, options);
+      local_->run_half<T>(detail::ring_half::reduce_scatter, gradients, partial, left());
       std::size_t first = 0, last = 0;
       detail::owned_segment(local_->rank_, local_->n_, gradients.size(), first, last);
       const int world = n_;
@@ -425,12 +427,24 @@ class ring_collective : public detail::front_end<ring_collective> {
         update(first + at, count);
       };
       cross_->flat_all_reduce_update<T>(gradients.subspan(first, last - first), partial,
-                                        params.subspan(first, last - first), finish_then_update, options);
-      local_->run_half<T>(detail::ring_half::all_gather, params, partial, options);
+                                        params.subspan(first, last - first), finish_then_update, left());
+      local_->run_half<T>(detail::ring_half::all_gather, params, partial, left());
     } catch (...) {
       break_all();
       throw;
     }
+  }
+
+  // The operation's deadline, shared by its steps on the three rings: a callable giving each step what is left.
+  auto remaining(op_options options) const {
+    const auto timeout = options.timeout.count() > 0 ? options.timeout : options_.op_timeout;
+    const auto deadline = steady::now() + timeout;
+    return [deadline] {
+      op_options o;
+      o.timeout = std::max(std::chrono::milliseconds(1),
+                           std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()));
+      return o;
+    };
   }
 
   void break_all() {
