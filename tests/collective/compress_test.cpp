@@ -72,11 +72,12 @@ TEST(wire_compression, relative_error_of_one_rounding_is_at_most_the_unit_roundo
 
 // Every rank's result of one compressed "dump" all-reduce (a sum of test::varied_input) over `hosts`.
 std::vector<std::vector<float>> compressed_run(const std::string& hosts, const std::string& compression,
-                                               std::size_t count, std::string* chief = nullptr) {
+                                               std::size_t count, std::string* chief = nullptr,
+                                               const std::string& scenario = "dump") {
   const int n = static_cast<int>(std::count(hosts.begin(), hosts.end(), ',')) + 1;
   test::temp_dir files{"mwstrat-compress"};
   const std::string out = (files.path() / "r").string();
-  test::ring_run ring(n, "dump", {"hosts=" + hosts, "count=" + std::to_string(count), "op=sum", "out=" + out,
+  test::ring_run ring(n, scenario, {"hosts=" + hosts, "count=" + std::to_string(count), "op=sum", "out=" + out,
                                   "chunk=65536", "compression=" + compression});
   EXPECT_TRUE(ring.wait_all(120s)) << ring.report();
   std::vector<std::vector<float>> results;
@@ -92,7 +93,7 @@ std::vector<std::vector<float>> compressed_run(const std::string& hosts, const s
 // docs/collectives.md: |result − Σx| ≤ (H·u_w + (N−1)·u_32)·(1 + u_w)^H·Σ|x| + H·η, H hosts, N ranks, u_w the
 // format's unit roundoff (bf16 2^-8, fp16 2^-11), u_32 = 2^-24, η half its smallest subnormal (fp16 2^-25).
 void expect_within_bound(const std::vector<std::vector<float>>& ranks, int hosts, wire_compression c,
-                         const std::string& what) {
+                         const std::string& what, bool kept_on_the_wire = true) {
   const int n = static_cast<int>(ranks.size());
   const double uw = c == wire_compression::bf16 ? 0x1p-8 : 0x1p-11, u32 = 0x1p-24;
   const double eta = c == wire_compression::bf16 ? 0x1p-134 : 0x1p-25;
@@ -111,7 +112,7 @@ void expect_within_bound(const std::vector<std::vector<float>>& ranks, int hosts
     if (err > bound && ++bad <= 5) ADD_FAILURE() << what << ": element " << i << " off by " << err << " > " << bound;
     if (err > 4 * (n - 1) * u32 * magnitude) ++narrowed;  // beyond what float32 sums alone could explain
     // The owner kept the value the wire carried: every result is representable in the 16-bit format.
-    if (detail::widen(detail::narrow(got[i], c), c) != got[i] && ++bad <= 5)
+    if (kept_on_the_wire && detail::widen(detail::narrow(got[i], c), c) != got[i] && ++bad <= 5)
       ADD_FAILURE() << what << ": element " << i << " is not a 16-bit value";
   }
   EXPECT_EQ(bad, 0u) << what;
@@ -137,6 +138,16 @@ TEST(wire_compression, a_flat_ring_of_three_hosts_of_one_rank_compresses_every_h
   const auto result = compressed_run("a,b,c", "bf16", 30011);
   ASSERT_EQ(result.size(), 3u);
   expect_within_bound(result, 3, wire_compression::bf16, "3 hosts x 1, bf16");
+}
+
+// all_reduce_update narrows the reduce-scatter's gradients and gathers the parameters exact: flat (2 hosts × 1)
+// and hierarchical (2 × 2), every rank ends with the same parameters, within the bound of the exact update.
+TEST(wire_compression, all_reduce_update_narrows_gradients_and_agrees_on_the_parameters) {
+  for (const std::string hosts : {"a,b", "a,a,b,b"}) {
+    const auto result = compressed_run(hosts, "bf16", 20011, nullptr, "dump_update");
+    ASSERT_EQ(result.size(), hosts == "a,b" ? 2u : 4u);
+    expect_within_bound(result, 2, wire_compression::bf16, "all_reduce_update over " + hosts + ", bf16", false);
+  }
 }
 
 }  // namespace

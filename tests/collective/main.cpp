@@ -98,6 +98,17 @@ int run_worker(int argc, char** argv) {
       for (std::size_t i = 0; i < data.size(); ++i) data[i] = test::varied_input(rank, i);
       ring.all_reduce(std::span<float>(data), get("op", "sum") == "mean" ? reduce_op::mean : reduce_op::sum);
       test::write_floats(get("out", "") + std::to_string(rank) + ".bin", data);
+    } else if (scenario == "dump_update") {
+      // all_reduce_update (sum) of test::varied_input into zero parameters (params -= reduced); writes -params.
+      std::fprintf(stderr, "hierarchical=%d hosts=%d\n", ring.hierarchical() ? 1 : 0, ring.hosts());
+      std::vector<float> grads(std::stoul(get("count", "1000"))), params(grads.size(), 0.0f);
+      for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = test::varied_input(rank, i);
+      ring.all_reduce_update(std::span<float>(grads), reduce_op::sum, std::span<float>(params),
+                             [&](std::size_t first, std::size_t count) {
+                               for (std::size_t i = first; i < first + count; ++i) params[i] -= grads[i];
+                             });
+      for (auto& v : params) v = -v;
+      test::write_floats(get("out", "") + std::to_string(rank) + ".bin", params);
     } else if (scenario == "pair") {
       test::check_all_reduce<float>(ring, 1001, reduce_op::sum);
       ring.barrier();

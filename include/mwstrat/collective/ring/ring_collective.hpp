@@ -235,6 +235,12 @@ class ring_collective : public detail::front_end<ring_collective> {
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce_update, rank_, n_, gradients.size(),
                                                    sizeof(T), chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), gradients.data());
+    if constexpr (std::is_same_v<T, float>) {  // the reduce-scatter's gradients narrowed; parameters travel exact
+      if (compression_ != wire_compression::none && (op == reduce_op::sum || op == reduce_op::mean)) {
+        p.wire = compression_;
+        p.wire_esize = sizeof(std::uint16_t);
+      }
+    }
     p.gather_base = reinterpret_cast<std::uint8_t*>(params.data());
     p.on_reduced_context = static_cast<void*>(std::addressof(update));
     p.on_reduced = [](void* context, std::size_t first, std::size_t count) {
@@ -548,7 +554,7 @@ class ring_collective : public detail::front_end<ring_collective> {
       return std::nullopt;
     }
     s.src = s.it.ptr;
-    if (p.wire != wire_compression::none) {
+    if (s.it.narrowed) {
       detail::narrow_into(reinterpret_cast<std::uint16_t*>(wire_stage_.data()), reinterpret_cast<const float*>(s.it.ptr),
                           s.it.bytes / sizeof(float), p.wire);
       s.src = wire_stage_.data();
@@ -637,7 +643,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     }
     if (r.active && !r.reading_header) {
       const item& it = r.it;
-      const bool narrowed = p.wire != wire_compression::none;
+      const bool narrowed = it.narrowed;
       std::uint8_t* dest = it.reduce || narrowed ? in_.scratch() : it.ptr;
       ssize_t n = 0;
       if (r.got < it.wire_bytes) n = ::recv(in, dest + r.got, it.wire_bytes - r.got, MSG_DONTWAIT);
@@ -645,7 +651,7 @@ class ring_collective : public detail::front_end<ring_collective> {
         r.got += static_cast<std::size_t>(n);
         progress = true;
         if (it.reduce || narrowed) {
-          const std::size_t ready = r.got / p.wire_esize;
+          const std::size_t ready = r.got / (narrowed ? p.wire_esize : p.esize);
           combine<T>(p, it, in_.scratch(), r.combined, ready - r.combined);
           r.combined = ready;
         }
@@ -722,7 +728,7 @@ class ring_collective : public detail::front_end<ring_collective> {
   static void combine(const plan& p, const item& it, const std::uint8_t* wire, std::size_t from, std::size_t count) {
     T* to = reinterpret_cast<T*>(it.ptr) + from;
     if constexpr (std::is_same_v<T, float>) {
-      if (p.wire != wire_compression::none) {
+      if (it.narrowed) {
         const auto* in = reinterpret_cast<const std::uint16_t*>(wire) + from;
         if (it.reduce) detail::widen_add(to, in, count, p.wire);  // narrowing is for sum and mean only
         else detail::widen_into(to, in, count, p.wire);
@@ -739,7 +745,7 @@ class ring_collective : public detail::front_end<ring_collective> {
   void finish_part(const plan& p, const item& ri) const {
     detail::finish_reduce(reinterpret_cast<T*>(ri.ptr), ri.bytes / sizeof(T), p.op, n_);
     if constexpr (std::is_same_v<T, float>)  // keep what the other ranks will receive: the same bits everywhere
-      if (p.wire != wire_compression::none)
+      if (p.wire != wire_compression::none && !p.sched.separate_gather)  // (all_reduce_update gathers parameters)
         detail::round_to_wire(reinterpret_cast<float*>(ri.ptr), ri.bytes / sizeof(T), p.wire);
     if (p.on_reduced != nullptr) p.on_reduced(p.on_reduced_context, ri.first, ri.bytes / sizeof(T));
   }

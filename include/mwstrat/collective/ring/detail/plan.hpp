@@ -40,12 +40,14 @@ struct ring_item {
   std::size_t first = 0;  // element offset of the chunk in the operation's buffer
   bool reduce = false;    // received bytes are combined with the buffer (reduce-scatter)
   bool finish = false;    // the last reduce-scatter step: apply mean
+  bool narrowed = false;  // float32 elements travel as 16 bits (the plan compresses, and this is not parameters)
 };
 
 inline bool resolve_chunk(const ring_plan& p, bool found, const chunk_move& m, ring_item& it) {
   it.ptr = (m.gather ? p.gather_base : p.base) + m.first * p.esize;
   it.bytes = m.count * p.esize;
-  it.wire_bytes = m.count * p.wire_esize;
+  it.narrowed = p.wire != wire_compression::none && !m.gather;  // all_reduce_update's parameters travel exact
+  it.wire_bytes = m.count * (it.narrowed ? p.wire_esize : p.esize);
   it.first = m.first;
   it.step = m.step;
   it.chunk = m.chunk;
