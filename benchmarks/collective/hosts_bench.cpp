@@ -4,7 +4,7 @@
 // barrier to its return, over `reps` repetitions after a warm-up.
 //
 //   mwstrat_bench_hosts --rank R --addresses H:P,H:P,... [--host-id ID] [--compression none|bf16|fp16]
-//                       [--topology auto|flat] [--sizes 4096,11534336] [--reps 20] [--transport auto|tcp]
+//                       [--topology hierarchical|flat] [--sizes 4096,11534336] [--reps 20] [--transport auto|tcp]
 
 #include <mwstrat/collective.hpp>
 
@@ -31,6 +31,7 @@ std::vector<std::string> split(const std::string& s) {
 
 int main(int argc, char** argv) {
   mwstrat::ring_options o;
+  o.topology = mwstrat::ring_topology::hierarchical;
   std::vector<std::size_t> sizes = {4096, 11u << 20};
   int reps = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
     else if (k == "--compression")
       o.compression = v == "bf16" ? mwstrat::wire_compression::bf16
                       : v == "fp16" ? mwstrat::wire_compression::fp16 : mwstrat::wire_compression::none;
-    else if (k == "--topology") o.topology = v == "flat" ? mwstrat::ring_topology::flat : mwstrat::ring_topology::automatic;
+    else if (k == "--topology") o.topology = v == "flat" ? mwstrat::ring_topology::flat : mwstrat::ring_topology::hierarchical;
     else if (k == "--transport") o.transport = v == "tcp" ? mwstrat::ring_transport::tcp : mwstrat::ring_transport::automatic;
     else if (k == "--reps") reps = std::stoi(v);
     else if (k == "--sizes") {

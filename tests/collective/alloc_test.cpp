@@ -114,6 +114,7 @@ TEST(async_all_reduce, allocates_nothing_per_operation_on_a_hierarchical_ring) {
       o.rank = r;
       o.chunk_bytes = 8192;
       o.host_identity = r < 2 ? "host-a" : "host-b";
+      o.topology = ring_topology::hierarchical;
       o.compression = compression;
       o.log = [](std::string_view) {};
     }

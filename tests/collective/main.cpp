@@ -50,7 +50,8 @@ int run_worker(int argc, char** argv) {
   o.transport = get("transport", "auto") == "tcp" ? ring_transport::tcp : ring_transport::automatic;
   if (kv.count("host")) o.host_identity = kv["host"];
   if (kv.count("hosts")) o.host_identity = test::nth_field(kv["hosts"], rank);  // "a,a,b,b": rank r's host
-  if (get("topology", "auto") == "flat") o.topology = ring_topology::flat;
+  // Hierarchical unless told (the ring's own default is flat); identical to flat while every rank is on one host.
+  o.topology = get("topology", "hierarchical") == "flat" ? ring_topology::flat : ring_topology::hierarchical;
   if (get("compression", "none") == "bf16") o.compression = wire_compression::bf16;
   if (get("compression", "none") == "fp16") o.compression = wire_compression::fp16;
   try {

@@ -9,6 +9,7 @@
 ///   - `transport`: `MWSTRAT_RING_TRANSPORT` (`tcp` or `auto`), else `ring_transport::automatic`;
 ///   - `spin`: `MWSTRAT_RING_SPIN_US` (microseconds in 0..1000000), else 200 µs;
 ///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token);
+///   - `topology`: `MWSTRAT_RING_TOPOLOGY` (`flat` or `hierarchical`), else flat;
 ///   - `compression`: `MWSTRAT_RING_COMPRESSION` (`none`, `bf16` or `fp16`), else none;
 ///   - `host_identity`: `MWSTRAT_HOST_ID`, else derived from the kernel's boot id (an empty value is no value).
 
@@ -47,14 +48,17 @@ struct communication_options {
   /// What the all-reduce's payloads between hosts are narrowed to on the wire (`ring_options::compression`);
   /// nullopt: the environment's MWSTRAT_RING_COMPRESSION, else none.
   std::optional<wire_compression> compression;
+  /// Flat or hierarchical all-reduce across hosts (`ring_options::topology`); nullopt: the environment's
+  /// MWSTRAT_RING_TOPOLOGY, else flat.
+  std::optional<ring_topology> topology;
   std::string model_fingerprint;         ///< checked in the handshake when set (fit also checks it)
   std::function<void(std::string_view)> log;  ///< where the ring logs; default: standard error
   gradient_sync_options gradient_sync;   ///< buckets, overlap and where the update runs
 };
 
 /// `options` with every field the code left unset (nullopt) filled from `env` (the file comment lists them), so
-/// that afterwards `job_token`, `transport`, `spin` and `compression` all hold values (`host_identity` only when
-/// its variable is set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of
+/// that afterwards `job_token`, `transport`, `spin`, `topology` and `compression` all hold values
+/// (`host_identity` only when its variable is set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of
 /// those listed.
 [[nodiscard]] inline communication_options with_environment_defaults(communication_options options,
                                                                      const environment& env,
@@ -77,6 +81,14 @@ struct communication_options {
         throw config_error({"strategy", rank},
                            "MWSTRAT_RING_SPIN_US is '" + *v + "', expected microseconds in 0..1000000");
       options.spin = std::chrono::microseconds(us);
+    }
+  }
+  if (!options.topology) {
+    options.topology = ring_topology::flat;
+    if (const auto v = env.get("MWSTRAT_RING_TOPOLOGY")) {
+      if (*v == "hierarchical") options.topology = ring_topology::hierarchical;
+      else if (*v != "flat")
+        throw config_error({"strategy", rank}, "MWSTRAT_RING_TOPOLOGY is '" + *v + "', expected flat or hierarchical");
     }
   }
   if (!options.compression) {

@@ -25,12 +25,14 @@ enum class ring_transport {
 
 /// How the ranks of a ring that spans several hosts are arranged for all-reduce.
 enum class ring_topology {
+  /// One flat ring through every rank in rank order, whatever the hosts (the default: its bits are those of the
+  /// same job on one host).
+  flat,
   /// Hierarchical when every host runs the same number (at least two) of ranks: a ring of each host's ranks
   /// (shared memory) reduces, a TCP ring between hosts carries each host rank's part, the host ring gathers;
-  /// otherwise one flat ring. Only all-reduce is hierarchical; the other operations use the flat ring.
-  automatic,
-  /// One flat ring through every rank in rank order, whatever the hosts.
-  flat,
+  /// otherwise one flat ring. Only all-reduce is hierarchical; the other operations use the flat ring. Its results
+  /// differ from the flat ring's by float32 rounding (a different order of summation), not run to run.
+  hierarchical,
 };
 
 /// What the all-reduce's payloads between hosts are narrowed to on the wire (float32 sum and mean only; sums stay in
@@ -75,7 +77,7 @@ struct ring_options {
   /// is refused (`config_error`).
   std::optional<std::string> host_identity;
   /// Flat or hierarchical all-reduce across hosts (see `ring_topology`).
-  ring_topology topology = ring_topology::automatic;
+  ring_topology topology = ring_topology::flat;
   /// The inter-host leg of float sum/mean all-reduces: the ring between hosts of a hierarchical all-reduce, or the
   /// whole ring when it is flat and spans several hosts. Never used within one host.
   wire_compression compression = wire_compression::none;

@@ -306,14 +306,14 @@ class ring_collective : public detail::front_end<ring_collective> {
     const std::size_t per_host = mates.size();
     const bool even = std::all_of(members.begin(), members.end(), [&](const auto& m) { return m.size() == per_host; });
     std::string between;
-    if (hosts_ > 1 && even && per_host > 1 && options_.topology == ring_topology::automatic) {
+    if (hosts_ > 1 && even && per_host > 1 && options_.topology == ring_topology::hierarchical) {
       join_host_rings(id, members, host_of);
       cross_->compress(options_.compression);
       between = "tcp ring between hosts (each host's ranks carry a part)";
     } else if (hosts_ > 1) {
       compress(options_.compression);
       between = per_host == 1 && even ? "tcp ring between hosts"
-                : options_.topology == ring_topology::flat ? "one flat ring through every rank (topology: flat)"
+                : options_.topology == ring_topology::flat ? "one flat ring through every rank (topology flat)"
                                                            : "one flat ring through every rank (hosts run unequal numbers of ranks)";
     }
     // Which ranks' host links carry payloads through shared memory, for the log line.
