@@ -11,6 +11,7 @@ Families and what each writes (RESULTS.md's sections):
               train_ceiling.json         where two-worker scaling goes (train/ceiling.py)
               train_backup.json          BackupAndRestore's cost (train/backup_cost.sh, 1 and 2 workers)
   collective  collective.json            all-reduce: ring vs Gloo vs Open MPI vs loopback duplex (collective/compare.py)
+              collective_hosts.json      all-reduce between 2 hosts, fp32 vs bf16, vs the link limit (collective/hosts_bench.py)
               collective_mpi_algorithms.json   Open MPI's algorithms at 4 ranks (collective/mpi_algorithms.sh)
   nn          nn.json                    reference CNN vs PyTorch, dense GEMMs vs OpenBLAS (nn/compare.sh)
   checkpoint  checkpoint.json            save/load vs raw write/read (checkpoint/checkpoint_bench.cpp)
@@ -142,6 +143,12 @@ def family_collective(a, log):
     if a.quick:
         cmd.append("--quick")
     run(cmd, log, 1800)
+    # All-reduce between 2 hosts (loopback with host ids, and scripts/simhosts' shaped links where they can be made).
+    hosts_cmd = [sys.executable, os.path.join(HERE, "collective", "hosts_bench.py"), "--build", a.build,
+                 "--json-out", os.path.join(a.results, "collective_hosts.json")]
+    if a.quick:
+        hosts_cmd.append("--quick")
+    run(hosts_cmd, log, 1800)
     # Open MPI's own algorithms at 4 ranks (only where Open MPI is built).
     mpi = os.path.join(a.build, "benchmarks", "collective", "mwstrat_bench_collective_mpi")
     if not os.access(mpi, os.X_OK):

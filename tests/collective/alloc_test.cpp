@@ -102,4 +102,42 @@ TEST(async_all_reduce, allocates_nothing_per_operation_on_a_two_rank_ring) {
   }
 }
 
+// The hierarchical all-reduce (two "hosts" of two ranks, by host identity), plain and with bf16 on the wire
+// between hosts: its three rings and the narrowed chunks are all set up at start, nothing per operation.
+TEST(async_all_reduce, allocates_nothing_per_operation_on_a_hierarchical_ring) {
+  for (const auto compression : {wire_compression::none, wire_compression::bf16}) {
+    const auto ports = test::free_ports(4);
+    std::vector<ring_options> opts(4);
+    for (int r = 0; r < 4; ++r) {
+      auto& o = opts[static_cast<std::size_t>(r)];
+      for (const int p : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(p));
+      o.rank = r;
+      o.chunk_bytes = 8192;
+      o.host_identity = r < 2 ? "host-a" : "host-b";
+      o.topology = ring_topology::hierarchical;
+      o.compression = compression;
+      o.log = [](std::string_view) {};
+    }
+    allocations = 0;
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(4);
+    std::vector<int> hierarchical(4, 0);
+    for (int r = 0; r < 4; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          ring_collective ring(opts[static_cast<std::size_t>(r)]);
+          hierarchical[static_cast<std::size_t>(r)] = ring.hierarchical() ? 1 : 0;
+          run_window(ring, 30);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    counting = false;
+    EXPECT_EQ(errors, (std::vector<std::string>(4)));
+    EXPECT_EQ(hierarchical, (std::vector<int>(4, 1)));
+    EXPECT_EQ(allocations.load(), 0) << (compression == wire_compression::none ? "fp32" : "bf16") << " hierarchical ring";
+  }
+}
+
 }  // namespace

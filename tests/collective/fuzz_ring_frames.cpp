@@ -39,7 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 6:
       if (auto o = decode_shm_offer(in)) (void)valid_shm_name(o->name);
       break;
-    case 7: (void)decode_shm_answer(in); break;
+    case 7:
+      (void)decode_shm_answer(in);
+      (void)decode_shm_verdict(in);
+      break;
   }
   return 0;
 }

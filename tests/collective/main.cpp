@@ -2,6 +2,7 @@
 // rank of a ring test (a real process on 127.0.0.1), reporting "transport=<shm|tcp>" once connected, then "OK" or
 // "ERROR <kind> <peer> <message>" on stdout. `transport=tcp` forces TCP payloads (default: automatic).
 
+#include "hierarchy.hpp"
 #include "process.hpp"
 #include "sweep.hpp"
 
@@ -47,6 +48,12 @@ int run_worker(int argc, char** argv) {
   o.cluster_fingerprint = get("fingerprint", "test-cluster");
   if (kv.count("token")) o.job_token = kv["token"];
   o.transport = get("transport", "auto") == "tcp" ? ring_transport::tcp : ring_transport::automatic;
+  if (kv.count("host")) o.host_identity = kv["host"];
+  if (kv.count("hosts")) o.host_identity = test::nth_field(kv["hosts"], rank);  // "a,a,b,b": rank r's host
+  // Hierarchical unless told (the ring's own default is flat); identical to flat while every rank is on one host.
+  o.topology = get("topology", "hierarchical") == "flat" ? ring_topology::flat : ring_topology::hierarchical;
+  if (get("compression", "none") == "bf16") o.compression = wire_compression::bf16;
+  if (get("compression", "none") == "fp16") o.compression = wire_compression::fp16;
   try {
     ring_collective ring(o);
     std::printf("transport=%s\n", ring.uses_shared_memory() ? "shm" : "tcp");
@@ -85,6 +92,24 @@ int run_worker(int argc, char** argv) {
           std::fflush(stdout);
         }
       }
+    } else if (scenario == "dump") {
+      // One all-reduce of test::varied_input floats, written to `<out><rank>.bin` for the test to compare.
+      std::fprintf(stderr, "hierarchical=%d hosts=%d\n", ring.hierarchical() ? 1 : 0, ring.hosts());
+      std::vector<float> data(std::stoul(get("count", "1000")));
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = test::varied_input(rank, i);
+      ring.all_reduce(std::span<float>(data), get("op", "sum") == "mean" ? reduce_op::mean : reduce_op::sum);
+      test::write_floats(get("out", "") + std::to_string(rank) + ".bin", data);
+    } else if (scenario == "dump_update") {
+      // all_reduce_update (sum) of test::varied_input into zero parameters (params -= reduced); writes -params.
+      std::fprintf(stderr, "hierarchical=%d hosts=%d\n", ring.hierarchical() ? 1 : 0, ring.hosts());
+      std::vector<float> grads(std::stoul(get("count", "1000"))), params(grads.size(), 0.0f);
+      for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = test::varied_input(rank, i);
+      ring.all_reduce_update(std::span<float>(grads), reduce_op::sum, std::span<float>(params),
+                             [&](std::size_t first, std::size_t count) {
+                               for (std::size_t i = first; i < first + count; ++i) params[i] -= grads[i];
+                             });
+      for (auto& v : params) v = -v;
+      test::write_floats(get("out", "") + std::to_string(rank) + ".bin", params);
     } else if (scenario == "pair") {
       test::check_all_reduce<float>(ring, 1001, reduce_op::sum);
       ring.barrier();

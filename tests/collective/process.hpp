@@ -75,12 +75,16 @@ inline std::string& self_exe() {
 }
 
 // Starts `self --ring-worker args...` with its output in `dir/<name>.{out,err}`.
+// `prefix`, when given, is a command (absolute path first) that runs the worker as its last arguments, e.g. a
+// wrapper that moves it to another mount namespace.
 inline worker spawn_worker(const std::filesystem::path& dir, const std::string& name, const std::vector<std::string>& args,
-                           const std::vector<std::string>& env = {}) {
+                           const std::vector<std::string>& env = {}, const std::vector<std::string>& prefix = {}) {
   worker w;
   w.out = dir / (name + ".out");
   w.err = dir / (name + ".err");
-  std::vector<std::string> argv_s = {self_exe(), "--ring-worker"};
+  std::vector<std::string> argv_s = prefix;
+  argv_s.push_back(self_exe());
+  argv_s.push_back("--ring-worker");
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");

@@ -73,7 +73,7 @@ TEST(ring_wire, hello_round_trips_and_is_judged) {
   EXPECT_EQ(back->rank, 2u);
   EXPECT_EQ(back->nonce, h.nonce);
   EXPECT_EQ(back->host, h.host);
-  EXPECT_EQ(back->version, 2);
+  EXPECT_EQ(back->version, 3);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true), refusal::none);
   EXPECT_EQ(judge_hello(*back, 5, 2, sha256("c"), sha256("m"), true), refusal::wrong_world);
   EXPECT_EQ(judge_hello(*back, 4, 1, sha256("c"), sha256("m"), true), refusal::wrong_rank);
@@ -215,12 +215,30 @@ TEST(ring_wire, shared_memory_offers_round_trip_and_reject_foreign_names) {
   EXPECT_FALSE(decode_shm_offer(raw));
 
   std::array<std::uint8_t, shm_answer_size> ans{};
-  encode_shm_answer(true, ans);
-  EXPECT_EQ(decode_shm_answer(ans), std::optional<bool>(true));
-  encode_shm_answer(false, ans);
-  EXPECT_EQ(decode_shm_answer(ans), std::optional<bool>(false));
+  shm_answer mapped;
+  mapped.mapped = true;
+  for (std::size_t i = 0; i < mapped.proof.size(); ++i) mapped.proof[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  encode(mapped, ans);
+  const auto got = decode_shm_answer(ans);
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(got->mapped);
+  EXPECT_EQ(got->proof, mapped.proof);  // the proof travels back unchanged
+  encode(shm_answer{}, ans);
+  ASSERT_TRUE(decode_shm_answer(ans));
+  EXPECT_FALSE(decode_shm_answer(ans)->mapped);
+  ans[shm_answer_size - 1] = 1;  // a declined answer carries no proof
+  EXPECT_FALSE(decode_shm_answer(ans));
+  encode(mapped, ans);
   ans[8] = 2;
   EXPECT_FALSE(decode_shm_answer(ans));
+
+  std::array<std::uint8_t, shm_verdict_size> verdict{};
+  encode_shm_verdict(true, verdict);
+  EXPECT_EQ(decode_shm_verdict(verdict), std::optional<bool>(true));
+  encode_shm_verdict(false, verdict);
+  EXPECT_EQ(decode_shm_verdict(verdict), std::optional<bool>(false));
+  verdict[8] = 2;
+  EXPECT_FALSE(decode_shm_verdict(verdict));
 }
 
 TEST(ring_wire, slot_and_credit_frames) {

@@ -1,6 +1,8 @@
 #pragma once
 /// \file
 /// Where resolvers read their variables: the process environment, or a map given by a test or a launcher.
+/// (`MWSTRAT_HOST_ID`, the host identity that decides which workers share memory, is read through this by
+/// strategy/communication_options.hpp, like the other MWSTRAT_* variables.)
 
 #include <cstdlib>
 #include <functional>

@@ -8,7 +8,10 @@
 /// never overridden by the environment.
 ///   - `transport`: `MWSTRAT_RING_TRANSPORT` (`tcp` or `auto`), else `ring_transport::automatic`;
 ///   - `spin`: `MWSTRAT_RING_SPIN_US` (microseconds in 0..1000000), else 200 µs;
-///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token).
+///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token);
+///   - `topology`: `MWSTRAT_RING_TOPOLOGY` (`flat` or `hierarchical`), else flat;
+///   - `compression`: `MWSTRAT_RING_COMPRESSION` (`none`, `bf16` or `fp16`), else none;
+///   - `host_identity`: `MWSTRAT_HOST_ID`, else derived from the kernel's boot id (an empty value is no value).
 
 #include <mwstrat/cluster/environment.hpp>
 #include <mwstrat/collective/ring/options.hpp>
@@ -39,14 +42,24 @@ struct communication_options {
   /// How long an idle rank polls before it sleeps (`ring_options::spin`); nullopt: the environment's
   /// MWSTRAT_RING_SPIN_US, else the ring's default (200 µs).
   std::optional<std::chrono::microseconds> spin;
+  /// Which host this worker is on, for shared memory and the hierarchical all-reduce (`ring_options::host_identity`);
+  /// nullopt: the environment's MWSTRAT_HOST_ID, else derived from the kernel's boot id, user and namespaces.
+  std::optional<std::string> host_identity;
+  /// What the all-reduce's payloads between hosts are narrowed to on the wire (`ring_options::compression`);
+  /// nullopt: the environment's MWSTRAT_RING_COMPRESSION, else none.
+  std::optional<wire_compression> compression;
+  /// Flat or hierarchical all-reduce across hosts (`ring_options::topology`); nullopt: the environment's
+  /// MWSTRAT_RING_TOPOLOGY, else flat.
+  std::optional<ring_topology> topology;
   std::string model_fingerprint;         ///< checked in the handshake when set (fit also checks it)
   std::function<void(std::string_view)> log;  ///< where the ring logs; default: standard error
   gradient_sync_options gradient_sync;   ///< buckets, overlap and where the update runs
 };
 
 /// `options` with every field the code left unset (nullopt) filled from `env` (the file comment lists them), so
-/// that afterwards `job_token`, `transport` and `spin` all hold values. Throws `config_error` (naming `rank` when
-/// given) for a variable whose value is not one of those listed.
+/// that afterwards `job_token`, `transport`, `spin`, `topology` and `compression` all hold values
+/// (`host_identity` only when its variable is set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of
+/// those listed.
 [[nodiscard]] inline communication_options with_environment_defaults(communication_options options,
                                                                      const environment& env,
                                                                      std::optional<int> rank = std::nullopt) {
@@ -70,6 +83,25 @@ struct communication_options {
       options.spin = std::chrono::microseconds(us);
     }
   }
+  if (!options.topology) {
+    options.topology = ring_topology::flat;
+    if (const auto v = env.get("MWSTRAT_RING_TOPOLOGY")) {
+      if (*v == "hierarchical") options.topology = ring_topology::hierarchical;
+      else if (*v != "flat")
+        throw config_error({"strategy", rank}, "MWSTRAT_RING_TOPOLOGY is '" + *v + "', expected flat or hierarchical");
+    }
+  }
+  if (!options.compression) {
+    options.compression = wire_compression::none;
+    if (const auto v = env.get("MWSTRAT_RING_COMPRESSION")) {
+      if (*v == "bf16") options.compression = wire_compression::bf16;
+      else if (*v == "fp16") options.compression = wire_compression::fp16;
+      else if (*v != "none")
+        throw config_error({"strategy", rank}, "MWSTRAT_RING_COMPRESSION is '" + *v + "', expected none, bf16 or fp16");
+    }
+  }
+  if (!options.host_identity)
+    if (auto v = env.get("MWSTRAT_HOST_ID"); v && !v->empty()) options.host_identity = std::move(*v);
   return options;
 }
 

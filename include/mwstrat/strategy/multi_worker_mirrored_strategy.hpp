@@ -56,6 +56,9 @@ inline multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(const 
   ring.job_token = std::move(options.job_token);
   ring.transport = *options.transport;
   ring.spin = *options.spin;
+  ring.host_identity = std::move(options.host_identity);
+  ring.compression = *options.compression;
+  ring.topology = *options.topology;
   ring.model_fingerprint = std::move(options.model_fingerprint);
   if (options.log) ring.log = std::move(options.log);
   return multi_worker_mirrored_strategy(std::make_unique<ring_collective>(std::move(ring)),

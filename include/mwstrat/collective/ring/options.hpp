@@ -23,6 +23,26 @@ enum class ring_transport {
   tcp,
 };
 
+/// How the ranks of a ring that spans several hosts are arranged for all-reduce.
+enum class ring_topology {
+  /// One flat ring through every rank in rank order, whatever the hosts (the default: its bits are those of the
+  /// same job on one host).
+  flat,
+  /// Hierarchical when every host runs the same number (at least two) of ranks: a ring of each host's ranks
+  /// (shared memory) reduces, a TCP ring between hosts carries each host rank's part, the host ring gathers;
+  /// otherwise one flat ring. Only all-reduce is hierarchical; the other operations use the flat ring. Its results
+  /// differ from the flat ring's by float32 rounding (a different order of summation), not run to run.
+  hierarchical,
+};
+
+/// What the all-reduce's payloads between hosts are narrowed to on the wire (float32 sum and mean only; sums stay in
+/// float32, in the same fixed order). The error it adds is bounded in docs/collectives.md ("Compression").
+enum class wire_compression {
+  none,  ///< float32 on the wire
+  bf16,  ///< bfloat16: half the bytes, 8 significant bits, float32's range
+  fp16,  ///< IEEE binary16: half the bytes, 11 significant bits, magnitudes up to 65504 (beyond: infinity)
+};
+
 /// Options of the TCP ring backend.
 struct ring_options {
   /// Every rank's listening address, "host:port" or "[v6]:port"; the index is the rank.
@@ -50,6 +70,17 @@ struct ring_options {
   int socket_buffer_bytes = 4 << 20;
   /// Payload transport of each link.
   ring_transport transport = ring_transport::automatic;
+  /// Which host this rank is on, as far as shared memory and the hierarchical all-reduce are concerned: ranks with
+  /// equal identities try shared memory with each other (and use it only once a handshake proves that both reach
+  /// the same region); ranks with different ones talk TCP. nullopt: derived from the kernel's boot id, the user and
+  /// the IPC and mount namespaces. Set it where that guess is wrong (simulated hosts, containers). An empty string
+  /// is refused (`config_error`).
+  std::optional<std::string> host_identity;
+  /// Flat or hierarchical all-reduce across hosts (see `ring_topology`).
+  ring_topology topology = ring_topology::flat;
+  /// The inter-host leg of float sum/mean all-reduces: the ring between hosts of a hierarchical all-reduce, or the
+  /// whole ring when it is flat and spans several hosts. Never used within one host.
+  wire_compression compression = wire_compression::none;
   /// How long a rank with nothing to do keeps polling its sockets before it sleeps in poll(): a wake-up from sleep
   /// costs tens to hundreds of microseconds (more in a virtual machine) on every hop of an operation, polling costs
   /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.

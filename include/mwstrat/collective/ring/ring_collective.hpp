@@ -32,6 +32,7 @@
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/handle.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
+#include <mwstrat/collective/ring/detail/compress.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/plan.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
@@ -49,6 +50,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -58,6 +60,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace mwstrat {
@@ -73,7 +76,62 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// when the neighbours do not appear before `connect_timeout`, `protocol_error` when a neighbour refuses
   /// this rank or is not an mwstrat peer, `io_error` when the address cannot be listened on.
   explicit ring_collective(ring_options options)
+      : ring_collective(std::move(options), detail::unique_socket{}, nullptr) {}
+
+  ring_collective(const ring_collective&) = delete;
+  ring_collective& operator=(const ring_collective&) = delete;
+
+  /// Waits for queued asynchronous operations (each bounded by its deadline), then closes the connections.
+  /// When destroyed by an exception, shuts the connections down first, so queued operations and the other
+  /// ranks fail fast (`peer_lost_error` naming this rank) instead of waiting for their deadline.
+  ~ring_collective() {
+    if (std::uncaught_exceptions() > uncaught_) {
+      if (out_.socket) ::shutdown(out_.socket.get(), SHUT_RDWR);
+      if (in_.socket) ::shutdown(in_.socket.get(), SHUT_RDWR);
+    }
+    queue_.stop();  // the worker is joined before the sockets close
+  }
+
+  /// This rank, in [0, size()).
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  /// The number of ranks in the ring.
+  [[nodiscard]] int size() const noexcept { return n_; }
+  /// True when both links of this rank carry payloads through shared memory (see `ring_transport`).
+  [[nodiscard]] bool uses_shared_memory() const noexcept { return out_.through_shm() && in_.through_shm(); }
+  /// The number of hosts the ranks are on (by `ring_options::host_identity`, or as derived).
+  [[nodiscard]] int hosts() const noexcept { return hosts_; }
+  /// True when all-reduce is hierarchical: within each host, then a TCP ring between hosts (see `ring_topology`).
+  [[nodiscard]] bool hierarchical() const noexcept { return local_ != nullptr; }
+  /// The configured address of rank `r`.
+  [[nodiscard]] const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
+
+  // all_reduce, all_reduce_async, broadcast, all_gather, barrier: see detail::front_end.
+  //
+  // all_reduce_update(gradients, op, params, update): all-reduce fused with an elementwise update, so that each
+  // rank updates only its own part of the parameters: the reduce-scatter half of the ring leaves each rank one
+  // part of `gradients` fully reduced, and as each chunk of it is final this rank calls `update(first, count)`
+  // (gradients[first, first + count) hold the result; the call must update params[first, first + count) from
+  // them, touch nothing else, and not throw); the all-gather half then carries those parts of `params`, not of the
+  // gradients. Every rank ends with the same `params`, each part exactly as its owner updated it; the other parts
+  // of `gradients` are left partially reduced. For an optimizer whose update of an element depends only on that
+  // element (plain SGD) this is the same result as `all_reduce` then updating everything, with a fraction
+  // 1/size() of the update work and of its memory traffic.
+
+ private:
+  friend class detail::front_end<ring_collective>;
+
+  // The ranks of a ring inside a hierarchical ring (a host's ranks, or one rank of each host) as the parent knows
+  // them: errors and logs name the parent's ranks and addresses.
+  struct sub_ring_info {
+    std::string scope;                   // "host ring", "ring between hosts"
+    std::vector<int> global;             // this ring's rank k is the parent's rank global[k]
+    std::vector<std::string> addresses;  // the parent's addresses
+    int global_rank = 0;
+  };
+
+  ring_collective(ring_options options, detail::unique_socket listener, const sub_ring_info* sub)
       : options_(std::move(options)), uncaught_(std::uncaught_exceptions()) {
+    if (sub) sub_ = *sub;
     n_ = static_cast<int>(options_.addresses.size());
     rank_ = options_.rank;
     if (n_ < 1) throw config_error({"ring"}, "ring_options.addresses is empty");
@@ -99,56 +157,25 @@ class ring_collective : public detail::front_end<ring_collective> {
     spin_ = options_.spin;
     if (spin_ < std::chrono::microseconds::zero())
       throw config_error({"ring", rank_}, "ring_options.spin is negative");
-    if (id.want_shm && n_ > 1) id.host = detail::host_identity();
+    if (options_.host_identity && options_.host_identity->empty())
+      throw config_error({"ring", rank_}, "ring_options.host_identity is empty (leave it unset to derive it)");
+    if (n_ > 1) id.host = options_.host_identity ? detail::explicit_host_identity(*options_.host_identity)
+                                                 : detail::host_identity();
     id.cluster = detail::sha256(options_.cluster_fingerprint);
     id.model = detail::sha256(options_.model_fingerprint);
+    id.listener = listener.release();
+    id.quiet = sub != nullptr;
     if (n_ > 1) {
       auto links = detail::ring_startup(options_, id).run();  // connected links (link.hpp)
       out_ = std::move(links.out);
       in_ = std::move(links.in);
       in_.make_scratch(chunk_bytes_);
-    } else if (rank_ == 0) {
+      if (!sub) arrange_hosts(id);
+    } else if (rank_ == 0 && !sub) {
       log("started: tcp://" + options_.addresses[0] + ", waiting for 1 worker (itself)");
     }
   }
 
-  ring_collective(const ring_collective&) = delete;
-  ring_collective& operator=(const ring_collective&) = delete;
-
-  /// Waits for queued asynchronous operations (each bounded by its deadline), then closes the connections.
-  /// When destroyed by an exception, shuts the connections down first, so queued operations and the other
-  /// ranks fail fast (`peer_lost_error` naming this rank) instead of waiting for their deadline.
-  ~ring_collective() {
-    if (std::uncaught_exceptions() > uncaught_) {
-      if (out_.socket) ::shutdown(out_.socket.get(), SHUT_RDWR);
-      if (in_.socket) ::shutdown(in_.socket.get(), SHUT_RDWR);
-    }
-    queue_.stop();  // the worker is joined before the sockets close
-  }
-
-  /// This rank, in [0, size()).
-  [[nodiscard]] int rank() const noexcept { return rank_; }
-  /// The number of ranks in the ring.
-  [[nodiscard]] int size() const noexcept { return n_; }
-  /// True when both links of this rank carry payloads through shared memory (see `ring_transport`).
-  [[nodiscard]] bool uses_shared_memory() const noexcept { return out_.through_shm() && in_.through_shm(); }
-  /// The configured address of rank `r`.
-  [[nodiscard]] const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
-
-  // all_reduce, all_reduce_async, broadcast, all_gather, barrier: see detail::front_end.
-  //
-  // all_reduce_update(gradients, op, params, update): all-reduce fused with an elementwise update, so that each
-  // rank updates only its own part of the parameters: the reduce-scatter half of the ring leaves each rank one
-  // part of `gradients` fully reduced, and as each chunk of it is final this rank calls `update(first, count)`
-  // (gradients[first, first + count) hold the result; the call must update params[first, first + count) from
-  // them, touch nothing else, and not throw); the all-gather half then carries those parts of `params`, not of the
-  // gradients. Every rank ends with the same `params`, each part exactly as its owner updated it; the other parts
-  // of `gradients` are left partially reduced. For an optimizer whose update of an element depends only on that
-  // element (plain SGD) this is the same result as `all_reduce` then updating everything, with a fraction
-  // 1/size() of the update work and of its memory traffic.
-
- private:
-  friend class detail::front_end<ring_collective>;
   using steady = detail::steady;
   using failure = detail::ring_failure;
   using plan = detail::ring_plan;
@@ -163,6 +190,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     p.reduction = reduction;
     p.seq = next_seq_++;
     p.esize = sizeof(T);
+    p.wire_esize = sizeof(T);
     p.base = reinterpret_cast<std::uint8_t*>(base);
     return p;
   }
@@ -175,9 +203,16 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   template <class T>
   void all_reduce_now(std::span<T> data, reduce_op op, op_options options) {
+    if (local_) return hierarchical_all_reduce(data, op, options);
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
                                                    chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), data.data());
+    if constexpr (std::is_same_v<T, float>) {
+      if (compression_ != wire_compression::none && (op == reduce_op::sum || op == reduce_op::mean)) {
+        p.wire = compression_;
+        p.wire_esize = sizeof(std::uint16_t);
+      }
+    }
     run<T>(p, options);
   }
 
@@ -188,9 +223,24 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (!gradients.empty()) update(std::size_t{0}, gradients.size());
       return;
     }
+    if (local_) return hierarchical_all_reduce_update(gradients, op, params, update, options);
+    flat_all_reduce_update(gradients, op, params, update, options);
+  }
+
+  // all_reduce_update on this ring alone (a separate function: the hierarchical one calls it with its own wrapper of
+  // `update`, and calling the dispatcher would instantiate wrappers of wrappers without end).
+  template <class T, class Update>
+  void flat_all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update& update,
+                              op_options options) {
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce_update, rank_, n_, gradients.size(),
                                                    sizeof(T), chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), gradients.data());
+    if constexpr (std::is_same_v<T, float>) {  // the reduce-scatter's gradients narrowed; parameters travel exact
+      if (compression_ != wire_compression::none && (op == reduce_op::sum || op == reduce_op::mean)) {
+        p.wire = compression_;
+        p.wire_esize = sizeof(std::uint16_t);
+      }
+    }
     p.gather_base = reinterpret_cast<std::uint8_t*>(params.data());
     p.on_reduced_context = static_cast<void*>(std::addressof(update));
     p.on_reduced = [](void* context, std::size_t first, std::size_t count) {
@@ -225,12 +275,206 @@ class ring_collective : public detail::front_end<ring_collective> {
   }
 
   // ---------------------------------------------------------------------------------------------------------
+  // Hosts: which ranks share one, and the rings of the hierarchical all-reduce.
+
+  // Collective, once the flat ring is up: every rank learns every rank's host (the digests of the handshake); when
+  // every host runs the same number L >= 2 of ranks, each rank joins two more rings on ports the kernel picks —
+  // the ranks of its host (shared memory where proven) and the ranks with its index on every host (TCP) — and rank
+  // 0 logs what it found.
+  void arrange_hosts(const detail::ring_identity& id) {
+    const auto n = static_cast<std::size_t>(n_);
+    std::array<std::int64_t, 4> mine{};
+    static_assert(sizeof mine == sizeof id.host);
+    std::memcpy(mine.data(), id.host.data(), sizeof mine);
+    std::vector<std::int64_t> all(4 * n);
+    all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+    std::vector<int> host_of(n, -1);
+    std::vector<std::vector<int>> members;  // per host, its ranks in order; hosts in order of their first rank
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t q = 0; q < r && host_of[r] < 0; ++q)
+        if (std::equal(all.begin() + 4 * static_cast<std::ptrdiff_t>(q), all.begin() + 4 * static_cast<std::ptrdiff_t>(q + 1),
+                       all.begin() + 4 * static_cast<std::ptrdiff_t>(r)))
+          host_of[r] = host_of[q];
+      if (host_of[r] < 0) {
+        host_of[r] = static_cast<int>(members.size());
+        members.emplace_back();
+      }
+      members[static_cast<std::size_t>(host_of[r])].push_back(static_cast<int>(r));
+    }
+    hosts_ = static_cast<int>(members.size());
+    const auto& mates = members[static_cast<std::size_t>(host_of[static_cast<std::size_t>(rank_)])];
+    const std::size_t per_host = mates.size();
+    const bool even = std::all_of(members.begin(), members.end(), [&](const auto& m) { return m.size() == per_host; });
+    std::string between;
+    if (hosts_ > 1 && even && per_host > 1 && options_.topology == ring_topology::hierarchical) {
+      join_host_rings(id, members, host_of);
+      cross_->compress(options_.compression);
+      between = "tcp ring between hosts (each host's ranks carry a part)";
+    } else if (hosts_ > 1) {
+      compress(options_.compression);
+      between = per_host == 1 && even ? "tcp ring between hosts"
+                : options_.topology == ring_topology::flat ? "one flat ring through every rank (topology flat)"
+                                                           : "one flat ring through every rank (hosts run unequal numbers of ranks)";
+    }
+    // Which ranks' host links carry payloads through shared memory, for the log line.
+    const std::int64_t shm = local_ ? (local_->uses_shared_memory() ? 1 : 0)
+                                    : (out_.through_shm() || in_.through_shm() ? 1 : 0);
+    std::vector<std::int64_t> shm_of(n);
+    all_gather(std::span<const std::int64_t>(&shm, 1), std::span<std::int64_t>(shm_of));
+    if (rank_ != 0) return;
+    std::string text = std::to_string(n_) + " workers on " + std::to_string(hosts_);
+    text += hosts_ == 1 ? " host (" : " hosts (";
+    for (std::size_t h = 0; h < members.size(); ++h) {
+      const auto& m = members[h];
+      std::string label = id.hosts[static_cast<std::size_t>(m.front())].host;
+      for (std::size_t g = 0; g < members.size(); ++g)
+        if (g != h && id.hosts[static_cast<std::size_t>(members[g].front())].host == label) {
+          label += " #" + std::to_string(h);  // simulated hosts on one address: told apart by their index
+          break;
+        }
+      if (h) text += "; ";
+      text += label;
+      text += m.size() == 1 ? ": rank " : ": ranks ";
+      bool all_shm = true;
+      for (std::size_t k = 0; k < m.size(); ++k) {
+        if (k) text += ',';  // appended apart: GCC 12 -O3 takes "literal" + string for an overlapping copy
+        text += std::to_string(m[k]);
+        all_shm = all_shm && shm_of[static_cast<std::size_t>(m[k])] != 0;
+      }
+      if (m.size() > 1) text += all_shm ? " shared memory" : " tcp";
+    }
+    text += ")";
+    if (!between.empty()) text += "; " + between;
+    if (hosts_ > 1 && options_.compression != wire_compression::none)
+      text += options_.compression == wire_compression::bf16 ? ", bf16 on the wire" : ", fp16 on the wire";
+    announce(text);
+  }
+
+  void compress(wire_compression c) {
+    compression_ = c;
+    if (c != wire_compression::none) wire_stage_.assign(chunk_bytes_, 0);  // a chunk's float32 bytes: room to spare
+  }
+
+  void join_host_rings(const detail::ring_identity& id, const std::vector<std::vector<int>>& members,
+                       const std::vector<int>& host_of) {
+    const auto n = static_cast<std::size_t>(n_);
+    const auto my_host = static_cast<std::size_t>(host_of[static_cast<std::size_t>(rank_)]);
+    const auto& mates = members[my_host];
+    const auto index = static_cast<std::size_t>(std::find(mates.begin(), mates.end(), rank_) - mates.begin());
+    int host_port = 0, between_port = 0;
+    const auto& here = id.hosts[static_cast<std::size_t>(rank_)];
+    auto host_listener = detail::listen_ephemeral(here, options_.socket_buffer_bytes, rank_, host_port);
+    auto between_listener = detail::listen_ephemeral(here, options_.socket_buffer_bytes, rank_, between_port);
+    const std::array<std::int64_t, 2> mine{host_port, between_port};
+    std::vector<std::int64_t> ports(2 * n);
+    all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(ports));
+    const auto ring_of = [&](const std::vector<int>& ranks, std::size_t which, int my_index, std::string scope) {
+      ring_options o = options_;
+      o.addresses.clear();
+      for (int g : ranks) {
+        auto a = id.hosts[static_cast<std::size_t>(g)];
+        a.port = static_cast<std::uint16_t>(ports[2 * static_cast<std::size_t>(g) + which]);
+        o.addresses.push_back(a.to_string());
+      }
+      o.rank = my_index;
+      o.cluster_fingerprint = options_.cluster_fingerprint + '\n' + scope;
+      o.topology = ring_topology::flat;
+      if (which == 1) o.transport = ring_transport::tcp;  // other hosts: nothing to share
+      sub_ring_info info{std::move(scope), ranks, options_.addresses, rank_};
+      return std::pair{std::move(o), std::move(info)};
+    };
+    auto [host_options, host_info] = ring_of(mates, 0, static_cast<int>(index), "host ring");
+    local_.reset(new ring_collective(std::move(host_options), std::move(host_listener), &host_info));
+    std::vector<int> peers;  // rank `index` of every host, in host order
+    for (const auto& m : members) peers.push_back(m[index]);
+    auto [between_options, between_info] =
+        ring_of(peers, 1, static_cast<int>(my_host), "ring between hosts (rank " + std::to_string(index) + " of each)");
+    cross_.reset(new ring_collective(std::move(between_options), std::move(between_listener), &between_info));
+  }
+
+  // Reduce-scatter within the host, all-reduce of this rank's part around the ring between hosts, all-gather within
+  // the host. Element e is combined in a fixed order — its host ring's order, then the hosts' ring order — so every
+  // rank gets the same bits, every run. A failure in any ring breaks all three (and shuts their connections, so the
+  // ranks waiting in the others fail fast too).
+  template <class T>
+  void hierarchical_all_reduce(std::span<T> data, reduce_op op, op_options options) {
+    if (broken_) std::rethrow_exception(broken_);
+    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
+    const auto left = remaining(options);
+    try {
+      local_->run_half<T>(detail::ring_half::reduce_scatter, data, partial, left());
+      std::size_t first = 0, last = 0;
+      detail::owned_segment(local_->rank_, local_->n_, data.size(), first, last);
+      const auto part = data.subspan(first, last - first);
+      cross_->all_reduce_now<T>(part, partial, left());
+      detail::finish_reduce(part.data(), part.size(), op, n_);
+      local_->run_half<T>(detail::ring_half::all_gather, data, partial, left());
+    } catch (...) {
+      break_all();
+      throw;
+    }
+  }
+
+  // The same with all_reduce_update's sharding: the host ring's reduce-scatter leaves this rank a part, the ring
+  // between hosts reduces it and updates a share of it (all_reduce_update), the host ring gathers the parameters.
+  template <class T, class Update>
+  void hierarchical_all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update& update,
+                                      op_options options) {
+    if (broken_) std::rethrow_exception(broken_);
+    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
+    const auto left = remaining(options);
+    try {
+      local_->run_half<T>(detail::ring_half::reduce_scatter, gradients, partial, left());
+      std::size_t first = 0, last = 0;
+      detail::owned_segment(local_->rank_, local_->n_, gradients.size(), first, last);
+      const int world = n_;
+      auto finish_then_update = [&](std::size_t at, std::size_t count) {
+        detail::finish_reduce(gradients.data() + first + at, count, op, world);
+        update(first + at, count);
+      };
+      cross_->flat_all_reduce_update<T>(gradients.subspan(first, last - first), partial,
+                                        params.subspan(first, last - first), finish_then_update, left());
+      local_->run_half<T>(detail::ring_half::all_gather, params, partial, left());
+    } catch (...) {
+      break_all();
+      throw;
+    }
+  }
+
+  // The operation's deadline, shared by its steps on the three rings: a callable giving each step what is left.
+  auto remaining(op_options options) const {
+    const auto timeout = options.timeout.count() > 0 ? options.timeout : options_.op_timeout;
+    const auto deadline = steady::now() + timeout;
+    return [deadline] {
+      op_options o;
+      o.timeout = std::max(std::chrono::milliseconds(1),
+                           std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()));
+      return o;
+    };
+  }
+
+  void break_all() {
+    broken_ = std::current_exception();
+    for (ring_collective* r : {local_.get(), cross_.get(), this}) {
+      if (r->out_.socket) ::shutdown(r->out_.socket.get(), SHUT_RDWR);
+      if (r->in_.socket) ::shutdown(r->in_.socket.get(), SHUT_RDWR);
+    }
+  }
+
+  template <class T>
+  void run_half(detail::ring_half half, std::span<T> data, reduce_op op, op_options options) {
+    plan p = make_plan(detail::all_reduce_half_schedule(half, rank_, n_, data.size(), sizeof(T), chunk_bytes_), op,
+                       static_cast<std::uint8_t>(op), data.data());
+    run<T>(p, options);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
   // The data path.
 
   template <class T>
   void run(plan& p, op_options options) {
     if (broken_) std::rethrow_exception(broken_);
-    if (n_ == 1 || p.sched.items == 0) return;  // one rank: the result is the input (mean over one rank is a no-op)
+    if (n_ == 1 || p.sched.items <= p.sched.begin) return;  // one rank: the result is the input (mean over one rank is a no-op)
     const auto timeout = options.timeout.count() > 0 ? options.timeout : options_.op_timeout;
     const auto deadline = steady::now() + timeout;
     std::optional<failure> f = pump<T>(p, deadline, timeout);
@@ -244,6 +488,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     bool active = false;       // its frame is on its way
     bool credit_wait = false;  // the next frame waits for a shared-memory slot to come back
     std::size_t payload = 0;   // bytes of the item that go on the socket (0 through a slot)
+    const std::uint8_t* src = nullptr;  // where they are: the buffer, or the narrowed copy when compressed
     std::size_t sent = 0;      // bytes of the frame (header, then payload) sent so far
     std::array<std::uint8_t, detail::frame_header_size> header{};
   };
@@ -263,6 +508,7 @@ class ring_collective : public detail::front_end<ring_collective> {
   std::optional<failure> pump(const plan& p, steady::time_point deadline, std::chrono::milliseconds timeout) {
     send_stream s;
     recv_stream r;
+    s.t = r.t = p.sched.begin;
     out_.inflight = {};
     steady::time_point idle_since{};  // when the current wait began (zero: not waiting)
     for (;;) {
@@ -307,7 +553,13 @@ class ring_collective : public detail::front_end<ring_collective> {
       s.credit_wait = true;
       return std::nullopt;
     }
-    s.payload = out_.stage(s.it.ptr, s.it.bytes);
+    s.src = s.it.ptr;
+    if (s.it.narrowed) {
+      detail::narrow_into(reinterpret_cast<std::uint16_t*>(wire_stage_.data()), reinterpret_cast<const float*>(s.it.ptr),
+                          s.it.bytes / sizeof(float), p.wire);
+      s.src = wire_stage_.data();
+    }
+    s.payload = out_.stage(s.src, s.it.wire_bytes);
     detail::encode(detail::header_for(p, s.it, out_.data_frame()), std::span<std::uint8_t, detail::frame_header_size>(s.header));
     s.active = true;
     s.sent = 0;
@@ -327,11 +579,11 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   // One non-blocking send of what is left of the current frame (header and payload in one call).
   std::optional<failure> send_some(const plan& p, send_stream& s, bool& progress, bool& want_out) {
-    const auto n = out_.send_some(s.header, s.sent, s.it.ptr, s.payload);
+    const auto n = out_.send_some(s.header, s.sent, s.src, s.payload);
     if (n > 0) {
       s.sent += static_cast<std::size_t>(n);
       progress = true;
-      out_.inflight = {s.it.ptr, s.header.size() + s.payload, s.sent, s.header};
+      out_.inflight = {s.src, s.header.size() + s.payload, s.sent, s.header};
       if (s.sent == s.header.size() + s.payload) {
         s.active = false;
         out_.inflight = {};
@@ -391,22 +643,22 @@ class ring_collective : public detail::front_end<ring_collective> {
     }
     if (r.active && !r.reading_header) {
       const item& it = r.it;
-      std::uint8_t* dest = it.reduce ? in_.scratch() : it.ptr;
+      const bool narrowed = it.narrowed;
+      std::uint8_t* dest = it.reduce || narrowed ? in_.scratch() : it.ptr;
       ssize_t n = 0;
-      if (r.got < it.bytes) n = ::recv(in, dest + r.got, it.bytes - r.got, MSG_DONTWAIT);
+      if (r.got < it.wire_bytes) n = ::recv(in, dest + r.got, it.wire_bytes - r.got, MSG_DONTWAIT);
       if (n > 0) {
         r.got += static_cast<std::size_t>(n);
         progress = true;
-        if (it.reduce) {
-          const std::size_t ready = r.got / sizeof(T);
-          detail::reduce_into(reinterpret_cast<T*>(it.ptr) + r.combined,
-                              reinterpret_cast<const T*>(in_.scratch()) + r.combined, ready - r.combined, p.op);
+        if (it.reduce || narrowed) {
+          const std::size_t ready = r.got / (narrowed ? p.wire_esize : p.esize);
+          combine<T>(p, it, in_.scratch(), r.combined, ready - r.combined);
           r.combined = ready;
         }
-      } else if (r.got < it.bytes) {
+      } else if (r.got < it.wire_bytes) {
         if (auto f = recv_failed(n, prev(), p)) return f;
       }
-      if (r.got == it.bytes) {
+      if (r.got == it.wire_bytes) {
         if (it.finish) finish_part<T>(p, it);
         r.active = false;
         ++r.t;
@@ -457,13 +709,10 @@ class ring_collective : public detail::front_end<ring_collective> {
   // handed back with a credit on the reverse direction of the same connection.
   template <class T>
   std::optional<failure> take_slot(const plan& p, const item& ri, steady::time_point deadline) {
-    if (ri.bytes > in_.shm.slot_bytes())
+    if (ri.wire_bytes > in_.shm.slot_bytes())
       return failure{error_kind::protocol, rank_, "internal: a chunk larger than a shared-memory slot during " + detail::where_of(p)};
     const std::uint8_t* src = in_.take_slot();
-    if (ri.reduce)
-      detail::reduce_into(reinterpret_cast<T*>(ri.ptr), reinterpret_cast<const T*>(src), ri.bytes / sizeof(T), p.op);
-    else
-      std::memcpy(ri.ptr, src, ri.bytes);
+    combine<T>(p, ri, src, 0, ri.bytes / sizeof(T));
     if (ri.finish) finish_part<T>(p, ri);
     if (in_.return_credit(detail::op_header(p), deadline).status == detail::io_status::timed_out)
       return failure{error_kind::timeout, prev(), "could not return a shared-memory slot to rank " +
@@ -473,10 +722,31 @@ class ring_collective : public detail::front_end<ring_collective> {
     return std::nullopt;
   }
 
+  // Elements [from, from + count) of item `it` arrived in `wire` (the payload as sent): combined into the buffer
+  // (reduce-scatter) or copied there, widened from 16 bits when the plan narrows them.
+  template <class T>
+  static void combine(const plan& p, const item& it, const std::uint8_t* wire, std::size_t from, std::size_t count) {
+    T* to = reinterpret_cast<T*>(it.ptr) + from;
+    if constexpr (std::is_same_v<T, float>) {
+      if (it.narrowed) {
+        const auto* in = reinterpret_cast<const std::uint16_t*>(wire) + from;
+        if (it.reduce) detail::widen_add(to, in, count, p.wire);  // narrowing is for sum and mean only
+        else detail::widen_into(to, in, count, p.wire);
+        return;
+      }
+    }
+    const T* in = reinterpret_cast<const T*>(wire) + from;
+    if (it.reduce) detail::reduce_into(to, in, count, p.op);
+    else std::memcpy(to, in, count * sizeof(T));
+  }
+
   // A chunk of this rank's part is fully reduced: the mean's division, then all_reduce_update's update of it.
   template <class T>
   void finish_part(const plan& p, const item& ri) const {
     detail::finish_reduce(reinterpret_cast<T*>(ri.ptr), ri.bytes / sizeof(T), p.op, n_);
+    if constexpr (std::is_same_v<T, float>)  // keep what the other ranks will receive: the same bits everywhere
+      if (p.wire != wire_compression::none && !p.sched.separate_gather)  // (all_reduce_update gathers parameters)
+        detail::round_to_wire(reinterpret_cast<float*>(ri.ptr), ri.bytes / sizeof(T), p.wire);
     if (p.on_reduced != nullptr) p.on_reduced(p.on_reduced_context, ri.first, ri.bytes / sizeof(T));
   }
 
@@ -536,12 +806,41 @@ class ring_collective : public detail::front_end<ring_collective> {
   // Tells both neighbours, breaks the ring for good, and throws the error this rank reports.
   [[noreturn]] void fail(const plan& p, const failure& f) {
     detail::send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, detail::op_header(p), f);
-    broken_ = detail::ring_error(rank_, f, options_.addresses);
-    log(f.text);
+    if (sub_) {  // name the parent's ranks and addresses
+      failure mapped = f;
+      if (f.culprit >= 0 && f.culprit < n_) mapped.culprit = sub_->global[static_cast<std::size_t>(f.culprit)];
+      mapped.text = sub_->scope + ", whose rank k is rank " + global_names() + ": " + f.text;
+      broken_ = detail::ring_error(sub_->global_rank, mapped, sub_->addresses);
+      log(mapped.text);
+    } else {
+      broken_ = detail::ring_error(rank_, f, options_.addresses);
+      log(f.text);
+    }
     std::rethrow_exception(broken_);
   }
 
-  void log(const std::string& text) const { detail::ring_log(options_, rank_, text); }
+  void log(const std::string& text) const { detail::ring_log(options_, sub_ ? sub_->global_rank : rank_, text); }
+
+  // "[0,2]": the parent's rank of each of this ring's ranks.
+  std::string global_names() const {
+    std::string s = "[";
+    for (std::size_t k = 0; k < sub_->global.size(); ++k) {
+      if (k) s += ',';
+      s += std::to_string(sub_->global[k]);
+    }
+    return s + "]";
+  }
+
+  // A line about the whole job ("[mwstrat] ..."), to `options.log` or standard error.
+  void announce(const std::string& text) const {
+    const std::string line = "[mwstrat] " + text;
+    if (options_.log) {
+      options_.log(line);
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      std::fflush(stderr);
+    }
+  }
 
 
   ring_options options_;
@@ -554,6 +853,12 @@ class ring_collective : public detail::front_end<ring_collective> {
   std::chrono::microseconds spin_{0};  // ring_options::spin
   std::uint64_t next_seq_ = 0;
   std::exception_ptr broken_;
+  std::optional<sub_ring_info> sub_;        // set when this ring is one of a hierarchical ring's
+  int hosts_ = 1;
+  std::unique_ptr<ring_collective> local_;  // hierarchical: this host's ranks
+  std::unique_ptr<ring_collective> cross_;  // hierarchical: this rank's index on every host
+  wire_compression compression_ = wire_compression::none;  // set on the ring that carries the inter-host leg
+  std::vector<std::uint8_t> wire_stage_;  // a chunk narrowed for the wire (allocated once, when compression is on)
 };
 
 static_assert(collective<ring_collective>);

@@ -5,6 +5,7 @@
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
+#include <mwstrat/collective/ring/options.hpp>
 #include <mwstrat/collective/types.hpp>
 
 #include <cstddef>
@@ -21,6 +22,8 @@ struct ring_plan {
   std::uint8_t reduction = 0;
   std::uint64_t seq = 0;
   std::size_t esize = 0;
+  wire_compression wire = wire_compression::none;  // float32 payloads narrowed to 16 bits on the wire
+  std::size_t wire_esize = 0;                       // bytes of an element on the wire
   std::uint8_t* base = nullptr;
   std::uint8_t* gather_base = nullptr;  // all_reduce_update: the buffer the all-gather steps carry
   void (*on_reduced)(void*, std::size_t, std::size_t) = nullptr;  // all_reduce_update: a part is final
@@ -30,17 +33,21 @@ struct ring_plan {
 // A schedule's chunk, resolved to bytes of this operation's buffers.
 struct ring_item {
   std::uint8_t* ptr = nullptr;
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;       // in the buffer
+  std::size_t wire_bytes = 0;  // on the wire (fewer when compressed)
   std::uint32_t step = 0;
   std::uint32_t chunk = 0;
   std::size_t first = 0;  // element offset of the chunk in the operation's buffer
   bool reduce = false;    // received bytes are combined with the buffer (reduce-scatter)
   bool finish = false;    // the last reduce-scatter step: apply mean
+  bool narrowed = false;  // float32 elements travel as 16 bits (the plan compresses, and this is not parameters)
 };
 
 inline bool resolve_chunk(const ring_plan& p, bool found, const chunk_move& m, ring_item& it) {
   it.ptr = (m.gather ? p.gather_base : p.base) + m.first * p.esize;
   it.bytes = m.count * p.esize;
+  it.narrowed = p.wire != wire_compression::none && !m.gather;  // all_reduce_update's parameters travel exact
+  it.wire_bytes = m.count * (it.narrowed ? p.wire_esize : p.esize);
   it.first = m.first;
   it.step = m.step;
   it.chunk = m.chunk;
@@ -70,7 +77,7 @@ inline frame_header header_for(const ring_plan& p, const ring_item& it, frame_ty
   h.count = p.sched.count;
   h.step = it.step;
   h.chunk = it.chunk;
-  h.payload = it.bytes;
+  h.payload = it.wire_bytes;
   return h;
 }
 

@@ -27,7 +27,8 @@ struct ring_schedule {
   std::size_t count = 0;         // elements of the whole operation
   std::size_t segment = 0;       // all_gather: elements per rank
   std::size_t chunks = 1;        // chunks per segment (per buffer for broadcast)
-  std::size_t items = 0;         // items in each of the two streams
+  std::size_t begin = 0;         // the first item of both streams (the all-gather half alone starts past the first)
+  std::size_t items = 0;         // items in each of the two streams (one past the last)
   bool separate_gather = false;  // all_reduce_update: the all-gather steps carry the other buffer (parameters)
 };
 
@@ -60,6 +61,26 @@ inline ring_schedule all_reduce_schedule(op_kind kind, int rank, int world, std:
   s.items = 2 * (n - 1) * s.chunks;
   s.separate_gather = kind == op_kind::all_reduce_update;
   return s;
+}
+
+// The reduce-scatter half of an all-reduce alone (each rank ends with its segment reduced: segment k on rank k - 1),
+// or its all-gather half alone (each rank starts with its segment final and ends with all of them). The hierarchical
+// all-reduce runs the halves on a host's ranks around the ring between hosts.
+enum class ring_half { reduce_scatter, all_gather };
+inline ring_schedule all_reduce_half_schedule(ring_half half, int rank, int world, std::size_t count,
+                                              std::size_t element_bytes, std::size_t chunk_bytes) {
+  ring_schedule s = all_reduce_schedule(op_kind::all_reduce, rank, world, count, element_bytes, chunk_bytes);
+  const std::size_t middle = s.items / 2;
+  if (half == ring_half::reduce_scatter) s.items = middle;
+  else s.begin = middle;
+  return s;
+}
+
+// The segment of an all-reduce over `count` elements that the reduce-scatter half leaves final on `rank`.
+inline void owned_segment(int rank, int world, std::size_t count, std::size_t& first, std::size_t& last) {
+  const auto n = static_cast<std::size_t>(world), k = (static_cast<std::size_t>(rank) + 1) % n;
+  first = count * k / n;
+  last = count * (k + 1) / n;
 }
 
 inline ring_schedule broadcast_schedule(int rank, int world, int root, std::size_t count, std::size_t element_bytes,

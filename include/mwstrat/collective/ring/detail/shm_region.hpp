@@ -48,6 +48,9 @@ inline digest host_identity() {
   return sha256(id);
 }
 
+// An identity given explicitly (`ring_options::host_identity`), hashed like the derived one but never equal to it.
+inline digest explicit_host_identity(const std::string& name) { return sha256("mwstrat-host.explicit" + std::string(1, '\0') + name); }
+
 class shm_region {
  public:
   shm_region() = default;

@@ -40,6 +40,8 @@ class unique_socket {
   }
   [[nodiscard]] int get() const { return fd_; }
   [[nodiscard]] explicit operator bool() const { return fd_ >= 0; }
+  // Gives the descriptor up (to an owner that closes it); -1 when there was none.
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_ = -1;

@@ -67,14 +67,39 @@ struct ring_identity {
   bool want_shm = false;
   std::size_t chunk_bytes = 0;
   digest host{}, cluster{}, model{};
+  int listener = -1;   // a socket already listening on this rank's address (a ring inside a ring), else -1
+  bool quiet = false;  // no start-up lines (a ring inside a ring: its parent logs the topology)
 };
+
+// A socket listening on `here`'s host at a port the kernel picks (the rings inside a hierarchical ring); its port in
+// `port`. Throws io_error naming `rank`.
+inline unique_socket listen_ephemeral(const mwstrat::address& here, int buffer_bytes, int rank, int& port) {
+  namespace ip = boost::asio::ip;
+  boost::asio::io_context io;
+  boost::system::error_code ec;
+  ip::tcp::resolver resolver(io);
+  const auto found = resolver.resolve(here.host, "0", ip::resolver_base::passive, ec);
+  if (ec || found.empty())
+    throw io_error({"ring", rank}, "cannot resolve '" + here.host + "': " + (ec ? ec.message() : "no results"));
+  ip::tcp::acceptor acceptor(io);
+  const auto ep = found.begin()->endpoint();
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(ip::tcp::acceptor::reuse_address(true), ec);
+  if (!ec) tune_socket(acceptor.native_handle(), buffer_bytes);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(64, ec);
+  if (!ec) acceptor.non_blocking(true, ec);
+  if (ec) throw io_error({"ring", rank}, "cannot listen on " + here.host + ": " + ec.message());
+  port = acceptor.local_endpoint(ec).port();
+  return unique_socket(acceptor.release(ec));
+}
 
 class ring_startup {
  public:
   ring_startup(const ring_options& options, const ring_identity& id)
       : options_(options), n_(id.world), rank_(id.rank), parsed_(id.hosts), token_(id.token),
         chunk_bytes_(id.chunk_bytes), cluster_digest_(id.cluster), model_digest_(id.model), want_shm_(id.want_shm),
-        host_(id.host) {}
+        host_(id.host), listener_(id.listener), quiet_(id.quiet) {}
 
   // Listens, connects and accepts; throws what ring_collective's constructor documents.
   ring_links run() {
@@ -127,14 +152,18 @@ class ring_startup {
     ip::tcp::acceptor acceptor(io);
     boost::system::error_code ec;
     const auto here = resolve(rank_, true);
-    acceptor.open(here.protocol(), ec);
-    if (!ec) acceptor.set_option(ip::tcp::acceptor::reuse_address(true), ec);
-    if (!ec) detail::tune_socket(acceptor.native_handle(), options_.socket_buffer_bytes);
-    if (!ec) acceptor.bind(here, ec);
-    if (!ec) acceptor.listen(64, ec);
+    if (listener_ >= 0) {
+      acceptor.assign(here.protocol(), listener_, ec);  // the acceptor closes it
+    } else {
+      acceptor.open(here.protocol(), ec);
+      if (!ec) acceptor.set_option(ip::tcp::acceptor::reuse_address(true), ec);
+      if (!ec) detail::tune_socket(acceptor.native_handle(), options_.socket_buffer_bytes);
+      if (!ec) acceptor.bind(here, ec);
+      if (!ec) acceptor.listen(64, ec);
+    }
     if (!ec) acceptor.non_blocking(true, ec);
     if (ec) throw io_error({"ring", rank_}, "cannot listen on " + address(rank_) + ": " + ec.message());
-    if (rank_ == 0)
+    if (rank_ == 0 && !quiet_)
       log("started: tcp://" + address(0) + ", waiting for " + std::to_string(n_) + " workers");
 
     std::atomic<bool> stop{false};
@@ -156,7 +185,7 @@ class ring_startup {
     accepting.join();
     if (connect_error) std::rethrow_exception(connect_error);
     if (accept_error) std::rethrow_exception(accept_error);
-    if (rank_ == 0) log("ring of " + std::to_string(n_) + " ranks connected");
+    if (rank_ == 0 && !quiet_) log("ring of " + std::to_string(n_) + " ranks connected");
   }
 
   void accept_prev(int listener, steady::time_point deadline, const std::atomic<bool>& stop) {
@@ -271,12 +300,25 @@ class ring_startup {
     } else {
       why = region.open(detail::shm_directory, offer->name, offer->slots, offer->slot_bytes);
     }
-    std::array<std::uint8_t, detail::shm_answer_size> answer{};
-    detail::encode_shm_answer(why.empty(), answer);
-    if (auto r = detail::write_all(fd, answer.data(), answer.size(), limit); r.status != detail::io_status::ok)
+    detail::shm_answer answer;
+    answer.mapped = why.empty();
+    // What this side sees at the start of the region: the sender's proof only if both map the same object.
+    if (answer.mapped) std::memcpy(answer.proof.data(), region.data(), answer.proof.size());
+    std::array<std::uint8_t, detail::shm_answer_size> raw_answer{};
+    detail::encode(answer, raw_answer);
+    if (auto r = detail::write_all(fd, raw_answer.data(), raw_answer.size(), limit); r.status != detail::io_status::ok)
       return "shared-memory answer failed (" + r.describe() + ")";
     if (!why.empty()) {
       log("payloads from " + from + " over TCP: shared memory declined: " + why);
+      return std::nullopt;
+    }
+    std::array<std::uint8_t, detail::shm_verdict_size> raw_verdict{};
+    if (auto r = detail::read_exact(fd, raw_verdict.data(), raw_verdict.size(), limit); r.status != detail::io_status::ok)
+      return "no shared-memory verdict (" + r.describe() + ")";
+    const auto proven = detail::decode_shm_verdict(raw_verdict);
+    if (!proven) return std::string("malformed shared-memory verdict");
+    if (!*proven) {
+      log("payloads from " + from + " over TCP: the region mapped here is not the one it wrote (a separate /dev/shm)");
       return std::nullopt;
     }
     links_.in.adopt(std::move(region));
@@ -291,7 +333,12 @@ class ring_startup {
     detail::shm_region region;
     const std::string why = region.create(detail::shm_directory, ring_shm_slots, chunk_bytes_);
     detail::shm_offer offer;
+    detail::shm_proof proof{};
     if (why.empty()) {
+      const auto nonce = detail::random_nonce();
+      std::copy_n(nonce.begin(), proof.size(), proof.begin());
+      std::memcpy(region.data(), proof.data(), proof.size());  // slot 0, overwritten by the first payload
+      std::atomic_thread_fence(std::memory_order_release);
       offer.status = 1;
       offer.slots = static_cast<std::uint32_t>(ring_shm_slots);
       offer.slot_bytes = chunk_bytes_;
@@ -305,14 +352,24 @@ class ring_startup {
       log("payloads to " + to + " over TCP: " + why);
       return std::nullopt;
     }
-    std::array<std::uint8_t, detail::shm_answer_size> answer{};
-    const auto r = detail::read_exact(fd, answer.data(), answer.size(), limit);
+    std::array<std::uint8_t, detail::shm_answer_size> raw_answer{};
+    const auto r = detail::read_exact(fd, raw_answer.data(), raw_answer.size(), limit);
     region.unlink();  // the receiver unlinks it once it has it open; this covers every other path
     if (r.status != detail::io_status::ok) return "shared-memory answer: " + r.describe();
-    const auto mapped = detail::decode_shm_answer(answer);
-    if (!mapped) throw protocol_error({"ring", rank_}, to + " sent a malformed shared-memory answer");
-    if (!*mapped) {
+    const auto answer = detail::decode_shm_answer(raw_answer);
+    if (!answer) throw protocol_error({"ring", rank_}, to + " sent a malformed shared-memory answer");
+    if (!answer->mapped) {
       log("payloads to " + to + " over TCP: it declined the shared memory (see its log)");
+      return std::nullopt;
+    }
+    const bool proven = answer->proof == proof;
+    std::array<std::uint8_t, detail::shm_verdict_size> raw_verdict{};
+    detail::encode_shm_verdict(proven, raw_verdict);
+    if (auto w = detail::write_all(fd, raw_verdict.data(), raw_verdict.size(), limit); w.status != detail::io_status::ok)
+      return "shared-memory verdict: " + w.describe();
+    if (!proven) {
+      log("payloads to " + to + " over TCP: it mapped another object under the region's name (a separate /dev/shm: "
+          "another container or mount namespace)");
       return std::nullopt;
     }
     links_.out.adopt(std::move(region));
@@ -432,6 +489,8 @@ class ring_startup {
   digest cluster_digest_{}, model_digest_{};
   bool want_shm_ = false;
   digest host_{};
+  int listener_ = -1;
+  bool quiet_ = false;
   std::mutex refusal_mutex_;
   std::string last_refusal_;  // the acceptor's latest refusal, for the connector's error
   ring_links links_;

@@ -64,7 +64,7 @@ inline digest random_nonce() {
 // ---- handshake ----
 
 inline constexpr std::array<std::uint8_t, 8> hello_magic = {'M', 'W', 'S', 'R', 'I', 'N', 'G', '1'};
-inline constexpr std::uint16_t protocol_version = 2;  // 2: host identity, shared-memory offer, slot/credit frames
+inline constexpr std::uint16_t protocol_version = 3;  // 2: host identity, shm offer, slot/credit frames; 3: shm proof
 inline constexpr std::uint16_t flag_token = 1;  // the sender holds a job token and will prove it
 inline constexpr std::uint16_t flag_shm = 2;    // the sender would carry payloads through shared memory
 
@@ -253,8 +253,18 @@ struct wire_fields<shm_offer> {
 inline constexpr std::size_t shm_offer_size = hello_magic.size() + fields_size<shm_offer>;
 static_assert(shm_offer_size == 88, "the wire format changed");
 
-// receiver -> sender: 0 = mapped (payloads go through the region), 1 = declined (TCP).
-inline constexpr std::size_t shm_answer_size = 8 + 1;
+// The proof that both ends of a link reach the same shared-memory object: random bytes the sender writes at the
+// start of the region it offers, which the receiver reads from what it mapped and echoes over TCP. Two processes
+// whose /dev/shm differ (containers or mount namespaces on one kernel) cannot echo it, even if a name matches.
+inline constexpr std::size_t shm_proof_size = 16;
+using shm_proof = std::array<std::uint8_t, shm_proof_size>;
+
+// receiver -> sender: 0 = mapped, with the proof read from the region; 1 = declined (TCP), proof all zero.
+inline constexpr std::size_t shm_answer_size = 8 + 1 + shm_proof_size;
+struct shm_answer {
+  bool mapped = false;
+  shm_proof proof{};
+};
 
 inline void encode(const shm_offer& o, std::span<std::uint8_t, shm_offer_size> out) { encode_with_magic(o, out); }
 
@@ -271,15 +281,36 @@ inline std::optional<shm_offer> decode_shm_offer(std::span<const std::uint8_t> i
   return o;
 }
 
-inline void encode_shm_answer(bool mapped, std::span<std::uint8_t, shm_answer_size> out) {
+inline void encode(const shm_answer& a, std::span<std::uint8_t, shm_answer_size> out) {
   byte_writer w(out);
   w.bytes(hello_magic);
-  w.u8(mapped ? 0 : 1);
+  w.u8(a.mapped ? 0 : 1);
+  w.bytes(a.mapped ? a.proof : shm_proof{});
 }
 
-// true = mapped, false = declined, nullopt = malformed.
-inline std::optional<bool> decode_shm_answer(std::span<const std::uint8_t> in) {
+// nullopt = malformed (bad magic, unknown status, a declined answer that carries a proof).
+inline std::optional<shm_answer> decode_shm_answer(std::span<const std::uint8_t> in) {
   if (in.size() != shm_answer_size || !has_magic(in) || in[8] > 1) return std::nullopt;
+  shm_answer a;
+  a.mapped = in[8] == 0;
+  std::copy(in.begin() + 9, in.end(), a.proof.begin());
+  if (!a.mapped && a.proof != shm_proof{}) return std::nullopt;
+  return a;
+}
+
+// sender -> receiver, after a "mapped" answer: 0 = the proof matched, payloads go through the region; 1 = it did
+// not (the receiver mapped some other object), payloads go over TCP.
+inline constexpr std::size_t shm_verdict_size = 8 + 1;
+
+inline void encode_shm_verdict(bool proven, std::span<std::uint8_t, shm_verdict_size> out) {
+  byte_writer w(out);
+  w.bytes(hello_magic);
+  w.u8(proven ? 0 : 1);
+}
+
+// true = proven, false = not, nullopt = malformed.
+inline std::optional<bool> decode_shm_verdict(std::span<const std::uint8_t> in) {
+  if (in.size() != shm_verdict_size || !has_magic(in) || in[8] > 1) return std::nullopt;
   return in[8] == 0;
 }
 
