@@ -4,7 +4,8 @@
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/conv_filter_gradient.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
-#include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/relu_backward.hpp>
+#include <mwstrat/nn/layers/conv2d.hpp>
 #include <mwstrat/nn/detail/random.hpp>
 
 #include <gtest/gtest.h>

@@ -13,6 +13,13 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/layers/alias.hpp>
+#include <mwstrat/nn/layers/conv2d.hpp>
+#include <mwstrat/nn/layers/dense.hpp>
+#include <mwstrat/nn/layers/dropout.hpp>
+#include <mwstrat/nn/layers/max_pool2d.hpp>
+#include <mwstrat/nn/layers/relu.hpp>
+#include <mwstrat/nn/layers/softmax.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/layers.hpp>
 #include <mwstrat/nn/losses.hpp>
