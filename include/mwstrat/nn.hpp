@@ -5,6 +5,8 @@
 #include <mwstrat/nn/initializers.hpp>
 #include <mwstrat/nn/layers.hpp>
 #include <mwstrat/nn/losses.hpp>
+#include <mwstrat/nn/graph_model.hpp>
 #include <mwstrat/nn/metrics.hpp>
 #include <mwstrat/nn/model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
+#include <mwstrat/nn/resnet_cifar.hpp>

@@ -386,7 +386,8 @@ class basic_sequential {
     input_ = x;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       if (layers_[i]->aliases_input()) continue;
-      layers_[i]->forward({batch, act_ptr(i), act_mut(i + 1), pbase_ + offsets_[i], training, step_});
+      const T* in = act_ptr(i);
+      layers_[i]->forward({batch, in, act_mut(i + 1), pbase_ + offsets_[i], training, step_, nullptr, nullptr, &in});
     }
   }
 
@@ -418,8 +419,9 @@ class basic_sequential {
       auto& l = *layers_[i];
       const std::size_t n = l.param_count();
       if (!l.aliases_input() && (n > 0 || needs_input_grad_[i])) {
-        l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), needs_input_grad_[i] ? grad_ptr(i) : nullptr,
-                    pbase_ + offsets_[i], gbase_ + offsets_[i], step_});
+        T* dx = needs_input_grad_[i] ? grad_ptr(i) : nullptr;
+        l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), dx, pbase_ + offsets_[i],
+                    gbase_ + offsets_[i], step_, nullptr, &dx});
       }
       if (n > 0) on_ready(offsets_[i], n);
     }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -36,6 +37,10 @@ inline std::string shape_string(const nn_shape& s) {
 
 [[noreturn]] inline void nn_config_error(const std::string& what) { throw config_error({"nn"}, what); }
 
+// Sums values across the replicas in sync, in place (null: this replica is alone). What SyncBatchNormalization
+// reaches the strategy's collective through; the model receives it from `fit`.
+using replica_sum = std::function<void(std::span<double>)>;
+
 template <class T>
 struct forward_args {
   std::size_t batch;
@@ -44,6 +49,9 @@ struct forward_args {
   const T* params;
   bool training;
   std::uint64_t step;
+  T* state;                    // the layer's non-trained state (batch norm's moving statistics), or null
+  const replica_sum* replicas; // null or empty: one replica
+  const T* const* xs;          // every input (a multi-input layer), xs[0] == x
 };
 
 template <class T>
@@ -56,6 +64,14 @@ struct backward_args {
   const T* params;
   T* grads;
   std::uint64_t step;
+  const replica_sum* replicas;
+  T* const* dxs;  // per input (multi-input layers), each null when not needed; dxs[0] == dx
+};
+
+// One weight of a layer, in arena order: its Keras name ("kernel") and Keras shape.
+struct weight_info {
+  std::string name;
+  std::vector<std::size_t> shape;
 };
 
 template <class T>
@@ -70,6 +86,16 @@ class layer_impl {
   [[nodiscard]] virtual std::string base_name() const = 0;   // "conv2d"
   [[nodiscard]] virtual std::string config() const = 0;      // architecture, for fingerprints
   [[nodiscard]] virtual std::size_t param_count() const { return 0; }
+  [[nodiscard]] virtual std::size_t state_count() const { return 0; }  // non-trained values (moving statistics)
+  [[nodiscard]] virtual std::size_t input_count() const { return 1; }
+  [[nodiscard]] virtual std::vector<weight_info> weights() const { return {}; }       // parameters, arena order
+  [[nodiscard]] virtual std::vector<weight_info> state_weights() const { return {}; }  // state, in order
+  // Keras's `config` fields of the layer, as JSON members ("\"filters\": 16, ...").
+  [[nodiscard]] virtual std::string keras_config() const { return {}; }
+  // The regularisation term this layer adds to the loss (Keras's `losses`), e.g. λ·Σw²; the matching gradient
+  // is added by backward().
+  [[nodiscard]] virtual double regularization(const T* /*params*/) const { return 0; }
+  virtual void initialize_state(std::span<T> /*state*/) {}
   [[nodiscard]] virtual bool aliases_input() const { return false; }
   virtual void initialize(std::span<T> /*params*/, std::uint64_t /*seed*/, std::uint64_t /*stream*/) {}
   virtual void reserve(std::size_t /*batch*/) {}
@@ -85,5 +111,44 @@ class layer_impl {
   nn_shape in_;
   nn_shape out_;
 };
+
+}  // namespace mwstrat::detail
+
+namespace mwstrat::detail {
+
+// λ·Σ w² in double, in index order (the same bits on every thread count).
+template <class T>
+double l2_penalty(double lambda, const T* w, std::size_t n) {
+  if (lambda == 0) return 0;
+  double s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(w[i]) * static_cast<double>(w[i]);
+  return lambda * s;
+}
+
+// g += 2λ·w: the gradient of `l2_penalty`.
+template <class T>
+void add_l2_gradient(double lambda, const T* w, T* g, std::size_t n) {
+  if (lambda == 0) return;
+  const T two_lambda = static_cast<T>(2 * lambda);
+  for (std::size_t i = 0; i < n; ++i) g[i] += two_lambda * w[i];
+}
+
+// A shape as a JSON list ("[32, 32, 3]"), and a number as JSON.
+inline std::string json_list(const std::vector<std::size_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+inline std::string json_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+inline std::string activation_name(nn::activation a) {
+  return a == nn::activation::relu ? "relu" : a == nn::activation::softmax ? "softmax" : "linear";
+}
+inline std::string regularizer_json(double l2) {
+  return l2 == 0 ? "null" : "{\"class_name\": \"L2\", \"config\": {\"l2\": " + json_number(l2) + "}}";
+}
 
 }  // namespace mwstrat::detail

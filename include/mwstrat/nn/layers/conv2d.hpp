@@ -34,16 +34,46 @@ class conv2d_layer final : public layer_impl<T> {
   std::string keras_type() const override { return "Conv2D"; }
   std::string base_name() const override { return "conv2d"; }
   std::string config() const override {
-    return "conv2d(" + std::to_string(spec_.filters) + "," + std::to_string(g_.kh) + "x" + std::to_string(g_.kw) +
-           ",s" + std::to_string(g_.sh) + "x" + std::to_string(g_.sw) +
-           (spec_.padding == nn::padding::same ? ",same" : ",valid") +
-           (spec_.activation == nn::activation::relu ? ",relu)" : ")");
+    std::string s = "conv2d(" + std::to_string(spec_.filters) + "," + std::to_string(g_.kh) + "x" +
+                    std::to_string(g_.kw) + ",s" + std::to_string(g_.sh) + "x" + std::to_string(g_.sw) +
+                    (spec_.padding == nn::padding::same ? ",same" : ",valid") +
+                    (spec_.activation == nn::activation::relu ? ",relu" : "");
+    // Only what differs from the original layer, so that fingerprints of existing models stay the same.
+    if (!spec_.use_bias) s += ",nobias";
+    if (spec_.kernel_initializer == nn::initializer::he_normal) s += ",he_normal";
+    if (spec_.kernel_regularizer != 0) s += ",l2k=" + json_number(spec_.kernel_regularizer);
+    if (spec_.bias_regularizer != 0) s += ",l2b=" + json_number(spec_.bias_regularizer);
+    return s + ")";
   }
-  std::size_t param_count() const override { return patch_ * spec_.filters + spec_.filters; }
+  std::size_t param_count() const override { return patch_ * spec_.filters + (spec_.use_bias ? spec_.filters : 0); }
+  std::vector<weight_info> weights() const override {
+    std::vector<weight_info> w{{"kernel", {g_.kh, g_.kw, g_.c, spec_.filters}}};
+    if (spec_.use_bias) w.push_back({"bias", {spec_.filters}});
+    return w;
+  }
+  std::string keras_config() const override {
+    return "\"filters\": " + std::to_string(spec_.filters) + ", \"kernel_size\": " + json_list({g_.kh, g_.kw}) +
+           ", \"strides\": " + json_list({g_.sh, g_.sw}) + ", \"padding\": \"" +
+           (spec_.padding == nn::padding::same ? "same" : "valid") + "\", \"activation\": \"" +
+           activation_name(spec_.activation) + "\", \"use_bias\": " + (spec_.use_bias ? "true" : "false") +
+           ", \"kernel_initializer\": \"" +
+           (spec_.kernel_initializer == nn::initializer::he_normal ? "he_normal" : "glorot_uniform") +
+           "\", \"kernel_regularizer\": " + regularizer_json(spec_.kernel_regularizer) +
+           ", \"bias_regularizer\": " + regularizer_json(spec_.bias_regularizer);
+  }
+  double regularization(const T* params) const override {
+    const std::size_t k = patch_ * spec_.filters;
+    return l2_penalty(spec_.kernel_regularizer, params, k) +
+           (spec_.use_bias ? l2_penalty(spec_.bias_regularizer, params + k, spec_.filters) : 0.0);
+  }
   void initialize(std::span<T> p, std::uint64_t seed, std::uint64_t stream) override {
-    nn::glorot_uniform(p.first(patch_ * spec_.filters), g_.kh * g_.kw * g_.c, g_.kh * g_.kw * spec_.filters, seed,
-                       stream);
-    nn::zeros(p.subspan(patch_ * spec_.filters));
+    const std::size_t k = patch_ * spec_.filters;
+    if (spec_.kernel_initializer == nn::initializer::he_normal) {
+      nn::he_normal(p.first(k), patch_, seed, stream);
+    } else {
+      nn::glorot_uniform(p.first(k), g_.kh * g_.kw * g_.c, g_.kh * g_.kw * spec_.filters, seed, stream);
+    }
+    nn::zeros(p.subspan(k));
   }
   void reserve(std::size_t batch) override {
     const std::size_t positions = batch * g_.oh * g_.ow;
@@ -56,7 +86,7 @@ class conv2d_layer final : public layer_impl<T> {
     const std::size_t positions = a.batch * g_.oh * g_.ow;
     im2col(a.batch, a.x);
     gemm_nn<T>(positions, spec_.filters, patch_, cols_.data(), static_cast<std::ptrdiff_t>(patch_), 1, a.params,
-               spec_.filters, a.y, spec_.filters, a.params + patch_ * spec_.filters,
+               spec_.filters, a.y, spec_.filters, spec_.use_bias ? a.params + patch_ * spec_.filters : nullptr,
                spec_.activation == nn::activation::relu);
   }
   void backward(const backward_args<T>& a) override {
@@ -106,13 +136,15 @@ class conv2d_layer final : public layer_impl<T> {
       sum_bias(dz + m0 * f, m1 - m0);
     });
     const std::size_t n = (patch_ + 1) * f;
-    parallel_chunks(n, 4096, [&](std::size_t b, std::size_t e) {
+    parallel_chunks(this->param_count(), 4096, [&](std::size_t b, std::size_t e) {  // without a bias: no bias sums
       for (std::size_t i = b; i < e; ++i) {
         T s = partial_[i];
         for (std::size_t ch = 1; ch < chunks; ++ch) s += partial_[ch * n + i];
         a.grads[i] = s;
       }
     });
+    add_l2_gradient(spec_.kernel_regularizer, a.params, a.grads, patch_ * f);
+    if (spec_.use_bias) add_l2_gradient(spec_.bias_regularizer, a.params + patch_ * f, a.grads + patch_ * f, f);
     if (a.dx == nullptr) return;
     // dcols[m][p] = sum_f dz[m][f] K[p][f], then scattered back to the input, one task per sample.
     gemm_nt<T>(positions, patch_, f, dz, f, a.params, f, cols_.data(), patch_, nullptr, false, {});
