@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""Interleaved comparison of mwstrat's convolution kernels with PyTorch's (oneDNN) on ResNet-56's layer shapes:
+runs mwstrat_bench_conv, then torch_conv_bench.py, `--rounds` times in turn (mwstrat, torch, mwstrat, torch, ...)
+so that both see the same background load, keeps each one's best CPU time per (pass, shape), and prints a
+Markdown table: shape, mwstrat GFLOP/s, % of the FMA peak, torch GFLOP/s, ratio; then the whole network's
+convolution time per pass (each shape weighted by how many ResNet-56 layers have it).
+
+    /usr/bin/python3 benchmarks/kernels/compare.py --bench build/release/benchmarks/kernels/mwstrat_bench_conv \
+        [--peak 115.6] [--rounds 2] [--seconds 0.5]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_mwstrat(bench, seconds):
+    out = subprocess.run([bench, "--threads=1", f"--benchmark_min_time={seconds}", "--benchmark_format=json"],
+                         check=True, capture_output=True, text=True).stdout
+    rows = {}
+    for b in json.loads(out)["benchmarks"]:
+        scale = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[b.get("time_unit", "ns")]
+        rows[b["name"]] = {"cpu_s": b["cpu_time"] * scale, "gflops": b["GFLOP/s"], "layers": int(b["layers"])}
+    return rows
+
+
+def run_torch(seconds):
+    out = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "torch_conv_bench.py"), "--seconds", str(seconds),
+                          "--repeats", "1"], check=True, capture_output=True, text=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        r = json.loads(line)
+        rows[r["name"]] = {"cpu_s": r["cpu_ms"] * 1e-3, "gflops": r["gflops"]}
+    return rows
+
+
+def best(into, rows):
+    for name, r in rows.items():
+        if name not in into or r["cpu_s"] < into[name]["cpu_s"]:
+            into[name] = r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--peak", type=float, default=115.6, help="one-thread FP32 FMA peak, GFLOP/s (mwstrat_bench_peak)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=0.5)
+    args = ap.parse_args()
+    mine, theirs = {}, {}
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}: mwstrat", file=sys.stderr, flush=True)
+        best(mine, run_mwstrat(args.bench, args.seconds))
+        print(f"round {r + 1}/{args.rounds}: torch", file=sys.stderr, flush=True)
+        best(theirs, run_torch(args.seconds))
+    print("| pass / shape (batch 128) | layers | mwstrat GFLOP/s | % peak | torch GFLOP/s | mwstrat / torch |")
+    print("|---|---:|---:|---:|---:|---:|")
+    totals = {}
+    for name, m in mine.items():
+        t = theirs.get(name)
+        ratio = f"{m['gflops'] / t['gflops']:.2f}" if t else "n/a"
+        tg = f"{t['gflops']:.1f}" if t else "n/a"
+        print(f"| {name} | {m['layers']} | {m['gflops']:.1f} | {100 * m['gflops'] / args.peak:.0f}% | {tg} | {ratio} |")
+        p = name.split("/")[0]
+        tot = totals.setdefault(p, [0.0, 0.0])
+        if t:
+            tot[0] += m["layers"] * m["cpu_s"]
+            tot[1] += m["layers"] * t["cpu_s"]
+    print()
+    print("| ResNet-56 convolutions, one batch of 128 | mwstrat ms | torch ms | torch / mwstrat |")
+    print("|---|---:|---:|---:|")
+    for p, (a, b) in totals.items():
+        print(f"| {p} | {a * 1e3:.1f} | {b * 1e3:.1f} | {b / a:.2f} |")
+    a = sum(v[0] for v in totals.values())
+    b = sum(v[1] for v in totals.values())
+    print(f"| all three | {a * 1e3:.1f} | {b * 1e3:.1f} | {b / a:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+// The convolution kernels (nn/kernels/conv2d.hpp) against a plain double-precision loop over many geometries,
+// both implementations (the fast one and the im2col reference), and their bits under 1 and 2 TBB threads.
+#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/kernels/conv2d.hpp>
+
+#include <gtest/gtest.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using mwstrat::nn::kernels::conv2d_geometry;
+using mwstrat::nn::kernels::conv2d_path;
+using mwstrat::nn::kernels::conv2d_workspace;
+
+std::vector<float> filled(std::size_t n, std::uint64_t seed) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(mwstrat::detail::random_unit(seed, 0, i) * 2.0 - 1.0);
+  return v;
+}
+
+// Keras's geometry for `same` (pads split with the larger half at the bottom/right) or `valid`.
+conv2d_geometry make(std::size_t batch, std::size_t h, std::size_t w, std::size_t c, std::size_t f, std::size_t k,
+                     std::size_t s, bool same) {
+  conv2d_geometry g{batch, h, w, c, f, k, k, s, s, 0, 0, 0, 0};
+  if (same) {
+    g.out_h = (h + s - 1) / s;
+    g.out_w = (w + s - 1) / s;
+    const std::size_t need_h = (g.out_h - 1) * s + k;
+    const std::size_t need_w = (g.out_w - 1) * s + k;
+    g.pad_top = need_h > h ? (need_h - h) / 2 : 0;
+    g.pad_left = need_w > w ? (need_w - w) / 2 : 0;
+  } else {
+    g.out_h = (h - k) / s + 1;
+    g.out_w = (w - k) / s + 1;
+  }
+  return g;
+}
+
+std::string describe(const conv2d_geometry& g) {
+  return "batch " + std::to_string(g.batch) + " in " + std::to_string(g.in_h) + "x" + std::to_string(g.in_w) + "x" +
+         std::to_string(g.in_c) + " out_c " + std::to_string(g.out_c) + " kernel " + std::to_string(g.kernel_h) +
+         "x" + std::to_string(g.kernel_w) + " stride " + std::to_string(g.stride_h) + " pad " +
+         std::to_string(g.pad_top) + "," + std::to_string(g.pad_left) + " out " + std::to_string(g.out_h) + "x" +
+         std::to_string(g.out_w);
+}
+
+struct naive_result {
+  std::vector<double> y, dx, dw, db;
+};
+
+// The definition, in double: y[n][oy][ox][f] = b[f] + sum x[n][iy][ix][c] w[ky][kx][c][f]; dx and dw/db are the
+// transposed sums for the upstream gradient dy.
+naive_result naive(const conv2d_geometry& g, const std::vector<float>& x, const std::vector<float>& w,
+                   const std::vector<float>& b, const std::vector<float>& dy) {
+  naive_result r;
+  r.y.assign(g.batch * g.out_h * g.out_w * g.out_c, 0.0);
+  r.dx.assign(g.batch * g.in_h * g.in_w * g.in_c, 0.0);
+  r.dw.assign(g.kernel_h * g.kernel_w * g.in_c * g.out_c, 0.0);
+  r.db.assign(g.out_c, 0.0);
+  for (std::size_t n = 0; n < g.batch; ++n)
+    for (std::size_t oy = 0; oy < g.out_h; ++oy)
+      for (std::size_t ox = 0; ox < g.out_w; ++ox)
+        for (std::size_t f = 0; f < g.out_c; ++f) {
+          const std::size_t yi = ((n * g.out_h + oy) * g.out_w + ox) * g.out_c + f;
+          double s = b[f];
+          r.db[f] += dy[yi];
+          for (std::size_t ky = 0; ky < g.kernel_h; ++ky)
+            for (std::size_t kx = 0; kx < g.kernel_w; ++kx) {
+              const auto iy = static_cast<std::ptrdiff_t>(oy * g.stride_h + ky) - static_cast<std::ptrdiff_t>(g.pad_top);
+              const auto ix = static_cast<std::ptrdiff_t>(ox * g.stride_w + kx) - static_cast<std::ptrdiff_t>(g.pad_left);
+              if (iy < 0 || ix < 0 || iy >= static_cast<std::ptrdiff_t>(g.in_h) ||
+                  ix >= static_cast<std::ptrdiff_t>(g.in_w))
+                continue;
+              for (std::size_t c = 0; c < g.in_c; ++c) {
+                const std::size_t xi =
+                    ((n * g.in_h + static_cast<std::size_t>(iy)) * g.in_w + static_cast<std::size_t>(ix)) * g.in_c + c;
+                const std::size_t wi = ((ky * g.kernel_w + kx) * g.in_c + c) * g.out_c + f;
+                s += static_cast<double>(x[xi]) * w[wi];
+                r.dx[xi] += static_cast<double>(dy[yi]) * w[wi];
+                r.dw[wi] += static_cast<double>(dy[yi]) * x[xi];
+              }
+            }
+          r.y[yi] = s;
+        }
+  return r;
+}
+
+struct run_result {
+  std::vector<float> y, dx, dw, db;
+};
+
+run_result run(const conv2d_geometry& g, conv2d_path path, const std::vector<float>& x, const std::vector<float>& w,
+               const std::vector<float>& b, const std::vector<float>& dy, int threads) {
+  run_result r;
+  // Poisoned outputs: every element must be overwritten.
+  r.y.assign(g.batch * g.out_h * g.out_w * g.out_c, std::nanf(""));
+  r.dx.assign(g.batch * g.in_h * g.in_w * g.in_c, std::nanf(""));
+  r.dw.assign(w.size(), std::nanf(""));
+  r.db.assign(g.out_c, std::nanf(""));
+  conv2d_workspace ws;
+  ws.path = path;
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    mwstrat::nn::kernels::conv2d_forward(g, x.data(), w.data(), b.data(), r.y.data(), ws);
+    mwstrat::nn::kernels::conv2d_backward_data(g, dy.data(), w.data(), r.dx.data(), ws);
+    mwstrat::nn::kernels::conv2d_backward_filter(g, x.data(), dy.data(), r.dw.data(), r.db.data(), ws);
+  });
+  return r;
+}
+
+// |got - want| within a tolerance scaled by the sum's length (float rounding of a dot product of `terms` terms).
+void expect_near_all(const std::vector<float>& got, const std::vector<double>& want, double terms,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const double tol = 2e-6 * std::sqrt(terms) * 4 + 1e-6;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= tol * (1.0 + std::abs(want[i])))) {
+      if (bad++ < 3) ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0U) << what;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<conv2d_geometry> geometries() {
+  return {
+      make(1, 5, 5, 3, 16, 3, 1, true),    make(2, 7, 6, 3, 16, 3, 1, false),  make(2, 8, 8, 16, 16, 3, 1, true),
+      make(3, 9, 9, 16, 32, 3, 2, true),   make(2, 8, 8, 16, 32, 3, 2, true),  make(2, 8, 8, 16, 32, 1, 2, true),
+      make(2, 8, 8, 32, 64, 1, 2, false),  make(2, 6, 6, 32, 32, 3, 1, true),  make(1, 4, 4, 64, 64, 3, 1, true),
+      make(2, 10, 10, 64, 64, 1, 1, true), make(1, 7, 5, 16, 16, 3, 2, false), make(2, 6, 7, 5, 7, 3, 1, true),
+      make(2, 6, 6, 16, 16, 2, 2, true),   make(1, 12, 12, 3, 16, 3, 1, true), make(1, 34, 34, 3, 16, 3, 1, false),
+      make(1, 6, 6, 16, 16, 4, 1, true),   make(2, 11, 9, 32, 16, 3, 2, true),
+  };
+}
+
+void check_path(conv2d_path path) {
+  std::uint64_t seed = 17;
+  for (const conv2d_geometry& g : geometries()) {
+    SCOPED_TRACE(describe(g));
+    const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, seed++);
+    const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, seed++);
+    const auto b = filled(g.out_c, seed++);
+    const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, seed++);
+    const naive_result want = naive(g, x, w, b, dy);
+    const run_result one = run(g, path, x, w, b, dy, 1);
+    const double patch = static_cast<double>(g.kernel_h * g.kernel_w * g.in_c);
+    expect_near_all(one.y, want.y, patch, "forward");
+    expect_near_all(one.dx, want.dx, static_cast<double>(g.kernel_h * g.kernel_w * g.out_c), "backward data");
+    expect_near_all(one.dw, want.dw, static_cast<double>(g.batch * g.out_h * g.out_w), "backward filter");
+    expect_near_all(one.db, want.db, static_cast<double>(g.batch * g.out_h * g.out_w), "bias gradient");
+    const run_result two = run(g, path, x, w, b, dy, 2);
+    EXPECT_TRUE(same_bits(one.y, two.y)) << "forward differs between 1 and 2 threads";
+    EXPECT_TRUE(same_bits(one.dx, two.dx)) << "backward data differs between 1 and 2 threads";
+    EXPECT_TRUE(same_bits(one.dw, two.dw)) << "backward filter differs between 1 and 2 threads";
+    EXPECT_TRUE(same_bits(one.db, two.db)) << "bias gradient differs between 1 and 2 threads";
+  }
+}
+
+TEST(Conv2dKernels, ReferenceMatchesDefinitionAndIsThreadInvariant) { check_path(conv2d_path::reference); }
+
+TEST(Conv2dKernels, AutomaticMatchesDefinitionAndIsThreadInvariant) { check_path(conv2d_path::automatic); }
+
+// A larger batch than one filter-gradient chunk, so the chunked batch sum and its ordered reduction are exercised.
+TEST(Conv2dKernels, FilterGradientOverManyChunksIsThreadInvariant) {
+  const conv2d_geometry g = make(37, 8, 8, 16, 16, 3, 1, true);
+  const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, 5);
+  const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, 6);
+  const auto b = filled(g.out_c, 7);
+  const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, 8);
+  const naive_result want = naive(g, x, w, b, dy);
+  for (conv2d_path path : {conv2d_path::reference, conv2d_path::automatic}) {
+    const run_result one = run(g, path, x, w, b, dy, 1);
+    const run_result two = run(g, path, x, w, b, dy, 2);
+    expect_near_all(one.dw, want.dw, static_cast<double>(g.batch * g.out_h * g.out_w), "backward filter");
+    expect_near_all(one.db, want.db, static_cast<double>(g.batch * g.out_h * g.out_w), "bias gradient");
+    EXPECT_TRUE(same_bits(one.dw, two.dw));
+    EXPECT_TRUE(same_bits(one.db, two.db));
+  }
+}
+
+// The fast path against the reference on ResNet-CIFAR's layer shapes (batch 2), within float tolerance.
+TEST(Conv2dKernels, FastPathAgreesWithReferenceOnResNetShapes) {
+  const conv2d_geometry shapes[] = {
+      make(2, 34, 34, 3, 16, 3, 1, false), make(2, 32, 32, 16, 16, 3, 1, true), make(2, 32, 32, 16, 32, 3, 2, true),
+      make(2, 32, 32, 16, 32, 1, 2, true), make(2, 16, 16, 32, 32, 3, 1, true), make(2, 16, 16, 32, 64, 3, 2, true),
+      make(2, 16, 16, 32, 64, 1, 2, true), make(2, 8, 8, 64, 64, 3, 1, true),
+  };
+  std::uint64_t seed = 99;
+  for (const conv2d_geometry& g : shapes) {
+    SCOPED_TRACE(describe(g));
+    const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, seed++);
+    const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, seed++);
+    const auto b = filled(g.out_c, seed++);
+    const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, seed++);
+    const run_result ref = run(g, conv2d_path::reference, x, w, b, dy, 2);
+    const run_result fast = run(g, conv2d_path::automatic, x, w, b, dy, 2);
+    const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    expect_near_all(fast.y, widen(ref.y), static_cast<double>(g.kernel_h * g.kernel_w * g.in_c), "forward");
+    expect_near_all(fast.dx, widen(ref.dx), static_cast<double>(g.kernel_h * g.kernel_w * g.out_c), "backward data");
+    expect_near_all(fast.dw, widen(ref.dw), static_cast<double>(g.batch * g.out_h * g.out_w), "backward filter");
+    expect_near_all(fast.db, widen(ref.db), static_cast<double>(g.batch * g.out_h * g.out_w), "bias gradient");
+  }
+}
+
+// The forward pass with an input transform equals the transform applied first, then the plain forward pass; the
+// padding stays zero (a shift would otherwise leak into the border).
+TEST(Conv2dKernels, InputTransformIsAppliedBeforeZeroPadding) {
+  for (bool relu : {true, false})
+    for (conv2d_path path : {conv2d_path::automatic, conv2d_path::reference})
+      for (const conv2d_geometry& g : {make(2, 8, 8, 16, 16, 3, 1, true), make(2, 9, 9, 16, 32, 3, 2, true)}) {
+        SCOPED_TRACE(describe(g));
+        const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, 41);
+        const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, 42);
+        const auto b = filled(g.out_c, 43);
+        const auto scale = filled(g.in_c, 44);
+        const auto shift = filled(g.in_c, 45);
+        std::vector<float> t(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const std::size_t c = i % g.in_c;
+          const float v = x[i] * scale[c] + shift[c];
+          t[i] = relu && v < 0.0f ? 0.0f : v;
+        }
+        std::vector<float> want(g.batch * g.out_h * g.out_w * g.out_c), got(want.size(), std::nanf(""));
+        conv2d_workspace ws;
+        ws.path = path;
+        mwstrat::nn::kernels::conv2d_forward(g, t.data(), w.data(), b.data(), want.data(), ws);
+        const mwstrat::nn::kernels::conv2d_input_transform transform{scale.data(), shift.data(), relu};
+        mwstrat::nn::kernels::conv2d_forward(g, x.data(), transform, w.data(), b.data(), got.data(), ws);
+        const std::vector<double> wanted(want.begin(), want.end());
+        expect_near_all(got, wanted, static_cast<double>(g.kernel_h * g.kernel_w * g.in_c), "transformed forward");
+      }
+}
+
+TEST(Conv2dKernels, RefusesBadGeometryNamingTheCall) {
+  conv2d_workspace ws;
+  conv2d_geometry g = make(1, 4, 4, 3, 4, 3, 1, true);
+  g.stride_h = 0;
+  std::vector<float> buf(1024, 0.0f);
+  try {
+    mwstrat::nn::kernels::conv2d_forward(g, buf.data(), buf.data(), nullptr, buf.data(), ws);
+    ADD_FAILURE() << "a zero stride was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("conv2d_forward"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("stride"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
