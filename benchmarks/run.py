@@ -15,6 +15,8 @@ Families and what each writes (RESULTS.md's sections):
   nn          nn.json                    reference CNN vs PyTorch, dense GEMMs vs OpenBLAS (nn/compare.sh)
   checkpoint  checkpoint.json            save/load vs raw write/read (checkpoint/checkpoint_bench.cpp)
   data        data.json                  input pipeline batches/s and MNIST's peak memory (data/*.cpp)
+  resnet      resnet.json                ResNet-56 on CIFAR-10 training samples/s: PyTorch (both layouts) and
+                                         TensorFlow MWMS, 1 and 2 workers × 1 thread (resnet/*.py; no report yet)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
 comparison is reported and the others still run; the exit status is non-zero if any failed.
 """
@@ -33,7 +35,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 
-FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data"]
+FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet"]
 
 
 class Failed(Exception):
@@ -215,11 +217,36 @@ def family_data(a, log):
     benchlib.write_json(os.path.join(a.results, "data.json"), record)
 
 
+def family_resnet(a, log):
+    # The peers only: PyTorch in both layouts, TensorFlow MWMS where a Python with it is given. Per-worker batch 128,
+    # 1 thread per worker, a few steps each (a ResNet-56 step at batch 128 is seconds on one core).
+    started = benchlib.start()
+    warmup, steps = ("1", "3") if a.quick else ("2", "10")
+    common = ["--data-dir", a.cifar_dir, "--depth", "56", "--batch", "128", "--threads", "1", "--warmup", warmup,
+              "--steps", steps]
+    commands, rows = [], []
+    runs = [(["/usr/bin/python3",  # Debian's torch
+              os.path.join(HERE, "resnet", "pytorch_resnet.py"), "--layout", layout, "--workers", workers], 900)
+            for workers in ("1", "2") for layout in ("default", "channels_last")]
+    if a.tf_python:
+        runs += [([a.tf_python, os.path.join(HERE, "resnet", "tf_resnet.py"), "--workers", workers], 1800)
+                 for workers in ("1", "2")]
+    for argv, limit in runs:
+        argv = argv + common
+        commands.append(" ".join([benchlib.rel(x) if os.sep in x else x for x in argv]))
+        text = run(argv, log, limit)
+        rows += [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+    record = benchlib.meta("resnet", commands, a.quick, started)
+    record.update(rows=rows)
+    benchlib.write_json(os.path.join(a.results, "resnet.json"), record)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "bench"))
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
     ap.add_argument("--data-dir", default=os.path.join(ROOT, ".cache", "mnist"))
+    ap.add_argument("--cifar-dir", default=os.path.join(ROOT, ".cache", "cifar10"))
     ap.add_argument("--tf-python", default=None, help="a Python with tensorflow and tf_keras (compare.py's)")
     ap.add_argument("--quick", action="store_true", help="one repeat/round of everything, shorter runs")
     ap.add_argument("--only", action="append", choices=FAMILIES, help="run only this family (repeatable)")
@@ -228,6 +255,7 @@ def main():
     a.build = os.path.abspath(a.build)
     a.results = os.path.abspath(a.results)
     a.data_dir = os.path.abspath(a.data_dir)
+    a.cifar_dir = os.path.abspath(a.cifar_dir)
     logs = a.logs or os.path.join(a.build, "bench-logs")
     os.makedirs(logs, exist_ok=True)
     os.makedirs(a.results, exist_ok=True)

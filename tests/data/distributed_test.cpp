@@ -5,6 +5,7 @@
 #include "idx_files.hpp"
 
 #include <mwstrat/data/distributed.hpp>
+#include <mwstrat/data/image_augmentation.hpp>
 
 #include <gtest/gtest.h>
 
@@ -482,6 +483,29 @@ TEST(Distributed, SteadyStateAllocatesNothing) {
   }
   EXPECT_EQ(allocations.load(), before);
   EXPECT_EQ(examples, 400U * 32U);
+}
+
+// The same with image_augmentation's transform: a crop, a flip and a standardization per example allocate nothing.
+TEST(Distributed, AugmentedSteadyStateAllocatesNothing) {
+#ifdef MWSTRAT_DATA_TEST_TSAN
+  GTEST_SKIP() << "operator new is ThreadSanitizer's in this build: allocations are not counted";
+#endif
+  std::vector<std::uint8_t> pixels(200 * 8 * 8 * 3);
+  for (std::size_t i = 0; i < pixels.size(); ++i) {
+    pixels[i] = static_cast<std::uint8_t>(i * 13 % 256);
+  }
+  const data::labeled_images set(std::move(pixels), std::vector<std::int64_t>(200, 1), data::image_shape{8, 8, 3});
+  data::distribution_options o = options(32, 2, 0, 3);
+  o.transform = data::image_augmentation(data::augmentation_options{}).transform();
+  data::distributed_batches b(set, o);
+  std::vector<float> images(16 * set.example_size());
+  std::vector<std::int64_t> labels(16);
+  (void)b.next(images, labels);
+  const std::size_t before = allocations.load();
+  for (int s = 0; s < 50; ++s) {
+    (void)b.next(images, labels);
+  }
+  EXPECT_EQ(allocations.load(), before);
 }
 
 }  // namespace

@@ -19,6 +19,11 @@
 ///     B examples, or none, and `fill` returns how many: weight each worker's mean by it (`global_count(step)`
 ///     is the step's total over all workers), so the update equals the mean over the step's examples.
 /// Nothing allocates after construction: each epoch's order is computed into the same buffer.
+///
+/// `distribution_options::transform` is the one hook for per-example preprocessing (augmentation, standardization:
+/// data/image_augmentation.hpp): when set, `fill` calls it instead of the [0, 1] normalisation, with the example's
+/// index in the set and the epoch. Those two (and the transform's own seed) are all it may depend on, so an
+/// example looks the same whichever worker reads it, with any number of workers, and after a resume.
 
 #include <mwstrat/data/concepts.hpp>
 #include <mwstrat/data/cursor.hpp>
@@ -30,6 +35,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <span>
 #include <string>
@@ -37,6 +43,12 @@
 #include <vector>
 
 namespace mwstrat::data {
+
+/// Per-example preprocessing for `distributed_batches::fill`: writes example `index` of `set` as it should look in
+/// `epoch` into `out` (exactly set.example_size() floats). A pure function of its arguments; called from whatever
+/// thread fills the batch; must not allocate if the steady state is to stay allocation-free.
+using example_transform =
+    std::function<void(const labeled_images& set, std::size_t index, std::uint64_t epoch, std::span<float> out)>;
 
 /// How a data set is split into global batches and among workers.
 struct distribution_options {
@@ -48,6 +60,7 @@ struct distribution_options {
   bool drop_remainder = true;             ///< true: only full global batches; false: a partial last step
   any_shard_policy policy = auto_shard{}; ///< how examples are split among workers
   bool reshuffle_each_epoch = true;       ///< false: the same order every epoch
+  example_transform transform = {};       ///< empty: pixels / 255; else this (augmentation, standardization)
 };
 
 /// One batch in buffers owned by a `distributed_batches`; valid until its next call.
@@ -131,7 +144,8 @@ class distributed_batches {
   /// exactly once per epoch over all workers; weight per-worker metrics by the counts `fill` returns.
   [[nodiscard]] static distributed_batches for_evaluation(labeled_images set, std::size_t global_batch,
                                                           int num_workers, int worker_index,
-                                                          any_shard_policy policy = data_shard{}) {
+                                                          any_shard_policy policy = data_shard{},
+                                                          example_transform transform = {}) {
     distribution_options o;
     o.global_batch = global_batch;
     o.num_workers = num_workers;
@@ -139,6 +153,7 @@ class distributed_batches {
     o.shuffle = false;
     o.drop_remainder = false;
     o.policy = std::move(policy);
+    o.transform = std::move(transform);
     return {std::move(set), std::move(o)};
   }
 
@@ -148,7 +163,7 @@ class distributed_batches {
   [[nodiscard]] std::size_t per_worker_batch() const noexcept { return batch_; }
   /// G.
   [[nodiscard]] std::size_t global_batch() const noexcept { return options_.global_batch; }
-  /// Floats per example (rows × cols).
+  /// Floats per example (rows × cols × channels).
   [[nodiscard]] std::size_t example_size() const noexcept { return set_.example_size(); }
   /// What the sharding policy resolved to.
   [[nodiscard]] shard_mode mode() const noexcept { return mode_; }
@@ -191,8 +206,8 @@ class distributed_batches {
     return count;
   }
 
-  /// Fills this worker's part of the step at `at`: images as floats in [0, 1] (count × example_size, row-major)
-  /// and int64 labels; returns count (B on a full step, fewer or 0 on a partial last one; the rest of the
+  /// Fills this worker's part of the step at `at`: images as floats in [0, 1] (count × example_size, row-major;
+  /// or what the options' transform writes) and int64 labels; returns count (B on a full step, fewer or 0 on a partial last one; the rest of the
   /// buffers is left as it was). The buffers need room for B examples. Does not move the cursor; allocates
   /// nothing.
   std::size_t fill(const data_cursor& at, std::span<float> images, std::span<std::int64_t> labels) {
@@ -200,9 +215,14 @@ class distributed_batches {
     check_room(labels.size(), batch_, "label");
     const auto [first, count] = slice(at);
     const std::size_t per = set_.example_size();
+    const std::uint64_t epoch = normalised(at).epoch;
     for (std::size_t i = 0; i < count; ++i) {
       const std::size_t example = order_[first + i];
-      set_.normalized(example, images.subspan(i * per, per));
+      if (options_.transform) {
+        options_.transform(set_, example, epoch, images.subspan(i * per, per));
+      } else {
+        set_.normalized(example, images.subspan(i * per, per));
+      }
       labels[i] = set_.label(example);
     }
     return count;

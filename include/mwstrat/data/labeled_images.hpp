@@ -2,6 +2,9 @@
 /// \file
 /// `labeled_images`: an immutable, cheaply copyable set of images with int64 labels, kept in memory.
 ///
+/// An image is `rows × cols × channels` bytes, channels interleaved (HWC, what NHWC layers take): MNIST has one
+/// channel, CIFAR-10 three.
+///
 /// Pixels are stored as the bytes of the file (0..255) and normalised to float in [0, 1] when a batch is filled:
 /// MNIST's 60 000 training images take 47 MB as bytes against 188 MB as float, and filling a batch from bytes is
 /// as fast as copying floats (see benchmarks/RESULTS.md, "Input pipeline"). Copies share the same storage.
@@ -22,22 +25,36 @@
 
 namespace mwstrat::data {
 
-/// Images (row-major bytes, `rows × cols` each) with one int64 label per image. Immutable; copies share storage.
+/// The size of one image: rows × cols pixels of `channels` interleaved bytes each.
+struct image_shape {
+  std::size_t rows = 0;      ///< height
+  std::size_t cols = 0;      ///< width
+  std::size_t channels = 1;  ///< bytes per pixel (1: grey, 3: RGB)
+};
+
+/// Images (row-major bytes, `rows × cols × channels` each, HWC) with one int64 label per image. Immutable; copies
+/// share storage.
 class labeled_images {
  public:
   /// An empty set of 0 × 0 images.
   labeled_images() : labeled_images({}, {}, 0, 0) {}
 
-  /// Takes `pixels` (count × rows × cols bytes) and `labels` (count); `file_counts` says how many consecutive
-  /// examples came from each source file (empty: all from one). Throws data_error when the sizes disagree.
+  /// Takes `pixels` (count × rows × cols bytes: one channel) and `labels` (count); `file_counts` says how many
+  /// consecutive examples came from each source file (empty: all from one). Throws data_error when the sizes
+  /// disagree.
   labeled_images(std::vector<std::uint8_t> pixels, std::vector<std::int64_t> labels, std::size_t rows,
-                 std::size_t cols, std::vector<std::size_t> file_counts = {}) {
-    const std::size_t per = rows * cols;
+                 std::size_t cols, std::vector<std::size_t> file_counts = {})
+      : labeled_images(std::move(pixels), std::move(labels), image_shape{rows, cols, 1}, std::move(file_counts)) {}
+
+  /// Takes `pixels` (count × rows × cols × channels bytes, HWC) and `labels` (count), as above.
+  labeled_images(std::vector<std::uint8_t> pixels, std::vector<std::int64_t> labels, image_shape shape,
+                 std::vector<std::size_t> file_counts = {}) {
+    const std::size_t per = shape.rows * shape.cols * shape.channels;
     if (pixels.size() != labels.size() * per) {
       throw data_error({"data"}, "",
                        "labeled_images: " + std::to_string(pixels.size()) + " pixel bytes do not make " +
-                           std::to_string(labels.size()) + " images of " + std::to_string(rows) + "x" +
-                           std::to_string(cols));
+                           std::to_string(labels.size()) + " images of " + std::to_string(shape.rows) + "x" +
+                           std::to_string(shape.cols) + "x" + std::to_string(shape.channels));
     }
     if (file_counts.empty()) {
       file_counts.push_back(labels.size());
@@ -50,19 +67,26 @@ class labeled_images {
     s->pixels = std::move(pixels);
     s->labels = std::move(labels);
     s->file_counts = std::move(file_counts);
-    s->rows = rows;
-    s->cols = cols;
+    s->rows = shape.rows;
+    s->cols = shape.cols;
+    s->channels = shape.channels;
     storage_ = std::move(s);
   }
 
   /// Number of examples.
   [[nodiscard]] std::size_t count() const noexcept { return storage_->labels.size(); }
-  /// Pixels per image (784 for MNIST).
-  [[nodiscard]] std::size_t example_size() const noexcept { return storage_->rows * storage_->cols; }
+  /// Bytes per image, rows × cols × channels (784 for MNIST, 3072 for CIFAR-10).
+  [[nodiscard]] std::size_t example_size() const noexcept {
+    return storage_->rows * storage_->cols * storage_->channels;
+  }
   /// Image height.
   [[nodiscard]] std::size_t rows() const noexcept { return storage_->rows; }
   /// Image width.
   [[nodiscard]] std::size_t cols() const noexcept { return storage_->cols; }
+  /// Bytes per pixel (1 for MNIST, 3 for CIFAR-10).
+  [[nodiscard]] std::size_t channels() const noexcept { return storage_->channels; }
+  /// rows, cols and channels together.
+  [[nodiscard]] image_shape shape() const noexcept { return {rows(), cols(), channels()}; }
   /// All pixels, example after example, each 0..255.
   [[nodiscard]] std::span<const std::uint8_t> pixels() const noexcept { return storage_->pixels; }
   /// All labels.
@@ -105,6 +129,7 @@ class labeled_images {
     std::vector<std::size_t> file_counts;
     std::size_t rows = 0;
     std::size_t cols = 0;
+    std::size_t channels = 1;
   };
   std::shared_ptr<const storage> storage_;
 };
@@ -120,11 +145,11 @@ class labeled_images {
   std::vector<std::size_t> files;
   std::size_t total = 0;
   for (const auto& p : parts) {
-    if (p.rows() != parts[0].rows() || p.cols() != parts[0].cols()) {
+    if (p.rows() != parts[0].rows() || p.cols() != parts[0].cols() || p.channels() != parts[0].channels()) {
       throw data_error({"data"}, "",
-                       "concatenate: images of " + std::to_string(p.rows()) + "x" + std::to_string(p.cols()) +
-                           " cannot join images of " + std::to_string(parts[0].rows()) + "x" +
-                           std::to_string(parts[0].cols()));
+                       "concatenate: images of " + std::to_string(p.rows()) + "x" + std::to_string(p.cols()) + "x" +
+                           std::to_string(p.channels()) + " cannot join images of " + std::to_string(parts[0].rows()) +
+                           "x" + std::to_string(parts[0].cols()) + "x" + std::to_string(parts[0].channels()));
     }
     total += p.count();
   }
@@ -135,7 +160,7 @@ class labeled_images {
     labels.insert(labels.end(), p.labels().begin(), p.labels().end());
     files.insert(files.end(), p.file_counts().begin(), p.file_counts().end());
   }
-  return {std::move(pixels), std::move(labels), parts[0].rows(), parts[0].cols(), std::move(files)};
+  return {std::move(pixels), std::move(labels), parts[0].shape(), std::move(files)};
 }
 
 }  // namespace mwstrat::data
