@@ -8,6 +8,7 @@
 #include <mwstrat/train/callbacks/learning_rate_scheduler.hpp>
 #include <mwstrat/train/callbacks/model_checkpoint.hpp>
 #include <mwstrat/train/callbacks/progress_logger.hpp>
+#include <mwstrat/train/callbacks/tensorboard.hpp>
 #include <mwstrat/train/callbacks/terminate_on_nan.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/distributed_input.hpp>

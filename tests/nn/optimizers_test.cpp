@@ -2,9 +2,16 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 
+#include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/train/concepts.hpp>
+
 #include <gtest/gtest.h>
 
+#include <oneapi/tbb/task_arena.h>
+
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 namespace nn = mwstrat::nn;
@@ -93,4 +100,121 @@ TEST(NnOptimizers, MismatchedSpansAreConfigErrors) {
   EXPECT_THROW(s.apply(w, g), mwstrat::config_error);
   EXPECT_THROW(a.apply(w, g), mwstrat::config_error);
   EXPECT_THROW(nn::sgd(0.1, -1.0), mwstrat::config_error);
+}
+
+// What fit, BackupAndRestore, the schedules and the sharded update ask of every optimizer.
+template <class O>
+constexpr bool trainable_optimizer =
+    mwstrat::optimizer_for<O> && mwstrat::checkpointable_optimizer<O> && mwstrat::resizable_optimizer<O> &&
+    mwstrat::has_learning_rate<O> && mwstrat::check_resume_hooks<O, O>();
+static_assert(trainable_optimizer<nn::sgd> && trainable_optimizer<nn::adam> && trainable_optimizer<nn::adamw> &&
+              trainable_optimizer<nn::rmsprop> && trainable_optimizer<nn::adagrad>);
+static_assert(mwstrat::part_update_optimizer<nn::sgd>);
+
+TEST(NnOptimizers, OptionsThatContradictAreRefusedByName) {
+  auto message = [](auto&& make) {
+    try {
+      make();
+    } catch (const mwstrat::config_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([] { nn::sgd({.clipnorm = 1, .global_clipnorm = 1}); }).find("clipnorm or global_clipnorm"),
+            std::string::npos);
+  EXPECT_NE(message([] { nn::adam({.clipnorm = 1, .clipvalue = 1}); }).find("adam: "), std::string::npos);
+  EXPECT_NE(message([] { nn::rmsprop({.weight_decay = -1}); }).find("rmsprop: weight_decay"), std::string::npos);
+  EXPECT_NE(message([] { nn::rmsprop({.rho = 1.5}); }).find("rho"), std::string::npos);
+  EXPECT_NE(message([] { nn::adagrad({.initial_accumulator_value = -1}); }).find("initial_accumulator_value"),
+            std::string::npos);
+  EXPECT_NE(message([] { nn::piecewise_constant_decay({1, 2}, {0.1}); }).find("2 boundaries need 3 values"),
+            std::string::npos);
+  EXPECT_NE(message([] { nn::piecewise_constant_decay({2, 1}, {1, 2, 3}); }).find("increase"), std::string::npos);
+  EXPECT_NE(message([] { nn::cosine_decay(0.1, 0); }).find("decay_steps"), std::string::npos);
+}
+
+TEST(NnOptimizers, AScheduledRateFollowsTheStepAndCannotBeSet) {
+  nn::sgd opt({.learning_rate = nn::piecewise_constant_decay({1}, {0.5, 0.25})});
+  std::vector<float> w{1.0f}, g{1.0f};
+  EXPECT_TRUE(opt.scheduled());
+  EXPECT_DOUBLE_EQ(opt.learning_rate(), 0.5);
+  opt.apply(w, g);  // step 0: 0.5
+  opt.apply(w, g);  // step 1: 0.5 (boundary inclusive, as Keras)
+  EXPECT_DOUBLE_EQ(opt.learning_rate(), 0.25);
+  EXPECT_FLOAT_EQ(w[0], 0.0f);
+  opt.set_iterations(0);  // a restored step count restores the rate
+  EXPECT_DOUBLE_EQ(opt.learning_rate(), 0.5);
+  EXPECT_THROW(opt.set_learning_rate(0.1), mwstrat::config_error);
+  nn::sgd constant(0.1);
+  constant.set_learning_rate(0.2);
+  EXPECT_DOUBLE_EQ(constant.learning_rate(), 0.2);
+}
+
+TEST(NnOptimizers, LinearWarmupAndPerEpochSchedules) {
+  const nn::linear_warmup warm(nn::piecewise_constant_decay({30, 45}, {0.1, 0.01, 0.001}), 4, 0.02);
+  EXPECT_DOUBLE_EQ(warm(0), 0.02);
+  EXPECT_DOUBLE_EQ(warm(2), 0.06);
+  EXPECT_DOUBLE_EQ(warm(4), 0.1);
+  EXPECT_DOUBLE_EQ(warm(31), 0.01);  // the boundaries are not shifted by the warm-up
+  const auto by_epoch = nn::per_epoch(nn::piecewise_constant_decay({29, 44}, {0.1, 0.01, 0.001}));
+  EXPECT_DOUBLE_EQ(by_epoch(0, 123.0), 0.1);
+  EXPECT_DOUBLE_EQ(by_epoch(30, 0.1), 0.01);   // the tutorial: 0.01 from epoch 30
+  EXPECT_DOUBLE_EQ(by_epoch(45, 0.01), 0.001); // and 0.001 from epoch 45
+}
+
+TEST(NnOptimizers, SlotsAreSizedPerOptionAndAdagradStartsAtItsInitialValue) {
+  nn::rmsprop plain, full({.momentum = 0.9, .centered = true});
+  plain.resize(10);
+  full.resize(10);
+  EXPECT_EQ(plain.slots().size(), 10u);
+  EXPECT_EQ(full.slots().size(), 30u);
+  nn::adagrad ada({.initial_accumulator_value = 0.25});
+  ada.resize(4);
+  for (float a : ada.slots()) EXPECT_EQ(a, 0.25f);
+  std::vector<float> w(4, 1.0f), g(4, 0.5f);
+  ada.apply(w, g);
+  ada.reset();
+  for (float a : ada.slots()) EXPECT_EQ(a, 0.25f);
+  EXPECT_EQ(ada.iterations(), 0u);
+}
+
+TEST(NnOptimizers, NormClippingIsGlobalAndTheSameBitsForAnyThreadCount) {
+  // Several chunks of the fixed partition; the norm is summed per chunk, then over chunks in order.
+  const std::size_t n = 200000;
+  std::vector<float> g(n);
+  for (std::size_t i = 0; i < n; ++i) g[i] = std::sin(static_cast<float>(i) * 0.37f);
+  auto run = [&](int threads) {
+    std::vector<float> w(n, 1.0f);
+    nn::sgd opt({.learning_rate = 1.0, .clipnorm = 2.0});
+    tbb::task_arena(threads).execute([&] { opt.apply(w, g); });
+    return w;
+  };
+  const auto one = run(1), two = run(2);
+  EXPECT_EQ(one, two);
+  double norm = 0;
+  for (std::size_t i = 0; i < n; ++i) norm += (1.0 - one[i]) * (1.0 - one[i]);
+  EXPECT_NEAR(std::sqrt(norm), 2.0, 1e-4);  // the whole update has the clip norm
+  // Norm clipping needs the whole gradient: such an SGD does not offer the sharded update.
+  EXPECT_FALSE(nn::sgd({.clipnorm = 1.0}).elementwise_stateless());
+  EXPECT_TRUE(nn::sgd({.weight_decay = 0.1, .clipvalue = 1.0}).elementwise_stateless());
+}
+
+TEST(NnOptimizers, ApplyPartMatchesApplyWithDecayAndValueClipping) {
+  std::vector<float> w(1000), g(1000);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    w[i] = std::cos(static_cast<float>(i));
+    g[i] = 2.0f * std::sin(static_cast<float>(i));
+  }
+  auto whole = w, parts = w;
+  nn::sgd a({.learning_rate = 0.1, .weight_decay = 0.01, .clipvalue = 0.5});
+  nn::sgd b({.learning_rate = 0.1, .weight_decay = 0.01, .clipvalue = 0.5});
+  a.apply(whole, g);
+  const std::span<float> p(parts);
+  const std::span<const float> gs(g);
+  b.apply_part(p.first(300), gs.first(300));
+  b.apply_part(p.subspan(300), gs.subspan(300));
+  b.count_step();
+  EXPECT_EQ(whole, parts);
+  EXPECT_EQ(a.iterations(), b.iterations());
+  EXPECT_THROW(nn::sgd({.momentum = 0.9}).apply_part(p, gs), mwstrat::config_error);
 }

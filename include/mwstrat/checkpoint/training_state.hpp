@@ -83,7 +83,7 @@ struct basic_training_state {
   std::int64_t optimizer_iterations = 0;  ///< the optimizer's own update count
   std::vector<Tensor> weights;            ///< model parameters
   std::vector<Tensor> optimizer_slots;    ///< e.g. Adam's `m/<param>` and `v/<param>`
-  metadata_map extra;                     ///< anything else, as strings; keys must not start with "mwstrat."
+  metadata_map extra;                     ///< anything else, as strings; keys must not start with "mwstrat." (but `mwstrat.architecture`)
 };
 
 /// A training state that owns its tensors.
@@ -154,6 +154,9 @@ inline void snapshot_into(const training_state_view& from, training_state& to) {
 inline constexpr std::string_view optimizer_slot_prefix = "optimizer/";
 /// `mwstrat.format` of a training state.
 inline constexpr std::string_view training_state_format = "training_state/1";
+/// The one `mwstrat.` key a training state's `extra` may hold: a saved model's architecture (contract 1:
+/// train/saved_model.hpp writes it, Python reads it).
+inline constexpr std::string_view architecture_metadata_key = "mwstrat.architecture";
 
 /// `engine`'s state as text (any standard random engine, or anything with a matching `operator<<`).
 template <class Engine>
@@ -196,7 +199,7 @@ inline std::pair<std::vector<tensor_entry>, metadata_map> training_state_entries
                                                                                  std::optional<int> rank) {
   metadata_map metadata;
   for (const auto& [key, value] : state.extra) {
-    if (key.starts_with("mwstrat."))
+    if (key.starts_with("mwstrat.") && key != architecture_metadata_key)
       checkpoint_fail(rank, target, "extra metadata key '" + key + "' uses the reserved prefix 'mwstrat.'");
     metadata.emplace(key, value);
   }
@@ -255,7 +258,7 @@ void read_training_metadata(const metadata_map& metadata, basic_training_state<T
   integer(key_optimizer_iterations, state.optimizer_iterations);
   state.extra.clear();
   for (const auto& [key, value] : metadata)
-    if (!key.starts_with("mwstrat.")) state.extra.emplace(key, value);
+    if (!key.starts_with("mwstrat.") || key == architecture_metadata_key) state.extra.emplace(key, value);
 }
 
 /// Which vector of `state` the stored tensor `name` belongs to, and its name there. Training states hold F32 only.

@@ -21,6 +21,7 @@
 #include <mwstrat/nn/layers/relu.hpp>
 #include <mwstrat/nn/layers/softmax.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/keras_layout.hpp>
 #include <mwstrat/nn/layers.hpp>
 #include <mwstrat/nn/losses.hpp>
 
@@ -37,6 +38,7 @@
 #include <sstream>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -76,6 +78,7 @@ class basic_sequential {
     if (specs.empty() || !std::holds_alternative<input>(specs.front()))
       detail::nn_config_error("sequential: the first layer must be nn::input");
     set_threads(options.threads);
+    specs_ = specs;  // for the Keras layout of saved models
     build(specs);
     initialize(options.seed);
     if (options.max_batch != 0) reserve(options.max_batch);
@@ -171,6 +174,66 @@ class basic_sequential {
     o << thick << "\nTotal params: " << count_ << "\nTrainable params: " << count_
       << "\nNon-trainable params: 0\n" << rule << "\n";
     out << o.str();
+  }
+
+  // ------------------------------------------------------------------------------------------ Keras layout
+  // What save_model / load_model / ModelCheckpoint write and read (keras_layout_model, train/saved_model.hpp):
+  // every weight as `<layer>/<weight>` in Keras's layout, and the architecture as JSON. Backups keep the arena.
+
+  /// One weight in Keras's name and layout; `values` is valid until the next call of `keras_weights`.
+  struct keras_weight {
+    std::string name;                  ///< "conv2d/kernel", "dense_1/bias", ...
+    std::vector<std::int64_t> shape;   ///< Keras's shape
+    std::span<const T> values;         ///< in Keras's layout
+  };
+  /// Every weight, layer by layer, in Keras's names and layouts (dense kernels transposed into a buffer).
+  [[nodiscard]] std::vector<keras_weight> keras_weights() const {
+    std::vector<keras_weight> out;
+    std::size_t transposed = 0;
+    for_each_keras_tensor([&](std::size_t layer, const keras::tensor_layout& t) {
+      const T* at = pbase_ + offsets_[layer] + t.offset;
+      std::span<const T> values(at, t.count);
+      if (t.arena_rows != 0) {
+        if (keras_buffers_.size() <= transposed) keras_buffers_.emplace_back();
+        auto& buf = keras_buffers_[transposed++];
+        buf.resize(t.count);
+        for (std::size_t r = 0; r < t.arena_rows; ++r)
+          for (std::size_t c = 0; c < t.arena_cols; ++c) buf[c * t.arena_rows + r] = at[r * t.arena_cols + c];
+        values = buf;
+      }
+      out.push_back({info_[layer].name + "/" + t.weight, t.shape, values});
+    });
+    return out;
+  }
+  /// Sets the weight called `name` from values in Keras's layout; a `config_error` names the weight when the name
+  /// is unknown or the shape differs.
+  void set_keras_weight(std::string_view name, std::span<const std::int64_t> shape, std::span<const T> values) {
+    bool found = false;
+    for_each_keras_tensor([&](std::size_t layer, const keras::tensor_layout& t) {
+      if (found || info_[layer].name + "/" + t.weight != name) return;
+      found = true;
+      if (!std::ranges::equal(shape, t.shape) || values.size() != t.count)
+        detail::nn_config_error("weight '" + std::string(name) + "' has shape " + shape_text(shape) + "; the model's is " +
+                                shape_text(t.shape));
+      T* at = pbase_ + offsets_[layer] + t.offset;
+      if (t.arena_rows == 0) {
+        std::copy(values.begin(), values.end(), at);
+      } else {
+        for (std::size_t r = 0; r < t.arena_rows; ++r)
+          for (std::size_t c = 0; c < t.arena_cols; ++c) at[r * t.arena_cols + c] = values[c * t.arena_rows + r];
+      }
+    });
+    if (!found) detail::nn_config_error("the model has no weight '" + std::string(name) + "'");
+  }
+  /// The architecture as Keras describes it (contract 1): a JSON list of {name, class_name, output_shape, params,
+  /// config, inbound}, the input layer first.
+  [[nodiscard]] std::string architecture() const {
+    boost::json::array layers;
+    layers.push_back(keras::layer_entry("input_layer", "InputLayer", input_shape_, 0, specs_.front(), ""));
+    for (std::size_t i = 0; i < info_.size(); ++i)
+      layers.push_back(keras::layer_entry(info_[i].name, info_[i].type, info_[i].output_shape, info_[i].count,
+                                          specs_[i + 1], i == 0 ? "input_layer" : info_[i - 1].name));
+    return boost::json::serialize(layers);
   }
 
   /// Shape of one input sample.
@@ -352,6 +415,18 @@ class basic_sequential {
     return std::make_unique<detail::softmax_layer<T>>(in);
   }
 
+  // f(layer index, tensor layout) for every weight of every layer, in arena order.
+  template <class F>
+  void for_each_keras_tensor(F&& f) const {
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      for (const auto& t : keras::tensors_of(specs_[i + 1], layers_[i]->input_shape())) f(i, t);
+  }
+  static std::string shape_text(std::span<const std::int64_t> shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+
   void check(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch, const char* what) {
     if (batch == 0) detail::nn_config_error(std::string(what) + ": empty batch");
     if (inputs.size() != batch * input_size())
@@ -428,6 +503,8 @@ class basic_sequential {
   }
 
   model_options options_;
+  std::vector<layer_spec> specs_;                        // as built (input first): the Keras layout's source
+  mutable std::vector<std::vector<T>> keras_buffers_;    // transposed dense kernels of keras_weights()
   int threads_ = 1;
   std::unique_ptr<tbb::task_arena> arena_threads_;
   shape_t input_shape_;

@@ -8,7 +8,14 @@
 /// since saving sends nothing over the network it cannot deadlock however many workers call it. Loading checks the
 /// architecture and raises `checkpoint_error` naming the file when it differs.
 ///
-/// The weights go through `weight_views`: a model's own `tensor_like` tensors (`named_parameters_model`) are saved
+/// A `keras_layout_model` (the sequential reference CNN) is saved the way Keras users read it (contract 1,
+/// docs/checkpointing.md): every weight as `<layer>/<weight>` in Keras's layout, the architecture as JSON under the
+/// metadata key `mwstrat.architecture`, the optimizer's slots (arena order) under `optimizer/state`. `load_model`
+/// reads such files whoever wrote them (Python's `safetensors` too: only the tensors are required), refuses one
+/// whose architecture differs, naming both, and changes nothing in the model when it refuses. BackupAndRestore
+/// keeps the arena's own layout (backups are for resuming, not for people).
+///
+/// Other models' weights go through `weight_views`: a model's own `tensor_like` tensors (`named_parameters_model`) are saved
 /// under their names, read through `mwstrat::elements` / `mwstrat::shape`. For tensors of other element types, or
 /// tensors that are not a model's, `save_tensors` / `load_tensors` (checkpoint/named_tensors.hpp).
 
@@ -17,10 +24,30 @@
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/model_state.hpp>
 
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
 #include <filesystem>
+#include <ranges>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace mwstrat {
+
+/// Capability: a model that saves in Keras's names and layouts — `keras_weights()` (records with `name`, `shape`,
+/// `values`), `architecture()` (the JSON list of contract 1) and `set_keras_weight(name, shape, values)` (throws
+/// `config_error` for an unknown name or another shape).
+template <class M>
+concept keras_layout_model = requires(M& m, const M& cm, std::string_view name, std::span<const std::int64_t> shape,
+                                      std::span<const float> values) {
+  requires std::ranges::range<decltype(cm.keras_weights())>;
+  { cm.architecture() } -> std::convertible_to<std::string>;
+  m.set_keras_weight(name, shape, values);
+};
 
 /// What `save_model` writes besides the weights.
 struct save_model_options {
@@ -37,7 +64,12 @@ template <class Model, class Optimizer>
   training_state_view s;
   s.epoch = options.epoch;
   s.model_fingerprint = std::string(model.fingerprint());
-  s.weights = weight_views(model);
+  if constexpr (keras_layout_model<Model>) {
+    for (const auto& w : model.keras_weights()) s.weights.push_back({w.name, w.shape, std::span<const float>(w.values)});
+    s.extra.emplace(std::string(architecture_metadata_key), model.architecture());
+  } else {
+    s.weights = weight_views(model);
+  }
   if (options.include_optimizer) {
     s.optimizer_slots = slot_views(optimizer, model.parameters().size());
     if constexpr (checkpointable_optimizer<Optimizer>) {
@@ -73,11 +105,94 @@ bool save_model(Strategy& strategy, const std::filesystem::path& path, Model& mo
   return true;
 }
 
+namespace detail {
+
+// "conv2d (Conv2D) [null,26,26,32], ..." for an architecture in a message.
+inline std::string architecture_summary(const boost::json::value& v) {
+  if (!v.is_array()) return "not a list of layers";
+  std::string out;
+  for (const auto& layer : v.as_array()) {
+    if (!out.empty()) out += ", ";
+    if (!layer.is_object()) {
+      out += "?";
+      continue;
+    }
+    const auto& o = layer.as_object();
+    const auto field = [&](const char* k) { return o.contains(k) ? boost::json::serialize(o.at(k)) : std::string("?"); };
+    out += field("name") + " " + field("class_name") + " " + field("output_shape");
+  }
+  return out;
+}
+
+// load_model for a keras_layout_model: by name, whoever wrote the file; all or nothing.
+template <class Model, class Optimizer>
+void load_keras_layout(const safetensors_file& file, Model& model, Optimizer& optimizer) {
+  const std::string where = file.path().string();
+  const auto fail = [&](const std::string& what) { throw checkpoint_error({"train"}, where, where + ": " + what); };
+  const auto& meta = file.metadata();
+  if (const auto it = meta.find(architecture_metadata_key); it != meta.end()) {
+    boost::system::error_code ec;
+    const boost::json::value theirs = boost::json::parse(it->second, ec);
+    if (ec) fail("metadata " + std::string(architecture_metadata_key) + " is not JSON: " + ec.message());
+    const boost::json::value ours = boost::json::parse(model.architecture());
+    if (theirs != ours)
+      fail("the file holds another architecture (" + architecture_summary(theirs) + "); this model is " +
+           architecture_summary(ours));
+  }
+  std::vector<std::string> expected;
+  for (const auto& w : model.keras_weights()) expected.push_back(w.name);
+  const std::vector<float> before(model.parameters().begin(), model.parameters().end());
+  std::vector<std::string> seen;
+  const tensor_view* slots = nullptr;
+  try {
+    for (const auto& t : file.tensors()) {
+      if (t.name.starts_with(optimizer_slot_prefix)) {
+        if (t.name == std::string(optimizer_slot_prefix) + "state") slots = &t;
+        continue;
+      }
+      const auto values = t.copy_values<float>();
+      if (!values) fail("weight '" + t.name + "' is " + std::string(to_string(t.type)) + ", not F32");
+      model.set_keras_weight(t.name, t.shape, std::span<const float>(*values));
+      seen.push_back(t.name);
+    }
+    for (const auto& name : expected)
+      if (std::ranges::find(seen, name) == seen.end()) fail("no weight '" + name + "' (the model has it)");
+  } catch (const config_error& e) {
+    std::ranges::copy(before, model.parameters().begin());
+    fail(e.what());
+  } catch (...) {
+    std::ranges::copy(before, model.parameters().begin());
+    throw;
+  }
+  if constexpr (checkpointable_optimizer<Optimizer>) {
+    if (slots != nullptr) {
+      const auto values = slots->copy_values<float>();
+      const std::span<float> into = optimizer_slots(optimizer, model.parameters().size());
+      if (!values || values->size() != into.size())
+        fail("optimizer/state holds " + std::to_string(slots->element_count()) + " values; the optimizer has " +
+             std::to_string(into.size()));
+      std::ranges::copy(*values, into.begin());
+      if (const auto it = meta.find("mwstrat.optimizer_iterations"); it != meta.end())
+        optimizer.set_iterations(static_cast<decltype(optimizer.iterations())>(std::stoll(it->second)));
+    }
+  }
+}
+
+}  // namespace detail
+
 /// Loads a file written by `save_model`/`save_weights` into `model` (and `optimizer`, when the file has its
 /// state). Throws `checkpoint_error` naming the file when it is corrupt or of another architecture.
 template <class Model, class Optimizer>
 void load_model(const std::filesystem::path& path, Model& model, Optimizer& optimizer) {
   static_assert(check_resume_hooks<Model, Optimizer>());
+  if constexpr (keras_layout_model<Model>) {
+    const safetensors_file file = safetensors_file::open(path);
+    // A file of the arena layout (written before models had Keras's names) still loads by the path below.
+    if (file.metadata().contains(architecture_metadata_key) || file.find("parameters") == nullptr) {
+      detail::load_keras_layout(file, model, optimizer);
+      return;
+    }
+  }
   const training_state s = load_training_state(path);
   const std::string fingerprint(model.fingerprint());
   if (s.model_fingerprint != fingerprint) {

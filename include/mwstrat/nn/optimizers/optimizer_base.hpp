@@ -1,0 +1,164 @@
+#pragma once
+/// \file
+/// What every optimizer shares, with Keras 3's meanings (`keras.optimizers.Optimizer`): the learning rate (a
+/// number or a schedule of `iterations`), the step count, gradient clipping and decoupled weight decay, applied in
+/// Keras's order within one update: clip the gradients, decay the weights (w -= w * weight_decay * lr), then the
+/// optimizer's own rule. Everything runs elementwise over the flat arena in fixed chunks, so the bits do not depend
+/// on the number of threads (the global norm is summed per fixed chunk, then over chunks in order).
+///
+/// Clipping: `clipvalue` clamps each gradient to [-v, v]; `global_clipnorm` scales all gradients by
+/// clip * min(1 / norm, 1 / clip) where norm is the L2 norm of the whole gradient (Keras's `clip_by_global_norm`).
+/// `clipnorm` is the same global clipping here: the optimizer sees the model as one flat arena, i.e. one variable —
+/// Keras clips each variable separately under that name. At most one of the three may be set (Keras would silently
+/// ignore all but one).
+
+#include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/optimizers/schedules.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mwstrat::nn::detail_opt {
+
+inline void check_sizes(const char* who, std::size_t params, std::size_t grads) {
+  if (params != grads)
+    throw config_error({"nn"}, std::string(who) + ": " + std::to_string(params) + " parameters but " +
+                                   std::to_string(grads) + " gradients");
+}
+inline constexpr std::size_t grain = 1 << 15;
+
+/// Clipping and weight decay, as every options struct spells them.
+struct common_options {
+  double weight_decay = 0.0;
+  double clipnorm = 0.0;
+  double global_clipnorm = 0.0;
+  double clipvalue = 0.0;
+};
+
+/// The part of an optimizer that is not its rule: rate, step count, clipping, weight decay.
+template <class T>
+class optimizer_base {
+ public:
+  optimizer_base(const char* name, nn::learning_rate lr, const common_options& c)
+      : name_(name), lr_(std::move(lr)), weight_decay_(c.weight_decay),
+        clipnorm_(c.clipnorm > 0 ? c.clipnorm : c.global_clipnorm), clipvalue_(c.clipvalue) {
+    auto bad = [&](const std::string& what) { throw config_error({"nn"}, std::string(name) + ": " + what); };
+    if (c.weight_decay < 0) bad("weight_decay " + std::to_string(c.weight_decay) + " is negative");
+    if (c.clipnorm < 0 || c.global_clipnorm < 0 || c.clipvalue < 0) bad("clipping thresholds must not be negative");
+    if (c.clipnorm > 0 && c.global_clipnorm > 0) bad("set clipnorm or global_clipnorm, not both");
+    if (clipnorm_ > 0 && c.clipvalue > 0) bad("set a norm clipping or clipvalue, not both (Keras ignores clipvalue)");
+  }
+
+  /// The learning rate of the next update (the schedule's value at `iterations()` when there is one).
+  [[nodiscard]] double learning_rate() const { return lr_.at(static_cast<std::int64_t>(iterations_)); }
+  /// Sets a constant learning rate (callbacks such as ReduceLROnPlateau). Refused when a schedule sets it, as in
+  /// Keras.
+  void set_learning_rate(double lr) {
+    if (lr_.scheduled())
+      throw config_error({"nn"}, std::string(name_) + ": the learning rate follows a schedule and cannot be set");
+    lr_ = nn::learning_rate(lr);
+  }
+  /// Whether a schedule sets the learning rate.
+  [[nodiscard]] bool scheduled() const noexcept { return lr_.scheduled(); }
+  /// Decoupled weight decay (0: none).
+  [[nodiscard]] double weight_decay() const noexcept { return weight_decay_; }
+  /// The global norm gradients are clipped to (0: none).
+  [[nodiscard]] double clipnorm() const noexcept { return clipnorm_; }
+  /// The value gradients are clamped to (0: none).
+  [[nodiscard]] double clipvalue() const noexcept { return clipvalue_; }
+  /// Number of updates applied (Keras's `iterations`; schedules and bias corrections use it).
+  [[nodiscard]] std::uint64_t iterations() const noexcept { return iterations_; }
+  /// Sets the number of updates applied (restoring a checkpoint).
+  void set_iterations(std::uint64_t n) noexcept { iterations_ = n; }
+  /// Counts one step applied part by part (`apply_part`).
+  void count_step() noexcept { ++iterations_; }
+
+ protected:
+  // Runs rule(i, g, lr) for every element, g being the clipped gradient, after the weight decay of params[i]; then
+  // counts the step. The plain path (no clipping, no decay) is a loop of its own so it vectorises as before.
+  template <class Rule>
+  void run(std::span<T> params, std::span<const T> grads, Rule&& rule) {
+    check_sizes(name_, params.size(), grads.size());
+    const T lr = static_cast<T>(learning_rate());
+    const std::size_t n = params.size();
+    const T* g = grads.data();
+    T* w = params.data();
+    if (clipnorm_ == 0 && clipvalue_ == 0 && weight_decay_ == 0) {
+      detail::parallel_chunks(n, grain, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) rule(i, g[i], lr);
+      });
+    } else {
+      const bool by_norm = clipnorm_ > 0, by_value = clipvalue_ > 0;
+      const T scale = by_norm ? norm_scale(grads) : T{1};
+      const T v = static_cast<T>(clipvalue_);
+      const T wd = static_cast<T>(weight_decay_);
+      const bool decay = weight_decay_ > 0;
+      detail::parallel_chunks(n, grain, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) {
+          T gi = g[i];
+          if (by_norm) gi *= scale;
+          if (by_value) gi = std::clamp(gi, -v, v);
+          if (decay) w[i] = w[i] - w[i] * wd * lr;
+          rule(i, gi, lr);
+        }
+      });
+    }
+    ++iterations_;
+  }
+
+  // One part, serially, without counting a step: the same per-element operations as `run`. Only for elementwise
+  // options (no norm clipping: the norm would be the part's).
+  template <class Rule>
+  void run_part(std::span<T> params, std::span<const T> grads, Rule&& rule) const {
+    check_sizes(name_, params.size(), grads.size());
+    if (clipnorm_ > 0)
+      throw config_error({"nn"}, std::string(name_) + ": apply_part cannot clip by the global norm of a part");
+    const T lr = static_cast<T>(learning_rate());
+    const T v = static_cast<T>(clipvalue_);
+    const T wd = static_cast<T>(weight_decay_);
+    T* w = params.data();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      T gi = grads[i];
+      if (clipvalue_ > 0) gi = std::clamp(gi, -v, v);
+      if (weight_decay_ > 0) w[i] = w[i] - w[i] * wd * lr;
+      rule(i, gi, lr);
+    }
+  }
+
+  [[nodiscard]] const char* name() const noexcept { return name_; }
+
+ private:
+  // Keras's clip_by_global_norm factor, clip * min(1 / norm, 1 / clip) (NaN for a non-finite norm, as there).
+  T norm_scale(std::span<const T> grads) {
+    const std::size_t chunks = detail::ceil_div(grads.size(), grain);
+    if (partial_.size() < chunks) partial_.resize(chunks);  // once per arena size: no allocation once warm
+    detail::parallel_chunks(grads.size(), grain, [&](std::size_t b, std::size_t e) {
+      double s = 0;
+      for (std::size_t i = b; i < e; ++i) s += static_cast<double>(grads[i]) * static_cast<double>(grads[i]);
+      partial_[b / grain] = s;
+    });
+    double sum = 0;
+    for (std::size_t c = 0; c < chunks; ++c) sum += partial_[c];
+    const T norm = static_cast<T>(std::sqrt(sum));
+    const T clip = static_cast<T>(clipnorm_);
+    const T scale = clip * std::min(T{1} / norm, T{1} / clip);
+    return scale + (norm - norm);
+  }
+
+  const char* name_;
+  nn::learning_rate lr_;
+  double weight_decay_;
+  double clipnorm_;
+  double clipvalue_;
+  std::uint64_t iterations_ = 0;
+  std::vector<double> partial_;
+};
+
+}  // namespace mwstrat::nn::detail_opt
