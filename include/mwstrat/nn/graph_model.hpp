@@ -42,6 +42,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <ranges>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -52,6 +53,7 @@
 #include <sstream>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -325,6 +327,38 @@ class basic_graph_model {
     return out;
   }
 
+  /// One weight in Keras's name, shape and layout (what `save_model` writes: contract 1).
+  struct keras_weight {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    std::span<const T> values;
+  };
+  /// Every weight, the model state included, in Keras's names and layouts (the arena already has them).
+  [[nodiscard]] std::vector<keras_weight> keras_weights() const {
+    std::vector<keras_weight> out;
+    for (const auto& w : named_parameters())
+      out.push_back({w.name, std::vector<std::int64_t>(w.shape.begin(), w.shape.end()), w.values});
+    return out;
+  }
+  /// Sets one weight from Keras's name, shape and layout; throws `config_error` for an unknown name or another shape.
+  void set_keras_weight(std::string_view name, std::span<const std::int64_t> shape, std::span<const T> values) {
+    for (const auto& w : named_parameters()) {
+      if (w.name != name) continue;
+      if (!std::ranges::equal(shape, w.shape, [](std::int64_t a, std::size_t b) { return a >= 0 && static_cast<std::size_t>(a) == b; }) ||
+          values.size() != w.values.size()) {
+        std::string theirs, ours;
+        for (auto e : shape) theirs += (theirs.empty() ? "" : ", ") + std::to_string(e);
+        mwstrat::detail::nn_config_error("weight '" + std::string(name) + "' has shape (" + theirs +
+                                         "); the model's is " + mwstrat::detail::shape_string(w.shape));
+      }
+      std::copy(values.begin(), values.end(), const_cast<T*>(w.values.data()));  // the model's own storage
+      return;
+    }
+    mwstrat::detail::nn_config_error("the model has no weight '" + std::string(name) + "'");
+  }
+  /// The architecture as contract 1's JSON list (what `save_model` writes under `mwstrat.architecture`).
+  [[nodiscard]] std::string architecture() const { return architecture_json(); }
+
   /// Re-initialises every parameter and the model state from `seed`; gradients to zero, step to 0.
   void initialize(std::uint64_t seed) {
     seed_ = seed;
@@ -535,9 +569,12 @@ class basic_graph_model {
 
  private:
   static std::string grouped(std::size_t n) {  // 860874 -> "860,874", as Keras prints counts
-    std::string s = std::to_string(n);
-    for (std::ptrdiff_t i = static_cast<std::ptrdiff_t>(s.size()) - 3; i > 0; i -= 3)
-      s.insert(static_cast<std::size_t>(i), ",");
+    const std::string digits = std::to_string(n);
+    std::string s;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+      if (i > 0 && (digits.size() - i) % 3 == 0) s.push_back(',');
+      s.push_back(digits[i]);
+    }
     return s;
   }
 

@@ -10,6 +10,7 @@
 #include <mwstrat/nn/detail/relu_backward.hpp>
 #include <mwstrat/nn/detail/window_2d.hpp>
 #include <mwstrat/nn/initializers.hpp>
+#include <mwstrat/nn/kernels/conv2d.hpp>
 #include <mwstrat/nn/layers.hpp>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace mwstrat::detail {
@@ -76,6 +78,7 @@ class conv2d_layer final : public layer_impl<T> {
     nn::zeros(p.subspan(k));
   }
   void reserve(std::size_t batch) override {
+    if (uses_kernels()) return;  // the kernels' workspace grows on first use, then stays
     const std::size_t positions = batch * g_.oh * g_.ow;
     cols_.assign(positions * patch_, T{});
     chunks_ = std::max<std::size_t>(1, ceil_div(positions, chunk_rows));
@@ -83,6 +86,13 @@ class conv2d_layer final : public layer_impl<T> {
     if (spec_.activation == nn::activation::relu) dz_.assign(positions * spec_.filters, T{});
   }
   void forward(const forward_args<T>& a) override {
+    if constexpr (std::is_same_v<T, float>) {
+      if (uses_kernels()) {
+        nn::kernels::conv2d_forward(geometry_of(a.batch), a.x, a.params,
+                                    spec_.use_bias ? a.params + patch_ * spec_.filters : nullptr, a.y, kernels_ws_);
+        return;
+      }
+    }
     const std::size_t positions = a.batch * g_.oh * g_.ow;
     im2col(a.batch, a.x);
     gemm_nn<T>(positions, spec_.filters, patch_, cols_.data(), static_cast<std::ptrdiff_t>(patch_), 1, a.params,
@@ -90,6 +100,17 @@ class conv2d_layer final : public layer_impl<T> {
                spec_.activation == nn::activation::relu);
   }
   void backward(const backward_args<T>& a) override {
+    if constexpr (std::is_same_v<T, float>) {
+      if (uses_kernels()) {
+        const std::size_t k = patch_ * spec_.filters;
+        const nn::kernels::conv2d_geometry g = geometry_of(a.batch);
+        nn::kernels::conv2d_backward_filter(g, a.x, a.dy, a.grads, spec_.use_bias ? a.grads + k : nullptr, kernels_ws_);
+        add_l2_gradient(spec_.kernel_regularizer, a.params, a.grads, k);
+        if (spec_.use_bias) add_l2_gradient(spec_.bias_regularizer, a.params + k, a.grads + k, spec_.filters);
+        if (a.dx != nullptr) nn::kernels::conv2d_backward_data(g, a.dy, a.params, a.dx, kernels_ws_);
+        return;
+      }
+    }
     const std::size_t positions = a.batch * g_.oh * g_.ow;
     const std::size_t f = spec_.filters;
     const bool relu = spec_.activation == nn::activation::relu;
@@ -220,6 +241,16 @@ class conv2d_layer final : public layer_impl<T> {
   aligned_vector<T> cols_;
   aligned_vector<T> partial_;
   aligned_vector<T> dz_;
+  nn::kernels::conv2d_workspace kernels_ws_;
+
+  // Float convolutions without a fused ReLU run on the convolution kernels (nn/kernels); the im2col + GEMM path
+  // stays for double (gradient checks) and for the fused ReLU of the MNIST tutorial's CNN.
+  [[nodiscard]] bool uses_kernels() const noexcept {
+    return std::is_same_v<T, float> && spec_.activation == nn::activation::linear;
+  }
+  [[nodiscard]] nn::kernels::conv2d_geometry geometry_of(std::size_t batch) const noexcept {
+    return {batch, g_.h, g_.w, g_.c, spec_.filters, g_.kh, g_.kw, g_.sh, g_.sw, g_.pad_top, g_.pad_left, g_.oh, g_.ow};
+  }
 };
 
 }  // namespace mwstrat::detail
