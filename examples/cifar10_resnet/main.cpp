@@ -34,6 +34,7 @@ struct flags {
   double learning_rate = 0.1;
   std::string variant = "tf";
   bool sync_batch_norm = false;
+  double bn_momentum = 0.997;  // TF's resnet_cifar_model; short runs (tests) use less
   std::uint64_t seed = 42;
   int threads = 1;
   std::string model_dir;
@@ -49,6 +50,7 @@ struct flags {
   std::cerr << "cifar10_resnet: " << problem << "\n"
             << "usage: cifar10_resnet [--data-dir D] [--depth 6n+2] [--epochs N] [--steps-per-epoch N (0: a full pass)]\n"
                "  [--batch-size B (per worker)] [--learning-rate X] [--variant tf|he] [--sync-batch-norm] [--seed S]\n"
+               "  [--bn-momentum M (0.997)]\n"
                "  [--threads T] [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--validation-steps N]\n"
                "  [--connect-timeout S] [--op-timeout S] [--no-test]\n";
   std::exit(2);
@@ -81,6 +83,7 @@ flags parse(int argc, char** argv) {
     else if (a == "--learning-rate") f.learning_rate = number(value());
     else if (a == "--variant") f.variant = value();
     else if (a == "--sync-batch-norm") f.sync_batch_norm = true;
+    else if (a == "--bn-momentum") f.bn_momentum = number(value());
     else if (a == "--seed") f.seed = count(value());
     else if (a == "--threads") f.threads = static_cast<int>(count(value()));
     else if (a == "--model-dir") f.model_dir = value();
@@ -94,6 +97,7 @@ flags parse(int argc, char** argv) {
   }
   if (f.variant != "tf" && f.variant != "he") usage("--variant: '" + f.variant + "' is not tf or he");
   if (f.depth < 8 || (f.depth - 2) % 6 != 0) usage("--depth: " + std::to_string(f.depth) + " is not 6n + 2 (20, 32, 44, 56, 110)");
+  if (f.bn_momentum > 1) usage("--bn-momentum must be in [0, 1]");
   if (f.batch_size == 0) usage("--batch-size must be at least 1");
   if (f.threads < 1) usage("--threads must be at least 1");
   return f;
@@ -125,6 +129,7 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   nn::resnet_options ro;
   ro.variant = f.variant == "he" ? nn::resnet_variant::he : nn::resnet_variant::tf;
   ro.sync_batch_norm = f.sync_batch_norm;
+  ro.batch_norm_momentum = f.bn_momentum;
   ro.model.threads = f.threads;
   ro.model.seed = f.seed;
   ro.model.max_batch = f.batch_size;

@@ -56,10 +56,11 @@ TEST(cifar10_resnet_example_release, sync_batch_norm_two_workers_of_64_equal_one
 
 TEST(cifar10_resnet_example_release, two_workers_train_resnet20_well_above_chance) {
   if (!have_cifar()) GTEST_SKIP() << "no CIFAR-10 in " << cifar_dir << " (scripts/fetch-cifar10 puts it there)";
-  // A fixed number of steps (a full epoch takes longer than a test should on the 2-core machine): 100 global
-  // steps of 2 × 128. Threshold set from measured runs with margin (see the report in docs/architecture.md).
+  // A fixed number of steps (a full epoch took ~11 min on the shared 2-core machine): 100 global steps of 2 × 128.
+  // Batch norm momentum 0.9 instead of TF's 0.997: after 100 steps 0.997's moving statistics are still 74% their
+  // initial 0 and 1, and the test set (inference mode) scores near chance although training accuracy is ~32%.
   const auto r = run(launcher + " -n 2 -- " + resnet_example + " --data-dir " + cifar_dir +
-                         " --depth 20 --epochs 1 --steps-per-epoch 100 --seed 1",
+                         " --depth 20 --epochs 1 --steps-per-epoch 100 --bn-momentum 0.9 --seed 1",
                      900);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("Layer (type)"), std::string::npos);  // the chief's summary

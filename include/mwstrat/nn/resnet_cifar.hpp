@@ -29,6 +29,8 @@ enum class resnet_variant { tf, he };
 struct resnet_options {
   resnet_variant variant = resnet_variant::tf;
   bool sync_batch_norm = false;  ///< SyncBatchNormalization instead of BatchNormalization
+  double batch_norm_momentum = 0.997;  ///< TF's; a short run needs less (the moving statistics lag ~1/(1 − m) steps)
+  double batch_norm_epsilon = 1e-5;
   std::size_t classes = 10;
   model_options model;           ///< threads, seed, max_batch
 };
@@ -46,7 +48,8 @@ basic_graph_model<T> resnet_cifar(std::size_t depth, const resnet_options& optio
     return conv2d{filters, {k, k}, activation::linear, {stride, stride}, pad, tf, initializer::he_normal, l2, tf ? l2 : 0.0};
   };
   auto bn = [&](const symbolic_tensor& x) {
-    return options.sync_batch_norm ? sync_batch_normalization{0.997, 1e-5}(x) : batch_normalization{0.997, 1e-5}(x);
+    const double m = options.batch_norm_momentum, e = options.batch_norm_epsilon;
+    return options.sync_batch_norm ? sync_batch_normalization{m, e}(x) : batch_normalization{m, e}(x);
   };
   auto relu_of = [](const symbolic_tensor& x) { return activation_layer{activation::relu}(x); };
 
