@@ -120,6 +120,10 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   o.worker_index = strategy.replica_id();
   o.seed = f.seed;
   o.transform = data::image_augmentation(aug).transform();
+  // Data sharding: each worker takes its contiguous part of every global batch of one shared order, so N workers
+  // × B see exactly the examples one worker × N·B sees. (Auto sharding would pick file sharding here — the five
+  // training files are enough for it — and each worker would read other files.)
+  o.policy = data::data_shard{};
   mwstrat::distributed_input train_data(
       data::distributed_batches(data::load_cifar10(f.data_dir, data::cifar10_split::train), o));
   auto test_data = mwstrat::distributed_input(data::distributed_batches::for_evaluation(
