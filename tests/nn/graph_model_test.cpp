@@ -4,6 +4,9 @@
 // counts, and shape errors that name the layer.
 #include <mwstrat/nn.hpp>
 #include <mwstrat/strategy/local_mirrored_strategy.hpp>
+#include <mwstrat/train.hpp>
+
+#include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
@@ -258,4 +261,39 @@ TEST(NnGraphModel, ShapeErrorsNameTheLayer) {
     EXPECT_NE(std::string(e.what()).find("layer conv2d_2 applied to (8, 8, 3): conv2d: window 9x9 larger"),
               std::string::npos) << e.what();
   }
+}
+
+// What fit, the checkpoints and the saved-model path ask of a model.
+static_assert(mwstrat::trainable_model<nn::graph_model, mwstrat::data::image_batch>);
+static_assert(mwstrat::stateful_model<nn::graph_model> && !mwstrat::stateful_model<nn::sequential>);
+static_assert(mwstrat::cross_replica_model<nn::graph_model> && !mwstrat::cross_replica_model<nn::sequential>);
+static_assert(mwstrat::named_parameters_model<nn::graph_model> && mwstrat::keras_layout_model<nn::graph_model>);
+static_assert(mwstrat::model_with_step<nn::graph_model>);
+
+TEST(NnGraphModel, SavedModelKeepsTheMovingStatisticsInKerasNames) {
+  mwstrat::test::temp_dir dir("mwstrat-graph");
+  nn::resnet_options options;
+  options.batch_norm_momentum = 0.5;
+  auto model = nn::resnet_cifar(8, options);
+  std::vector<float> x(4 * model.input_size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(mwstrat::detail::random_unit(5, 0, i));
+  const std::vector<std::int64_t> y{1, 2, 3, 4};
+  model.train_batch(x, y, 4);  // moves the statistics away from 0 and 1
+  struct none {} no_optimizer;
+  mwstrat::save_model(dir.path() / "m.safetensors", model, no_optimizer, {false, 0});
+  const auto s = mwstrat::load_training_state(dir.path() / "m.safetensors");
+  ASSERT_FALSE(s.weights.empty());
+  EXPECT_EQ(s.weights.front().name, "conv2d/kernel");
+  EXPECT_EQ(s.weights.front().shape, (std::vector<std::int64_t>{3, 3, 3, 16}));
+  bool found = false;
+  for (const auto& t : s.weights) found = found || t.name == "batch_normalization/moving_variance";
+  EXPECT_TRUE(found);
+  auto fresh = nn::resnet_cifar(8, options);
+  ASSERT_NE(std::vector<float>(fresh.model_state().begin(), fresh.model_state().end()),
+            std::vector<float>(model.model_state().begin(), model.model_state().end()));
+  mwstrat::load_model(dir.path() / "m.safetensors", fresh, no_optimizer);
+  EXPECT_EQ(std::vector<float>(fresh.model_state().begin(), fresh.model_state().end()),
+            std::vector<float>(model.model_state().begin(), model.model_state().end()));
+  EXPECT_EQ(std::vector<float>(fresh.parameters().begin(), fresh.parameters().end()),
+            std::vector<float>(model.parameters().begin(), model.parameters().end()));
 }
