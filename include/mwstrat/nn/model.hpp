@@ -406,6 +406,8 @@ class basic_sequential {
     return std::make_unique<detail::relu_layer<T>>(in);
   }
   std::unique_ptr<detail::layer_impl<T>> make(const dense& s, const shape_t& in, std::size_t) {
+    if (s.activation == activation::softmax)
+      detail::nn_config_error("dense: a softmax activation is a graph model's output only; use nn::softmax here");
     return std::make_unique<detail::dense_layer<T>>(s, in);
   }
   std::unique_ptr<detail::layer_impl<T>> make(const dropout& s, const shape_t& in, std::size_t i) {

@@ -196,6 +196,7 @@ class conv2d_layer final : public layer_impl<T> {
 
   static std::pair<nn_shape, window_2d> geometry(const nn::conv2d& spec, const nn_shape& in) {
     if (spec.filters == 0) nn_config_error("conv2d: filters must be positive");
+    if (spec.activation == nn::activation::softmax) nn_config_error("conv2d: a softmax activation is not supported");
     const window_2d g = window_2d::make("conv2d", in, spec.kernel_size, spec.strides, spec.padding);
     return {nn_shape{g.oh, g.ow, spec.filters}, g};
   }
