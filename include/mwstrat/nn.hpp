@@ -7,6 +7,8 @@
 #include <mwstrat/nn/kernels/conv2d.hpp>
 #include <mwstrat/nn/layers.hpp>
 #include <mwstrat/nn/losses.hpp>
+#include <mwstrat/nn/graph_model.hpp>
 #include <mwstrat/nn/metrics.hpp>
 #include <mwstrat/nn/model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
+#include <mwstrat/nn/resnet_cifar.hpp>

@@ -4,7 +4,8 @@
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/conv_filter_gradient.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
-#include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/relu_backward.hpp>
+#include <mwstrat/nn/layers/conv2d.hpp>
 #include <mwstrat/nn/detail/random.hpp>
 
 #include <gtest/gtest.h>
@@ -162,13 +163,13 @@ void expect_first_conv_gradient_same_bits(std::size_t channels) {
   const auto params = filled<float>(conv.param_count(), 12);
   const auto dy = filled<float>(batch * out, 13);
   d::aligned_vector<float> y(batch * out);
-  conv.forward({batch, x.data(), y.data(), params.data(), true, 0});
+  conv.forward({batch, x.data(), y.data(), params.data(), true, 0, nullptr, nullptr, nullptr});
   ASSERT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v == 0.0f; }));
   ASSERT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v > 0.0f; }));
   d::aligned_vector<float> first(conv.param_count(), -1.0f), inner(conv.param_count(), -2.0f);
   d::aligned_vector<float> dx(batch * 28 * 28 * channels);
-  conv.backward({batch, x.data(), y.data(), dy.data(), nullptr, params.data(), first.data(), 0});
-  conv.backward({batch, x.data(), y.data(), dy.data(), dx.data(), params.data(), inner.data(), 0});
+  conv.backward({batch, x.data(), y.data(), dy.data(), nullptr, params.data(), first.data(), 0, nullptr, nullptr});
+  conv.backward({batch, x.data(), y.data(), dy.data(), dx.data(), params.data(), inner.data(), 0, nullptr, nullptr});
   ASSERT_EQ(0, std::memcmp(first.data(), inner.data(), first.size() * sizeof(float)));
   // And both are the gradient: the bias gradient of filter j is the sum of its masked output gradient.
   for (std::size_t j = 0; j < 32; ++j) {

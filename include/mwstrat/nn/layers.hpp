@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <variant>
 #include <vector>
 
@@ -24,8 +25,13 @@ namespace mwstrat::nn {
 /// Extents of one sample (the batch dimension is never part of a shape).
 using shape_t = std::vector<std::size_t>;
 
-/// An activation fused into a layer, as Keras's `activation=` argument.
-enum class activation { linear, relu };
+/// An activation fused into a layer, as Keras's `activation=` argument. `softmax` is allowed on a graph model's
+/// output layer only: the loss is then computed from the logits before it (the same math, without the overflow).
+enum class activation { linear, relu, softmax };
+
+/// How a kernel is initialised, as Keras's `kernel_initializer=`: `glorot_uniform` (Keras's default) or
+/// `he_normal` (truncated normal, stddev sqrt(2 / fan_in), cut at two standard deviations).
+enum class initializer { glorot_uniform, he_normal };
 
 /// Convolution and pooling padding, as in Keras: `valid` (no padding) or `same` (output = ceil(input/stride)).
 enum class padding { valid, same };
@@ -38,6 +44,11 @@ struct input {
 /// Reshapes each sample without moving data (`Reshape(target_shape=...)`).
 struct reshape {
   shape_t target_shape;  ///< same number of elements as the incoming shape
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
 };
 
 /// 2-D convolution over (height, width, channels) samples (`Conv2D`). Kernel [kh][kw][in][filters], bias [filters].
@@ -47,6 +58,15 @@ struct conv2d {
   nn::activation activation = nn::activation::linear;  ///< fused activation
   std::array<std::size_t, 2> strides = {1, 1};       ///< (height, width)
   nn::padding padding = nn::padding::valid;          ///< valid or same
+  bool use_bias = true;                              ///< Keras's `use_bias`
+  nn::initializer kernel_initializer = nn::initializer::glorot_uniform;  ///< bias starts at zero
+  double kernel_regularizer = 0;  ///< L2 factor λ: the loss gains λ·Σ kernel² (Keras's `regularizers.l2(λ)`)
+  double bias_regularizer = 0;    ///< L2 factor on the bias
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
 };
 
 /// Max pooling over (height, width) windows of each channel (`MaxPooling2D`).
@@ -54,19 +74,44 @@ struct max_pool2d {
   std::array<std::size_t, 2> pool_size = {2, 2};  ///< (height, width)
   std::array<std::size_t, 2> strides = {0, 0};    ///< (height, width); {0, 0} means pool_size, as in Keras
   nn::padding padding = nn::padding::valid;       ///< valid or same
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
 };
 
 /// Rectified linear unit, max(0, x) (`ReLU`).
-struct relu {};
+struct relu {
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
+};
 
 /// Flattens each sample to one dimension without moving data (`Flatten`).
-struct flatten {};
+struct flatten {
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
+};
 
 /// Fully connected layer on the last axis (`Dense`). Its kernel is stored [units][inputs] (output-major), which
 /// lets all three products of training run without a transpose; its bias is [units].
 struct dense {
   std::size_t units = 0;                               ///< output features
   nn::activation activation = nn::activation::linear;  ///< fused activation
+  nn::initializer kernel_initializer = nn::initializer::glorot_uniform;  ///< bias starts at zero
+  double kernel_regularizer = 0;  ///< L2 factor λ on the kernel (loss += λ·Σ kernel²)
+  double bias_regularizer = 0;    ///< L2 factor on the bias
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
 };
 
 /// Inverted dropout (`Dropout`): in training, zeroes each element with probability `rate` and scales the rest by
@@ -74,12 +119,101 @@ struct dense {
 struct dropout {
   double rate = 0.5;        ///< in [0, 1)
   std::uint64_t seed = 0;   ///< mixed with the model's seed
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
 };
 
 /// Softmax over the last axis (`Softmax`). The reference model keeps logits and uses the loss from logits.
-struct softmax {};
+struct softmax {
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
+};
 
-/// Any layer description.
+/// Any layer description of the sequential model.
 using layer_spec = std::variant<input, reshape, conv2d, max_pool2d, relu, flatten, dense, dropout, softmax>;
+
+/// Batch normalisation over the last (channel) axis (`BatchNormalization`). In training it normalises with the
+/// batch's mean and (biased) variance and moves `moving_mean`/`moving_variance` towards them
+/// (moving = momentum·moving + (1 − momentum)·batch); in inference it normalises with the moving statistics. The
+/// moving statistics are model state (saved in checkpoints and models), not trained parameters.
+struct batch_normalization {
+  double momentum = 0.99;  ///< Keras's default
+  double epsilon = 1e-3;   ///< Keras's default
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
+};
+
+/// Batch normalisation whose batch statistics are summed across all replicas in sync (Keras's
+/// `SyncBatchNormalization`): N workers × B normalise exactly as one worker × N·B. With one replica it is
+/// `batch_normalization`.
+struct sync_batch_normalization {
+  double momentum = 0.99;
+  double epsilon = 1e-3;
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
+};
+
+/// Element-wise sum of tensors of one shape (`Add`): applied to a list, `nn::add{}({a, b})`.
+struct add {
+  /// Applies the layer to a list of a graph model's tensors (`nn::add{}({a, b})`).
+  template <class Tensor>
+  auto operator()(std::initializer_list<Tensor> xs) const -> decltype(apply_layer(*this, xs)) {
+    return apply_layer(*this, xs);
+  }
+};
+
+/// An activation as a layer of its own (`Activation`).
+struct activation_layer {
+  nn::activation activation = nn::activation::relu;
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
+};
+
+/// Zero padding of the height and width (`ZeroPadding2D(padding=((top, bottom), (left, right)))`).
+struct zero_padding2d {
+  std::array<std::size_t, 2> height = {1, 1};  ///< (top, bottom)
+  std::array<std::size_t, 2> width = {1, 1};   ///< (left, right)
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
+};
+
+/// Mean over height and width of each channel (`GlobalAveragePooling2D`): (h, w, c) -> (c).
+struct global_average_pooling2d {
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
+};
+
+/// He et al.'s option-A shortcut (a Keras `Lambda`): keeps every `stride`-th row and column and pads the channels
+/// with zeros up to `filters`, so an identity shortcut can meet a strided, wider residual branch.
+struct pad_channels_shortcut {
+  std::size_t stride = 2;
+  std::size_t filters = 0;
+  /// Applies the layer to a graph model's tensor (Keras's functional API: `y = nn::conv2d{16}(x)`).
+  template <class Tensor>
+  auto operator()(const Tensor& x) const -> decltype(apply_layer(*this, x)) {
+    return apply_layer(*this, x);
+  }
+};
 
 }  // namespace mwstrat::nn

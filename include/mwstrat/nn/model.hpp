@@ -13,6 +13,13 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/layers/alias.hpp>
+#include <mwstrat/nn/layers/conv2d.hpp>
+#include <mwstrat/nn/layers/dense.hpp>
+#include <mwstrat/nn/layers/dropout.hpp>
+#include <mwstrat/nn/layers/max_pool2d.hpp>
+#include <mwstrat/nn/layers/relu.hpp>
+#include <mwstrat/nn/layers/softmax.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/keras_layout.hpp>
 #include <mwstrat/nn/layers.hpp>
@@ -399,6 +406,8 @@ class basic_sequential {
     return std::make_unique<detail::relu_layer<T>>(in);
   }
   std::unique_ptr<detail::layer_impl<T>> make(const dense& s, const shape_t& in, std::size_t) {
+    if (s.activation == activation::softmax)
+      detail::nn_config_error("dense: a softmax activation is a graph model's output only; use nn::softmax here");
     return std::make_unique<detail::dense_layer<T>>(s, in);
   }
   std::unique_ptr<detail::layer_impl<T>> make(const dropout& s, const shape_t& in, std::size_t i) {
@@ -454,7 +463,8 @@ class basic_sequential {
     input_ = x;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       if (layers_[i]->aliases_input()) continue;
-      layers_[i]->forward({batch, act_ptr(i), act_mut(i + 1), pbase_ + offsets_[i], training, step_});
+      const T* in = act_ptr(i);
+      layers_[i]->forward({batch, in, act_mut(i + 1), pbase_ + offsets_[i], training, step_, nullptr, nullptr, &in});
     }
   }
 
@@ -486,8 +496,9 @@ class basic_sequential {
       auto& l = *layers_[i];
       const std::size_t n = l.param_count();
       if (!l.aliases_input() && (n > 0 || needs_input_grad_[i])) {
-        l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), needs_input_grad_[i] ? grad_ptr(i) : nullptr,
-                    pbase_ + offsets_[i], gbase_ + offsets_[i], step_});
+        T* dx = needs_input_grad_[i] ? grad_ptr(i) : nullptr;
+        l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), dx, pbase_ + offsets_[i],
+                    gbase_ + offsets_[i], step_, nullptr, &dx});
       }
       if (n > 0) on_ready(offsets_[i], n);
     }

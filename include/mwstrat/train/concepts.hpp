@@ -57,6 +57,7 @@
 #include <mwstrat/train/logs.hpp>
 
 #include <concepts>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <ranges>
@@ -150,6 +151,23 @@ template <class M>
 concept named_parameters_model = requires(M& m) {
   requires std::ranges::input_range<decltype(m.named_parameters())>;
   requires named_parameter<std::ranges::range_value_t<decltype(m.named_parameters())>>;
+};
+
+/// Capability: `m.model_state()`, a `std::span<float>` of values the model keeps beside its parameters but does not
+/// train (batch norm's moving statistics). Checkpoints and saved models store it after the weights (inside
+/// `named_parameters()` when the model names its tensors, else as one tensor `model_state`); a restore broadcasts
+/// the chief's.
+template <class M>
+concept stateful_model = requires(M& m) {
+  { m.model_state() } -> std::convertible_to<std::span<float>>;
+};
+
+/// Capability: `m.set_cross_replica_sum(f)`, `f` a `std::function<void(std::span<double>)>` that sums values
+/// across the replicas in sync, in place. `fit` hands the model its strategy's for the length of the training, so
+/// a layer can reduce inside the step (SyncBatchNormalization's batch statistics).
+template <class M>
+concept cross_replica_model = requires(M& m, std::function<void(std::span<double>)> f) {
+  m.set_cross_replica_sum(std::move(f));
 };
 
 // -------------------------------------------------------------------------------------------- optimizer capabilities

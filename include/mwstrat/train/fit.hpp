@@ -189,7 +189,20 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   // Same architecture everywhere, then the chief's initial weights everywhere.
   strategy.verify_same("model fingerprint", model.fingerprint());
   strategy.mirror(model.parameters());
+  if constexpr (stateful_model<Model>) strategy.mirror(model.model_state());
 
+  // A model that reduces inside its step (SyncBatchNormalization) sums through the strategy while fit runs.
+  struct cross_replica_scope {
+    Model& m;
+    explicit cross_replica_scope(Model& model, Strategy& s) : m(model) {
+      if constexpr (cross_replica_model<Model>) m.set_cross_replica_sum([&s](std::span<double> v) { s.sum_metrics(v); });
+    }
+    ~cross_replica_scope() {
+      if constexpr (cross_replica_model<Model>) m.set_cross_replica_sum({});
+    }
+    cross_replica_scope(const cross_replica_scope&) = delete;
+    cross_replica_scope& operator=(const cross_replica_scope&) = delete;
+  } cross_replica(model, strategy);
   auto sync = make_gradient_sync(strategy, model, optimizer);  // after mirroring: it may exchange facts
   history hist;
   const preemption_signal_guard signals(options.catch_preemption_signals);

@@ -53,6 +53,11 @@ std::vector<float_tensor_view> weight_views(Model& model) {
   } else {
     const std::span<float> all = model.parameters();
     out.push_back({"parameters", {static_cast<std::int64_t>(all.size())}, std::span<const float>(all)});
+    if constexpr (stateful_model<Model>) {
+      const std::span<float> st = model.model_state();
+      if (!st.empty())
+        out.push_back({"model_state", {static_cast<std::int64_t>(st.size())}, std::span<const float>(st)});
+    }
   }
   return out;
 }
@@ -83,6 +88,37 @@ inline void copy_tensors_into(const std::vector<float_tensor>& from, std::span<f
   for (const auto& t : from) {
     std::copy(t.values.begin(), t.values.end(), into.begin() + static_cast<std::ptrdiff_t>(at));
     at += t.values.size();
+  }
+}
+
+/// Copies saved weights (as `weight_views` wrote them) into `model`: its parameters, then its `model_state()` when
+/// it is a `stateful_model`; the sizes must match exactly.
+template <class Model>
+void copy_weights_into(const std::vector<float_tensor>& from, Model& model, const std::string& what,
+                       const std::string& source, std::optional<int> rank) {
+  if constexpr (stateful_model<Model>) {
+    const std::span<float> params = model.parameters();
+    const std::span<float> st = model.model_state();
+    std::size_t total = 0;
+    for (const auto& t : from) total += t.values.size();
+    if (total != params.size() + st.size()) {
+      throw checkpoint_error({"train", rank}, source,
+                             source + ": " + what + " hold " + std::to_string(total) + " values, the model has " +
+                                 std::to_string(params.size()) + " parameters and " + std::to_string(st.size()) +
+                                 " values of state");
+    }
+    std::size_t at = 0;
+    for (const auto& t : from)
+      for (const float v : t.values) {
+        if (at < params.size()) {
+          params[at] = v;
+        } else {
+          st[at - params.size()] = v;
+        }
+        ++at;
+      }
+  } else {
+    copy_tensors_into(from, model.parameters(), what, source, rank);
   }
 }
 

@@ -200,7 +200,7 @@ void load_model(const std::filesystem::path& path, Model& model, Optimizer& opti
                            path.string() + ": the file holds another architecture ('" + s.model_fingerprint +
                                "'; this model is '" + fingerprint + "')");
   }
-  copy_tensors_into(s.weights, model.parameters(), "the file's weights", path.string(), {});
+  copy_weights_into(s.weights, model, "the file's weights", path.string(), {});
   if constexpr (checkpointable_optimizer<Optimizer>) {
     if (!s.optimizer_slots.empty()) {
       copy_tensors_into(s.optimizer_slots, optimizer_slots(optimizer, model.parameters().size()),

@@ -194,13 +194,14 @@ class basic_backup_and_restore {
 
     // Weights and optimizer slots: the chief copies them in, then one broadcast each.
     if (state) {
-      copy_tensors_into(state->weights, ctx.model.parameters(), "the backup's weights", source_, rank);
+      copy_weights_into(state->weights, ctx.model, "the backup's weights", source_, rank);
       if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
         copy_tensors_into(state->optimizer_slots, optimizer_slots(ctx.optimizer, ctx.model.parameters().size()),
                           "the backup's optimizer slots", source_, rank);
       }
     }
     ctx.strategy.mirror(ctx.model.parameters());
+    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) ctx.strategy.mirror(ctx.model.model_state());
     if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
       ctx.strategy.mirror(optimizer_slots(ctx.optimizer, ctx.model.parameters().size()));
       ctx.optimizer.set_iterations(static_cast<decltype(ctx.optimizer.iterations())>(head[3]));

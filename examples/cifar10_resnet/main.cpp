@@ -1,0 +1,187 @@
+// The multi-node tutorial's program (ResNet-56 on CIFAR-10 with MultiWorkerMirroredStrategy), in C++.
+//
+// Every worker runs this same program with its own TF_CONFIG (mwstrat-launch sets it):
+//   mwstrat-launch -n 2 -- cifar10_resnet --data-dir .cache/cifar10
+// Each trains TF's official Keras ResNet (resnet_cifar_model) on its share of every global batch (per-worker
+// batch × workers) with SGD (momentum 0.9) and the tutorial's piecewise learning rate (×1 until epoch 30, ×0.1
+// until 45, ×0.01 after); the data is augmented as in the tutorial (pad 4, random crop, flip, per-image
+// standardization). The chief logs Keras's progress and the validation on the test set after every epoch, saves
+// the model to --model-dir and prints `test: loss=<x> accuracy=<y>`.
+#include <mwstrat/mwstrat.hpp>
+#include <mwstrat/data/cifar10.hpp>
+#include <mwstrat/data/image_augmentation.hpp>
+#include <mwstrat/nn/optimizers/schedules.hpp>
+#include <mwstrat/nn/optimizers/sgd.hpp>
+#include <mwstrat/nn/resnet_cifar.hpp>
+#include <mwstrat/train/callbacks/learning_rate_scheduler.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+
+namespace {
+
+struct flags {
+  std::string data_dir = ".cache/cifar10";
+  std::size_t depth = 56;
+  int epochs = 60;
+  std::size_t steps_per_epoch = 0;  // 0: a full pass
+  std::size_t batch_size = 128;     // per worker
+  double learning_rate = 0.1;
+  std::string variant = "tf";
+  bool sync_batch_norm = false;
+  double bn_momentum = 0.997;  // TF's resnet_cifar_model; short runs (tests) use less
+  std::uint64_t seed = 42;
+  int threads = 1;
+  std::string model_dir;
+  std::string backup_dir;
+  std::string save_freq = "epoch";
+  std::size_t validation_steps = 0;  // 0: the whole test set
+  double connect_timeout_s = 60;
+  double op_timeout_s = 300;
+  bool evaluate_test = true;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::cerr << "cifar10_resnet: " << problem << "\n"
+            << "usage: cifar10_resnet [--data-dir D] [--depth 6n+2] [--epochs N] [--steps-per-epoch N (0: a full pass)]\n"
+               "  [--batch-size B (per worker)] [--learning-rate X] [--variant tf|he] [--sync-batch-norm] [--seed S]\n"
+               "  [--bn-momentum M (0.997)]\n"
+               "  [--threads T] [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--validation-steps N]\n"
+               "  [--connect-timeout S] [--op-timeout S] [--no-test]\n";
+  std::exit(2);
+}
+
+flags parse(int argc, char** argv) {
+  flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    auto number = [&](const std::string& text) {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || v < 0) usage(a + ": '" + text + "' is not a non-negative number");
+      return v;
+    };
+    auto count = [&](const std::string& text) {
+      const double v = number(text);
+      if (v != static_cast<double>(static_cast<std::size_t>(v))) usage(a + ": '" + text + "' is not a whole number");
+      return static_cast<std::size_t>(v);
+    };
+    if (a == "--data-dir") f.data_dir = value();
+    else if (a == "--depth") f.depth = count(value());
+    else if (a == "--epochs") f.epochs = static_cast<int>(count(value()));
+    else if (a == "--steps-per-epoch") f.steps_per_epoch = count(value());
+    else if (a == "--batch-size") f.batch_size = count(value());
+    else if (a == "--learning-rate") f.learning_rate = number(value());
+    else if (a == "--variant") f.variant = value();
+    else if (a == "--sync-batch-norm") f.sync_batch_norm = true;
+    else if (a == "--bn-momentum") f.bn_momentum = number(value());
+    else if (a == "--seed") f.seed = count(value());
+    else if (a == "--threads") f.threads = static_cast<int>(count(value()));
+    else if (a == "--model-dir") f.model_dir = value();
+    else if (a == "--backup-dir") f.backup_dir = value();
+    else if (a == "--save-freq") f.save_freq = value();
+    else if (a == "--validation-steps") f.validation_steps = count(value());
+    else if (a == "--connect-timeout") f.connect_timeout_s = number(value());
+    else if (a == "--op-timeout") f.op_timeout_s = number(value());
+    else if (a == "--no-test") f.evaluate_test = false;
+    else usage("unknown flag '" + a + "'");
+  }
+  if (f.variant != "tf" && f.variant != "he") usage("--variant: '" + f.variant + "' is not tf or he");
+  if (f.depth < 8 || (f.depth - 2) % 6 != 0) usage("--depth: " + std::to_string(f.depth) + " is not 6n + 2 (20, 32, 44, 56, 110)");
+  if (f.bn_momentum > 1) usage("--bn-momentum must be in [0, 1]");
+  if (f.batch_size == 0) usage("--batch-size must be at least 1");
+  if (f.threads < 1) usage("--threads must be at least 1");
+  return f;
+}
+
+std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
+
+int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
+  namespace data = mwstrat::data;
+  namespace nn = mwstrat::nn;
+  const bool chief = strategy.is_chief();
+  const int workers = strategy.num_replicas_in_sync();
+  const std::size_t global_batch = f.batch_size * static_cast<std::size_t>(workers);
+
+  data::augmentation_options aug;  // pad 4 + random crop + flip, per-image standardization
+  aug.seed = f.seed;
+  data::distribution_options o;
+  o.global_batch = global_batch;
+  o.num_workers = workers;
+  o.worker_index = strategy.replica_id();
+  o.seed = f.seed;
+  o.transform = data::image_augmentation(aug).transform();
+  // Data sharding: each worker takes its contiguous part of every global batch of one shared order, so N workers
+  // × B see exactly the examples one worker × N·B sees. (Auto sharding would pick file sharding here — the five
+  // training files are enough for it — and each worker would read other files.)
+  o.policy = data::data_shard{};
+  mwstrat::distributed_input train_data(
+      data::distributed_batches(data::load_cifar10(f.data_dir, data::cifar10_split::train), o));
+  auto test_data = mwstrat::distributed_input(data::distributed_batches::for_evaluation(
+      data::load_cifar10(f.data_dir, data::cifar10_split::test), global_batch, workers, strategy.replica_id(),
+      data::data_shard{}, data::image_augmentation(aug.for_evaluation()).transform()));
+
+  nn::resnet_options ro;
+  ro.variant = f.variant == "he" ? nn::resnet_variant::he : nn::resnet_variant::tf;
+  ro.sync_batch_norm = f.sync_batch_norm;
+  ro.batch_norm_momentum = f.bn_momentum;
+  ro.model.threads = f.threads;
+  ro.model.seed = f.seed;
+  ro.model.max_batch = f.batch_size;
+  auto model = nn::resnet_cifar(f.depth, ro);
+  if (chief) model.summary(std::cout);
+
+  nn::sgd optimizer(f.learning_rate, 0.9);
+  const double lr = f.learning_rate;
+  mwstrat::learning_rate_scheduler schedule(
+      nn::per_epoch(nn::piecewise_constant_decay({30, 45}, {lr, lr * 0.1, lr * 0.01})));
+
+  mwstrat::fit_options options;
+  options.epochs = f.epochs;
+  options.steps_per_epoch = f.steps_per_epoch;
+  options.validation_steps = f.validation_steps;
+  mwstrat::progress_logger progress;
+  mwstrat::terminate_on_nan nan_guard;
+  if (!f.backup_dir.empty()) {
+    mwstrat::backup_and_restore backup(
+        mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
+    mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule, progress, nan_guard, backup);
+  } else {
+    mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule, progress, nan_guard);
+  }
+
+  if (!f.model_dir.empty()) {
+    const auto path = std::filesystem::path(f.model_dir) / "model.safetensors";
+    if (mwstrat::save_model(strategy, path, model, optimizer)) std::cout << "saved " << path.string() << "\n";
+  }
+  if (f.evaluate_test) {
+    const mwstrat::evaluation e = mwstrat::evaluate(strategy, model, test_data);
+    if (chief) std::printf("test: loss=%.4f accuracy=%.4f\n", e.loss, e.accuracy);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const flags f = parse(argc, argv);
+  try {
+    mwstrat::communication_options comm;
+    comm.connect_timeout = seconds(f.connect_timeout_s);
+    comm.op_timeout = seconds(f.op_timeout_s);
+    auto strategy = mwstrat::make_multi_worker_mirrored_strategy(comm);  // waits for every worker
+    return train(f, strategy);
+  } catch (const mwstrat::error& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,184 @@
+#pragma once
+// BatchNormalization and SyncBatchNormalization (`nn::batch_normalization`, `nn::sync_batch_normalization`) over
+// the channel (last) axis. Per-channel sums run in double over fixed chunks of rows combined in order, so the bits
+// do not depend on the thread count; the synchronised variant adds the replicas' sums (one all-reduce of 2C + 1
+// values forward, 2C backward) so that N replicas × B normalise and differentiate exactly as one replica × N·B.
+
+#include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/initializers.hpp>
+#include <mwstrat/nn/layers.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mwstrat::detail {
+
+template <class T>
+class batch_normalization_layer final : public layer_impl<T> {
+ public:
+  batch_normalization_layer(double momentum, double epsilon, bool sync, const nn_shape& in)
+      : layer_impl<T>(in, in), momentum_(momentum), epsilon_(epsilon), sync_(sync) {
+    const std::string who = sync ? "sync_batch_normalization" : "batch_normalization";
+    if (in.empty() || shape_size(in) == 0) nn_config_error(who + ": input shape " + shape_string(in) + " is empty");
+    if (!(momentum >= 0 && momentum <= 1)) nn_config_error(who + ": momentum " + json_number(momentum) + " outside [0, 1]");
+    if (!(epsilon > 0)) nn_config_error(who + ": epsilon " + json_number(epsilon) + " is not positive");
+    channels_ = in.back();
+    per_sample_rows_ = shape_size(in) / channels_;
+  }
+  std::string keras_type() const override { return sync_ ? "SyncBatchNormalization" : "BatchNormalization"; }
+  std::string base_name() const override { return sync_ ? "sync_batch_normalization" : "batch_normalization"; }
+  std::string config() const override {
+    return base_name() + "(" + json_number(momentum_) + "," + json_number(epsilon_) + ")";
+  }
+  std::size_t param_count() const override { return 2 * channels_; }
+  std::size_t state_count() const override { return 2 * channels_; }
+  std::vector<weight_info> weights() const override { return {{"gamma", {channels_}}, {"beta", {channels_}}}; }
+  std::vector<weight_info> state_weights() const override {
+    return {{"moving_mean", {channels_}}, {"moving_variance", {channels_}}};
+  }
+  std::string keras_config() const override {
+    return "\"axis\": -1, \"momentum\": " + json_number(momentum_) + ", \"epsilon\": " + json_number(epsilon_) +
+           ", \"center\": true, \"scale\": true";
+  }
+  void initialize(std::span<T> p, std::uint64_t, std::uint64_t) override {
+    nn::ones(p.first(channels_));
+    nn::zeros(p.subspan(channels_));
+  }
+  void initialize_state(std::span<T> s) override {
+    nn::zeros(s.first(channels_));
+    nn::ones(s.subspan(channels_));
+  }
+  void reserve(std::size_t batch) override {
+    const std::size_t rows = batch * per_sample_rows_;
+    chunks_ = std::max<std::size_t>(1, ceil_div(rows, chunk_rows));
+    partial_.assign(chunks_ * 2 * channels_, 0.0);
+    sums_.assign(2 * channels_ + 1, 0.0);
+    mean_.assign(channels_, 0.0);
+    inv_std_.assign(channels_, 0.0);
+  }
+
+  void forward(const forward_args<T>& a) override {
+    const std::size_t c = channels_;
+    const std::size_t rows = a.batch * per_sample_rows_;
+    const T* gamma = a.params;
+    const T* beta = a.params + c;
+    if (!a.training) {  // inference: the moving statistics
+      const T* mm = a.state;
+      const T* mv = a.state + c;
+      for (std::size_t j = 0; j < c; ++j) {
+        mean_[j] = static_cast<double>(mm[j]);
+        inv_std_[j] = 1.0 / std::sqrt(static_cast<double>(mv[j]) + epsilon_);
+      }
+    } else {
+      // Σx and Σx² per channel (over this replica's rows, then over all replicas).
+      channel_sums(rows, [&](std::size_t r, std::size_t j) {
+        const double v = static_cast<double>(a.x[r * c + j]);
+        return std::pair<double, double>{v, v * v};
+      });
+      sums_[2 * c] = static_cast<double>(rows);
+      if (sync_ && a.replicas != nullptr && *a.replicas) (*a.replicas)(std::span<double>(sums_));
+      const double count = sums_[2 * c];
+      T* mm = a.state;
+      T* mv = a.state + c;
+      for (std::size_t j = 0; j < c; ++j) {
+        const double mean = sums_[j] / count;
+        const double var = std::max(0.0, sums_[c + j] / count - mean * mean);
+        mean_[j] = mean;
+        inv_std_[j] = 1.0 / std::sqrt(var + epsilon_);
+        if (mm != nullptr) {
+          mm[j] = static_cast<T>(momentum_ * static_cast<double>(mm[j]) + (1 - momentum_) * mean);
+          mv[j] = static_cast<T>(momentum_ * static_cast<double>(mv[j]) + (1 - momentum_) * var);
+        }
+      }
+    }
+    parallel_chunks(rows, 256, [&](std::size_t b, std::size_t e) {
+      for (std::size_t r = b; r < e; ++r)
+        for (std::size_t j = 0; j < c; ++j) {
+          const double xhat = (static_cast<double>(a.x[r * c + j]) - mean_[j]) * inv_std_[j];
+          a.y[r * c + j] = static_cast<T>(static_cast<double>(gamma[j]) * xhat + static_cast<double>(beta[j]));
+        }
+    });
+  }
+
+  // Training mode (the statistics of the last forward pass in training).
+  void backward(const backward_args<T>& a) override {
+    const std::size_t c = channels_;
+    const std::size_t rows = a.batch * per_sample_rows_;
+    // Σdy and Σdy·x̂ per channel: beta's and gamma's gradients on this replica's rows.
+    channel_sums(rows, [&](std::size_t r, std::size_t j) {
+      const double dy = static_cast<double>(a.dy[r * c + j]);
+      const double xhat = (static_cast<double>(a.x[r * c + j]) - mean_[j]) * inv_std_[j];
+      return std::pair<double, double>{dy, dy * xhat};
+    });
+    for (std::size_t j = 0; j < c; ++j) {
+      a.grads[j] = static_cast<T>(sums_[c + j]);  // dgamma
+      a.grads[c + j] = static_cast<T>(sums_[j]);  // dbeta
+    }
+    if (a.dx == nullptr) return;
+    double count = static_cast<double>(rows);
+    if (sync_ && a.replicas != nullptr && *a.replicas) {
+      sums_[2 * c] = count;
+      (*a.replicas)(std::span<double>(sums_));
+      count = sums_[2 * c];
+    }
+    const T* gamma = a.params;
+    // dx = γ/σ · (dy − mean(dy) − x̂·mean(dy·x̂)), the means over the whole (global) batch.
+    parallel_chunks(rows, 256, [&](std::size_t b, std::size_t e) {
+      for (std::size_t r = b; r < e; ++r)
+        for (std::size_t j = 0; j < c; ++j) {
+          const double xhat = (static_cast<double>(a.x[r * c + j]) - mean_[j]) * inv_std_[j];
+          const double dy = static_cast<double>(a.dy[r * c + j]);
+          a.dx[r * c + j] = static_cast<T>(static_cast<double>(gamma[j]) * inv_std_[j] *
+                                           (dy - sums_[j] / count - xhat * sums_[c + j] / count));
+        }
+    });
+  }
+
+ private:
+  static constexpr std::size_t chunk_rows = 1024;
+
+  // sums_[j] = Σ_r f(r, j).first, sums_[c + j] = Σ_r f(r, j).second: fixed chunks of rows in parallel, combined in
+  // chunk order.
+  template <class F>
+  void channel_sums(std::size_t rows, F&& f) {
+    const std::size_t c = channels_;
+    const std::size_t chunks = std::max<std::size_t>(1, ceil_div(rows, chunk_rows));
+    parallel_tasks(chunks, [&](std::size_t ch) {
+      double* part = partial_.data() + ch * 2 * c;
+      std::fill(part, part + 2 * c, 0.0);
+      const std::size_t r1 = std::min(rows, (ch + 1) * chunk_rows);
+      for (std::size_t r = ch * chunk_rows; r < r1; ++r)
+        for (std::size_t j = 0; j < c; ++j) {
+          const auto [u, v] = f(r, j);
+          part[j] += u;
+          part[c + j] += v;
+        }
+    });
+    for (std::size_t j = 0; j < 2 * c; ++j) {
+      double s = 0;
+      for (std::size_t ch = 0; ch < chunks; ++ch) s += partial_[ch * 2 * c + j];
+      sums_[j] = s;
+    }
+  }
+
+  double momentum_;
+  double epsilon_;
+  bool sync_;
+  std::size_t channels_ = 0;
+  std::size_t per_sample_rows_ = 1;
+  std::size_t chunks_ = 1;
+  std::vector<double> partial_;
+  std::vector<double> sums_;     // [Σ first (C) | Σ second (C) | count]
+  std::vector<double> mean_;     // of the last forward pass
+  std::vector<double> inv_std_;  // 1 / sqrt(var + ε)
+};
+
+}  // namespace mwstrat::detail

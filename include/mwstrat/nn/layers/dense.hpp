@@ -1,0 +1,139 @@
+#pragma once
+// Dense (`nn::dense`): a fully connected layer on the last axis, on the GEMM kernels.
+
+#include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/gemm.hpp>
+#include <mwstrat/nn/detail/relu_backward.hpp>
+#include <mwstrat/nn/initializers.hpp>
+#include <mwstrat/nn/layers.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mwstrat::detail {
+
+template <class T>
+class dense_layer final : public layer_impl<T> {
+ public:
+  // `keras_layout`: the kernel is stored [inputs][units] as Keras's (the graph model); otherwise [units][inputs],
+  // which lets the sequential model's products run without a transpose. A softmax activation leaves the logits
+  // in y: the graph model applies it after the loss has used them.
+  dense_layer(const nn::dense& spec, nn_shape in, bool keras_layout = false)
+      : layer_impl<T>(in, out_shape(spec, in)), spec_(spec), keras_layout_(keras_layout) {
+    inputs_ = in.back();
+    rows_per_sample_ = shape_size(in) / inputs_;
+  }
+  std::string keras_type() const override { return "Dense"; }
+  std::string base_name() const override { return "dense"; }
+  std::string config() const override {
+    std::string s = "dense(" + std::to_string(spec_.units) + (spec_.activation == nn::activation::relu ? ",relu" : "");
+    if (spec_.activation == nn::activation::softmax) s += ",softmax";
+    if (keras_layout_) s += ",io";
+    if (spec_.kernel_initializer == nn::initializer::he_normal) s += ",he_normal";
+    if (spec_.kernel_regularizer != 0) s += ",l2k=" + json_number(spec_.kernel_regularizer);
+    if (spec_.bias_regularizer != 0) s += ",l2b=" + json_number(spec_.bias_regularizer);
+    return s + ")";
+  }
+  std::size_t param_count() const override { return spec_.units * inputs_ + spec_.units; }
+  std::vector<weight_info> weights() const override {
+    if (keras_layout_) return {{"kernel", {inputs_, spec_.units}}, {"bias", {spec_.units}}};
+    return {{"kernel", {spec_.units, inputs_}}, {"bias", {spec_.units}}};
+  }
+  std::string keras_config() const override {
+    return "\"units\": " + std::to_string(spec_.units) + ", \"activation\": \"" + activation_name(spec_.activation) +
+           "\", \"use_bias\": true, \"kernel_initializer\": \"" +
+           (spec_.kernel_initializer == nn::initializer::he_normal ? "he_normal" : "glorot_uniform") +
+           "\", \"kernel_regularizer\": " + regularizer_json(spec_.kernel_regularizer) +
+           ", \"bias_regularizer\": " + regularizer_json(spec_.bias_regularizer);
+  }
+  double regularization(const T* params) const override {
+    const std::size_t k = spec_.units * inputs_;
+    return l2_penalty(spec_.kernel_regularizer, params, k) + l2_penalty(spec_.bias_regularizer, params + k, spec_.units);
+  }
+  void initialize(std::span<T> p, std::uint64_t seed, std::uint64_t stream) override {
+    if (spec_.kernel_initializer == nn::initializer::he_normal) {
+      nn::he_normal(p.first(spec_.units * inputs_), inputs_, seed, stream);
+    } else {
+      nn::glorot_uniform(p.first(spec_.units * inputs_), inputs_, spec_.units, seed, stream);
+    }
+    nn::zeros(p.subspan(spec_.units * inputs_));
+  }
+  void reserve(std::size_t batch) override {
+    const std::size_t rows = batch * rows_per_sample_;
+    workspace_.assign(keras_layout_ ? gemm_nt_workspace(rows, inputs_, spec_.units)
+                                    : gemm_nt_workspace(rows, spec_.units, inputs_), T{});
+    if (spec_.activation == nn::activation::relu) dz_.assign(rows * spec_.units, T{});
+  }
+  void forward(const forward_args<T>& a) override {
+    const std::size_t rows = a.batch * rows_per_sample_;
+    const T* kernel = a.params;
+    const T* bias = a.params + spec_.units * inputs_;
+    if (keras_layout_) {
+      gemm_nn<T>(rows, spec_.units, inputs_, a.x, static_cast<std::ptrdiff_t>(inputs_), 1, kernel, spec_.units, a.y,
+                 spec_.units, bias, spec_.activation == nn::activation::relu);
+      return;
+    }
+    gemm_nt<T>(rows, spec_.units, inputs_, a.x, inputs_, kernel, inputs_, a.y, spec_.units, bias,
+               spec_.activation == nn::activation::relu, std::span<T>(workspace_));
+  }
+  void backward(const backward_args<T>& a) override {
+    const std::size_t rows = a.batch * rows_per_sample_;
+    const std::size_t units = spec_.units;
+    const T* dz = a.dy;
+    if (spec_.activation == nn::activation::relu) {
+      relu_backward(rows * units, a.y, a.dy, dz_.data());
+      dz = dz_.data();
+    }
+    T* gkernel = a.grads;
+    T* gbias = a.grads + units * inputs_;
+    if (keras_layout_) {  // dK[f][u] = sum_r x[r][f] dz[r][u]
+      gemm_nn<T>(inputs_, units, rows, a.x, 1, static_cast<std::ptrdiff_t>(inputs_), dz, units, gkernel, units);
+    } else {  // dK[u][f] = sum_r dz[r][u] x[r][f]
+      gemm_nn<T>(units, inputs_, rows, dz, 1, static_cast<std::ptrdiff_t>(units), a.x, inputs_, gkernel, inputs_);
+    }
+    parallel_chunks(units, 64, [&](std::size_t b, std::size_t e) {
+      for (std::size_t u = b; u < e; ++u) {
+        T s{};
+        for (std::size_t r = 0; r < rows; ++r) s += dz[r * units + u];
+        gbias[u] = s;
+      }
+    });
+    add_l2_gradient(spec_.kernel_regularizer, a.params, gkernel, units * inputs_);
+    add_l2_gradient(spec_.bias_regularizer, a.params + units * inputs_, gbias, units);
+    if (a.dx != nullptr && keras_layout_) {  // dx[r][f] = sum_u dz[r][u] K[f][u]
+      gemm_nt<T>(rows, inputs_, units, dz, units, a.params, units, a.dx, inputs_, nullptr, false, std::span<T>(workspace_));
+      return;
+    }
+    // dx[r][f] = sum_u dz[r][u] K[u][f]
+    if (a.dx != nullptr)
+      gemm_nn<T>(rows, inputs_, units, dz, static_cast<std::ptrdiff_t>(units), 1, a.params, inputs_, a.dx, inputs_);
+  }
+
+ private:
+  static nn_shape out_shape(const nn::dense& spec, nn_shape in) {
+    if (spec.units == 0) nn_config_error("dense: units must be positive");
+    if (spec.activation == nn::activation::softmax && in.size() != 1)
+      nn_config_error("dense: a softmax activation needs a flat input, got " + shape_string(in));
+    if (in.empty() || shape_size(in) == 0) nn_config_error("dense: input shape " + shape_string(in) + " is empty");
+    in.back() = spec.units;
+    return in;
+  }
+  nn::dense spec_;
+  bool keras_layout_ = false;
+  std::size_t inputs_ = 0;
+  std::size_t rows_per_sample_ = 1;
+  aligned_vector<T> workspace_;
+  aligned_vector<T> dz_;
+};
+
+}  // namespace mwstrat::detail
