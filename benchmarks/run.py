@@ -260,8 +260,9 @@ def family_resnet(a, log):
                 failures.append(f"{label} × {workers} (round {r + 1}): {e}")
                 continue
             for line in text.splitlines():
-                if line.startswith("{"):
-                    row = json.loads(line)
+                at = line.find("{")  # mwstrat-launch prefixes a worker's lines with "[worker 0] "
+                if at == 0 or (at > 0 and line.startswith("[worker ")):
+                    row = json.loads(line[at:])
                     row.update(label=label, round=r + 1, load_at_start=load)
                     rows.append(row)
     record = benchlib.meta("resnet", commands, a.quick, started)
