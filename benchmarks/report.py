@@ -20,12 +20,13 @@ import argparse
 import glob
 import json
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
-                "checkpoint", "data"]
+                "checkpoint", "data", "resnet"]
 
 
 def cnn_flops_per_sample():
@@ -572,12 +573,158 @@ class Page:
                                    if mw else "—",
                                    short_source(d), d["commands"][0]))
 
+    def resnet(self):
+        t = self.r.get("resnet")
+        if not t:
+            return
+        rows = [x for x in t["rows"] if x.get("samples_per_s") or x.get("conv_gflops")]
+        cfg = t.get("config", {})
+        med = statistics.median
+
+        def label(x):
+            if x.get("impl") == "torch":
+                return f"torch {x.get('layout', 'default')}"
+            return x.get("label") or x.get("impl")
+
+        # The median over rounds of every (implementation, workers), wall and CPU.
+        groups = {}
+        for x in rows:
+            if x.get("impl") == "mwstrat-conv-kernels":
+                continue
+            groups.setdefault((label(x), x["workers"]), []).append(x)
+        summary = {k: {"samples_per_s": med([x["samples_per_s"] for x in v]),
+                       "per_worker": med([x["samples_per_s_per_worker"] for x in v]),
+                       "cpu_s_per_step": med([x["cpu_s_per_step"] for x in v]),
+                       "min": min(x["samples_per_s"] for x in v), "max": max(x["samples_per_s"] for x in v),
+                       "runs": len(v), "threads": v[0].get("threads", 1), "conv_gflop": v[0].get("conv_gflop_per_step")}
+                   for k, v in groups.items()}
+        for k, s in summary.items():  # samples per CPU second of all workers: the figure a loaded machine spares
+            s["per_cpu_s"] = cfg.get("batch", 128) * k[1] / s["cpu_s_per_step"] if s["cpu_s_per_step"] else None
+        kernels = [x for x in rows if x.get("impl") == "mwstrat-conv-kernels"]
+        conv_gflop = next((s["conv_gflop"] for s in summary.values() if s["conv_gflop"]), None)
+        if conv_gflop is None and kernels:
+            conv_gflop = kernels[0]["conv_gflop_per_step"]
+
+        self.w("## ResNet-56 training throughput: mwstrat vs PyTorch vs TensorFlow MultiWorkerMirroredStrategy")
+        self.w()
+        self.w(f"Measured: {where(t)}.  ")
+        self.w("Commands (run in this order, round after round): " + "; ".join(f"`{c}`" for c in t["commands"]))
+        self.w()
+        self.w(f"The second tutorial's model (TF's Keras `resnet_cifar_model`, depth {cfg.get('depth', 56)}) on real "
+               f"CIFAR-10 with the tutorial's augmentation, per-worker batch {cfg.get('batch', 128)}, "
+               f"{cfg.get('threads', 1)} thread per worker, workers on one host; {cfg.get('warmup')} warm-up then "
+               f"{cfg.get('steps')} timed steps per run, {t.get('rounds', 1)} round(s) with the implementations "
+               f"taking turns, median shown. *Samples per CPU s* = samples per second of CPU time of all workers "
+               f"(steadier than wall time when other work shares the machine). Conv GFLOP/s = "
+               f"{fmt(conv_gflop, 1)} GFLOP of convolutions per worker step (forward, data and filter gradients, "
+               f"counted from the model in `resnet_throughput.cpp`) × steps/s, i.e. the whole step's rate counted "
+               f"in convolution work only.")
+        self.w()
+        self.w("| impl | workers × threads | samples/s | min–max | per worker | CPU s per step (all workers) | "
+               "samples per CPU s | scaling (wall / CPU) | conv GFLOP/s per worker (wall / CPU) | of FMA peak "
+               "(wall / CPU) | mwstrat ÷ this (wall / CPU) |")
+        self.w("|---|---|---|---|---|---|---|---|---|---|---|")
+        for (name, n), s in sorted(summary.items(), key=lambda kv: (kv[0][1], kv[0][0] != "mwstrat", kv[0][0])):
+            one = summary.get((name, 1))
+            eff = s["samples_per_s"] / (n * one["samples_per_s"]) if one and n > 1 else None
+            # Per CPU second, perfect scaling keeps the samples per CPU second of one worker.
+            eff_cpu = s["per_cpu_s"] / one["per_cpu_s"] if one and n > 1 and one["per_cpu_s"] else None
+            mw = summary.get(("mwstrat", n))
+            gf = s["per_worker"] / cfg.get("batch", 128) * conv_gflop if conv_gflop else None
+            gf_cpu = s["per_cpu_s"] / cfg.get("batch", 128) * conv_gflop if conv_gflop and s["per_cpu_s"] else None
+            peak, _ = self.peak(t, s["threads"])
+            self.w(f"| {name} | {n} × {s['threads']} | {fmt(s['samples_per_s'], 1)} | {fmt(s['min'], 1)}–"
+                   f"{fmt(s['max'], 1)} | {fmt(s['per_worker'], 1)} | {fmt(s['cpu_s_per_step'], 2)} | "
+                   f"{fmt(s['per_cpu_s'], 1)} | {pct(eff) + ' / ' + pct(eff_cpu) if n > 1 else '—'} | "
+                   f"{fmt(gf, 1)} / {fmt(gf_cpu, 1)} | "
+                   f"{pct(gf / peak) + ' / ' + pct(gf_cpu / peak) if gf and gf_cpu and peak else '—'} | "
+                   + (f"{times(mw['samples_per_s'] / s['samples_per_s'])} / {times(mw['per_cpu_s'] / s['per_cpu_s'])}"
+                      if mw and name != 'mwstrat' else '—') + " |")
+        self.w()
+
+        # The goals of issue 17: >= 1.3x the faster peer per worker, >= 95% two-worker scaling, convs >= 60% of peak.
+        bits = []
+        for n in sorted({k[1] for k in summary}):
+            mw = summary.get(("mwstrat", n))
+            peers = {k[0]: v for k, v in summary.items() if k[1] == n and k[0] != "mwstrat"}
+            if not mw or not peers:
+                continue
+            fast = max(peers, key=lambda p: peers[p]["per_worker"])
+            fast_cpu = max(peers, key=lambda p: peers[p]["per_cpu_s"] or 0)
+            bits.append(f"{n} worker{'s' if n > 1 else ''}: mwstrat ÷ the faster peer ({fast}) per worker "
+                        f"**{times(mw['per_worker'] / peers[fast]['per_worker'])}** wall, "
+                        f"{times(mw['per_cpu_s'] / peers[fast_cpu]['per_cpu_s'])} per CPU second ({fast_cpu})")
+        for name in sorted({k[0] for k in summary}):
+            one, two = summary.get((name, 1)), summary.get((name, 2))
+            if one and two:
+                bits.append(f"{name} two-worker scaling **{pct(two['samples_per_s'] / (2 * one['samples_per_s']))}** "
+                            f"wall, {pct(two['per_cpu_s'] / one['per_cpu_s'])} per CPU second")
+        if bits:
+            self.w("Against issue 17's goals (≥ 1.3× the faster peer per worker, ≥ 95% two-worker scaling): "
+                   + "; ".join(bits) + ".")
+            self.w()
+        if kernels:
+            k_wall = med([x["conv_seconds_per_step"] for x in kernels])
+            k_cpu = med([x["conv_cpu_s_per_step"] for x in kernels])
+            k_gf = med([x["conv_gflops"] for x in kernels])
+            k_gf_cpu = med([x["conv_gflops_per_cpu_s"] for x in kernels])
+            peak, _ = self.peak(t, kernels[0].get("threads", 1))
+            mw = summary.get(("mwstrat", 1))
+            share = ""
+            if mw:
+                step_cpu = mw["cpu_s_per_step"]
+                share = (f" They take {fmt(k_cpu, 2)} CPU s of the whole step's {fmt(step_cpu, 2)} CPU s "
+                         f"(**{pct(k_cpu / step_cpu)}** of the step); the rest is batch norm, ReLU, the shortcuts' "
+                         f"adds, the input pipeline, the loss and the update.")
+            self.w(f"mwstrat's convolutions alone (`--conv-kernels`: nn/kernels' forward, data gradient and filter "
+                   f"gradient on every convolution shape of the model at batch {kernels[0]['batch']}, "
+                   f"{kernels[0]['convolutions']} convolutions, random data, {len(kernels)} run(s)): "
+                   f"{fmt(k_wall, 2)} s wall / {fmt(k_cpu, 2)} CPU s per step, **{fmt(k_gf, 1)} GFLOP/s** wall, "
+                   f"{fmt(k_gf_cpu, 1)} GFLOP per CPU second"
+                   + (f" = **{pct(k_gf / peak)}** wall, {pct(k_gf_cpu / peak)} per CPU second, of the 1-thread FP32 "
+                      f"FMA peak ({fmt(peak, 1)} GFLOP/s; goal ≥ 60%)." if peak else
+                      " (no FMA peak measured on this machine: `benchmarks/run.py --only peak`).") + share)
+            self.w()
+        if t.get("failures"):
+            self.w("Failed runs: " + "; ".join(t["failures"]))
+            self.w()
+        try:
+            busy = float(t.get("load_at_start", "0").split()[0]) > t.get("machine", {}).get("cpus", 1) - 0.5
+        except ValueError:
+            busy = False
+        if busy:
+            self.w(f"**The machine was busy** (load {t['load_at_start']} at start on "
+                   f"{t.get('machine', {}).get('cpus')} CPUs): wall-clock figures, and wall scaling above all (two "
+                   f"workers compete with the other load for two cores), say little; the per-CPU-second figures are "
+                   f"the ones to read. Rerun on a quiet machine for wall figures.")
+            self.w()
+        if t.get("note"):
+            self.w(t["note"])
+            self.w()
+        for n in (1, 2):
+            mw = summary.get(("mwstrat", n))
+            peers = {k[0]: v for k, v in summary.items() if k[1] == n and k[0] != "mwstrat"}
+            if not mw:
+                continue
+            limit = "—"
+            if n > 1 and summary.get(("mwstrat", 1)):
+                limit = f"{pct(mw['samples_per_s'] / (2 * summary[('mwstrat', 1)]['samples_per_s']))} of 2 × one worker"
+            elif kernels and self.peak(t, 1)[0]:
+                limit = (f"convolutions alone at {pct(med([x['conv_gflops'] for x in kernels]) / self.peak(t, 1)[0])}"
+                         f" of the 1-thread FMA peak")
+            self.headlines.append((f"ResNet-56 training, {n} worker{'s' if n > 1 else ''} × 1 thread (samples/s)",
+                                   fmt(mw["samples_per_s"], 1),
+                                   ", ".join(f"{times(mw['samples_per_s'] / v['samples_per_s'])} {p}"
+                                             for p, v in sorted(peers.items())),
+                                   limit, short_source(t), next((c for c in t["commands"] if "mwstrat-launch -n "
+                                                                 + str(n) in c), t["commands"][0])))
+
     def render(self):
         self.machine()
         machine = self.lines
         self.lines = []
         body_start = 0
-        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data):
+        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.resnet):
             section()
         body = self.lines[body_start:]
         self.lines = self.lines[:body_start]
@@ -590,7 +737,7 @@ class Page:
         w("The current figures of every comparison in `benchmarks/`, each with the command that produced it, its ratio "
           "to the peers (PyTorch DDP, TensorFlow MultiWorkerMirroredStrategy, Gloo, Open MPI, OpenBLAS) and to the "
           "machine's limit (FP32 FMA peak, loopback link, disk). To rerun everything on your machine: `scripts/bench` "
-          "(`--quick` for one short repeat of each, `--only train|collective|nn|checkpoint|data|peak` for one). How "
+          "(`--quick` for one short repeat of each, `--only train|collective|nn|checkpoint|data|peak|resnet` for one). How "
           "each figure came about, pass by pass: [history/](history/).")
         w()
         if any(r.get("source") != "scripts/bench" for r in self.r.values()):

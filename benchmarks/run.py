@@ -16,8 +16,9 @@ Families and what each writes (RESULTS.md's sections):
   nn          nn.json                    reference CNN vs PyTorch, dense GEMMs vs OpenBLAS (nn/compare.sh)
   checkpoint  checkpoint.json            save/load vs raw write/read (checkpoint/checkpoint_bench.cpp)
   data        data.json                  input pipeline batches/s and MNIST's peak memory (data/*.cpp)
-  resnet      resnet.json                ResNet-56 on CIFAR-10 training samples/s: PyTorch (both layouts) and
-                                         TensorFlow MWMS, 1 and 2 workers × 1 thread (resnet/*.py; no report yet)
+  resnet      resnet.json                ResNet-56 on CIFAR-10 training samples/s: mwstrat (resnet/resnet_throughput.cpp)
+                                         vs PyTorch (both layouts) and TensorFlow MWMS, 1 and 2 workers × 1 thread,
+                                         interleaved rounds; mwstrat's convolutions alone (--conv-kernels)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
 comparison is reported and the others still run; the exit status is non-zero if any failed.
 """
@@ -225,27 +226,58 @@ def family_data(a, log):
 
 
 def family_resnet(a, log):
-    # The peers only: PyTorch in both layouts, TensorFlow MWMS where a Python with it is given. Per-worker batch 128,
-    # 1 thread per worker, a few steps each (a ResNet-56 step at batch 128 is seconds on one core).
+    # ResNet-56 (TF's Keras resnet_cifar_model), batch 128 per worker, 1 thread per worker: mwstrat
+    # (resnet/resnet_throughput.cpp under mwstrat-launch), PyTorch in both layouts and TensorFlow MWMS where a Python
+    # with it is given, 1 and 2 workers. The implementations take turns within every round (mwstrat, torch, torch,
+    # [tf], then the same at 2 workers), so a slow spell of a shared machine weighs on all of them; every row keeps
+    # its CPU seconds per step too. Each round also times mwstrat's convolutions alone (--conv-kernels), the figure
+    # read against the FP32 FMA peak.
     started = benchlib.start()
-    warmup, steps = ("1", "3") if a.quick else ("2", "10")
+    warmup, steps, rounds = ("1", "3", 1) if a.quick else ("2", "10", 3)
+    if a.resnet_rounds:
+        rounds = a.resnet_rounds
+    if a.resnet_steps:
+        steps = str(a.resnet_steps)
     common = ["--data-dir", a.cifar_dir, "--depth", "56", "--batch", "128", "--threads", "1", "--warmup", warmup,
               "--steps", steps]
-    commands, rows = [], []
-    runs = [(["/usr/bin/python3",  # Debian's torch
-              os.path.join(HERE, "resnet", "pytorch_resnet.py"), "--layout", layout, "--workers", workers], 900)
-            for workers in ("1", "2") for layout in ("default", "channels_last")]
-    if a.tf_python:
-        runs += [([a.tf_python, os.path.join(HERE, "resnet", "tf_resnet.py"), "--workers", workers], 1800)
-                 for workers in ("1", "2")]
-    for argv, limit in runs:
-        argv = argv + common
-        commands.append(" ".join([benchlib.rel(x) if os.sep in x else x for x in argv]))
-        text = run(argv, log, limit)
-        rows += [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+    launch = os.path.join(a.build, "tools", "mwstrat-launch")
+    prog = os.path.join(a.build, "benchmarks", "resnet", "resnet_throughput")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("TF_CONFIG", None)
+    runs = [("mwstrat-conv-kernels", 1, [prog, "--conv-kernels"], 600)]
+    for workers in ("1", "2"):
+        runs.append(("mwstrat", int(workers), [launch, "-n", workers, "--", prog], 900))
+        runs += [(f"torch {layout}", int(workers), ["/usr/bin/python3",  # Debian's torch
+                  os.path.join(HERE, "resnet", "pytorch_resnet.py"), "--layout", layout, "--workers", workers], 900)
+                 for layout in ("default", "channels_last")]
+        if a.tf_python:
+            runs.append(("tensorflow", int(workers), [a.tf_python, os.path.join(HERE, "resnet", "tf_resnet.py"),
+                                                      "--workers", workers], 1800))
+    commands, rows, failures = [], [], []
+    for r in range(rounds):
+        for label, workers, argv, limit in runs:
+            argv = argv + (common if label != "mwstrat-conv-kernels" else common[2:])  # kernels: no data
+            command = " ".join([benchlib.rel(x) if os.sep in x else x for x in argv])
+            if r == 0:
+                commands.append(command)
+            load = benchlib.loadavg()
+            try:
+                text = run(argv, log, limit, env=env)
+            except Failed as e:
+                failures.append(f"{label} × {workers} (round {r + 1}): {e}")
+                continue
+            for line in text.splitlines():
+                at = line.find("{")  # mwstrat-launch prefixes a worker's lines with "[worker 0] "
+                if at == 0 or (at > 0 and line.startswith("[worker ")):
+                    row = json.loads(line[at:])
+                    row.update(label=label, round=r + 1, load_at_start=load)
+                    rows.append(row)
     record = benchlib.meta("resnet", commands, a.quick, started)
-    record.update(rows=rows)
+    record.update(rows=rows, failures=failures, rounds=rounds,
+                  config={"depth": 56, "batch": 128, "threads": 1, "warmup": int(warmup), "steps": int(steps)})
     benchlib.write_json(os.path.join(a.results, "resnet.json"), record)
+    if not any(x["label"] == "mwstrat" for x in rows):
+        raise Failed("no mwstrat run succeeded: " + "; ".join(failures))
 
 
 def main():
@@ -257,6 +289,8 @@ def main():
     ap.add_argument("--tf-python", default=None, help="a Python with tensorflow and tf_keras (compare.py's)")
     ap.add_argument("--quick", action="store_true", help="one repeat/round of everything, shorter runs")
     ap.add_argument("--only", action="append", choices=FAMILIES, help="run only this family (repeatable)")
+    ap.add_argument("--resnet-rounds", type=int, default=0, help="resnet: interleaved rounds (default 3, quick 1)")
+    ap.add_argument("--resnet-steps", type=int, default=0, help="resnet: timed steps per run (default 10, quick 3)")
     ap.add_argument("--logs", default=None, help="folder for each family's log (default BUILD/bench-logs)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)

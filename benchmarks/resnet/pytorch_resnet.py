@@ -332,7 +332,27 @@ def launch(a):
     procs = [subprocess.Popen(argv, env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(a.workers),
                                               MASTER_PORT=str(port)))
              for r in range(a.workers)]
-    codes = [p.wait() for p in procs]
+    # A worker that outlives the others by a minute after they all succeeded is stuck in torch's teardown (seen
+    # with 1.13's gloo: rank 0 waiting in a futex after its result line was printed): it is killed and not counted
+    # as a failure, so a finished measurement is not lost to a hang after it.
+    codes = [None] * len(procs)
+    while any(c is None for c in codes):
+        for r, p in enumerate(procs):
+            if codes[r] is None:
+                codes[r] = p.poll()
+        if all(c == 0 for c in codes if c is not None) and sum(c is not None for c in codes) >= 1:
+            deadline = time.monotonic() + 60
+            while any(c is None for c in codes) and time.monotonic() < deadline:
+                time.sleep(0.2)
+                codes = [c if c is not None else p.poll() for c, p in zip(codes, procs)]
+            for r, p in enumerate(procs):
+                if codes[r] is None:
+                    p.kill()
+                    p.wait()
+                    print(f"pytorch_resnet: worker {r} had not exited 60 s after the others finished (stuck in "
+                          f"torch's teardown); killed", file=sys.stderr, flush=True)
+                    codes[r] = 0
+        time.sleep(0.2)
     return max(abs(c) for c in codes)
 
 
