@@ -14,7 +14,8 @@
 //
 // Preemption: a worker that exits with 75 (mwstrat::preempted_exit_code: it was preempted at a step boundary and
 // wants to be resumed) is not a failure. The others, which stop at the same step, get the grace period to exit by
-// themselves, and the group is restarted without counting against --max-restarts. SIGTERM or SIGINT to the
+// themselves, and the group is restarted without counting against --max-restarts (at most --max-preemptions
+// times, default 100). SIGTERM or SIGINT to the
 // launcher is forwarded to every worker (as SIGTERM); the launcher then waits for them and does not restart.
 // Exit status: 0 when every worker succeeded; 75 when the workers stopped for preemption (and the launcher itself
 // was signalled); otherwise the first failure's (128 + signal for a signal).
@@ -48,6 +49,7 @@ struct options {
   int base_port = 0;  // 0: pick N free ports
   std::string host = "127.0.0.1";
   int max_restarts = 0;
+  int max_preemptions = 100;  // a program that always exits 75 must not restart forever
   int grace_ms = 5000;
   std::vector<std::string> command;
   // --hosts: one entry per worker (filled by resolve_hosts); empty without --hosts.
@@ -61,8 +63,8 @@ struct options {
 [[noreturn]] void usage(const std::string& problem) {
   if (!problem.empty()) std::fprintf(stderr, "mwstrat-launch: %s\n", problem.c_str());
   std::fprintf(stderr,
-               "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K] [--grace-ms G] -- PROGRAM "
-               "[ARGS...]\n"
+               "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K] [--max-preemptions P]\n"
+               "       [--grace-ms G] -- PROGRAM [ARGS...]\n"
                "       mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- "
                "PROGRAM [ARGS...]\n");
   std::exit(2);
@@ -163,6 +165,7 @@ options parse(int argc, char** argv) {
     else if (a == "--base-port") o.base_port = parse_int(a, value(), 1, 65535);
     else if (a == "--host") o.host = value();
     else if (a == "--max-restarts") o.max_restarts = parse_int(a, value(), 0, 1000);
+    else if (a == "--max-preemptions") o.max_preemptions = parse_int(a, value(), 0, 100000);
     else if (a == "--grace-ms") o.grace_ms = parse_int(a, value(), 0, 600000);
     else if (a == "--hosts") o.hosts_spec = value();
     else if (a == "--simhosts") o.simhosts_set = value();
@@ -385,13 +388,22 @@ int main(int argc, char** argv) {
   } else {
     ports = free_ports(o.host, o.workers);
   }
-  int restarts = 0;  // restarts after failures (preemptions are not counted)
+  int restarts = 0;     // restarts after failures (preemptions are not counted)
+  int preemptions = 0;  // restarts after preemptions, bounded by --max-preemptions
   for (int attempt = 0;; ++attempt) {
     const int code = run_group(o, ports, attempt);
     if (code == 0) return 0;
     if (interrupted) return code;  // the launcher itself was told to stop: its workers have stopped too
     if (code == preempted_code) {
+      if (preemptions >= o.max_preemptions) {
+        std::fprintf(stderr, "mwstrat-launch: giving up after %d preemption restart(s) (--max-preemptions)\n",
+                     preemptions);
+        return code;
+      }
+      ++preemptions;
       std::fprintf(stderr, "mwstrat-launch: restarting the preempted group (not counted against --max-restarts)\n");
+      // A short pause: a worker that exits 75 at once, again and again, must not spin the machine.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
       continue;
     }
     if (restarts >= o.max_restarts) {

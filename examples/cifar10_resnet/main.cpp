@@ -151,12 +151,18 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   options.validation_steps = f.validation_steps;
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
-  if (!f.backup_dir.empty()) {
-    mwstrat::backup_and_restore backup(
-        mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
-    mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule, progress, nan_guard, backup);
-  } else {
-    mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule, progress, nan_guard);
+  try {
+    if (!f.backup_dir.empty()) {
+      mwstrat::backup_and_restore backup(
+          mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
+      mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule, progress, nan_guard, backup);
+    } else {
+      mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule, progress, nan_guard);
+    }
+  } catch (const mwstrat::preempted& p) {
+    // SIGTERM/SIGINT: every worker stopped after the same step (the chief's backup is on disk); ask to be resumed.
+    std::cerr << p.what() << "\n";
+    return mwstrat::preempted_exit_code;
   }
 
   if (!f.model_dir.empty()) {

@@ -14,6 +14,7 @@
 #endif
 
 #include <array>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -55,6 +57,9 @@ struct flags {
   std::size_t test_examples = 0;   // 0: the whole test set
   // The chief alone asks to stop after this global step: a stop decided on one worker reaches every worker.
   std::optional<std::uint64_t> stop_at_step;
+  // For tests: every worker pauses 2 s after this global step, so a signal a test sends lands mid-training
+  // whatever the build's speed (the result is unchanged).
+  std::optional<std::uint64_t> pause_at_step;
   // EarlyStopping on the training loss with this patience (epochs), restoring the best epoch's weights.
   std::optional<int> early_stopping_patience;
 };
@@ -65,6 +70,18 @@ struct chief_stops_at {
   template <class Ctx>
   void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
     if (at && ctx.strategy.is_chief() && ctx.global_step() == *at) ctx.stop_training = true;
+  }
+};
+
+// Pauses every worker for 2 s after a chosen global step (tests send a signal then); the chief says so first.
+struct pause_at {
+  static constexpr bool stops_one_worker = false;  // never stops: fit need not agree on a stop because of it
+  std::optional<std::uint64_t> at;
+  template <class Ctx>
+  void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
+    if (!at || ctx.global_step() != *at) return;
+    if (ctx.strategy.is_chief()) std::cout << "pausing at step " << *at << std::endl;
+    std::this_thread::sleep_for(std::chrono::seconds(2));
   }
 };
 
@@ -124,7 +141,7 @@ struct fault_injector {
                "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
                "  [--no-test] [--kill-at-step N [--kill-rank R]] [--tensorboard DIR] [--collective ring|mpi]\n"
                 "  [--train-examples N] [--test-examples N]\n"
-               "  [--stop-at-step N] [--early-stopping PATIENCE]\n"
+               "  [--stop-at-step N] [--early-stopping PATIENCE] [--pause-at-step N (tests: 2 s there)]\n"
                "SIGTERM or SIGINT stops every worker at the next step boundary (the chief backs up when --backup-dir is\n"
                "given); each then exits with status 75 (mwstrat::preempted_exit_code): restart the job to resume.\n";
   std::exit(2);
@@ -170,6 +187,7 @@ flags parse(int argc, char** argv) {
     else if (a == "--train-examples") f.train_examples = count(value());
     else if (a == "--test-examples") f.test_examples = count(value());
     else if (a == "--stop-at-step") f.stop_at_step = count(value());
+    else if (a == "--pause-at-step") f.pause_at_step = count(value());
     else if (a == "--early-stopping") f.early_stopping_patience = static_cast<int>(count(value()));
     else usage("unknown flag '" + a + "'");
   }
@@ -215,6 +233,7 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   }
   fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr};
   chief_stops_at stop{f.stop_at_step};
+  pause_at pause{f.pause_at_step};
   // Keras's EarlyStopping(monitor="loss", patience=P, restore_best_weights=True); every worker runs it on the same
   // reduced logs. Without the flag its patience is endless (it never stops).
   mwstrat::early_stopping_options eo;
@@ -227,10 +246,10 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   try {
     if (backup) {
       mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, *backup, fault,
-                   stop, early, board);
+                   stop, early, board, pause);
     } else {
       mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, fault, stop,
-                   early, board);
+                   early, board, pause);
     }
   } catch (const mwstrat::preempted& p) {
     // Every worker stopped after the same step (and the chief's backup is on disk): ask to be restarted.

@@ -28,9 +28,14 @@ fs::path reference_model(const scratch_dir& dir) {
   return dir.path() / "reference" / "model.safetensors";
 }
 
-// Shell: waits (bounded, 60 s) until `log` shows the chief's first epoch line, so that fit is running.
+// The jobs that get a signal pause 2 s after global step 2 (every worker), so the signal lands mid-epoch however
+// fast the build is; the model does not depend on it, so the reference runs without the pause.
+const std::string pause = " --pause-at-step 2";
+
+// Shell: waits (bounded, 60 s) until `log` shows the chief pausing, so that fit is running and has steps left.
 std::string wait_for_training(const std::string& log) {
-  return "i=0; while ! grep -q 'Epoch 1/' " + log + " 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; ";
+  return "i=0; while ! grep -q 'pausing at step' " + log + " 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; "
+         "i=$((i+1)); done; ";
 }
 
 TEST(preemption_example, sigterm_to_worker_1_stops_both_with_the_preemption_code_and_the_relaunch_is_byte_identical) {
@@ -40,7 +45,8 @@ TEST(preemption_example, sigterm_to_worker_1_stops_both_with_the_preemption_code
   // Two workers started by hand; once the chief trains, worker 1 gets SIGTERM. Both must stop after the same
   // step and exit with 75 within seconds (not wait for the 30 s operation timeout).
   const auto ports = free_ports(2);
-  const std::string job = example + short_job + " --backup-dir " + (dir / "backup") + " --model-dir " + (dir / "model");
+  const std::string job =
+      example + short_job + pause + " --backup-dir " + (dir / "backup") + " --model-dir " + (dir / "model");
   const std::string log0 = dir / "w0.log", log1 = dir / "w1.log";
   const std::string script =
       "TF_CONFIG='" + tf_config(ports, 0) + "' " + job + " > " + log0 + " 2>&1 & p0=$!; " +
@@ -74,7 +80,7 @@ TEST(preemption_example, the_launcher_restarts_a_preempted_job_without_counting_
   // line of the first attempt.
   const std::string log = dir / "launch.log";
   const std::string script =
-      launcher + " -n 2 --max-restarts 0 -- " + example + short_job + " --backup-dir " + (dir / "backup") +
+      launcher + " -n 2 --max-restarts 0 -- " + example + short_job + pause + " --backup-dir " + (dir / "backup") +
       " --model-dir " + (dir / "model") + " > " + log + " 2>&1 & l=$!; " + wait_for_training(log) +
       "kill -TERM $(sed -n 's/^mwstrat-launch: worker 1: pid \\([0-9]*\\)$/\\1/p' " + log + " | head -1); " +
       "wait $l; echo \"launcher exit $?\"; cat " + log;

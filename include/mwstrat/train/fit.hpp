@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <type_traits>
 #include <vector>
 
 namespace mwstrat {
@@ -67,6 +68,20 @@ stop_decision agree_to_stop(Strategy& strategy, bool stop, bool preempt) {
 // A callback that can set stop_training between steps: then fit agrees on it after every step.
 template <class C, class Ctx>
 concept has_batch_hooks = has_on_train_batch_begin<C, Ctx> || has_on_train_batch_end<C, Ctx>;
+
+// A callback with batch hooks that never sets stop_training on one worker alone (it only observes, or decides
+// from values already reduced, the same on every worker) says `static constexpr bool stops_one_worker = false;`
+// and spares every step the agreement's extra all-reduce. Any other callback with batch hooks is agreed on.
+template <class C>
+constexpr bool may_stop_one_worker() {
+  if constexpr (requires { C::stops_one_worker; }) {
+    return C::stops_one_worker;
+  } else {
+    return true;
+  }
+}
+template <class C, class Ctx>
+concept needs_stop_agreement = has_batch_hooks<C, Ctx> && may_stop_one_worker<std::remove_cvref_t<C>>();
 
 // The number of examples in a batch, when its type says (`size`, `count` or `size()`), so that an evaluation
 // step that gives a worker nothing skips the model instead of handing it an empty batch.
@@ -166,7 +181,8 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
             const fit_options& options, Callbacks&... callbacks) {
   using clock = std::chrono::steady_clock;
   using context = train_context<Strategy, Model, Optimizer>;
-  constexpr bool agree_every_step = (detail::has_batch_hooks<Callbacks, context> || ...);
+  constexpr bool batch_hooks = (detail::has_batch_hooks<Callbacks, context> || ...);
+  constexpr bool agree_every_step = (detail::needs_stop_agreement<Callbacks, context> || ...);
   // The metric sets among the callbacks (train/metrics.hpp): their states ride the step's reduction.
   constexpr std::size_t metric_doubles = detail::metric_state_size<Callbacks...>();
   std::array<double, metric_doubles> epoch_metrics{};  // summed over workers and the epoch's steps
@@ -243,7 +259,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
       ctx.epoch_sums += global;
       ctx.step = step + 1;
       ++steps_run;
-      if constexpr (metric_doubles > 0 && agree_every_step) {
+      if constexpr (metric_doubles > 0 && batch_hooks) {
         batch_metric_values.clear();
         detail::metric_set_results(std::span<const double>(epoch_metrics), batch_metric_values, "", callbacks...);
       }
@@ -303,6 +319,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   if (ctx.preempted && ctx.epoch >= options.epochs) {
     ctx.preempted = false;
     ctx.stop_training = false;
+    clear_preemption_request();  // else the next fit in this process would stop at its first step
   }
   hist.stopped_early = ctx.stop_training && !ctx.preempted;
   detail::fire_train_end(ctx, hist, callbacks...);

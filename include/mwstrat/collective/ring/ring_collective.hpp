@@ -311,7 +311,9 @@ class ring_collective : public detail::front_end<ring_collective> {
       cross_->compress(options_.compression);
       between = "tcp ring between hosts (each host's ranks carry a part)";
     } else if (hosts_ > 1) {
-      compress(options_.compression);
+      // Narrowing is for the links between hosts: on a flat ring that also passes through ranks of one host it
+      // would narrow those hops too (and break the documented error bound), so there it is left off.
+      if (per_host == 1 && even) compress(options_.compression);
       between = per_host == 1 && even ? "tcp ring between hosts"
                 : options_.topology == ring_topology::flat ? "one flat ring through every rank (topology flat)"
                                                            : "one flat ring through every rank (hosts run unequal numbers of ranks)";
@@ -345,8 +347,12 @@ class ring_collective : public detail::front_end<ring_collective> {
     }
     text += ")";
     if (!between.empty()) text += "; " + between;
-    if (hosts_ > 1 && options_.compression != wire_compression::none)
-      text += options_.compression == wire_compression::bf16 ? ", bf16 on the wire" : ", fp16 on the wire";
+    if (hosts_ > 1 && options_.compression != wire_compression::none) {
+      const bool narrowed =
+          compression_ != wire_compression::none || (cross_ && cross_->compression_ != wire_compression::none);
+      text += !narrowed ? ", compression off (a flat ring through ranks of one host)"
+              : options_.compression == wire_compression::bf16 ? ", bf16 on the wire" : ", fp16 on the wire";
+    }
     announce(text);
   }
 

@@ -95,6 +95,9 @@ struct backup_options {
 template <checkpointer Checkpointer>
 class basic_backup_and_restore {
  public:
+  /// Never stops training: fit need not agree on a stop after each step because of it (fit.hpp).
+  static constexpr bool stops_one_worker = false;
+
   /// Backs up to a `checkpoint_manager` of `options.backup_dir` (made on the chief at the start of `fit`).
   explicit basic_backup_and_restore(backup_options options)
     requires std::same_as<Checkpointer, checkpoint_manager>

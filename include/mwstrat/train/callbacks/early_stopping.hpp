@@ -9,6 +9,7 @@
 /// therefore stay identical.
 
 #include <mwstrat/error.hpp>
+#include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace mwstrat {
@@ -62,6 +64,7 @@ class early_stopping {
     best_epoch_.reset();
     best_ = maximise_ ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
     best_weights_.clear();
+    best_state_.clear();
   }
 
   template <class Ctx>
@@ -76,12 +79,12 @@ class early_stopping {
     }
     if (epoch < options_.start_from_epoch) return;
     auto params = ctx.model.parameters();
-    if (options_.restore_best_weights && best_weights_.empty()) best_weights_.assign(params.begin(), params.end());
+    if (options_.restore_best_weights && best_weights_.empty()) remember_best(ctx.model);
     ++wait_;
     if (improves(*current, best_)) {
       best_ = *current;
       best_epoch_ = epoch;
-      if (options_.restore_best_weights) best_weights_.assign(params.begin(), params.end());
+      if (options_.restore_best_weights) remember_best(ctx.model);
       // Only a value that also beats the baseline restarts the count.
       if (!options_.baseline || improves(*current, *options_.baseline)) wait_ = 0;
       return;
@@ -91,6 +94,11 @@ class early_stopping {
       ctx.stop_training = true;
       if (options_.restore_best_weights && !best_weights_.empty()) {
         std::copy(best_weights_.begin(), best_weights_.end(), params.begin());
+        // Keras restores every weight: batch norm's moving statistics belong to the best epoch too.
+        if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
+          auto state = ctx.model.model_state();
+          std::copy(best_state_.begin(), best_state_.end(), state.begin());
+        }
       }
       if (ctx.strategy.is_chief() && options_.log) {
         *options_.log << "Epoch " << epoch + 1 << ": early stopping (" << options_.monitor << " did not improve for "
@@ -105,6 +113,16 @@ class early_stopping {
   }
 
  private:
+  template <class Model>
+  void remember_best(Model& model) {
+    auto params = model.parameters();
+    best_weights_.assign(params.begin(), params.end());
+    if constexpr (stateful_model<Model>) {
+      auto state = model.model_state();
+      best_state_.assign(state.begin(), state.end());
+    }
+  }
+
   // Keras: an improvement beats the reference by more than min_delta in the monitored direction.
   [[nodiscard]] bool improves(double value, double reference) const {
     if (std::isnan(value)) return false;
@@ -119,6 +137,7 @@ class early_stopping {
   std::optional<int> best_epoch_;
   std::optional<int> stopped_epoch_;
   std::vector<float> best_weights_;
+  std::vector<float> best_state_;  // the model's non-trained state (moving statistics) at the best epoch
 };
 
 }  // namespace mwstrat

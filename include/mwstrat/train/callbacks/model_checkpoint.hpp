@@ -42,6 +42,9 @@ template <class Checkpointer>
   requires(std::is_void_v<Checkpointer> || checkpointer<Checkpointer>)
 class basic_model_checkpoint {
  public:
+  /// Never stops training: fit need not agree on a stop after each step because of it (fit.hpp).
+  static constexpr bool stops_one_worker = false;
+
   /// Saves to the files `options.filepath` names.
   explicit basic_model_checkpoint(model_checkpoint_options options)
     requires std::is_void_v<Checkpointer>
@@ -125,6 +128,9 @@ class basic_model_checkpoint {
     if (options_.save_best_only) {
       const std::optional<double> value = metric(options_.monitor, logs);
       if (!value) {
+        // As Keras: a val_* value is missing where nothing was validated (validation_freq > 1, or a save every N
+        // steps, whose batch logs have no val_*): this save point is skipped, not an error.
+        if (options_.monitor.rfind("val_", 0) == 0) return;
         throw config_error({"train.model_checkpoint", ctx.strategy.replica_id()},
                            "monitor: '" + options_.monitor + "' is not among the logs (loss, accuracy, val_loss, "
                            "val_accuracy; val_* need validation data)");

@@ -33,6 +33,9 @@ struct progress_options {
 /// Prints Keras's progress bar and epoch summaries.
 class progress_logger {
  public:
+  /// Never stops training: fit need not agree on a stop after each step because of it (fit.hpp).
+  static constexpr bool stops_one_worker = false;
+
   explicit progress_logger(progress_options options = {}) : options_(options) {}
 
   template <class Ctx>

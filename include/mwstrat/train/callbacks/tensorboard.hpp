@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -36,6 +37,9 @@ struct tensorboard_options {
 /// The TensorBoard callback (see the file comment).
 class tensorboard {
  public:
+  /// Never stops training: fit need not agree on a stop after each step because of it (fit.hpp).
+  static constexpr bool stops_one_worker = false;
+
   explicit tensorboard(tensorboard_options options = {}) : options_(std::move(options)) {}
 
   template <class Ctx>
@@ -55,6 +59,7 @@ class tensorboard {
     std::vector<std::pair<std::string, double>> v{{"batch_loss", logs.batch_loss}, {"batch_accuracy", logs.accuracy}};
     if constexpr (has_learning_rate<std::remove_cvref_t<decltype(ctx.optimizer)>>)
       v.emplace_back("batch_learning_rate", static_cast<double>(ctx.optimizer.learning_rate()));
+    for (const named_value& m : logs.metrics) v.emplace_back("batch_" + m.name, m.value);
     train_->scalars(static_cast<std::int64_t>(step), v);
   }
 
@@ -63,12 +68,21 @@ class tensorboard {
     if (!train_) return;
     std::vector<std::pair<std::string, double>> v{{"epoch_loss", logs.loss}, {"epoch_accuracy", logs.accuracy}};
     if (logs.learning_rate) v.emplace_back("epoch_learning_rate", *logs.learning_rate);
+    std::vector<std::pair<std::string, double>> w;
+    if (logs.val_loss) w.emplace_back("epoch_loss", *logs.val_loss);
+    if (logs.val_accuracy) w.emplace_back("epoch_accuracy", *logs.val_accuracy);
+    // The metrics given to fit, by name; their validation values (val_ + name) go to the validation run, as Keras.
+    for (const named_value& m : logs.metrics) {
+      const std::string_view name = m.name;
+      if (name.starts_with("val_")) {
+        w.emplace_back("epoch_" + std::string(name.substr(4)), m.value);
+      } else {
+        v.emplace_back("epoch_" + std::string(name), m.value);
+      }
+    }
     train_->scalars(epoch, v);
-    if (logs.val_loss || logs.val_accuracy) {
+    if (!w.empty()) {
       if (!validation_) validation_.emplace(options_.log_dir / "validation", host_);
-      std::vector<std::pair<std::string, double>> w;
-      if (logs.val_loss) w.emplace_back("epoch_loss", *logs.val_loss);
-      if (logs.val_accuracy) w.emplace_back("epoch_accuracy", *logs.val_accuracy);
       validation_->scalars(epoch, w);
     }
   }

@@ -15,6 +15,9 @@ namespace mwstrat {
 /// Stops `fit` at the first non-finite loss.
 class terminate_on_nan {
  public:
+  /// Decides from the reduced loss, the same on every worker: fit need not agree on it (fit.hpp).
+  static constexpr bool stops_one_worker = false;
+
   explicit terminate_on_nan(std::ostream& out = std::cerr) : out_(&out) {}
 
   template <class Ctx>

@@ -9,6 +9,7 @@
 #include <mwstrat/checkpoint/crc32c.hpp>
 #include <mwstrat/error.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +21,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 namespace mwstrat::detail {
 
@@ -71,14 +74,21 @@ class proto_writer {
 /// One events file, appended record by record and flushed after each (TensorBoard reads it while training runs).
 class event_file_writer {
  public:
-  /// Creates `dir` and `dir/events.out.tfevents.<seconds>.<host>.mwstrat` and writes the file_version event.
+  /// Creates `dir` and `dir/events.out.tfevents.<seconds>.<host>.<pid>.<n>.mwstrat` (a new file for every writer:
+  /// a restarted job, or a second `fit` in the same second, never overwrites earlier events) and writes the
+  /// file_version event.
   event_file_writer(const std::filesystem::path& dir, const std::string& host) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
+    static std::atomic<unsigned> writers{0};
     const auto now = std::chrono::system_clock::now().time_since_epoch();
-    path_ = dir / ("events.out.tfevents." +
-                   std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "." + host +
-                   ".mwstrat");
+    const std::string stem = "events.out.tfevents." +
+                             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "." +
+                             host + "." + std::to_string(::getpid()) + ".";
+    for (unsigned n = writers++;; n = writers++) {
+      path_ = dir / (stem + std::to_string(n) + ".mwstrat");
+      if (!std::filesystem::exists(path_, ec)) break;
+    }
     out_.open(path_, std::ios::binary | std::ios::trunc);
     if (!out_) throw io_error({"train"}, "tensorboard: cannot create " + path_.string());
     proto_writer e;
