@@ -35,7 +35,9 @@
 ///
 /// Optional capabilities (each a named concept below; near-miss tests in tests/train/concepts_test.cpp):
 ///   - model: `model_with_step` (`step()` / `set_step(n)`: the RNG position BackupAndRestore saves — a resume
-///     group), `named_parameters_model` (`named_parameters()`: checkpoints name the tensors);
+///     group), `named_parameters_model` (`named_parameters()`: checkpoints name the tensors),
+///     `sample_weighted_model` (`train_batch(b, weights, on_ready)`, `evaluate_batch(b, weights)`: required, at
+///     compile time, when the dataset is a `weighted_batch_source` — Keras's sample_weight / class_weight);
 ///   - optimizer: `checkpointable_optimizer` (`state()` or `slots()`, `iterations()`, `set_iterations(n)` — a
 ///     resume group), `resizable_optimizer` (`resize(n)`: slots sized before the first update),
 ///     `has_learning_rate` (`learning_rate()` / `set_learning_rate(x)`: schedules).

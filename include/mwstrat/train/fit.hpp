@@ -6,7 +6,9 @@
 /// per-worker batch × `num_replicas_in_sync()`, the dataset's job), the gradients are mean-reduced and every
 /// replica applies the identical update: one call into the strategy's gradient synchroniser
 /// (`make_gradient_sync`, strategy/gradient_sync.hpp), which decides buckets, overlap and where the update runs
-/// from the strategy's `gradient_sync_options`. Metrics are reduced weighted by examples. Before the first step
+/// from the strategy's `gradient_sync_options`. Metrics are reduced weighted by examples. A dataset whose examples
+/// carry weights (`weighted_batch_source`: sample_weight / class_weight, train/sample_weights.hpp) is trained and
+/// evaluated with them (Keras's `sum_over_batch_size`: sum(w·loss) / examples), on a `sample_weighted_model` only. Before the first step
 /// the workers compare model fingerprints and the chief's parameters are broadcast.
 
 #include <mwstrat/data/cursor.hpp>
