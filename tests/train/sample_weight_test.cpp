@@ -187,6 +187,7 @@ struct run_result {
   std::vector<float> parameters;
   std::vector<double> losses;   // per epoch
   std::vector<double> accuracy; // per epoch
+  std::vector<double> val_losses; // per epoch
 };
 
 const std::map<std::int64_t, float> class_weights{{0, 0.5f}, {3, 4.0f}, {7, 2.5f}, {9, 0.0f}};
@@ -261,11 +262,19 @@ run_result train_weighted(int workers) {
     fo.epochs = 2;
     fo.steps_per_epoch = 5;  // crosses into the second, reshuffled pass
     fo.catch_preemption_signals = false;
-    const history h = fit(strategy, model, sgd, weighted, fo);
+    // Validation data with weights too (Keras's validation_data=(x, y, sample_weight)): 100 examples in batches of
+    // 64, the last one partial.
+    const data::labeled_images held_out = mnist_head(100);
+    auto validation = sample_weighted_input::with_sample_weight(
+        distributed_input::for_evaluation(held_out, 64, strategy), example_weights(held_out));
+    const history h = fit(strategy, model, sgd, weighted, validation, fo);
     if (c.rank() == 0) {
       const std::lock_guard lock(m);
       out.parameters.assign(model.parameters().begin(), model.parameters().end());
-      for (const auto& e : h.epochs) out.losses.push_back(e.loss);
+      for (const auto& e : h.epochs) {
+        out.losses.push_back(e.loss);
+        out.val_losses.push_back(e.val_loss.value_or(-1.0));
+      }
     }
   });
   return out;
@@ -281,7 +290,12 @@ TEST(sample_weight, two_workers_with_b_examples_equal_one_worker_with_2b) {
   EXPECT_LT(worst, 1e-5);
   ASSERT_EQ(one.losses.size(), 2u);
   ASSERT_EQ(two.losses.size(), 2u);
-  for (std::size_t e = 0; e < 2; ++e) EXPECT_NEAR(one.losses[e], two.losses[e], 1e-5 * std::abs(one.losses[e]));
+  ASSERT_EQ(two.val_losses.size(), 2u);
+  for (std::size_t e = 0; e < 2; ++e) {
+    EXPECT_NEAR(one.losses[e], two.losses[e], 1e-5 * std::abs(one.losses[e]));
+    EXPECT_GT(one.val_losses[e], 0.0);
+    EXPECT_NEAR(one.val_losses[e], two.val_losses[e], 1e-5 * std::abs(one.val_losses[e]));
+  }
 }
 
 // Evaluation with weights on 3 workers over 61 examples in global batches of 30 (the last global batch of 1 leaves
