@@ -25,7 +25,7 @@ set(mwstrat_ring_patterns "^collective/ring/" "^strategy/multi_worker" "^strateg
     "^collective\\.hpp$" "^strategy\\.hpp$")
 set(mwstrat_nn_patterns "^nn/" "^nn\\.hpp$")
 # train/distributed_input.hpp is data's image set as fit reads it (it includes data/), and train.hpp includes it.
-set(mwstrat_data_patterns "^data/" "^data\\.hpp$" "^train/distributed_input" "^train\\.hpp$")
+set(mwstrat_data_patterns "^data/" "^data\\.hpp$" "^train/distributed_input" "^train/sample_weights" "^train\\.hpp$")
 set(mwstrat_core_patterns ".")
 # Headers of another component's folder that are core's vocabulary, tried before every folder pattern:
 # data/cursor.hpp is the data position a training state (checkpoint/, core) stores.

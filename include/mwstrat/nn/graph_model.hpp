@@ -42,6 +42,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ranges>
 #include <cstddef>
 #include <cstdint>
@@ -498,11 +499,19 @@ class basic_graph_model {
   template <class OnReady>
   step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch,
                          OnReady&& on_ready) {
+    return train_batch(inputs, labels, std::span<const float>{}, batch, std::forward<OnReady>(on_ready));
+  }
+  /// `train_batch` with a weight per example (empty: all 1), as `basic_sequential`'s: Keras's
+  /// `sum_over_batch_size`, sum(w_i * loss_i) / batch (the regularisation terms unweighted).
+  template <class OnReady>
+  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
+                         std::span<const float> weights, std::size_t batch, OnReady&& on_ready) {
     check(inputs, labels, batch, "train_batch");
+    check_weights(weights, batch, "train_batch");
     step_stats stats;
     arena_threads_->execute([&] {
       forward_pass(inputs.data(), batch, true, true);
-      stats = loss_pass(labels, batch, true);
+      stats = loss_pass(labels, weights, batch, true);
       backward_pass(batch, on_ready);
     });
     ++step_;
@@ -516,19 +525,34 @@ class basic_graph_model {
   step_stats train_batch(const data::image_batch& batch, OnReady&& on_ready) {
     return train_batch(batch.inputs, batch.labels, batch.size, std::forward<OnReady>(on_ready));
   }
+  template <class OnReady>
+    requires std::same_as<T, float>
+  step_stats train_batch(const data::image_batch& batch, std::span<const float> weights, OnReady&& on_ready) {
+    return train_batch(batch.inputs, batch.labels, weights, batch.size, std::forward<OnReady>(on_ready));
+  }
   step_stats evaluate_batch(const data::image_batch& batch)
     requires std::same_as<T, float>
   {
     return evaluate_batch(batch.inputs, batch.labels, batch.size);
   }
+  step_stats evaluate_batch(const data::image_batch& batch, std::span<const float> weights)
+    requires std::same_as<T, float>
+  {
+    return evaluate_batch(batch.inputs, batch.labels, weights, batch.size);
+  }
 
   /// Forward and loss on one batch in inference mode (batch norm on its moving statistics, dropout off).
   step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
+    return evaluate_batch(inputs, labels, std::span<const float>{}, batch);
+  }
+  step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
+                            std::span<const float> weights, std::size_t batch) {
     check(inputs, labels, batch, "evaluate_batch");
+    check_weights(weights, batch, "evaluate_batch");
     step_stats stats;
     arena_threads_->execute([&] {
       forward_pass(inputs.data(), batch, false, false);
-      stats = loss_pass(labels, batch, false);
+      stats = loss_pass(labels, weights, batch, false);
     });
     return stats;
   }
@@ -540,7 +564,7 @@ class basic_graph_model {
     step_stats stats;
     arena_threads_->execute([&] {
       forward_pass(inputs.data(), batch, true, false);
-      stats = loss_pass(labels, batch, false);
+      stats = loss_pass(labels, {}, batch, false);
     });
     return stats;
   }
@@ -559,6 +583,10 @@ class basic_graph_model {
       apply_softmax<T>(std::span<const T>(acts_.back().data() + s * k, k), std::span<T>(probs_.data() + s * k, k), k);
     return {probs_.data(), batch * k};
   }
+
+  /// The outputs (logits, before an output softmax) of the last forward pass: rows × `output_size()`, valid until
+  /// the next step (`model_with_outputs`: top-k accuracy).
+  [[nodiscard]] std::span<const T> outputs() const { return {acts_.back().data(), last_batch_ * output_size()}; }
 
   /// The regularisation terms of the loss at the current parameters (Keras's `sum(model.losses)`).
   [[nodiscard]] double regularization_loss() const {
@@ -664,11 +692,23 @@ class basic_graph_model {
     reserve(batch);
   }
 
+  void check_weights(std::span<const float> weights, std::size_t batch, const char* what) const {
+    if (weights.empty()) return;
+    if (weights.size() != batch)
+      mwstrat::detail::nn_config_error(std::string(what) + ": sample_weight has " + std::to_string(weights.size()) +
+                                       " weights for a batch of " + std::to_string(batch));
+    for (std::size_t i = 0; i < batch; ++i)
+      if (!(weights[i] >= 0.0f) || !std::isfinite(weights[i]))
+        mwstrat::detail::nn_config_error(std::string(what) + ": sample_weight " + std::to_string(weights[i]) +
+                                         " of sample " + std::to_string(i) + " is not a finite weight >= 0");
+  }
+
   const T* node_values(std::size_t node) const { return node == 0 ? input_ : acts_[node - 1].data(); }
 
   // `update_state`: training mode moves the batch-norm statistics (not while only measuring a loss).
   void forward_pass(const T* x, std::size_t batch, bool training, bool update_state) {
     input_ = x;
+    last_batch_ = batch;
     const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       for (std::size_t k = 0; k < inputs_[i].size(); ++k) xs_[k] = node_values(inputs_[i][k]);
@@ -683,7 +723,8 @@ class basic_graph_model {
     }
   }
 
-  step_stats loss_pass(std::span<const std::int64_t> labels, std::size_t batch, bool with_grad) {
+  step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
+                       bool with_grad) {
     const std::size_t k = output_size();
     const T* logits = acts_.back().data();
     T* dlogits = grads_.back().data();
@@ -691,9 +732,9 @@ class basic_graph_model {
     mwstrat::detail::parallel_chunks(batch, 64, [&](std::size_t b, std::size_t e) {
       for (std::size_t s = b; s < e; ++s) {
         std::span<const T> row(logits + s * k, k);
-        losses_[s] = sparse_categorical_crossentropy<T>(row, labels[s],
-                                                        with_grad ? std::span<T>(dlogits + s * k, k) : std::span<T>{},
-                                                        scale);
+        const T w = weights.empty() ? T{1} : static_cast<T>(weights[s]);
+        losses_[s] = w * sparse_categorical_crossentropy<T>(
+                             row, labels[s], with_grad ? std::span<T>(dlogits + s * k, k) : std::span<T>{}, scale * w);
         hits_[s] = static_cast<std::int64_t>(arg_max(row)) == labels[s] ? 1 : 0;
       }
     });
@@ -777,6 +818,7 @@ class basic_graph_model {
   std::vector<std::uint8_t> hits_;
   mwstrat::detail::replica_sum replicas_;
   const T* input_ = nullptr;
+  std::size_t last_batch_ = 0;  // examples in the last forward pass (what outputs() covers)
   std::size_t capacity_ = 0;
   std::uint64_t seed_ = 0;
   std::uint64_t step_ = 0;

@@ -28,6 +28,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -285,11 +286,20 @@ class basic_sequential {
   template <class OnReady>
   step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch,
                          OnReady&& on_ready) {
+    return train_batch(inputs, labels, std::span<const float>{}, batch, std::forward<OnReady>(on_ready));
+  }
+  /// `train_batch` with a weight per example (`weights` empty: every example weighs 1). Keras's
+  /// `sum_over_batch_size` reduction: the loss is sum(w_i * loss_i) / batch and the gradients are its derivative;
+  /// `loss_sum` is sum(w_i * loss_i); `correct` and `count` stay unweighted (Keras's `metrics=`).
+  template <class OnReady>
+  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
+                         std::span<const float> weights, std::size_t batch, OnReady&& on_ready) {
     check(inputs, labels, batch, "train_batch");
+    check_weights(weights, batch, "train_batch");
     step_stats stats;
     arena_threads_->execute([&] {
       forward_pass(inputs.data(), batch, true);
-      stats = loss_pass(labels, batch, true);
+      stats = loss_pass(labels, weights, batch, true);
       backward_pass(batch, on_ready);
     });
     ++step_;
@@ -306,20 +316,39 @@ class basic_sequential {
   step_stats train_batch(const data::image_batch& batch, OnReady&& on_ready) {
     return train_batch(batch.inputs, batch.labels, batch.size, std::forward<OnReady>(on_ready));
   }
+  /// `train_batch` on an image batch with a weight per example (what `fit` calls with `sample_weight` or
+  /// `class_weight`: `sample_weighted_model`).
+  template <class OnReady>
+    requires std::same_as<T, float>
+  step_stats train_batch(const data::image_batch& batch, std::span<const float> weights, OnReady&& on_ready) {
+    return train_batch(batch.inputs, batch.labels, weights, batch.size, std::forward<OnReady>(on_ready));
+  }
   /// `evaluate_batch` on a batch of the library's image pipelines (what `evaluate` calls: `trainable_model`).
   step_stats evaluate_batch(const data::image_batch& batch)
     requires std::same_as<T, float>
   {
     return evaluate_batch(batch.inputs, batch.labels, batch.size);
   }
+  /// `evaluate_batch` on an image batch with a weight per example (`sample_weighted_model`).
+  step_stats evaluate_batch(const data::image_batch& batch, std::span<const float> weights)
+    requires std::same_as<T, float>
+  {
+    return evaluate_batch(batch.inputs, batch.labels, weights, batch.size);
+  }
 
   /// Forward and loss on one batch in inference mode (dropout off); gradients untouched.
   step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
+    return evaluate_batch(inputs, labels, std::span<const float>{}, batch);
+  }
+  /// `evaluate_batch` with a weight per example (`loss_sum` is sum(w_i * loss_i), as `train_batch`'s).
+  step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
+                            std::span<const float> weights, std::size_t batch) {
     check(inputs, labels, batch, "evaluate_batch");
+    check_weights(weights, batch, "evaluate_batch");
     step_stats stats;
     arena_threads_->execute([&] {
       forward_pass(inputs.data(), batch, false);
-      stats = loss_pass(labels, batch, false);
+      stats = loss_pass(labels, weights, batch, false);
     });
     return stats;
   }
@@ -331,7 +360,7 @@ class basic_sequential {
     step_stats stats;
     arena_threads_->execute([&] {
       forward_pass(inputs.data(), batch, true);
-      stats = loss_pass(labels, batch, false);
+      stats = loss_pass(labels, {}, batch, false);
     });
     return stats;
   }
@@ -346,6 +375,10 @@ class basic_sequential {
     arena_threads_->execute([&] { forward_pass(inputs.data(), batch, training); });
     return {output_ptr(), batch * output_size()};
   }
+
+  /// The outputs (logits) of the last forward pass (training, evaluation or `predict`): rows × `output_size()`,
+  /// valid until the next step. What metrics that need the outputs read (`model_with_outputs`, top-k accuracy).
+  [[nodiscard]] std::span<const T> outputs() const { return {output_ptr(), last_batch_ * output_size()}; }
 
  private:
   void build(const std::vector<layer_spec>& specs) {
@@ -445,6 +478,17 @@ class basic_sequential {
     reserve(batch);
   }
 
+  void check_weights(std::span<const float> weights, std::size_t batch, const char* what) const {
+    if (weights.empty()) return;
+    if (weights.size() != batch)
+      detail::nn_config_error(std::string(what) + ": sample_weight has " + std::to_string(weights.size()) +
+                              " weights for a batch of " + std::to_string(batch));
+    for (std::size_t i = 0; i < batch; ++i)
+      if (!(weights[i] >= 0.0f) || !std::isfinite(weights[i]))
+        detail::nn_config_error(std::string(what) + ": sample_weight " + std::to_string(weights[i]) +
+                                " of sample " + std::to_string(i) + " is not a finite weight >= 0");
+  }
+
   const T* act_ptr(std::size_t i) const {
     for (; i > 0; --i)
       if (!layers_[i - 1]->aliases_input()) return acts_[i].data();
@@ -461,6 +505,7 @@ class basic_sequential {
 
   void forward_pass(const T* x, std::size_t batch, bool training) {
     input_ = x;
+    last_batch_ = batch;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       if (layers_[i]->aliases_input()) continue;
       const T* in = act_ptr(i);
@@ -468,7 +513,10 @@ class basic_sequential {
     }
   }
 
-  step_stats loss_pass(std::span<const std::int64_t> labels, std::size_t batch, bool with_grad) {
+  // `weights` empty: every example weighs 1; else example s contributes weights[s] * loss_s (Keras divides by the
+  // batch size either way: `sum_over_batch_size`).
+  step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
+                       bool with_grad) {
     const std::size_t k = output_size();
     const T* logits = output_ptr();
     T* dlogits = grads_[layers_.size()].data();
@@ -476,8 +524,9 @@ class basic_sequential {
     detail::parallel_chunks(batch, 64, [&](std::size_t b, std::size_t e) {
       for (std::size_t s = b; s < e; ++s) {
         std::span<const T> row(logits + s * k, k);
-        losses_[s] = sparse_categorical_crossentropy<T>(row, labels[s],
-                                                        with_grad ? std::span<T>(dlogits + s * k, k) : std::span<T>{}, scale);
+        const T w = weights.empty() ? T{1} : static_cast<T>(weights[s]);
+        losses_[s] = w * sparse_categorical_crossentropy<T>(
+                             row, labels[s], with_grad ? std::span<T>(dlogits + s * k, k) : std::span<T>{}, scale * w);
         hits_[s] = static_cast<std::int64_t>(arg_max(row)) == labels[s] ? 1 : 0;
       }
     });
@@ -523,6 +572,7 @@ class basic_sequential {
   std::vector<T> losses_;
   std::vector<std::uint8_t> hits_;
   const T* input_ = nullptr;
+  std::size_t last_batch_ = 0;  // examples in the last forward pass (what outputs() covers)
   std::size_t capacity_ = 0;
   std::uint64_t seed_ = 0;
   std::uint64_t step_ = 0;

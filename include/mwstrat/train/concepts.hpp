@@ -35,7 +35,9 @@
 ///
 /// Optional capabilities (each a named concept below; near-miss tests in tests/train/concepts_test.cpp):
 ///   - model: `model_with_step` (`step()` / `set_step(n)`: the RNG position BackupAndRestore saves — a resume
-///     group), `named_parameters_model` (`named_parameters()`: checkpoints name the tensors);
+///     group), `named_parameters_model` (`named_parameters()`: checkpoints name the tensors),
+///     `sample_weighted_model` (`train_batch(b, weights, on_ready)`, `evaluate_batch(b, weights)`: required, at
+///     compile time, when the dataset is a `weighted_batch_source` — Keras's sample_weight / class_weight);
 ///   - optimizer: `checkpointable_optimizer` (`state()` or `slots()`, `iterations()`, `set_iterations(n)` — a
 ///     resume group), `resizable_optimizer` (`resize(n)`: slots sized before the first update),
 ///     `has_learning_rate` (`learning_rate()` / `set_learning_rate(x)`: schedules).
@@ -103,6 +105,28 @@ concept trainable_model = requires(M& m, const M& cm, const Batch& b, detail::re
   { m.train_batch(b, on_ready) } -> batch_result;
   { m.evaluate_batch(b) } -> batch_result;
 };
+
+/// Capability: a dataset whose examples carry weights (Keras's `sample_weight` / `class_weight`):
+/// `d.weights_at(epoch, step)`, a `std::span<const float>` with one weight per example of `d.batch_at(epoch, step)`
+/// (in the same order; valid until the next call). `fit` and `evaluate` then need a `sample_weighted_model`, and
+/// refuse at compile time a model that is not one (`sample_weighted_input`, train/sample_weights.hpp, is one).
+template <class D>
+concept weighted_batch_source = batch_source<D> && requires(D& d, std::size_t epoch, std::size_t step) {
+  { d.weights_at(epoch, step) } -> std::convertible_to<std::span<const float>>;
+};
+
+/// Capability: a model that weights its per-example losses — `m.train_batch(b, weights, on_ready)` and
+/// `m.evaluate_batch(b, weights)`, `weights` one `float` per example, with Keras's `sum_over_batch_size` meaning:
+/// the loss is sum(w_i * loss_i) / examples and the gradients are its derivative (so equal per-worker batches
+/// mean-reduce to the one-worker result); `loss_sum` is sum(w_i * loss_i); `correct` and `count` stay
+/// unweighted (Keras's `metrics=`).
+template <class M, class Batch>
+concept sample_weighted_model =
+    trainable_model<M, Batch> &&
+    requires(M& m, const Batch& b, std::span<const float> weights, detail::ready_probe on_ready) {
+      { m.train_batch(b, weights, on_ready) } -> batch_result;
+      { m.evaluate_batch(b, weights) } -> batch_result;
+    };
 
 /// Trains `m` on `b` (requirement 3 of `trainable_model`), calling `on_ready` for each final gradient slice.
 template <class M, class B, class OnReady>

@@ -6,7 +6,9 @@
 /// per-worker batch × `num_replicas_in_sync()`, the dataset's job), the gradients are mean-reduced and every
 /// replica applies the identical update: one call into the strategy's gradient synchroniser
 /// (`make_gradient_sync`, strategy/gradient_sync.hpp), which decides buckets, overlap and where the update runs
-/// from the strategy's `gradient_sync_options`. Metrics are reduced weighted by examples. Before the first step
+/// from the strategy's `gradient_sync_options`. Metrics are reduced weighted by examples. A dataset whose examples
+/// carry weights (`weighted_batch_source`: sample_weight / class_weight, train/sample_weights.hpp) is trained and
+/// evaluated with them (Keras's `sum_over_batch_size`: sum(w·loss) / examples), on a `sample_weighted_model` only. Before the first step
 /// the workers compare model fingerprints and the chief's parameters are broadcast.
 
 #include <mwstrat/data/cursor.hpp>
@@ -98,6 +100,40 @@ std::optional<std::size_t> examples_in(const B& b) {
   }
 }
 
+// A dataset with sample weights (sample_weight / class_weight) needs a model that weights its losses: refused at
+// compile time, with this message, instead of training as if every example weighed 1.
+template <class Model, class Data>
+constexpr bool check_sample_weights() {
+  if constexpr (weighted_batch_source<Data>) {
+    static_assert(sample_weighted_model<Model, batch_of<Data>>,
+                  "mwstrat: the data carries sample weights (sample_weight or class_weight: a weighted_batch_source) "
+                  "but the model cannot weight its per-example losses; it needs train_batch(batch, weights, on_ready) "
+                  "and evaluate_batch(batch, weights) (concept sample_weighted_model, train/concepts.hpp)");
+  }
+  return true;
+}
+
+// One training step on `batch` (global step `at`), with its examples' weights when the data has them.
+template <class Model, class Data, class Batch, class OnReady>
+decltype(auto) train_step(Model& m, Data& d, const Batch& batch, const data::data_cursor& at, OnReady&& on_ready) {
+  if constexpr (weighted_batch_source<Data> && sample_weighted_model<Model, Batch>) {
+    const std::span<const float> w = d.weights_at(static_cast<std::size_t>(at.epoch), static_cast<std::size_t>(at.step));
+    return m.train_batch(batch, w, std::forward<OnReady>(on_ready));
+  } else {
+    return train_on_batch(m, batch, std::forward<OnReady>(on_ready));
+  }
+}
+
+// One evaluation step on `batch` (step `step` of pass 0), with its examples' weights when the data has them.
+template <class Model, class Data, class Batch>
+decltype(auto) evaluate_step(Model& m, Data& d, const Batch& batch, std::size_t step) {
+  if constexpr (weighted_batch_source<Data> && sample_weighted_model<Model, Batch>) {
+    return m.evaluate_batch(batch, d.weights_at(0, step));
+  } else {
+    return evaluate_on_batch(m, batch);
+  }
+}
+
 template <class Strategy>
 [[noreturn]] void throw_fit_error(Strategy& s, const std::string& what) {
   throw config_error({"train", s.replica_id()}, what);
@@ -116,6 +152,7 @@ namespace detail {
 template <class Strategy, class Data, class Model, class... Sets>
 evaluation evaluate_with(Strategy& strategy, Model& model, Data& data, std::size_t steps, const char* prefix,
                          Sets&... sets) {
+  static_assert(check_sample_weights<Model, Data>());
   constexpr std::size_t metric_doubles = metric_state_size<Sets...>();
   const std::size_t n = steps == 0 ? static_cast<std::size_t>(data.steps_per_epoch()) : steps;
   // [loss_sum, correct, count, metric states...]: one reduction at the end.
@@ -123,7 +160,7 @@ evaluation evaluate_with(Strategy& strategy, Model& model, Data& data, std::size
   for (std::size_t s = 0; s < n; ++s) {
     const auto& batch = data.batch_at(0, s);
     if (const auto n_examples = examples_in(batch); n_examples && *n_examples == 0) continue;
-    const auto r = evaluate_on_batch(model, batch);
+    const auto r = evaluate_step(model, data, batch, s);
     local[0] += static_cast<double>(r.loss_sum);
     local[1] += static_cast<double>(r.correct);
     local[2] += static_cast<double>(r.count);
@@ -181,6 +218,8 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
             const fit_options& options, Callbacks&... callbacks) {
   using clock = std::chrono::steady_clock;
   using context = train_context<Strategy, Model, Optimizer>;
+  static_assert(detail::check_sample_weights<Model, Train>());
+  static_assert(detail::check_sample_weights<Model, Validation>());
   constexpr bool batch_hooks = (detail::has_batch_hooks<Callbacks, context> || ...);
   constexpr bool agree_every_step = (detail::needs_stop_agreement<Callbacks, context> || ...);
   // The metric sets among the callbacks (train/metrics.hpp): their states ride the step's reduction.
@@ -238,7 +277,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
       const data::data_cursor at = data::stream_position(ctx.global_step(), ctx.steps_per_pass);
       const auto& batch = train.batch_at(static_cast<std::size_t>(at.epoch), static_cast<std::size_t>(at.step));
       const auto result = sync.step([&](auto&& on_ready) {
-        return train_on_batch(model, batch, std::forward<decltype(on_ready)>(on_ready));
+        return detail::train_step(model, train, batch, at, std::forward<decltype(on_ready)>(on_ready));
       });
       bool preempt = preemption_requested();
       if (preempt && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
