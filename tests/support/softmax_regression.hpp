@@ -184,6 +184,8 @@ struct momentum_sgd {
   std::span<float> state() { return velocity; }
   std::int64_t iterations() const { return steps; }
   void set_iterations(std::int64_t n) { steps = n; }
+  float learning_rate() const { return rate; }
+  void set_learning_rate(float r) { rate = r; }
   void apply(std::span<float> p, std::span<const float> g) {
     ++steps;
     const float decay = 1.0f / (1.0f + 0.01f * static_cast<float>(steps));  // makes the step count matter

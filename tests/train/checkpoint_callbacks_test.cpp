@@ -56,6 +56,16 @@ struct run_options {
   std::optional<backup_options> backup;
   std::optional<std::uint64_t> die_at_step;
   std::uint32_t init_seed = 1;
+  bool halve_rate_after_first_epoch = false;  // as ReduceLROnPlateau would
+};
+
+// Halves the learning rate at the end of the first epoch (a rate changed during training, as ReduceLROnPlateau's).
+struct halve_rate_once {
+  bool on = false;
+  template <class Ctx>
+  void on_epoch_end(Ctx& ctx, int epoch, const epoch_logs&) {
+    if (on && epoch == 0) ctx.optimizer.set_learning_rate(ctx.optimizer.learning_rate() * 0.5f);
+  }
 };
 
 struct run_result {
@@ -85,8 +95,9 @@ run_result run(const run_options& o) {
         backup.emplace(bo);
       }
       die_at die{o.die_at_step.value_or(~std::uint64_t{0})};
-      if (backup) fit(strategy, model, sgd, data, fo, *backup, die);
-      else fit(strategy, model, sgd, data, fo, die);
+      halve_rate_once halve{o.halve_rate_after_first_epoch};
+      if (backup) fit(strategy, model, sgd, data, fo, *backup, die, halve);
+      else fit(strategy, model, sgd, data, fo, die, halve);
       if (c.rank() == 0) {
         const std::lock_guard lock(m);
         out.params.assign(model.parameters().begin(), model.parameters().end());
@@ -122,6 +133,22 @@ TEST(backup_and_restore, resumed_run_is_bitwise_identical_to_an_uninterrupted_on
     EXPECT_EQ(resumed.velocity, reference.velocity) << "save_freq " << freq;
     EXPECT_FALSE(fs::exists(dir.path())) << "the backup is removed after a successful fit";
   }
+}
+
+TEST(backup_and_restore, a_learning_rate_changed_during_training_is_restored_with_the_backup) {
+  run_options o;
+  o.halve_rate_after_first_epoch = true;
+  const run_result reference = run(o);
+  ASSERT_FALSE(reference.failed) << reference.error;
+  temp_dir dir;
+  o.backup = backup_options{dir.path(), save_frequency::every(4)};
+  o.die_at_step = 23;  // mid-epoch 2, after the rate was halved; the backup of step 20 holds the halved rate
+  ASSERT_TRUE(run(o).failed);
+  o.die_at_step.reset();
+  const run_result resumed = run(o);
+  ASSERT_FALSE(resumed.failed) << resumed.error;
+  EXPECT_EQ(resumed.resumed_at, 20u);
+  EXPECT_EQ(resumed.params, reference.params) << "the resumed run trains on with the halved rate";
 }
 
 TEST(backup_and_restore, a_corrupt_latest_backup_falls_back_to_the_previous_one) {

@@ -34,12 +34,15 @@
 #include <mwstrat/train/model_state.hpp>
 
 #include <array>
+#include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -157,7 +160,8 @@ class basic_backup_and_restore {
         checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
       }
     }
-    // Header, broadcast from the chief: [status, epoch, step, iterations, loss_sum, correct, count, model step, -].
+    // Header, broadcast from the chief: [status, epoch, step, iterations, loss_sum, correct, count, model step,
+    // learning rate (NaN: not saved)].
     // status: 1 restored, 0 nothing to restore, -1 the chief failed (every worker then fails too).
     std::array<double, 9> head{};
     std::optional<training_state> state;
@@ -179,6 +183,8 @@ class basic_backup_and_restore {
           head[5] = parse_double(*state, "train.epoch_correct");
           head[6] = parse_double(*state, "train.epoch_count");
           head[7] = parse_double(*state, "train.model_step");
+          head[8] = state->extra.contains("train.learning_rate") ? parse_double(*state, "train.learning_rate")
+                                                                 : std::numeric_limits<double>::quiet_NaN();
         }
       } catch (const std::exception& e) {
         failure = e.what();
@@ -211,6 +217,14 @@ class basic_backup_and_restore {
     }
     if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) {
       ctx.model.set_step(static_cast<std::uint64_t>(head[7]));  // the model's RNG position (dropout)
+    }
+    // A rate changed during training (ReduceLROnPlateau) comes back too, as Keras restores the optimizer's rate.
+    if (!std::isnan(head[8])) {
+      if constexpr (has_learning_rate<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
+        if (!learning_rate_is_scheduled(ctx.optimizer)) {
+          ctx.optimizer.set_learning_rate(static_cast<decltype(ctx.optimizer.learning_rate())>(head[8]));
+        }
+      }
     }
     ctx.epoch = static_cast<int>(head[1]);
     ctx.step = static_cast<std::size_t>(head[2]);
@@ -270,6 +284,11 @@ class basic_backup_and_restore {
     s.extra["train.steps_per_epoch"] = std::to_string(ctx.steps_per_epoch);
     s.extra["train.steps_per_pass"] = std::to_string(ctx.steps_per_pass);
     if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) s.extra["train.model_step"] = exact(double(ctx.model.step()));
+    if constexpr (has_learning_rate<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
+      if (!learning_rate_is_scheduled(ctx.optimizer)) {
+        s.extra["train.learning_rate"] = exact(static_cast<double>(ctx.optimizer.learning_rate()));
+      }
+    }
     if (!options_.write_in_background) {
       checkpointer_->save(s, s.step);
       return;
@@ -318,6 +337,16 @@ class basic_backup_and_restore {
                              source_ + ": the backup was written with " + spp->second +
                                  " steps per pass over the data, this run has " + std::to_string(ctx.steps_per_pass) +
                                  " (the global batch or the data set changed)");
+    }
+  }
+
+  // A rate that is a schedule of the step count is a function, not state: it is neither saved nor set.
+  template <class Optimizer>
+  static bool learning_rate_is_scheduled(const Optimizer& o) {
+    if constexpr (requires { { o.scheduled() } -> std::convertible_to<bool>; }) {
+      return o.scheduled();
+    } else {
+      return false;
     }
   }
 
