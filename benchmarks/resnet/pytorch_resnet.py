@@ -16,9 +16,11 @@ Model (resnet_cifar_model, depth = 6n + 2): ZeroPadding2D(1) + Conv2D(16, 3×3, 
 n blocks with 16, 32, 64 filters (strides 1, 2, 2); every block conv3×3-BN-ReLU-conv3×3-BN + shortcut, ReLU; the
 first block of each stage has a 1×1 convolution + BN projection shortcut (with the stage's stride), the others the
 identity; global average pooling; Dense(10) (softmax in the loss). Convolutions have biases; BN momentum 0.997 (PyTorch
-momentum 0.003) and epsilon 1e-5; he_normal kernels (truncated normal, as Keras draws it), Dense kernel N(0, 0.01),
-biases 0; L2 2e-4 on every kernel and bias (Keras's loss += λ·Σw², i.e. SGD weight decay 2λ on those tensors, none on
-BN). A strided 3×3 'same' convolution pads as Keras does (bottom/right only; --padding symmetric pads 1 all round).
+momentum 0.003) and epsilon 1e-5; he_normal kernels (truncated normal, as Keras draws it), Dense kernel N(0, 0.01)
+(tf_resnet.py's; --fc-init he_normal draws it as mwstrat's resnet_cifar does, after TF's 2018 resnet_cifar_model:
+its first loss is near 4, not ln 10), biases 0; L2 2e-4 on every kernel and bias (Keras's loss += λ·Σw², i.e. SGD
+weight decay 2λ on those tensors, none on BN). A strided 3×3 'same' convolution pads as Keras does (bottom/right
+only; --padding symmetric pads 1 all round).
 SGD momentum 0.9 (--nesterov), learning rate --lr (for the global batch), piecewise 0.1/0.01/0.001 at epochs 30 and
 45 (scaled to --epochs) or linear warm-up + cosine.
 
@@ -137,7 +139,7 @@ class Block(nn.Module):
 
 
 class ResNetCifar(nn.Module):
-    def __init__(self, depth, padding_mode="keras", classes=10):
+    def __init__(self, depth, padding_mode="keras", classes=10, fc_init="normal"):
         super().__init__()
         if (depth - 2) % 6 != 0:
             raise SystemExit(f"pytorch_resnet: depth {depth} is not 6n + 2")
@@ -157,7 +159,11 @@ class ResNetCifar(nn.Module):
                 std = math.sqrt(2.0 / fan_in) / 0.87962566103423978  # Keras's truncated he_normal
                 nn.init.trunc_normal_(m.weight, std=std, a=-2 * std, b=2 * std)
                 nn.init.zeros_(m.bias)
-        nn.init.normal_(self.fc.weight, std=0.01)
+        if fc_init == "he_normal":
+            std = math.sqrt(2.0 / self.fc.in_features) / 0.87962566103423978
+            nn.init.trunc_normal_(self.fc.weight, std=std, a=-2 * std, b=2 * std)
+        else:
+            nn.init.normal_(self.fc.weight, std=0.01)
         nn.init.zeros_(self.fc.bias)
 
     def forward(self, x):
@@ -214,7 +220,7 @@ def worker(a):
     fmt = torch.channels_last if channels_last else torch.contiguous_format
 
     torch.manual_seed(a.seed)
-    model = ResNetCifar(a.depth, a.padding).to(memory_format=fmt)
+    model = ResNetCifar(a.depth, a.padding, fc_init=a.fc_init).to(memory_format=fmt)
     ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters
     opt = torch.optim.SGD(model.param_groups(L2), lr=a.lr, momentum=0.9, nesterov=a.nesterov)
     loss_fn = nn.CrossEntropyLoss()
@@ -365,6 +371,8 @@ def main():
     p.add_argument("--layout", choices=["default", "channels_last"], default="default")
     p.add_argument("--padding", choices=["keras", "symmetric"], default="keras",
                    help="strided 3x3 'same' convolutions: Keras's bottom/right padding or PyTorch's 1 all round")
+    p.add_argument("--fc-init", choices=["normal", "he_normal"], default="normal",
+                   help="Dense kernel: N(0, 0.01) (tf_resnet.py's) or Keras's he_normal (mwstrat's resnet_cifar)")
     p.add_argument("--workers", type=int, default=1, help="launch this many local workers (ignored in a worker)")
     p.add_argument("--warmup", type=int, default=2, help="throughput: untimed steps first")
     p.add_argument("--steps", type=int, default=5, help="throughput: timed steps")
