@@ -2,17 +2,21 @@
 // workers in the step's own reduction, by name in the history, the logs, `evaluate` and the progress line.
 #include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/train/callbacks/backup_and_restore.hpp>
 #include <mwstrat/train/callbacks/progress_logger.hpp>
 #include <mwstrat/train/fit.hpp>
 #include <mwstrat/train/metrics.hpp>
 
 #include <support/softmax_regression.hpp>
+#include <support/temp_dir.hpp>
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -140,6 +144,55 @@ TEST(metrics, are_reduced_across_workers_by_their_rule_and_reported_by_name) {
   EXPECT_NE(two.progress.find(" - sparse_top_k_categorical_accuracy: "), std::string::npos) << two.progress;
   EXPECT_NE(two.progress.find(" - mean_label: 1.5000 - val_loss: "), std::string::npos) << two.progress;
   EXPECT_NE(two.progress.find(" - val_mean_label: 1.5000\n"), std::string::npos) << two.progress;
+}
+
+// Throws at a global step, like a worker that dies there (the backup of an earlier step survives).
+struct die_at_step {
+  std::optional<std::uint64_t> at;
+  template <class Ctx>
+  void on_train_batch_end(Ctx& ctx, std::size_t, const batch_logs&) {
+    if (at && ctx.global_step() == *at) throw std::runtime_error("injected failure");
+  }
+};
+
+// 2 workers, 3 epochs of 8 steps, a backup every 3 steps; the chief's epoch logs.
+std::vector<epoch_logs> train_resumably(const std::filesystem::path& backup_dir, std::optional<std::uint64_t> die) {
+  std::vector<epoch_logs> out;
+  std::mutex m;
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    regression_with_outputs model(features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(256, features, classes, 32, c.size(), c.rank(), 4);
+    metrics ms(sparse_top_k_accuracy{2}, mean_label{});
+    std::ostringstream silent;
+    backup_options bo{backup_dir, save_frequency::every(3)};
+    bo.log = &silent;
+    backup_and_restore backup(bo);
+    die_at_step crash{die};
+    fit_options fo;
+    fo.epochs = 3;
+    const history h = fit(strategy, model, sgd, train, fo, ms, backup, crash);
+    if (c.rank() == 0) {
+      const std::lock_guard lock(m);
+      out = h.epochs;
+    }
+  });
+  return out;
+}
+
+TEST(metrics, a_mid_epoch_resume_reports_the_same_epoch_metrics_as_the_uninterrupted_run) {
+  test::temp_dir reference_dir, dir;
+  const std::vector<epoch_logs> reference = train_resumably(reference_dir.path() / "backup", std::nullopt);
+  ASSERT_EQ(reference.size(), 3u);
+  EXPECT_THROW(train_resumably(dir.path() / "backup", 13), std::exception);  // dies mid-epoch 2 (8 steps each)
+  const std::vector<epoch_logs> resumed = train_resumably(dir.path() / "backup", std::nullopt);
+  ASSERT_EQ(resumed.size(), 2u) << "the resumed run reports epochs 2 and 3";
+  for (std::size_t e = 0; e < 2; ++e) {
+    EXPECT_EQ(resumed[e].metrics, reference[e + 1].metrics) << "epoch " << e + 2 << ": the metrics' sums from the "
+                                                               "epoch's start come back with the backup";
+    EXPECT_EQ(resumed[e].loss, reference[e + 1].loss);
+  }
 }
 
 TEST(metrics, top_k_without_the_models_outputs_is_an_error_naming_what_is_missing) {

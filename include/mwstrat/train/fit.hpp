@@ -227,6 +227,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   std::array<double, metric_doubles> epoch_metrics{};  // summed over workers and the epoch's steps
   std::vector<named_value> batch_metric_values;       // what on_train_batch_end sees
   context ctx(strategy, model, optimizer);
+  ctx.epoch_metric_sums = std::span<double>(epoch_metrics);
   ctx.epochs = options.epochs;
   ctx.steps_per_pass = static_cast<std::size_t>(train.steps_per_epoch());
   if (ctx.steps_per_pass == 0) detail::throw_fit_error(strategy, "the training dataset has no full global batch");
@@ -266,8 +267,10 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
 
   for (; ctx.epoch < options.epochs && !ctx.stop_training; ++ctx.epoch) {
     const int epoch = ctx.epoch;
-    if (ctx.step == 0) ctx.epoch_sums = {};
-    epoch_metrics = {};  // (after a mid-epoch resume, the epoch's metrics count from the resumed step)
+    if (ctx.step == 0) {  // (a mid-epoch resume keeps the sums its backup restored)
+      ctx.epoch_sums = {};
+      epoch_metrics = {};
+    }
     detail::fire_epoch_begin(ctx, epoch, callbacks...);
     const auto started = clock::now();
     std::size_t steps_run = 0;

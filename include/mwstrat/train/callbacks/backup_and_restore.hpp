@@ -33,6 +33,7 @@
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/model_state.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <concepts>
@@ -229,6 +230,17 @@ class basic_backup_and_restore {
     ctx.epoch = static_cast<int>(head[1]);
     ctx.step = static_cast<std::size_t>(head[2]);
     ctx.epoch_sums = {head[4], head[5], head[6]};
+    if (!ctx.epoch_metric_sums.empty()) {
+      std::vector<double> sums(ctx.epoch_metric_sums.size(), 0.0);  // a backup without them: the epoch's start
+      if (state) {
+        for (std::size_t i = 0; i < sums.size(); ++i) {
+          const std::string key = "train.epoch_metric." + std::to_string(i);
+          if (state->extra.contains(key)) sums[i] = parse_double(*state, key);
+        }
+      }
+      ctx.strategy.mirror(std::span<double>(sums));
+      std::copy(sums.begin(), sums.end(), ctx.epoch_metric_sums.begin());
+    }
     resumed_at_ = ctx.global_step();
     if (ctx.strategy.is_chief() && options_.log) {
       *options_.log << "[mwstrat.train.backup] rank " << rank << ": restored " << source_ << ": resuming at epoch "
@@ -281,6 +293,11 @@ class basic_backup_and_restore {
     s.extra["train.epoch_loss_sum"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.loss_sum);
     s.extra["train.epoch_correct"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.correct);
     s.extra["train.epoch_count"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.count);
+    // The metrics' state over the epoch so far (train/metrics.hpp), so a resumed epoch reports what the
+    // uninterrupted one would, and callbacks monitoring a metric decide the same.
+    for (std::size_t i = 0; i < ctx.epoch_metric_sums.size(); ++i) {
+      s.extra["train.epoch_metric." + std::to_string(i)] = exact(fresh_epoch ? 0.0 : ctx.epoch_metric_sums[i]);
+    }
     s.extra["train.steps_per_epoch"] = std::to_string(ctx.steps_per_epoch);
     s.extra["train.steps_per_pass"] = std::to_string(ctx.steps_per_pass);
     if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) s.extra["train.model_step"] = exact(double(ctx.model.step()));
