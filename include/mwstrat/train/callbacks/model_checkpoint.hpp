@@ -129,8 +129,10 @@ class basic_model_checkpoint {
       const std::optional<double> value = metric(options_.monitor, logs);
       if (!value) {
         // As Keras: a val_* value is missing where nothing was validated (validation_freq > 1, or a save every N
-        // steps, whose batch logs have no val_*): this save point is skipped, not an error.
-        if (options_.monitor.rfind("val_", 0) == 0) return;
+        // steps, whose batch logs have no val_*): this save point is skipped, not an error. Where validation ran,
+        // a missing val_* name is a misspelling, and refused below.
+        const bool validated = logs.val_loss.has_value() || logs.val_accuracy.has_value();
+        if (options_.monitor.rfind("val_", 0) == 0 && !validated) return;
         throw config_error({"train.model_checkpoint", ctx.strategy.replica_id()},
                            "monitor: '" + options_.monitor + "' is not among the logs (loss, accuracy, val_loss, "
                            "val_accuracy; val_* need validation data)");
