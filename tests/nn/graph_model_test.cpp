@@ -419,10 +419,21 @@ TEST(NnGraphModel, ResNetLossAndGradientsMatchPyTorch) {
   // the dense kernel and bias. The conv biases (each before a batch norm) have a gradient of zero up to rounding.
   std::vector<std::string> names;
   const std::size_t layers = 16;  // ResNet-14: a stem, 2 x 2 per stage and 3 projections, each with its batch norm
-  for (std::size_t i = 0; i < layers; ++i) names.push_back("conv2d" + (i ? "_" + std::to_string(i) : "") + "/kernel");
+  // Keras's layer names: "conv2d", "conv2d_1", ... (built by appending: GCC 12 -O3 warns, wrongly, of an
+  // overlapping copy in "literal" + string).
+  const auto keras_name = [](const char* layer, std::size_t i, const char* weight) {
+    std::string name = layer;
+    if (i) {
+      name += '_';
+      name += std::to_string(i);
+    }
+    name += '/';
+    name += weight;
+    return name;
+  };
+  for (std::size_t i = 0; i < layers; ++i) names.push_back(keras_name("conv2d", i, "kernel"));
   for (std::size_t i = 0; i < layers; ++i)
-    for (const char* w : {"gamma", "beta"})
-      names.push_back("batch_normalization" + (i ? "_" + std::to_string(i) : "") + "/" + w);
+    for (const char* w : {"gamma", "beta"}) names.push_back(keras_name("batch_normalization", i, w));
   names.push_back("dense/kernel");
   names.push_back("dense/bias");
   ASSERT_EQ(names.size(), torch_gradient_norms.size());
