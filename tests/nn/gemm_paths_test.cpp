@@ -168,8 +168,8 @@ void expect_first_conv_gradient_same_bits(std::size_t channels) {
   ASSERT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v > 0.0f; }));
   d::aligned_vector<float> first(conv.param_count(), -1.0f), inner(conv.param_count(), -2.0f);
   d::aligned_vector<float> dx(batch * 28 * 28 * channels);
-  conv.backward({batch, x.data(), y.data(), dy.data(), nullptr, params.data(), first.data(), 0, nullptr, nullptr});
-  conv.backward({batch, x.data(), y.data(), dy.data(), dx.data(), params.data(), inner.data(), 0, nullptr, nullptr});
+  conv.backward({batch, x.data(), y.data(), dy.data(), nullptr, params.data(), first.data(), 0, nullptr, nullptr, true});
+  conv.backward({batch, x.data(), y.data(), dy.data(), dx.data(), params.data(), inner.data(), 0, nullptr, nullptr, true});
   ASSERT_EQ(0, std::memcmp(first.data(), inner.data(), first.size() * sizeof(float)));
   // And both are the gradient: the bias gradient of filter j is the sum of its masked output gradient.
   for (std::size_t j = 0; j < 32; ++j) {

@@ -508,3 +508,79 @@ TEST(NnGraphModel, SyncBatchNormTwoReplicasMatchOneOverTenMomentumSteps) {
   }
   EXPECT_LT(worst_relative(state, whole.model_state()), 1e-11) << "moving statistics";
 }
+
+namespace {
+
+// A float residual block on the fast convolution kernels (16 filters), SyncBatchNormalization, L2 on every kernel
+// and bias, and a Dense head: every sum over the batch a ResNet takes.
+nn::graph_model float_block() {
+  auto bn = [](const nn::symbolic_tensor& t) { return nn::sync_batch_normalization{0.9, 1e-3}(t); };
+  auto relu = [](const nn::symbolic_tensor& t) { return nn::activation_layer{nn::activation::relu}(t); };
+  const auto in = nn::input_tensor({8, 8, 3});
+  auto x = relu(bn(nn::conv2d{16, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same, true,
+                              nn::initializer::he_normal, 2e-4, 2e-4}(in)));
+  auto y = relu(bn(nn::conv2d{16, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same, true,
+                              nn::initializer::he_normal, 2e-4, 2e-4}(x)));
+  y = bn(nn::conv2d{16, {3, 3}, nn::activation::linear, {2, 2}, nn::padding::same, true,
+                    nn::initializer::he_normal, 2e-4, 2e-4}(y));
+  x = relu(nn::add{}({y, bn(nn::conv2d{16, {1, 1}, nn::activation::linear, {2, 2}}(x))}));
+  x = nn::global_average_pooling2d{}(x);
+  const auto out = nn::dense{10, nn::activation::softmax, nn::initializer::he_normal, 2e-4, 2e-4}(x);
+  return nn::graph_model(in, out, {.seed = 11});
+}
+
+}  // namespace
+
+TEST(NnGraphModel, SyncBatchNormTwoReplicasOf16GiveTheBitsOfOneOf32InFloat) {
+  // Every sum over the batch is an aligned tree over fixed power-of-two blocks of samples and the regularisation
+  // gradients are added after the replicas' mean (nn/detail/batch_sum.hpp), so in float, not only in double, two
+  // replicas × 16 step for step give the bits of one replica × 32: parameters, gradients and moving statistics over
+  // five SGD momentum steps at learning rate 0.1.
+  constexpr std::size_t steps = 5, per = 16;
+  auto whole = float_block();
+  std::vector<std::vector<float>> xs;
+  std::vector<std::vector<std::int64_t>> ys;
+  for (std::size_t s = 0; s < steps; ++s) {
+    const auto b = make_batch(whole, 2 * per, 900 + s);
+    xs.emplace_back(b.x.begin(), b.x.end());
+    ys.push_back(b.y);
+  }
+  nn::sgd opt(0.1, 0.9);
+  std::vector<std::vector<float>> expected;
+  whole.defer_regularization_gradients(true);
+  for (std::size_t s = 0; s < steps; ++s) {
+    whole.train_batch(xs[s], ys[s], 2 * per);
+    whole.add_regularization_gradients(0, whole.gradients().size());
+    opt.apply(whole.parameters(), whole.gradients());
+    expected.emplace_back(whole.parameters().begin(), whole.parameters().end());
+  }
+  std::vector<std::vector<float>> got(steps);
+  std::vector<float> state;
+  mwstrat::run_mirrored_replicas(2, [&](mwstrat::local_mirrored_strategy& strategy) {
+    auto model = float_block();
+    model.set_cross_replica_sum([&strategy](std::span<double> v) { strategy.sum_metrics(v); });
+    model.defer_regularization_gradients(true);
+    nn::sgd replica_opt(0.1, 0.9);
+    const std::size_t r = static_cast<std::size_t>(strategy.replica_id());
+    const std::size_t in = per * model.input_size();
+    for (std::size_t s = 0; s < steps; ++s) {
+      const std::vector<float> x(xs[s].begin() + static_cast<std::ptrdiff_t>(r * in),
+                                 xs[s].begin() + static_cast<std::ptrdiff_t>((r + 1) * in));
+      const std::vector<std::int64_t> y(ys[s].begin() + static_cast<std::ptrdiff_t>(r * per),
+                                        ys[s].begin() + static_cast<std::ptrdiff_t>((r + 1) * per));
+      model.train_batch(x, y, per);
+      strategy.mean_gradients(model.gradients());
+      model.add_regularization_gradients(0, model.gradients().size());
+      replica_opt.apply(model.parameters(), model.gradients());
+      if (r == 0) got[s].assign(model.parameters().begin(), model.parameters().end());
+    }
+    if (r == 0) state.assign(model.model_state().begin(), model.model_state().end());
+  });
+  for (std::size_t s = 0; s < steps; ++s) {
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < expected[s].size(); ++i) differing += got[s][i] != expected[s][i] ? 1 : 0;
+    EXPECT_EQ(differing, 0u) << "parameters differing after step " << s + 1 << " of " << expected[s].size();
+  }
+  const auto whole_state = whole.model_state();
+  EXPECT_TRUE(std::equal(state.begin(), state.end(), whole_state.begin(), whole_state.end())) << "moving statistics";
+}

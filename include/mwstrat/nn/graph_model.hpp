@@ -472,6 +472,20 @@ class basic_graph_model {
   /// the training; an empty function means this replica is alone).
   void set_cross_replica_sum(mwstrat::detail::replica_sum sum) { replicas_ = std::move(sum); }
 
+  /// Whether backward leaves the regularisation gradients out, for the gradient synchroniser to add after the
+  /// replicas' mean (`add_regularization_gradients`): added before, they would enter the mean once per replica
+  /// and round differently from one replica over the whole batch.
+  void defer_regularization_gradients(bool deferred) noexcept { regularization_deferred_ = deferred; }
+  /// Adds the regularisation gradients (2λ·w) of the parameters [first, first + count) into `gradients()`.
+  void add_regularization_gradients(std::size_t first, std::size_t count) {
+    const std::size_t last = first + count;
+    for (const auto& t : l2_terms_) {
+      const std::size_t b = std::max(first, t.offset);
+      const std::size_t e = std::min(last, t.offset + t.count);
+      if (b < e) mwstrat::detail::add_l2_gradient(t.lambda, pbase_ + b, gbase_ + b, e - b);
+    }
+  }
+
   // ------------------------------------------------------------------------------------------ steps
   /// Allocates every buffer a batch of up to `batch` samples needs, so that later steps allocate nothing.
   void reserve(std::size_t batch) {
@@ -642,6 +656,10 @@ class basic_graph_model {
       remap[i] = layers_.size() + 1;
       info_.push_back({n.name, layer->keras_type(), layer->output_shape(), inbound, offset, layer->param_count(),
                        state_offset, layer->state_count()});
+      for (auto t : layer->l2_terms()) {  // in model offsets
+        t.offset += offset;
+        l2_terms_.push_back(t);
+      }
       offset += layer->param_count();
       state_offset += layer->state_count();
       inputs_.push_back(ins);
@@ -774,7 +792,7 @@ class basic_graph_model {
           if (dxs_[0] != nullptr) std::copy(grads_[i].data(), grads_[i].data() + batch * l.output_size(), dxs_[0]);
         } else {
           l.backward({batch, xs_[0], acts_[i].data(), grads_[i].data(), dxs_[0], pbase_ + info_[i].offset,
-                      gbase_ + info_[i].offset, step_, sum, dxs_.data()});
+                      gbase_ + info_[i].offset, step_, sum, dxs_.data(), !regularization_deferred_});
         }
         for (std::size_t k = 0; k < ins.size(); ++k) {
           if (dxs_[k] == nullptr) continue;
@@ -817,6 +835,8 @@ class basic_graph_model {
   std::vector<T> losses_;
   std::vector<std::uint8_t> hits_;
   mwstrat::detail::replica_sum replicas_;
+  std::vector<mwstrat::detail::l2_term> l2_terms_;  // every layer's, in model parameter offsets
+  bool regularization_deferred_ = false;  // the synchroniser adds the regularisation gradients after the mean
   const T* input_ = nullptr;
   std::size_t last_batch_ = 0;  // examples in the last forward pass (what outputs() covers)
   std::size_t capacity_ = 0;

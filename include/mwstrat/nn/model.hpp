@@ -547,7 +547,7 @@ class basic_sequential {
       if (!l.aliases_input() && (n > 0 || needs_input_grad_[i])) {
         T* dx = needs_input_grad_[i] ? grad_ptr(i) : nullptr;
         l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), dx, pbase_ + offsets_[i],
-                    gbase_ + offsets_[i], step_, nullptr, &dx});
+                    gbase_ + offsets_[i], step_, nullptr, &dx, true});
       }
       if (n > 0) on_ready(offsets_[i], n);
     }

@@ -42,11 +42,44 @@ struct ignore_ready {
   void operator()(std::size_t, std::size_t) const noexcept {}
 };
 
+// A model whose regularisation gradients the synchroniser adds after the replicas' mean (the graph model): added
+// by each replica before it, they would enter the mean R times and round differently from one replica over the
+// whole batch. The synchroniser switches the model to this for its lifetime.
+template <class Model>
+concept model_with_deferred_regularization = requires(Model& m, std::size_t first, std::size_t count) {
+  m.defer_regularization_gradients(true);
+  m.add_regularization_gradients(first, count);
+};
+
+// Makes the model leave its regularisation gradients to the synchroniser while this lives.
+template <class Model>
+class regularization_after_mean {
+ public:
+  explicit regularization_after_mean(Model& m) : model_(m) {
+    if constexpr (model_with_deferred_regularization<Model>) model_.defer_regularization_gradients(true);
+  }
+  ~regularization_after_mean() {
+    if constexpr (model_with_deferred_regularization<Model>) model_.defer_regularization_gradients(false);
+  }
+  regularization_after_mean(const regularization_after_mean&) = delete;
+  regularization_after_mean& operator=(const regularization_after_mean&) = delete;
+  // Adds them to the mean gradients of the parameters [first, first + count).
+  void add(std::size_t first, std::size_t count) {
+    if constexpr (model_with_deferred_regularization<Model>) model_.add_regularization_gradients(first, count);
+  }
+
+ private:
+  Model& model_;
+};
+
 // The optimizer's whole update, inside the model's own threads where the model has them (its oneTBB arena), so a
 // worker never uses more cores than it was given.
 template <class Model, class Optimizer>
-void apply_update(Model& model, Optimizer& optimizer) {
-  auto update = [&] { optimizer.apply(model.parameters(), std::span<const float>(model.gradients())); };
+void apply_update(Model& model, Optimizer& optimizer, regularization_after_mean<Model>& regularization) {
+  auto update = [&] {
+    regularization.add(0, model.parameters().size());
+    optimizer.apply(model.parameters(), std::span<const float>(model.gradients()));
+  };
   if constexpr (model_with_executor<Model>) {
     model.execute(update);
   } else {
@@ -69,14 +102,15 @@ struct arena_for<C, true> {
 template <strategy Strategy, class Model, class Optimizer>
 class replicated_gradient_sync {
  public:
-  replicated_gradient_sync(Strategy& s, Model& m, Optimizer& o) : strategy_(s), model_(m), optimizer_(o) {}
+  replicated_gradient_sync(Strategy& s, Model& m, Optimizer& o)
+      : strategy_(s), model_(m), optimizer_(o), regularization_(m) {}
 
   /// Runs `backward(on_ready)`, means the gradients and applies the update; returns what `backward` returned.
   template <class Backward>
   auto step(Backward&& backward) {
     auto result = std::forward<Backward>(backward)(detail::ignore_ready{});
     strategy_.mean_gradients(model_.gradients());
-    detail::apply_update(model_, optimizer_);
+    detail::apply_update(model_, optimizer_, regularization_);
     return result;
   }
 
@@ -87,6 +121,7 @@ class replicated_gradient_sync {
   Strategy& strategy_;
   Model& model_;
   Optimizer& optimizer_;
+  detail::regularization_after_mean<Model> regularization_;
 };
 
 /// Gradient synchronisation over a collective, as `gradient_sync_options` asks (see the file comment). Made at the
@@ -99,7 +134,7 @@ class collective_gradient_sync {
  public:
   /// Collective call (with `reduction_overlap::automatic`, one all-gather of every replica's host and threads).
   collective_gradient_sync(Collective& c, Model& m, Optimizer& o, const gradient_sync_options& options)
-      : collective_(c), model_(m), optimizer_(o), update_(options.update) {
+      : collective_(c), model_(m), optimizer_(o), regularization_(m), update_(options.update) {
     detail::validate(options, c.rank());  // also here: the synchroniser can be made without a strategy
     // An explicit sharded or shared update needs the whole gradient after backward: no automatic overlap then.
     reduction_overlap overlap = options.overlap;
@@ -132,7 +167,7 @@ class collective_gradient_sync {
         auto result =
             std::forward<Backward>(backward)([this](std::size_t o, std::size_t n) { buckets_->on_ready(o, n); });
         buckets_->finish();
-        detail::apply_update(model_, optimizer_);
+        detail::apply_update(model_, optimizer_, regularization_);
         return result;
       } catch (...) {
         buckets_->abandon();  // no bucket may still write into the model's gradients once this unwinds
@@ -145,6 +180,7 @@ class collective_gradient_sync {
         auto result = std::forward<Backward>(backward)(detail::ignore_ready{});
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
         arena_->mean_and_update([&](std::size_t first, std::size_t count) {
+          regularization_.add(first, count);
           optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
         });
         optimizer_.count_step();
@@ -156,6 +192,7 @@ class collective_gradient_sync {
       if (placement_ == update_placement::sharded) {
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
         collective_.all_reduce_update(grads, reduce_op::mean, params, [&](std::size_t first, std::size_t count) {
+          regularization_.add(first, count);
           optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
         });
         optimizer_.count_step();
@@ -163,7 +200,7 @@ class collective_gradient_sync {
       }
     }
     collective_.all_reduce(model_.gradients(), reduce_op::mean);
-    detail::apply_update(model_, optimizer_);
+    detail::apply_update(model_, optimizer_, regularization_);
     return result;
   }
 
@@ -214,6 +251,7 @@ class collective_gradient_sync {
   Collective& collective_;
   Model& model_;
   Optimizer& optimizer_;
+  detail::regularization_after_mean<Model> regularization_;
   update_placement update_;                                   // as asked
   update_placement placement_ = update_placement::automatic;  // as taken (automatic: not decided yet)
   bool adopted_ = false;  // the model works in arena_ (and must leave it before arena_ goes)

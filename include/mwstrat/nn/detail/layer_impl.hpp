@@ -66,6 +66,14 @@ struct backward_args {
   std::uint64_t step;
   const replica_sum* replicas;
   T* const* dxs;  // per input (multi-input layers), each null when not needed; dxs[0] == dx
+  bool add_regularization;  // false: the model adds the regularisation gradients itself, after the replicas' mean
+};
+
+// An L2 term of a layer's loss: λ·Σw² over `count` parameters from `offset` in the layer's parameters.
+struct l2_term {
+  std::size_t offset;
+  std::size_t count;
+  double lambda;
 };
 
 // One weight of a layer, in arena order: its Keras name ("kernel") and Keras shape.
@@ -93,8 +101,10 @@ class layer_impl {
   // Keras's `config` fields of the layer, as JSON members ("\"filters\": 16, ...").
   [[nodiscard]] virtual std::string keras_config() const { return {}; }
   // The regularisation term this layer adds to the loss (Keras's `losses`), e.g. λ·Σw²; the matching gradient
-  // is added by backward().
+  // is added by backward() when its `add_regularization` says so.
   [[nodiscard]] virtual double regularization(const T* /*params*/) const { return 0; }
+  // The same terms as data, for a model that adds their gradients itself.
+  [[nodiscard]] virtual std::vector<l2_term> l2_terms() const { return {}; }
   virtual void initialize_state(std::span<T> /*state*/) {}
   [[nodiscard]] virtual bool aliases_input() const { return false; }
   virtual void initialize(std::span<T> /*params*/, std::uint64_t /*seed*/, std::uint64_t /*stream*/) {}

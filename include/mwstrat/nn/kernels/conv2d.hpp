@@ -1,7 +1,7 @@
 #pragma once
 // 2-D convolution kernels on NHWC activations and Keras's HWIO kernels: forward, data gradient and filter
 // gradient, parallel on oneTBB with results that are the same bits for any number of threads (work is cut by the
-// problem's shape only; the filter gradient's sum over the batch is taken in fixed chunks, added in chunk order).
+// problem's shape only; the filter gradient's sum over the batch is taken in fixed chunks, added by an aligned tree).
 //
 // Two implementations share this interface: the fast one (conv2d_direct.hpp: register-blocked direct convolution
 // over a zero-padded copy of the input, weights repacked once per call) runs where its shapes apply; the
@@ -11,6 +11,7 @@
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
+#include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 
 #include <algorithm>
@@ -73,10 +74,11 @@ inline void col2im_image(const conv2d_geometry& g, const float* cols, float* dx)
 }
 
 // Images per chunk of the filter gradient's batch sum: fixed by the shape (about 2^20 multiply-adds of work
-// per chunk at the least), never by the thread count.
+// per chunk at the least; a power of two), never by the thread count or the batch.
 inline std::size_t filter_chunk_images(const conv2d_geometry& g) {
   const std::size_t per_image = out_positions(g) * patch_size(g) * g.out_c;
-  return std::clamp<std::size_t>((std::size_t{1} << 20) / std::max<std::size_t>(per_image, 1), 1, 8);
+  return ::mwstrat::detail::power_of_two_floor(
+      std::clamp<std::size_t>((std::size_t{1} << 20) / std::max<std::size_t>(per_image, 1), 1, 8));
 }
 
 }  // namespace detail_conv
@@ -113,7 +115,7 @@ inline void conv2d_backward_data_reference(const conv2d_geometry& g, const float
 }
 
 /// Reference filter gradient: grad_kernel = cols^T * grad_output, summed over fixed chunks of images (each chunk
-/// one task, into its own partial sum), then the partial sums added in chunk order.
+/// one task, into its own partial sum), then the partial sums added by the aligned tree (batch-split invariant).
 inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const float* input, const float* grad_output,
                                              float* grad_kernel, float* grad_bias, conv2d_workspace& ws) {
   detail_conv::check_geometry(g, "conv2d_backward_filter");
@@ -142,14 +144,9 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
       for (std::size_t f = 0; f < g.out_c; ++f) bsum[f] += dy[f];
     }
   });
-  ::mwstrat::detail::parallel_chunks(wsize + g.out_c, 4096, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) {
-      float s = part[i];
-      for (std::size_t t = 1; t < chunks; ++t) s += part[t * (wsize + g.out_c) + i];
-      if (i < wsize) grad_kernel[i] = s;
-      else if (grad_bias != nullptr) grad_bias[i - wsize] = s;
-    }
-  });
+  ::mwstrat::detail::combine_blocks(part, chunks, wsize + g.out_c, wsize + g.out_c);
+  std::copy_n(part, wsize, grad_kernel);
+  if (grad_bias != nullptr) std::copy_n(part + wsize, g.out_c, grad_bias);
 }
 
 /// output = conv(input, kernel) + bias (bias may be null); output is overwritten.

@@ -12,8 +12,10 @@
 // transposed) taps, so no multiply is spent on zeros.
 //
 // The filter gradient sums over the batch in fixed chunks of images (each chunk one task into its own partial sum,
-// the partial sums then added in chunk order), so its bits do not depend on the thread count.
+// the partial sums then added by the aligned tree of nn/detail/batch_sum.hpp), so its bits depend neither on the
+// thread count nor on how a power-of-two global batch is split among replicas.
 
+#include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
@@ -513,10 +515,11 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
 
 // Images per chunk of the batch sum: the chunk's padded input and output gradient in about 1 MiB (an L2 of the
 // machine it was tuned on; every tile re-reads them; measured better than 128-512 KiB, fewer partial sums), at most
-// 16 images, fixed by the shape.
+// 16 images, fixed by the shape; a power of two, so the chunks' tree is batch-split invariant (detail/batch_sum.hpp).
 inline std::size_t filter_chunk(const conv2d_geometry& g, std::size_t padded_image) {
   const std::size_t bytes = (padded_image + g.out_h * g.out_w * g.out_c) * sizeof(float);
-  return std::clamp<std::size_t>((std::size_t{1024} << 10) / std::max<std::size_t>(bytes, 1), 1, 16);
+  return ::mwstrat::detail::power_of_two_floor(
+      std::clamp<std::size_t>((std::size_t{1024} << 10) / std::max<std::size_t>(bytes, 1), 1, 16));
 }
 
 inline void backward_filter(const conv2d_geometry& g, const float* input, const float* grad_output,
@@ -571,14 +574,9 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
     for (std::size_t r = 0; r < m; ++r)
       for (std::size_t f = 0; f < OC; ++f) bsum[f] += go[r * OC + f];
   });
-  ::mwstrat::detail::parallel_chunks(stride, 4096, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) {
-      float s = part[i];
-      for (std::size_t t = 1; t < chunks; ++t) s += part[t * stride + i];
-      if (i < wsize) grad_kernel[i] = s;
-      else if (grad_bias != nullptr) grad_bias[i - wsize] = s;
-    }
-  });
+  ::mwstrat::detail::combine_blocks(part, chunks, stride, stride);
+  std::copy_n(part, wsize, grad_kernel);
+  if (grad_bias != nullptr) std::copy_n(part + wsize, OC, grad_bias);
 }
 
 }  // namespace mwstrat::nn::kernels::direct

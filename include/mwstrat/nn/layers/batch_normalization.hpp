@@ -1,11 +1,13 @@
 #pragma once
 // BatchNormalization and SyncBatchNormalization (`nn::batch_normalization`, `nn::sync_batch_normalization`) over
-// the channel (last) axis. Per-channel sums run in double over fixed chunks of rows combined in order, so the bits
-// do not depend on the thread count; the synchronised variant adds the replicas' sums (one all-reduce of 2C + 1
-// values forward, 2C backward) so that N replicas × B normalise and differentiate exactly as one replica × N·B.
+// the channel (last) axis. Per-channel sums run in double over fixed chunks of samples combined by an aligned tree,
+// so the bits depend neither on the thread count nor on the batch's split among replicas; the synchronised variant
+// adds the replicas' sums (one all-reduce of 2C + 1 values forward, 2C backward) so that N replicas × B normalise
+// and differentiate as one replica × N·B (bit for bit with two replicas of a power-of-two batch).
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/initializers.hpp>
@@ -57,9 +59,9 @@ class batch_normalization_layer final : public layer_impl<T> {
     nn::ones(s.subspan(channels_));
   }
   void reserve(std::size_t batch) override {
-    const std::size_t rows = batch * per_sample_rows_;
-    chunks_ = std::max<std::size_t>(1, ceil_div(rows, chunk_rows));
+    chunks_ = std::max<std::size_t>(1, ceil_div(batch, chunk_samples()));
     partial_.assign(chunks_ * 2 * channels_, 0.0);
+    grad_partial_.assign(chunks_ * 2 * channels_, T{});
     sums_.assign(2 * channels_ + 1, 0.0);
     mean_.assign(channels_, 0.0);
     inv_std_.assign(channels_, 0.0);
@@ -112,15 +114,16 @@ class batch_normalization_layer final : public layer_impl<T> {
   void backward(const backward_args<T>& a) override {
     const std::size_t c = channels_;
     const std::size_t rows = a.batch * per_sample_rows_;
-    // Σdy and Σdy·x̂ per channel: beta's and gamma's gradients on this replica's rows.
+    // Σdy and Σdy·x̂ per channel: beta's and gamma's gradients on this replica's rows. The gradients are summed
+    // in T from the chunks' double sums, as the replicas' mean will add them, so that their tree goes on there.
     channel_sums(rows, [&](std::size_t r, std::size_t j) {
       const double dy = static_cast<double>(a.dy[r * c + j]);
       const double xhat = (static_cast<double>(a.x[r * c + j]) - mean_[j]) * inv_std_[j];
       return std::pair<double, double>{dy, dy * xhat};
-    });
+    }, true);
     for (std::size_t j = 0; j < c; ++j) {
-      a.grads[j] = static_cast<T>(sums_[c + j]);  // dgamma
-      a.grads[c + j] = static_cast<T>(sums_[j]);  // dbeta
+      a.grads[j] = grad_partial_[c + j];  // dgamma
+      a.grads[c + j] = grad_partial_[j];  // dbeta
     }
     if (a.dx == nullptr) return;
     double count = static_cast<double>(rows);
@@ -143,30 +146,46 @@ class batch_normalization_layer final : public layer_impl<T> {
   }
 
  private:
+  // Rows per chunk at the most: about 1024 (one 32×32 image), as whole samples, and at most 8 samples.
   static constexpr std::size_t chunk_rows = 1024;
+  static constexpr std::size_t max_chunk_samples = 8;
 
-  // sums_[j] = Σ_r f(r, j).first, sums_[c + j] = Σ_r f(r, j).second: fixed chunks of rows in parallel, combined in
-  // chunk order.
+  // Samples per chunk: a power of two fixed by the shape, so the chunks' tree is batch-split invariant wherever
+  // each replica's batch is a power-of-two multiple of it (small, so that small batches split exactly too).
+  std::size_t chunk_samples() const noexcept {
+    return power_of_two_floor(std::clamp<std::size_t>(chunk_rows / per_sample_rows_, 1, max_chunk_samples));
+  }
+
+  // sums_[j] = Σ_r f(r, j).first, sums_[c + j] = Σ_r f(r, j).second: fixed chunks of samples in parallel, combined
+  // by the aligned tree of nn/detail/batch_sum.hpp (so a replica's sums are a node of the whole batch's tree).
+  // With `in_t`: also the same sums in T, each chunk's rounded to T and combined by the tree in T (left in
+  // grad_partial_[0, 2C)).
   template <class F>
-  void channel_sums(std::size_t rows, F&& f) {
+  void channel_sums(std::size_t rows, F&& f, bool in_t = false) {
     const std::size_t c = channels_;
-    const std::size_t chunks = std::max<std::size_t>(1, ceil_div(rows, chunk_rows));
+    const std::size_t rows_per_chunk = chunk_samples() * per_sample_rows_;
+    const std::size_t chunks = std::max<std::size_t>(1, ceil_div(rows, rows_per_chunk));
+    if (partial_.size() < chunks * 2 * c) {  // a larger batch than reserved
+      partial_.assign(chunks * 2 * c, 0.0);
+      grad_partial_.assign(chunks * 2 * c, T{});
+    }
     parallel_tasks(chunks, [&](std::size_t ch) {
       double* part = partial_.data() + ch * 2 * c;
       std::fill(part, part + 2 * c, 0.0);
-      const std::size_t r1 = std::min(rows, (ch + 1) * chunk_rows);
-      for (std::size_t r = ch * chunk_rows; r < r1; ++r)
+      const std::size_t r1 = std::min(rows, (ch + 1) * rows_per_chunk);
+      for (std::size_t r = ch * rows_per_chunk; r < r1; ++r)
         for (std::size_t j = 0; j < c; ++j) {
           const auto [u, v] = f(r, j);
           part[j] += u;
           part[c + j] += v;
         }
     });
-    for (std::size_t j = 0; j < 2 * c; ++j) {
-      double s = 0;
-      for (std::size_t ch = 0; ch < chunks; ++ch) s += partial_[ch * 2 * c + j];
-      sums_[j] = s;
+    if (in_t) {
+      for (std::size_t i = 0; i < chunks * 2 * c; ++i) grad_partial_[i] = static_cast<T>(partial_[i]);
+      combine_blocks(grad_partial_.data(), chunks, 2 * c, 2 * c);
     }
+    combine_blocks(partial_.data(), chunks, 2 * c, 2 * c);
+    std::copy_n(partial_.data(), 2 * c, sums_.data());
   }
 
   double momentum_;
@@ -176,6 +195,7 @@ class batch_normalization_layer final : public layer_impl<T> {
   std::size_t per_sample_rows_ = 1;
   std::size_t chunks_ = 1;
   std::vector<double> partial_;
+  std::vector<T> grad_partial_;  // the backward sums' chunks in T (gamma's and beta's gradients)
   std::vector<double> sums_;     // [Σ first (C) | Σ second (C) | count]
   std::vector<double> mean_;     // of the last forward pass
   std::vector<double> inv_std_;  // 1 / sqrt(var + ε)

@@ -63,6 +63,13 @@ class conv2d_layer final : public layer_impl<T> {
            "\", \"kernel_regularizer\": " + regularizer_json(spec_.kernel_regularizer) +
            ", \"bias_regularizer\": " + regularizer_json(spec_.bias_regularizer);
   }
+  std::vector<l2_term> l2_terms() const override {
+    const std::size_t k = patch_ * spec_.filters;
+    std::vector<l2_term> terms;
+    if (spec_.kernel_regularizer != 0) terms.push_back({0, k, spec_.kernel_regularizer});
+    if (spec_.use_bias && spec_.bias_regularizer != 0) terms.push_back({k, spec_.filters, spec_.bias_regularizer});
+    return terms;
+  }
   double regularization(const T* params) const override {
     const std::size_t k = patch_ * spec_.filters;
     return l2_penalty(spec_.kernel_regularizer, params, k) +
@@ -105,8 +112,10 @@ class conv2d_layer final : public layer_impl<T> {
         const std::size_t k = patch_ * spec_.filters;
         const nn::kernels::conv2d_geometry g = geometry_of(a.batch);
         nn::kernels::conv2d_backward_filter(g, a.x, a.dy, a.grads, spec_.use_bias ? a.grads + k : nullptr, kernels_ws_);
-        add_l2_gradient(spec_.kernel_regularizer, a.params, a.grads, k);
-        if (spec_.use_bias) add_l2_gradient(spec_.bias_regularizer, a.params + k, a.grads + k, spec_.filters);
+        if (a.add_regularization) {
+          add_l2_gradient(spec_.kernel_regularizer, a.params, a.grads, k);
+          if (spec_.use_bias) add_l2_gradient(spec_.bias_regularizer, a.params + k, a.grads + k, spec_.filters);
+        }
         if (a.dx != nullptr) nn::kernels::conv2d_backward_data(g, a.dy, a.params, a.dx, kernels_ws_);
         return;
       }
@@ -164,8 +173,10 @@ class conv2d_layer final : public layer_impl<T> {
         a.grads[i] = s;
       }
     });
-    add_l2_gradient(spec_.kernel_regularizer, a.params, a.grads, patch_ * f);
-    if (spec_.use_bias) add_l2_gradient(spec_.bias_regularizer, a.params + patch_ * f, a.grads + patch_ * f, f);
+    if (a.add_regularization) {
+      add_l2_gradient(spec_.kernel_regularizer, a.params, a.grads, patch_ * f);
+      if (spec_.use_bias) add_l2_gradient(spec_.bias_regularizer, a.params + patch_ * f, a.grads + patch_ * f, f);
+    }
     if (a.dx == nullptr) return;
     // dcols[m][p] = sum_f dz[m][f] K[p][f], then scattered back to the input, one task per sample.
     gemm_nt<T>(positions, patch_, f, dz, f, a.params, f, cols_.data(), patch_, nullptr, false, {});

@@ -3,6 +3,7 @@
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
@@ -56,6 +57,13 @@ class dense_layer final : public layer_impl<T> {
            "\", \"kernel_regularizer\": " + regularizer_json(spec_.kernel_regularizer) +
            ", \"bias_regularizer\": " + regularizer_json(spec_.bias_regularizer);
   }
+  std::vector<l2_term> l2_terms() const override {
+    const std::size_t k = spec_.units * inputs_;
+    std::vector<l2_term> terms;
+    if (spec_.kernel_regularizer != 0) terms.push_back({0, k, spec_.kernel_regularizer});
+    if (spec_.bias_regularizer != 0) terms.push_back({k, spec_.units, spec_.bias_regularizer});
+    return terms;
+  }
   double regularization(const T* params) const override {
     const std::size_t k = spec_.units * inputs_;
     return l2_penalty(spec_.kernel_regularizer, params, k) + l2_penalty(spec_.bias_regularizer, params + k, spec_.units);
@@ -73,6 +81,7 @@ class dense_layer final : public layer_impl<T> {
     workspace_.assign(keras_layout_ ? gemm_nt_workspace(rows, inputs_, spec_.units)
                                     : gemm_nt_workspace(rows, spec_.units, inputs_), T{});
     if (spec_.activation == nn::activation::relu) dz_.assign(rows * spec_.units, T{});
+    if (split_invariant()) partial_.assign(ceil_div(batch, chunk_samples()) * this->param_count(), T{});
   }
   void forward(const forward_args<T>& a) override {
     const std::size_t rows = a.batch * rows_per_sample_;
@@ -96,20 +105,35 @@ class dense_layer final : public layer_impl<T> {
     }
     T* gkernel = a.grads;
     T* gbias = a.grads + units * inputs_;
-    if (keras_layout_) {  // dK[f][u] = sum_r x[r][f] dz[r][u]
-      gemm_nn<T>(inputs_, units, rows, a.x, 1, static_cast<std::ptrdiff_t>(inputs_), dz, units, gkernel, units);
-    } else {  // dK[u][f] = sum_r dz[r][u] x[r][f]
-      gemm_nn<T>(units, inputs_, rows, dz, 1, static_cast<std::ptrdiff_t>(units), a.x, inputs_, gkernel, inputs_);
+    if (split_invariant()) {
+      // Per chunk of samples into its own partial sums, then the aligned tree: batch-split invariant.
+      const std::size_t chunk_rows = chunk_samples() * rows_per_sample_;
+      const std::size_t chunks = ceil_div(rows, chunk_rows);
+      const std::size_t n = this->param_count();
+      if (partial_.size() < chunks * n) partial_.assign(chunks * n, T{});  // a larger batch than reserved
+      parallel_tasks(chunks, [&](std::size_t ch) {
+        const std::size_t r0 = ch * chunk_rows;
+        const std::size_t count = std::min(rows, r0 + chunk_rows) - r0;
+        T* part = partial_.data() + ch * n;
+        kernel_gradient(count, a.x + r0 * inputs_, dz + r0 * units, part);
+        bias_gradient(count, dz + r0 * units, part + units * inputs_);
+      });
+      combine_blocks(partial_.data(), chunks, n, n);
+      std::copy_n(partial_.data(), n, a.grads);
+    } else {
+      kernel_gradient(rows, a.x, dz, gkernel);
+      parallel_chunks(units, 64, [&](std::size_t b, std::size_t e) {
+        for (std::size_t u = b; u < e; ++u) {
+          T s{};
+          for (std::size_t r = 0; r < rows; ++r) s += dz[r * units + u];
+          gbias[u] = s;
+        }
+      });
     }
-    parallel_chunks(units, 64, [&](std::size_t b, std::size_t e) {
-      for (std::size_t u = b; u < e; ++u) {
-        T s{};
-        for (std::size_t r = 0; r < rows; ++r) s += dz[r * units + u];
-        gbias[u] = s;
-      }
-    });
-    add_l2_gradient(spec_.kernel_regularizer, a.params, gkernel, units * inputs_);
-    add_l2_gradient(spec_.bias_regularizer, a.params + units * inputs_, gbias, units);
+    if (a.add_regularization) {
+      add_l2_gradient(spec_.kernel_regularizer, a.params, gkernel, units * inputs_);
+      add_l2_gradient(spec_.bias_regularizer, a.params + units * inputs_, gbias, units);
+    }
     if (a.dx != nullptr && keras_layout_) {  // dx[r][f] = sum_u dz[r][u] K[f][u]
       gemm_nt<T>(rows, inputs_, units, dz, units, a.params, units, a.dx, inputs_, nullptr, false, std::span<T>(workspace_));
       return;
@@ -120,6 +144,29 @@ class dense_layer final : public layer_impl<T> {
   }
 
  private:
+  // Small layers (a classifier head) sum their gradient by chunks of samples and the aligned tree, so two replicas
+  // of B give the bits of one of 2B; a large kernel would need a partial copy per chunk, and keeps one GEMM.
+  static constexpr std::size_t split_invariant_params = std::size_t{1} << 14;
+  bool split_invariant() const noexcept { return this->param_count() <= split_invariant_params; }
+  std::size_t chunk_samples() const noexcept {
+    return power_of_two_floor(std::clamp<std::size_t>(split_invariant_params / this->param_count(), 1, 8));
+  }
+  // The kernel's gradient over `rows` rows, overwriting `out`.
+  void kernel_gradient(std::size_t rows, const T* x, const T* dz, T* out) const {
+    const std::size_t units = spec_.units;
+    if (keras_layout_) {  // dK[f][u] = sum_r x[r][f] dz[r][u]
+      gemm_nn<T>(inputs_, units, rows, x, 1, static_cast<std::ptrdiff_t>(inputs_), dz, units, out, units);
+    } else {  // dK[u][f] = sum_r dz[r][u] x[r][f]
+      gemm_nn<T>(units, inputs_, rows, dz, 1, static_cast<std::ptrdiff_t>(units), x, inputs_, out, inputs_);
+    }
+  }
+  void bias_gradient(std::size_t rows, const T* dz, T* out) const {
+    const std::size_t units = spec_.units;
+    std::fill_n(out, units, T{});
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t u = 0; u < units; ++u) out[u] += dz[r * units + u];
+  }
+
   static nn_shape out_shape(const nn::dense& spec, nn_shape in) {
     if (spec.units == 0) nn_config_error("dense: units must be positive");
     if (spec.activation == nn::activation::softmax && in.size() != 1)
@@ -134,6 +181,7 @@ class dense_layer final : public layer_impl<T> {
   std::size_t rows_per_sample_ = 1;
   aligned_vector<T> workspace_;
   aligned_vector<T> dz_;
+  aligned_vector<T> partial_;  // per chunk of samples: the kernel's then the bias's gradient (small layers)
 };
 
 }  // namespace mwstrat::detail
