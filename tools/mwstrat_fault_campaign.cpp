@@ -13,8 +13,8 @@
 // The workers are found from the launcher's own lines "mwstrat-launch: worker I: pid P" (each worker leads its own
 // process group, which is what is signalled). The schedule is time-based: fault i comes a seeded random gap after
 // the job recovered from fault i-1 (the launcher started a new group, or the link/disk was given back); gaps are
-// uniform in [--gap-min, --gap-max], by default 0.25 and 1 times the reference's wall time / (K + 1), so the
-// faults are spread over the job (recoveries lengthen it, hence gaps shorter than an even split). The schedule (kinds, gap draws, worker draws) is a pure function of --seed.
+// uniform in [--gap-min, --gap-max], by default 0.2 and 0.8 times the reference's wall time / (K + 1), so the
+// faults are spread over the first half of the job or so (a loaded machine's timing varies; K must all land). The schedule (kinds, gap draws, worker draws) is a pure function of --seed.
 //
 // Exit status: 0 when all K faults were injected, every one survived and the model is byte-identical; 1 when not;
 // 2 for a usage error.
@@ -652,8 +652,8 @@ int main(int argc, char** argv) {
   }
 
   const double mean_gap = reference_seconds / (o.faults + 1);
-  const double gap_min = o.gap_min.value_or(o.gap_max ? std::min(*o.gap_max, 0.25 * mean_gap) : 0.25 * mean_gap);
-  const double gap_max = o.gap_max.value_or(std::max(gap_min, mean_gap));
+  const double gap_min = o.gap_min.value_or(o.gap_max ? std::min(*o.gap_max, 0.2 * mean_gap) : 0.2 * mean_gap);
+  const double gap_max = o.gap_max.value_or(std::max(gap_min, 0.8 * mean_gap));
   const double limit = o.timeout.value_or(4 * reference_seconds + 60.0 * (o.faults + 1));
 
   prepare();
