@@ -21,7 +21,9 @@ TEST(fault_campaign_hosts_release, cut_links_kills_hangs_and_preemptions_are_sur
   const std::string common = " --faults 5 --seed 3 --kinds cut,kill,stop,term";
   const auto plan = run(campaign_tool + common + " --print-schedule", 30);
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
-  for (const char* k : {": cut ", ": kill ", ": stop ", ": term "}) EXPECT_NE(plan.output.find(k), std::string::npos) << plan.output;
+  for (const char* k : {": cut ", ": kill ", ": stop ", ": term "}) {
+    EXPECT_NE(plan.output.find(k), std::string::npos) << plan.output;
+  }
 
   const std::string backup = dir / "backup";
   std::filesystem::create_directories(backup);
