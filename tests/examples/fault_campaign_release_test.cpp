@@ -45,10 +45,13 @@ TEST(fault_campaign_release, six_faults_over_300_mnist_steps_are_survived_and_th
   EXPECT_NE(r.output.find("faults survived: 6\n"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("final model byte-identical to the fault-free run: yes"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("NOT survived"), std::string::npos) << r.output;
-  // Time lost per fault is reported as a number of seconds (noisy on a loaded machine, so not bounded here).
-  const auto per_fault = r.output.find("; per fault: ");
-  ASSERT_NE(per_fault, std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(" s\n", per_fault), std::string::npos) << r.output;
+  // Time lost per fault, in seconds. The goal is 10 s; the bound here is twice that, since the two wall
+  // times are taken on a machine that may be loaded by other tests. A hang waited out to an op timeout, or a
+  // restart that does not resume, costs more.
+  ASSERT_NE(r.output.find("; per fault: "), std::string::npos) << r.output;
+  const double per_fault = number_after(r.output, "; per fault: ");
+  EXPECT_GT(per_fault, -10.0) << r.output;  // a campaign run quicker than its reference gives a small negative figure
+  EXPECT_LT(per_fault, 20.0) << r.output;
   if (root) {
     // The full disk: the save failed with an error naming the backup folder's file, and the restarted job resumed
     // from the backup before it (still whole: writes are atomic).
