@@ -14,7 +14,8 @@
 // process group, which is what is signalled). The schedule is time-based: fault i comes a seeded random gap after
 // the job recovered from fault i-1 (the launcher started a new group, or the link/disk was given back); gaps are
 // uniform in [--gap-min, --gap-max], by default 0.2 and 0.8 times the reference's wall time / (K + 1), so the
-// faults are spread over the first half of the job or so (a loaded machine's timing varies; K must all land). The schedule (kinds, gap draws, worker draws) is a pure function of --seed.
+// faults are spread over the first half of the job or so (a loaded machine's timing varies; K must all land).
+// The schedule (kinds, gap draws, worker draws) is a pure function of --seed.
 //
 // Exit status: 0 when all K faults were injected, every one survived and the model is byte-identical; 1 when not;
 // 2 for a usage error.
@@ -226,6 +227,10 @@ std::size_t pick(double draw, std::size_t count) {
 volatile sig_atomic_t interrupted = 0;
 void on_signal(int sig) { interrupted = sig; }
 
+clock_type::duration seconds(double s) {
+  return std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(s));
+}
+
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
@@ -341,9 +346,10 @@ class job_runner {
       }
       if (!status) step_faults();
       if (!status && (seconds_since(start_) > limit_ || interrupted)) {
-        if (!timed_out) {
-          std::fprintf(stderr, "mwstrat-fault-campaign: %s; killing the job\n",
-                       interrupted ? "interrupted" : ("the run passed its limit of " + std::to_string(limit_) + " s").c_str());
+        if (!timed_out && interrupted) std::fprintf(stderr, "mwstrat-fault-campaign: interrupted; killing the job\n");
+        if (!timed_out && !interrupted) {
+          std::fprintf(stderr, "mwstrat-fault-campaign: the run passed its limit of %.0f s (--timeout); killing the "
+                       "job\n", limit_);
         }
         timed_out = true;
         kill_everything();
@@ -407,7 +413,7 @@ class job_runner {
   void schedule_next() {
     const auto& f = plan_[next_];
     const double gap = gap_min_ + f.gap_draw * (gap_max_ - gap_min_);
-    fire_at_ = recovered_at_ + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(gap));
+    fire_at_ = recovered_at_ + seconds(gap);
     phase_ = phase::waiting_gap;
   }
 
@@ -477,7 +483,7 @@ class job_runner {
       current_.target = "host " + cut_host_;
       const int rc = run_shell({o_.simhosts_script, "--name", o_.simhosts_set, "cut", cut_host_});
       if (rc != 0) current_.detail = "simhosts cut failed (status " + std::to_string(rc) + ")";
-      hold_until_ = fault_at_ + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o_.cut_hold));
+      hold_until_ = fault_at_ + seconds(o_.cut_hold);
       phase_ = phase::cut_hold;
     } else if (f.kind == "disk") {
       current_.target = o_.disk;
@@ -485,7 +491,7 @@ class job_runner {
       current_.detail = "";
       disk_filled_ = bytes;
       disk_failure_seen_ = false;
-      hold_until_ = fault_at_ + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o_.disk_hold));
+      hold_until_ = fault_at_ + seconds(o_.disk_hold);
       phase_ = phase::disk_hold;
     } else {
       const auto& g = groups_.back().pids;
@@ -500,7 +506,7 @@ class job_runner {
         phase_ = phase::waiting_restart;
       } else {
         ::kill(-target_pid_, SIGSTOP);
-        hold_until_ = fault_at_ + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o_.stop_hold));
+        hold_until_ = fault_at_ + seconds(o_.stop_hold);
         phase_ = phase::stop_hold;
       }
     }
@@ -632,8 +638,9 @@ int main(int argc, char** argv) {
     job_runner ref(o, {}, 0, 0, o.timeout.value_or(86400), o.work_dir + "/reference.log");
     const run_result r = ref.run();
     if (r.status != 0) {
-      std::fprintf(stderr, "mwstrat-fault-campaign: the fault-free run failed (status %d); see %s/reference.log\n",
-                   r.status, o.work_dir.c_str());
+      std::fprintf(stderr, "mwstrat-fault-campaign: the fault-free run %s; see %s/reference.log\n",
+                   r.status < 0 ? "timed out" : ("failed (status " + std::to_string(r.status) + ")").c_str(),
+                   o.work_dir.c_str());
       return 1;
     }
     reference_path = o.work_dir + "/reference-model";

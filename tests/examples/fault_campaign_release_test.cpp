@@ -24,7 +24,9 @@ TEST(fault_campaign_release, six_faults_over_300_mnist_steps_are_survived_and_th
   // The schedule for this seed holds every kind (so the campaign below exercises each of them).
   const auto plan = run(campaign_tool + " --faults 6 --seed " + seed + " --kinds " + kinds + " --print-schedule", 30);
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
-  for (const char* k : {": kill ", ": stop ", ": term "}) EXPECT_NE(plan.output.find(k), std::string::npos) << plan.output;
+  for (const char* k : {": kill ", ": stop ", ": term "}) {
+    EXPECT_NE(plan.output.find(k), std::string::npos) << plan.output;
+  }
   if (root) {
     EXPECT_NE(plan.output.find(": disk "), std::string::npos) << plan.output;
   }

@@ -65,7 +65,9 @@ std::string write_job(const mwstrat::test::temp_dir& dir) {
   std::ofstream(script) << "d=$1\n"
                            "case \"$TF_CONFIG\" in *'\"index\": 1'*)\n"
                            "  trap 'exit 75' TERM; n=0\n"
-                           "  while [ ! -f $d/model/model ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done; exit 0;;\n"
+                           "  while [ ! -f $d/model/model ] && [ $n -lt 400 ]; do\n"
+                           "    sleep 0.05; n=$((n+1))\n"
+                           "  done; exit 0;;\n"
                            "esac\n"
                            "i=0; [ -f $d/backup/step ] && i=$(cat $d/backup/step)\n"
                            "save() { echo $i > $d/backup/.step.tmp && mv $d/backup/.step.tmp $d/backup/step; }\n"
@@ -110,6 +112,24 @@ TEST(fault_campaign, a_job_that_cannot_recover_is_reported_as_not_surviving) {
   EXPECT_NE(r.output.find("job exit status: 137"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("NOT survived"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("byte-identical to the fault-free run: yes"), std::string::npos) << r.output;
+}
+
+TEST(fault_campaign, a_job_past_its_limit_is_killed_with_its_workers) {
+  mwstrat::test::temp_dir dir("mwstrat-campaign");
+  const std::string d = dir.path().string();
+  // Workers that would sleep for 60 s; the tool's limit is 2 s. The workers lead process groups of their own (the
+  // launcher's), so killing the launcher alone would leave them: the marker file shows they are gone.
+  const auto r = run(tool + " --faults 1 --model " + d + "/model --work-dir " + d + "/work --timeout 2 -- " + launcher +
+                         " -n 2 -- sh -c 'sleep 60; touch " + d + "/still-alive'",
+                     60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("the run passed its limit of 2 s (--timeout); killing the job"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the fault-free run timed out"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30.0);
+  const auto none = run("sleep 1; ls " + d, 10);
+  EXPECT_EQ(none.output.find("still-alive"), std::string::npos) << none.output;
+  // "[s]leep": the pattern must not match pgrep's own shell, whose command line holds it.
+  EXPECT_EQ(run("pgrep -f '[s]leep 60; touch " + d + "/still-alive'", 10).exit_code, 1) << "a worker outlived it";
 }
 
 }  // namespace
