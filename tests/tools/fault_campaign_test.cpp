@@ -123,7 +123,8 @@ TEST(fault_campaign, a_job_past_its_limit_is_killed_with_its_workers) {
                          " -n 2 -- sh -c 'sleep 60; touch " + d + "/still-alive'",
                      60);
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("the run passed its limit of 2 s (--timeout); killing the job"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the run passed its limit of 2 s (--timeout); killing the job"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("the fault-free run timed out"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 30.0);
   const auto none = run("sleep 1; ls " + d, 10);
