@@ -610,11 +610,24 @@ int main(int argc, char** argv) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
 
+  if (!o.disk_tmpfs.empty()) mount_private_tmpfs(o.disk, o.disk_tmpfs);
+  if (!o.disk.empty() && !fs::is_directory(o.disk)) usage("--disk: " + o.disk + " is not a folder");
+  if (std::find(o.kinds.begin(), o.kinds.end(), "disk") != o.kinds.end()) {
+    // A disk fault fills the whole file system under --disk: never the machine's own disk by mistake.
+    struct statvfs fsinfo{};
+    constexpr double limit_gib = 4;
+    if (::statvfs(o.disk.c_str(), &fsinfo) == 0) {
+      const double free_gib = static_cast<double>(fsinfo.f_bavail) * static_cast<double>(fsinfo.f_frsize) / (1 << 30);
+      if (free_gib > limit_gib) {
+        usage("--disk: the file system under " + o.disk + " has " + fixed(free_gib) + " GiB free (more than " +
+              fixed(limit_gib, 0) + "); a disk fault would fill all of it: give a folder on a small file system of its "
+              "own, or --disk-tmpfs SIZE");
+      }
+    }
+  }
   std::error_code ec;
   fs::create_directories(o.work_dir, ec);
   if (ec) usage("--work-dir: cannot create " + o.work_dir + ": " + ec.message());
-  if (!o.disk_tmpfs.empty()) mount_private_tmpfs(o.disk, o.disk_tmpfs);
-  if (!o.disk.empty() && !fs::is_directory(o.disk)) usage("--disk: " + o.disk + " is not a folder");
   auto prepare = [&] {
     for (const auto& d : o.clean) empty_folder(d);
     if (!o.disk.empty()) free_disk(o.disk);

@@ -31,6 +31,9 @@ TEST(fault_campaign, argument_errors_name_the_option) {
       {"--faults 2 --model m --reference-model r -- true", "--reference-model needs --reference-seconds"},
       {"--faults 2 --gap-min 3 --gap-max 1 --print-schedule", "--gap-min is larger than --gap-max"},
       {"--faults 2 --model m --frobnicate -- true", "unknown option '--frobnicate'"},
+      // The machine's own disk is never filled: a disk fault needs a small file system (or --disk-tmpfs).
+      {"--faults 2 --model m --kinds disk --disk / -- true",
+       "a disk fault would fill all of it"},
   };
   for (const auto& [args, expected] : cases) {
     const auto r = run(tool + " " + args, 30);
