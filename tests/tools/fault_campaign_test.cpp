@@ -55,9 +55,12 @@ TEST(fault_campaign, the_schedule_is_a_pure_function_of_the_seed) {
   EXPECT_EQ(a.find("fault 41: "), std::string::npos) << a;
   for (const char* k : {": kill ", ": stop ", ": term ", ": disk "}) EXPECT_NE(a.find(k), std::string::npos) << a;
   EXPECT_EQ(a.find(": cut "), std::string::npos) << a;
-  // Fixed bits: the generator is the tool's own (splitmix64), not a standard library's distribution.
-  EXPECT_NE(schedule("1").find("fault 1: "), std::string::npos);
-  EXPECT_EQ(schedule("1"), schedule("1"));
+  // The same on every platform and in every version: the generator is splitmix64 (not a standard library's
+  // distribution). These draws were checked against an independent splitmix64 in Python: seed 1's first outputs
+  // give kind 1 (stop) of 4, then 0.745782 and 0.971003.
+  const std::string one = schedule("1");
+  EXPECT_NE(one.find("fault 1: stop gap-draw 0.745782 target-draw 0.971003\n"), std::string::npos) << one;
+  EXPECT_NE(one.find("fault 2: disk gap-draw 0.444265 target-draw 0.762894\n"), std::string::npos) << one;
 }
 
 // A job of two shell workers that count to 60 steps (0.05 s each); the chief keeps its step in a "backup" file
