@@ -4,7 +4,8 @@
 // Starts N local workers of PROGRAM, each with its own TF_CONFIG (cluster.worker = N addresses on H, task.index =
 // i), prefixes every line they print with "[worker i] ", and waits. When a worker fails (non-zero exit or a
 // signal) the others are ended (SIGTERM, then SIGKILL after the grace period) and, while restarts remain, the
-// whole group is started again with the same TF_CONFIG — so a job that uses BackupAndRestore resumes by itself.
+// whole group is started again with the same TF_CONFIG — so a job that uses BackupAndRestore resumes by itself. A
+// stopped worker (SIGSTOP) that is ended is also sent SIGCONT, so it need not wait for the SIGKILL.
 //
 // With --hosts, workers are placed host by host (the first host's get ranks 0..N-1, and so on) and each has
 // MWSTRAT_HOST_ID set to its host's name. With --simhosts SET the names are simulated hosts of scripts/simhosts
@@ -301,7 +302,13 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt) {
   auto term_at = never;
   auto kill_at = never;
   auto end_all = [&](int sig) {
-    for (auto& w : ws) if (!w.status) ::kill(-w.pid, sig);
+    for (auto& w : ws) {
+      if (w.status) continue;
+      ::kill(-w.pid, sig);
+      // A stopped worker (SIGSTOP, a hung machine) would hold a SIGTERM pending until the SIGKILL after the grace
+      // period: continue it so it ends now (as shells do for a stopped job they kill).
+      if (sig == SIGTERM) ::kill(-w.pid, SIGCONT);
+    }
   };
   auto grace = [&] { return std::chrono::steady_clock::now() + std::chrono::milliseconds(o.grace_ms); };
   for (;;) {

@@ -42,7 +42,9 @@ TEST(launch_preemption, sigterm_to_the_launcher_reaches_every_worker_and_their_p
   const std::string worker = "trap \"echo got TERM; exit 75\" TERM; echo ready; i=0; while [ $i -lt 300 ]; do "
                              "sleep 0.1; i=$((i+1)); done; exit 9";
   const std::string script =
-      launcher + " -n 2 --max-restarts 3 -- sh -c '" + worker + "' > " + log + " 2>&1 & l=$!; i=0; " +
+      // The log exists before the wait reads it (grep on a missing file made the wait end at once: a flaky test).
+      ": > " + log + "; " + launcher + " -n 2 --max-restarts 3 -- sh -c '" + worker + "' > " + log +
+      " 2>&1 & l=$!; i=0; " +
       "while [ $(grep -c ready " + log + ") -lt 2 ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done; " +
       "kill -TERM $l; wait $l; echo launcher exit $?; cat " + log;
   const auto r = run(script, 60);

@@ -51,6 +51,16 @@ TEST(launch, a_failing_worker_ends_the_others_and_its_code_is_returned) {
   EXPECT_LT(r.seconds, 30.0);
 }
 
+TEST(launch, a_stopped_worker_is_continued_so_that_it_ends_at_once_not_after_the_grace_period) {
+  // Worker 0 stops itself (a hung machine); worker 1 fails a moment later. Worker 0's SIGTERM would stay pending
+  // until the SIGKILL 30 s later; the launcher continues it, so its TERM trap runs now.
+  const auto r = launch("-n 2 --grace-ms 30000 -- sh -c 'case \"$TF_CONFIG\" in *'\"'\"'\"index\": 1'\"'\"'*) "
+                        "sleep 0.5; exit 7;; esac; trap \"echo got TERM; exit 3\" TERM; kill -STOP $$; exec sleep 50'");
+  EXPECT_EQ(r.status, 7) << r.output;
+  EXPECT_NE(r.output.find("[worker 0] got TERM"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 15.0) << r.output;
+}
+
 TEST(launch, restarts_the_group_until_it_succeeds) {
   // Each worker fails on the first attempt and succeeds on the second.
   const auto r = launch("-n 2 --max-restarts 2 -- sh -c '[ \"$MWSTRAT_LAUNCH_ATTEMPT\" = 1 ] && echo done || exit 5'");
