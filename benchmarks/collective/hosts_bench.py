@@ -21,6 +21,7 @@ the median over rounds is reported. Every rank times an all-reduce from a barrie
 import argparse
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -172,6 +173,13 @@ class Runner:
         return getattr(self, impl)(per_host)
 
 
+def shown(argv, name):
+    """A command as a shell reads it, paths relative to the repository, the set's name as $SET."""
+    words = [benchlib.rel(x) if x.startswith("/") else x for x in argv]
+    text = shlex.join(words)
+    return text.replace(name, "$SET") if name else text
+
+
 def available(impls, build):
     """The implementations that can run here, and why the others cannot."""
     ok, missing = [], {}
@@ -244,8 +252,8 @@ def main():
                 for impl in impls:
                     cmds = runner.commands(impl, per_host)
                     if rnd == 1:
-                        commands.append(f"[{setting} {rate or ''} {HOSTS}x{per_host} {impl}] " + " ; ".join(
-                            " ".join(benchlib.rel(x) if x.startswith("/") else x for x in c) for c in cmds))
+                        commands.append(f"[{setting} {rate or ''} {HOSTS}x{per_host} {impl}] " + " & ".join(
+                            shown(c, name) for c in cmds))
                     load = benchlib.loadavg()
                     try:
                         got = run_ranks(cmds, 900 if setting == "simhosts" else 300)
@@ -293,8 +301,13 @@ def main():
     if a.json_out:
         argv = ["benchmarks/collective/hosts_bench.py", "--build", benchlib.rel(a.build), "--rates", a.rates,
                 "--settings", a.settings] + (["--quick"] if a.quick else ["--rounds", str(rounds), "--reps", str(reps)])
+        if a.impls != ",".join(IMPLS):
+            argv += ["--impls", a.impls]
+        if a.ranks_per_host != "1,2":
+            argv += ["--ranks-per-host", a.ranks_per_host]
         rec = benchlib.meta("collective_hosts", [" ".join(argv)] + commands, a.quick, started)
-        rec.update(rows=rows, summary=summary, failures=failures, missing=missing, simhosts_skipped=skipped,
+        rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
+                            "the ranks of one command line start together ('&')", rows=rows, summary=summary, failures=failures, missing=missing, simhosts_skipped=skipped,
                    reps=reps, rounds=rounds, sizes=SIZES, impls=impls,
                    link_limit="2*(H-1)/H*bytes/rate, H=2 hosts, rate = the tbf rate of each host's link")
         benchlib.write_json(a.json_out, rec)

@@ -15,6 +15,7 @@ bf16, torch 2), so a slow spell of the shared machine hits all; ratios are taken
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -110,8 +111,9 @@ def main():
                 for impl, n, compression in RUNS:
                     cmds = c.mwstrat(n, compression) if impl == "mwstrat" else c.torch(n)
                     if rnd == 1 and rate == a.rates.split(",")[0]:
-                        commands.append(f"[{label(impl, n, compression)}] " + " ; ".join(
-                            " ".join(benchlib.rel(x) if x.startswith("/") else x for x in argv) for argv, _ in cmds))
+                        commands.append(f"[{label(impl, n, compression)}] " + " & ".join(
+                            shlex.join(benchlib.rel(x) if x.startswith("/") else x for x in argv).replace(name, "$SET")
+                            for argv, _ in cmds))
                     load = benchlib.loadavg()
                     codes, out, err = run_group(cmds, a.timeout)
                     rec = json_line(out, impl)
@@ -164,7 +166,8 @@ def main():
                 benchlib.rel(a.data_dir), "--rates", a.rates] + (
             ["--quick"] if a.quick else ["--rounds", str(a.rounds), "--steps", str(a.steps)])
         rec = benchlib.meta("train_hosts", [" ".join(argv)] + commands, a.quick, started)
-        rec.update(rows=rows, summary=summary, failures=failures, simhosts_skipped=skipped, rounds=a.rounds,
+        rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
+                            "the workers of one command line start together ('&')", rows=rows, summary=summary, failures=failures, simhosts_skipped=skipped, rounds=a.rounds,
                    config={"batch": a.batch, "warmup": a.warmup, "steps": a.steps, "threads": 1,
                            "openblas_coretype": "Debian's default"})
         benchlib.write_json(a.json_out, rec)
