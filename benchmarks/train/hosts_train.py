@@ -7,7 +7,8 @@ ddp_throughput.py (Debian's python3-torch, init over tcp://<h1's address>), per-
 --warmup/--steps span timed inside one run. Every worker runs inside its host (`scripts/simhosts exec`: its own
 network namespace and /dev/shm, links shaped with tbf at the rate); the one-worker runs run inside h1 (no link).
 Within a rate the configurations take turns for --rounds rounds (mwstrat 1, torch 1, mwstrat 2 fp32, mwstrat 2
-bf16, torch 2), so a slow spell of the shared machine hits all; ratios are taken within a round, median over rounds.
+bf16, mwstrat 2 bf16 with --update mirrored, torch 2; see RUNS), so a slow spell of the shared machine hits all;
+ratios are taken within a round, median over rounds.
 
   hosts_train.py --build BUILD [--data-dir .cache/mnist] [--rates 10gbit,1gbit] [--rounds 3] [--steps 100]
                  [--quick] [--json-out FILE]
@@ -50,7 +51,7 @@ class Configs:
     def in_host(self, k, argv):
         return [SIMHOSTS, "--name", self.name, "exec", f"h{k + 1}", "--"] + argv
 
-    def mwstrat(self, n, compression):
+    def mwstrat(self, n, compression, update):
         self.port += 1
         workers = [f"10.77.0.{k + 1}:{self.port}" for k in range(n)]
         prog = os.path.join(self.a.build, "benchmarks", "train", "train_throughput")
@@ -59,7 +60,7 @@ class Configs:
             tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": k}},
                                    separators=(",", ":"))
             cmds.append((self.in_host(k, ["env", f"TF_CONFIG={tf_config}", f"MWSTRAT_RING_COMPRESSION={compression}",
-                                          prog] + self.args()), self.env()))
+                                          prog] + self.args() + (["--update", update] if update else [])), self.env()))
         return cmds
 
     def torch(self, n):
@@ -70,12 +71,16 @@ class Configs:
                               + self.args()), self.env()) for k in range(n)]
 
 
-RUNS = [("mwstrat", 1, "none"), ("torch-ddp", 1, None), ("mwstrat", 2, "none"), ("mwstrat", 2, "bf16"),
-        ("torch-ddp", 2, None)]
+# (implementation, workers, wire compression, train_throughput's --update). With the default update placement the
+# fit's gradient all-reduce is all_reduce_update: its reduce-scatter goes bf16 but the parameters it gathers travel
+# exact (fp32), so bf16 saves a quarter of the bytes; `--update mirrored` all-reduces the gradients (both halves
+# bf16) and every worker applies the whole update.
+RUNS = [("mwstrat", 1, "none", None), ("torch-ddp", 1, None, None), ("mwstrat", 2, "none", None),
+        ("mwstrat", 2, "bf16", None), ("mwstrat", 2, "bf16", "mirrored"), ("torch-ddp", 2, None, None)]
 
 
-def label(impl, n, compression):
-    return impl + (" bf16" if compression == "bf16" else "") + f" × {n}"
+def label(impl, n, compression, update=None):
+    return impl + (" bf16" if compression == "bf16" else "") + (f" --update {update}" if update else "") + f" × {n}"
 
 
 def main():
@@ -108,21 +113,22 @@ def main():
         try:
             c = Configs(a, name)
             for rnd in range(1, a.rounds + 1):
-                for impl, n, compression in RUNS:
-                    cmds = c.mwstrat(n, compression) if impl == "mwstrat" else c.torch(n)
+                for impl, n, compression, update in RUNS:
+                    lab = label(impl, n, compression, update)
+                    cmds = c.mwstrat(n, compression, update) if impl == "mwstrat" else c.torch(n)
                     if rnd == 1 and rate == a.rates.split(",")[0]:
-                        commands.append(f"[{label(impl, n, compression)}] " + " & ".join(
+                        commands.append(f"[{lab}] " + " & ".join(
                             shlex.join(benchlib.rel(x) if x.startswith("/") else x for x in argv).replace(name, "$SET")
                             for argv, _ in cmds))
                     load = benchlib.loadavg()
                     codes, out, err = run_group(cmds, a.timeout)
                     rec = json_line(out, impl)
                     if rec is None or any(codes):
-                        failures.append(f"{rate} {label(impl, n, compression)} round {rnd}: exit codes {codes}: "
+                        failures.append(f"{rate} {lab} round {rnd}: exit codes {codes}: "
                                         f"{err.strip()[-1500:]}")
                         print("FAILED " + failures[-1], flush=True)
                         continue
-                    rec.update(rate=rate, round=rnd, label=label(impl, n, compression), compression=compression,
+                    rec.update(rate=rate, round=rnd, label=lab, compression=compression, update_option=update,
                                hosts=n, load_at_start=load)
                     rows.append(rec)
                     print(f"round {rnd} {rate:7s} {rec['label']:20s} {rec['steps_per_s']:7.2f} steps/s "
@@ -136,8 +142,8 @@ def main():
 
     summary = []
     for rate in ([] if skipped else a.rates.split(",")):
-        for impl, n, compression in RUNS:
-            lab = label(impl, n, compression)
+        for impl, n, compression, update in RUNS:
+            lab = label(impl, n, compression, update)
             runs = [r for r in rows if r["rate"] == rate and r["label"] == lab]
             if not runs:
                 continue
@@ -167,7 +173,8 @@ def main():
             ["--quick"] if a.quick else ["--rounds", str(a.rounds), "--steps", str(a.steps)])
         rec = benchlib.meta("train_hosts", [" ".join(argv)] + commands, a.quick, started)
         rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
-                            "the workers of one command line start together ('&')", rows=rows, summary=summary, failures=failures, simhosts_skipped=skipped, rounds=a.rounds,
+                            "the workers of one command line start together ('&')", rows=rows, summary=summary,
+                   failures=failures, simhosts_skipped=skipped, rounds=a.rounds,
                    config={"batch": a.batch, "warmup": a.warmup, "steps": a.steps, "threads": 1,
                            "openblas_coretype": "Debian's default"})
         benchlib.write_json(a.json_out, rec)
