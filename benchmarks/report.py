@@ -745,7 +745,8 @@ class Page:
                "rate named. Every rank or worker runs inside its host (`simhosts exec`); Open MPI's `mpirun` runs "
                "inside h1 and starts h2's daemon through `simhosts rsh` as its rsh launch agent (btl tcp between the "
                "hosts, vader within one). All hosts share the machine's CPUs: a host's ranks compete with the other "
-               "host's for the same cores.")
+               "host's for the same cores. `scripts/bench --only hosts` runs both comparisons (through "
+               "`benchmarks/run.py --only hosts`).")
         self.w()
         if c:
             self.hosts_allreduce(c)
@@ -824,6 +825,12 @@ class Page:
                                            times(1 / b["time_over_mwstrat_fp32"]), "—",
                                            f"{pct(b['fraction_of_limit'])} of the fp32 link limit",
                                            short_source(c), c["commands"][0]))
+        self.w("Reading the peers: Open MPI's ranks poll while they wait (under `--oversubscribe` they yield between "
+               "polls), so with 4 ranks on a machine with fewer free cores than ranks it pays in scheduling, not in "
+               "the link; Gloo's all-reduce is one flat ring through all ranks over TCP (no shared memory within a "
+               "host), so with 2 ranks per host it moves 2·(4−1)/4 = 1.5× the buffer over each host's link, where a "
+               "hierarchical all-reduce moves 1×.")
+        self.w()
         if c.get("failures"):
             self.w("Runs that failed (left out of the medians):")
             self.w()
@@ -908,7 +915,8 @@ class Page:
         w("The current figures of every comparison in `benchmarks/`, each with the command that produced it, its ratio "
           "to the peers (PyTorch DDP, TensorFlow MultiWorkerMirroredStrategy, Gloo, Open MPI, OpenBLAS) and to the "
           "machine's limit (FP32 FMA peak, loopback link, disk). To rerun everything on your machine: `scripts/bench` "
-          "(`--quick` for one short repeat of each, `--only train|collective|nn|checkpoint|data|peak|resnet|hosts` for one). How "
+          "(`--quick` for one short repeat of each, `--only train|collective|nn|checkpoint|data|peak|resnet|hosts` for "
+          "one). How "
           "each figure came about, pass by pass: [history/](history/).")
         w()
         if any(r.get("source") != "scripts/bench" for r in self.r.values()):

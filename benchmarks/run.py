@@ -18,9 +18,9 @@ Families and what each writes (RESULTS.md's sections):
   resnet      resnet.json                ResNet-56 on CIFAR-10 training samples/s: mwstrat (resnet/resnet_throughput.cpp)
                                          vs PyTorch (both layouts) and TensorFlow MWMS, 1 and 2 workers × 1 thread,
                                          interleaved rounds; mwstrat's convolutions alone (--conv-kernels)
-  hosts       collective_hosts.json      all-reduce between 2 simulated hosts (scripts/simhosts, tbf at 10 and 1 Gbit/s;
-                                         and on loopback): mwstrat fp32/bf16 vs Gloo vs Open MPI, vs the link limit
-                                         (collective/hosts_bench.py)
+  hosts       collective_hosts.json      all-reduce between 2 simulated hosts (scripts/simhosts, tbf at 10 and 1
+                                         Gbit/s; and on loopback): mwstrat fp32/bf16 vs Gloo vs Open MPI, vs the link
+                                         limit (collective/hosts_bench.py)
               train_hosts.json           MNIST CNN training on 2 simulated hosts × 1 worker: mwstrat fp32/bf16 vs
                                          PyTorch DDP (gloo), at 10 and 1 Gbit/s (train/hosts_train.py)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed

@@ -307,8 +307,8 @@ def main():
             argv += ["--ranks-per-host", a.ranks_per_host]
         rec = benchlib.meta("collective_hosts", [" ".join(argv)] + commands, a.quick, started)
         rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
-                            "the ranks of one command line start together ('&')", rows=rows, summary=summary, failures=failures, missing=missing, simhosts_skipped=skipped,
-                   reps=reps, rounds=rounds, sizes=SIZES, impls=impls,
+                            "the ranks of one command line start together ('&')", rows=rows, summary=summary,
+                   failures=failures, missing=missing, simhosts_skipped=skipped, reps=reps, rounds=rounds, sizes=SIZES, impls=impls,
                    link_limit="2*(H-1)/H*bytes/rate, H=2 hosts, rate = the tbf rate of each host's link")
         benchlib.write_json(a.json_out, rec)
     return 1 if failures and not rows else 0
