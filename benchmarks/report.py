@@ -26,7 +26,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
-                "checkpoint", "data", "resnet", "fault_campaign"]
+                "checkpoint", "data", "resnet", "collective_hosts", "train_hosts", "fault_campaign"]
 
 
 def cnn_flops_per_sample():
@@ -763,13 +763,246 @@ class Page:
         self.headlines.append(("Fault campaign: seconds lost per fault", fmt(first["seconds_lost_per_fault"], 2),
                                "—", f"{first['faults_survived']}/{first['faults_injected']} survived, byte-identical: "
                                f"{'yes' if first['byte_identical'] else 'NO'}", short_source(c), c["commands"][0]))
+    def busy_note(self, rec):
+        """A warning where the machine was loaded when `rec` was measured (shared with builds)."""
+        try:
+            load = float(rec.get("load_at_start", "0").split()[0])
+        except ValueError:
+            return
+        cpus = rec.get("machine", {}).get("cpus", 1)
+        if load > cpus - 0.5:
+            self.w(f"**The machine was busy** (load {rec['load_at_start']} at start, {rec.get('load_at_end', '?')} at "
+                   f"the end, on {cpus} CPUs; it was shared with builds): absolute times are low and noisy; read the "
+                   "ratios, which were taken within one round of interleaved runs.")
+            self.w()
+
+    def hosts(self):
+        c = self.r.get("collective_hosts")
+        t = self.r.get("train_hosts")
+        if not c and not t:
+            return
+        self.w("## Across simulated hosts: all-reduce and training over shaped links")
+        self.w()
+        self.w("Two simulated hosts made by `scripts/simhosts` on this one machine: a network namespace per host "
+               "joined through a bridge, each host with its own address (10.77.0.k, inside the namespaces only), its "
+               "own `/dev/shm` and host identity, both directions of each host's link shaped with `tc` tbf at the "
+               "rate named. Every rank or worker runs inside its host (`simhosts exec`); Open MPI's `mpirun` runs "
+               "inside h1 and starts h2's daemon through `simhosts rsh` as its rsh launch agent (btl tcp between the "
+               "hosts, vader within one). All hosts share the machine's CPUs: a host's ranks compete with the other "
+               "host's for the same cores. `scripts/bench --only hosts` runs both comparisons (through "
+               "`benchmarks/run.py --only hosts`).")
+        self.w()
+        if c:
+            self.hosts_allreduce(c)
+        if t:
+            self.hosts_train(t)
+        self.hosts_goals(c, t)
+
+    def hosts_goals(self, c, t):
+        """Issue 19's speed goals, judged on the medians above."""
+        lines = []
+
+        def verdict(ok):
+            return "met" if ok else "**not met**"
+        order = {"mwstrat-fp32": 0, "mwstrat-bf16": 1}
+        summ = sorted((c or {}).get("summary", []), key=lambda x: (-rate_bits(x["rate"]), order.get(x["impl"], 2)))
+        for x in summ:
+            if x["setting"] == "simhosts" and x["ranks_per_host"] == 1 and x["bytes"] == 11 << 20:
+                rate = x["rate"][:-4]
+                if x["impl"] == "mwstrat-fp32" and x.get("fraction_of_limit"):
+                    lines.append(f"all-reduce of 11 MiB, fp32, 2 hosts × 1 at {rate} Gbit/s ≥ 90% of the link limit: "
+                                 f"{pct(x['fraction_of_limit'])}, {verdict(x['fraction_of_limit'] >= 0.9)}")
+                if x["impl"] == "mwstrat-bf16" and x.get("time_over_mwstrat_fp32"):
+                    speed = 1 / x["time_over_mwstrat_fp32"]
+                    lines.append(f"bf16 ≥ 1.8× fp32 there at {rate} Gbit/s: {times(speed)}, {verdict(speed >= 1.8)}")
+        rows = (t or {}).get("summary", [])
+        for x in rows:
+            if x["rate"] == "10gbit" and x["label"] == "mwstrat × 2" and x.get("scaling"):
+                lines.append(f"training, 2 hosts × 1 worker at 10 Gbit/s, scaling ≥ 90%: {pct(x['scaling'])}, "
+                             f"{verdict(x['scaling'] >= 0.9)}")
+        best = max((x for x in rows if x["rate"] == "1gbit" and x["workers"] == 2 and x["impl"] == "mwstrat"
+                    and x.get("compression") == "bf16" and x.get("over_ddp")),
+                   key=lambda x: x["over_ddp"], default=None)
+        if best:
+            lines.append(f"training at 1 Gbit/s with compression ≥ 2× DDP: {times(best['over_ddp'])} "
+                         f"({best['label']}), {verdict(best['over_ddp'] >= 2)}")
+        if not lines:
+            return
+        self.w("### Issue 19's speed goals, on these figures")
+        self.w()
+        for line in lines:
+            self.w(f"- {line}")
+        self.w()
+        loop = next((x for x in summ if x["setting"] == "loopback" and x["ranks_per_host"] == 1
+                     and x["impl"] == "mwstrat-fp32" and x["bytes"] == 11 << 20), None)
+        fast = next((x for x in summ if x["setting"] == "simhosts" and x["rate"] == "10gbit"
+                     and x["impl"] == "mwstrat-fp32" and x["bytes"] == 11 << 20), None)
+        m = (c or t or {}).get("machine", {})
+        text = (f"The simulated hosts share this machine's {m.get('cpus', '?')} CPUs ({short_cpu(c or t)}), and "
+                "other work (builds) ran beside them: what a rank computes and copies competes with the other host's "
+                "ranks for the same cores, so a goal missed here can be the CPU's, not the link's.")
+        if loop and fast:
+            text += (f" On loopback, with no link limit at all, the same 11 MiB all-reduce took "
+                     f"{fmt(loop['median_s'] * 1e3, 1)} ms against the {fmt(fast['link_limit_s'] * 1e3, 1)} ms a "
+                     "10 Gbit/s link needs" + (": at 10 Gbit/s the CPU, not the link, sets the pace here."
+                                               if loop["median_s"] > fast["link_limit_s"] else "."))
+        self.w(text)
+        self.w()
+
+    def hosts_allreduce(self, c):
+        self.w("### All-reduce between 2 hosts: mwstrat vs Gloo vs Open MPI against the link")
+        self.w()
+        self.w(f"Measured: {where(c)}.  ")
+        self.w(f"Command: `{c['commands'][0]}` (each implementation's own command below).")
+        self.w()
+        self.busy_note(c)
+        if c.get("simhosts_skipped"):
+            self.w(f"Simulated hosts skipped: {c['simhosts_skipped']}.")
+            self.w()
+        impls = {"mwstrat-fp32": "mwstrat fp32", "mwstrat-bf16": "mwstrat bf16", "gloo": "Gloo (torch)",
+                 "mpi": "Open MPI"}
+        for impl, why in c.get("missing", {}).items():
+            self.w(f"{impls.get(impl, impl)} not measured: {why}.")
+            self.w()
+        self.w("Time of one all-reduce of float32 (sum), barrier to return, median over repetitions (large buffers "
+               f"fewer) and then over {c.get('rounds', '?')} rounds in which the implementations took turns. **The "
+               "machine's limit** is the time the link needs for the bytes any all-reduce must move across it: "
+               "2·(H−1)/H × bytes ÷ rate with H = 2 hosts (each host sends half the buffer out and takes the other "
+               "half in, whatever the ranks per host). What TCP can carry is lower: tbf counts whole frames, so at "
+               "MTU 1500 the payload tops out at 1448/1514 ≈ 96% of the rate; and tbf lets a burst (64 KiB, or 1 ms "
+               "at the rate) through unshaped, so buffers of 64 KiB and below are bound by latency, not by the link, "
+               "and can read above 100%. bf16 sends half the bytes between hosts, so it can reach 200% of the fp32 "
+               "limit. The ratio columns are the peer's time ÷ mwstrat fp32's time, taken within each round "
+               "(> 1: mwstrat is faster).")
+        self.w()
+        summ = c.get("summary", [])
+        keys = sorted({(x["setting"], x["rate"] or "", x["ranks_per_host"]) for x in summ},
+                      key=lambda k: (k[0] != "simhosts", -int(k[1][:-4] or 0) if k[1].endswith("gbit") else 0, k[2]))
+        for setting, rate, per_host in keys:
+            cell = {(x["impl"], x["bytes"]): x for x in summ
+                    if (x["setting"], x["rate"] or "", x["ranks_per_host"]) == (setting, rate, per_host)}
+            title = (f"2 hosts × {per_host} rank{'s' if per_host > 1 else ''}, "
+                     + (f"links shaped to {rate[:-4]} Gbit/s" if setting == "simhosts" else
+                        "all on 127.0.0.1 (loopback, unshaped; host told apart by identity, Open MPI btl tcp,self)"))
+            self.w(f"**{title}**")
+            self.w()
+            lim = setting == "simhosts"
+            self.w("| bytes |" + (" machine's limit |" if lim else "") + " mwstrat fp32 |" + (" fp32 ÷ limit |"
+                                                                                            if lim else "")
+                   + " mwstrat bf16 | bf16 speed-up | Gloo | Gloo ÷ mwstrat | Open MPI | Open MPI ÷ mwstrat |")
+            self.w("|---" * (10 if lim else 8) + "|")
+            for size in sorted({b for _, b in cell}):
+                f32, b16, gl, mp = (cell.get((i, size)) for i in ("mwstrat-fp32", "mwstrat-bf16", "gloo", "mpi"))
+
+                def ms(x):
+                    return fmt(x["median_s"] * 1e3, 3 if x["median_s"] < 0.01 else 1) + " ms" if x else "—"
+
+                def ratio(x):
+                    return times(x["time_over_mwstrat_fp32"]) if x and x.get("time_over_mwstrat_fp32") else "—"
+                speed = times(1 / b16["time_over_mwstrat_fp32"]) if b16 and b16.get("time_over_mwstrat_fp32") else "—"
+                limit = f"{fmt(f32['link_limit_s'] * 1e3, 3)} ms" if lim and f32 and f32.get("link_limit_s") else "—"
+                self.w(f"| {human_bytes(size)} |" + (f" {limit} |" if lim else "") + f" {ms(f32)} |"
+                       + (f" {pct(f32['fraction_of_limit']) if f32 else '—'} |" if lim else "")
+                       + f" {ms(b16)} | {speed} | {ms(gl)} | {ratio(gl)} | {ms(mp)} | {ratio(mp)} |")
+            self.w()
+            g = cell.get(("mwstrat-fp32", 11 << 20))
+            if lim and g and per_host == 1:
+                b = cell.get(("mwstrat-bf16", 11 << 20))
+                peers = [f"{times(x['time_over_mwstrat_fp32'])} {n}" for x, n in
+                         ((cell.get(("gloo", 11 << 20)), "Gloo's time"), (cell.get(("mpi", 11 << 20)), "Open MPI's"))
+                         if x and x.get("time_over_mwstrat_fp32")]
+                self.headlines.append((
+                    f"All-reduce of 11 MiB between 2 simulated hosts at {rate[:-4]} Gbit/s, fp32 (ms)",
+                    fmt(g["median_s"] * 1e3, 1), ", ".join(peers) or "—",
+                    f"{pct(g['fraction_of_limit'])} of the link limit ({fmt(g['link_limit_s'] * 1e3, 1)} ms)",
+                    short_source(c), c["commands"][0]))
+                if b and b.get("time_over_mwstrat_fp32"):
+                    self.headlines.append((f"… bf16 on the wire, speed-up over fp32 at {rate[:-4]} Gbit/s",
+                                           times(1 / b["time_over_mwstrat_fp32"]), "—",
+                                           f"{pct(b['fraction_of_limit'])} of the fp32 link limit",
+                                           short_source(c), c["commands"][0]))
+        self.w("Reading the peers: Open MPI's ranks poll while they wait (under `--oversubscribe` they yield between "
+               "polls), so with 4 ranks on a machine with fewer free cores than ranks it pays in scheduling, not in "
+               "the link; Gloo's all-reduce is one flat ring through all ranks over TCP (no shared memory within a "
+               "host), so with 2 ranks per host it moves 2·(4−1)/4 = 1.5× the buffer over each host's link, where a "
+               "hierarchical all-reduce moves 1×.")
+        self.w()
+        if c.get("failures"):
+            self.w("Runs that failed (left out of the medians):")
+            self.w()
+            for f in c["failures"]:
+                self.w(f"- `{f[:300]}`")
+            self.w()
+        self.w("<details><summary>Each implementation's command (first round; later rounds use other ports)"
+               "</summary>")
+        self.w()
+        if c.get("set_note"):
+            self.w(c["set_note"] + ".")
+            self.w()
+        for cmd in c["commands"][1:]:
+            self.w(f"- `{cmd}`")
+        self.w()
+        self.w("</details>")
+        self.w()
+
+    def hosts_train(self, t):
+        self.w("### Training the MNIST CNN on 2 simulated hosts × 1 worker vs PyTorch DDP")
+        self.w()
+        self.w(f"Measured: {where(t)}.  ")
+        self.w(f"Command: `{t['commands'][0]}` (each configuration's command below).")
+        self.w()
+        self.busy_note(t)
+        cfg = t.get("config", {})
+        self.w(f"The tutorial CNN (Conv2D 32 3×3, Dense 128, Dense 10; an 11 MiB gradient) on real MNIST, per-worker "
+               f"batch {cfg.get('batch', 64)}, 1 thread per worker, {cfg.get('steps', '?')} timed steps after "
+               f"{cfg.get('warmup', '?')} warm-up steps inside one run: mwstrat's `train_throughput` (TF_CONFIG naming "
+               "the hosts' addresses; bf16: `MWSTRAT_RING_COMPRESSION=bf16`) and `ddp_throughput.py` (PyTorch DDP, "
+               "gloo, Debian's OpenBLAS default). One worker alone runs inside h1 (no link) for the scaling "
+               f"efficiency. Median over {t.get('rounds', '?')} rounds in which the configurations took turns; the "
+               "ratios (× DDP: steps/s ÷ DDP's at the same workers; scaling: samples/s ÷ (2 × the same "
+               "implementation's one-worker samples/s)) are taken within each round. With the default update "
+               "placement mwstrat's step reduce-scatters the gradients, updates its shard and gathers the parameters; "
+               "the parameters travel exact (fp32), so bf16 narrows only the first half (¾ of fp32's bytes on the "
+               "wire); `--update mirrored` all-reduces the gradients, bf16 both ways (½), and every worker applies "
+               "the whole update.")
+        self.w()
+        self.w("| link | configuration | steps/s | samples/s (global) | CPU ms per step (all workers) | scaling | "
+               "× DDP |")
+        self.w("|---|---|---|---|---|---|---|")
+        for x in t.get("summary", []):
+            self.w(f"| {x['rate'][:-4]} Gbit/s | {x['label']} | {fmt(x['steps_per_s'], 2)} | "
+                   f"{fmt(x['samples_per_s'])} | {fmt(x['cpu_ms_per_step'], 1)} | {pct(x['scaling'])} | "
+                   f"{times(x['over_ddp']) if x['impl'] == 'mwstrat' else '—'} |")
+        self.w()
+        for x in t.get("summary", []):
+            if x["workers"] == 2 and x["impl"] == "mwstrat":
+                self.headlines.append((
+                    f"MNIST CNN, 2 simulated hosts × 1 worker at {x['rate'][:-4]} Gbit/s, {x['label'].split(' ×')[0]} "
+                    "(steps/s)", fmt(x["steps_per_s"], 2), f"{times(x['over_ddp'])} DDP (gloo)",
+                    f"scaling {pct(x['scaling'])}", short_source(t), t["commands"][0]))
+        if t.get("failures"):
+            self.w("Runs that failed (left out of the medians):")
+            self.w()
+            for f in t["failures"]:
+                self.w(f"- `{f[:300]}`")
+            self.w()
+        self.w("<details><summary>Each configuration's command (first round at the first rate)</summary>")
+        self.w()
+        if t.get("set_note"):
+            self.w(t["set_note"] + ".")
+            self.w()
+        for cmd in t["commands"][1:]:
+            self.w(f"- `{cmd}`")
+        self.w()
+        self.w("</details>")
+        self.w()
 
     def render(self):
         self.machine()
         machine = self.lines
         self.lines = []
         body_start = 0
-        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.resnet,
+        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.resnet, self.hosts,
                         self.fault_campaign):
             section()
         body = self.lines[body_start:]
@@ -783,7 +1016,8 @@ class Page:
         w("The current figures of every comparison in `benchmarks/`, each with the command that produced it, its ratio "
           "to the peers (PyTorch DDP, TensorFlow MultiWorkerMirroredStrategy, Gloo, Open MPI, OpenBLAS) and to the "
           "machine's limit (FP32 FMA peak, loopback link, disk). To rerun everything on your machine: `scripts/bench` "
-          "(`--quick` for one short repeat of each, `--only train|collective|nn|checkpoint|data|peak|resnet` for one). How "
+          "(`--quick` for one short repeat of each, `--only train|collective|nn|checkpoint|data|peak|resnet|hosts` for "
+          "one). How "
           "each figure came about, pass by pass: [history/](history/).")
         w()
         if any(r.get("source") != "scripts/bench" for r in self.r.values()):
@@ -818,6 +1052,16 @@ class Page:
             w("(Plots not drawn: matplotlib is not installed for the Python that ran `benchmarks/report.py`.)")
             w()
         return "\n".join(self.lines).rstrip() + "\n"
+
+
+def rate_bits(rate):
+    """Bits per second of a tc rate such as 10gbit (0 for none)."""
+    if not rate:
+        return 0
+    for suffix, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3), ("bit", 1)):
+        if rate.endswith(suffix):
+            return int(rate[:-len(suffix)]) * scale
+    return 0
 
 
 def short_cpu(rec):

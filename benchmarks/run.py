@@ -11,7 +11,6 @@ Families and what each writes (RESULTS.md's sections):
               train_ceiling.json         where two-worker scaling goes (train/ceiling.py)
               train_backup.json          BackupAndRestore's cost (train/backup_cost.sh, 1 and 2 workers)
   collective  collective.json            all-reduce: ring vs Gloo vs Open MPI vs loopback duplex (collective/compare.py)
-              collective_hosts.json      all-reduce between 2 hosts, fp32 vs bf16, vs the link limit (collective/hosts_bench.py)
               collective_mpi_algorithms.json   Open MPI's algorithms at 4 ranks (collective/mpi_algorithms.sh)
   nn          nn.json                    reference CNN vs PyTorch, dense GEMMs vs OpenBLAS (nn/compare.sh)
   checkpoint  checkpoint.json            save/load vs raw write/read (checkpoint/checkpoint_bench.cpp)
@@ -19,6 +18,11 @@ Families and what each writes (RESULTS.md's sections):
   resnet      resnet.json                ResNet-56 on CIFAR-10 training samples/s: mwstrat (resnet/resnet_throughput.cpp)
                                          vs PyTorch (both layouts) and TensorFlow MWMS, 1 and 2 workers × 1 thread,
                                          interleaved rounds; mwstrat's convolutions alone (--conv-kernels)
+  hosts       collective_hosts.json      all-reduce between 2 simulated hosts (scripts/simhosts, tbf at 10 and 1
+                                         Gbit/s; and on loopback): mwstrat fp32/bf16 vs Gloo vs Open MPI, vs the link
+                                         limit (collective/hosts_bench.py)
+              train_hosts.json           MNIST CNN training on 2 simulated hosts × 1 worker: mwstrat fp32/bf16 vs
+                                         PyTorch DDP (gloo), at 10 and 1 Gbit/s (train/hosts_train.py)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
 comparison is reported and the others still run; the exit status is non-zero if any failed.
 """
@@ -37,7 +41,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 
-FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet"]
+FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet", "hosts"]
 
 
 class Failed(Exception):
@@ -144,12 +148,6 @@ def family_collective(a, log):
     if a.quick:
         cmd.append("--quick")
     run(cmd, log, 1800)
-    # All-reduce between 2 hosts (loopback with host ids, and scripts/simhosts' shaped links where they can be made).
-    hosts_cmd = [sys.executable, os.path.join(HERE, "collective", "hosts_bench.py"), "--build", a.build,
-                 "--json-out", os.path.join(a.results, "collective_hosts.json")]
-    if a.quick:
-        hosts_cmd.append("--quick")
-    run(hosts_cmd, log, 1800)
     # Open MPI's own algorithms at 4 ranks (only where Open MPI is built).
     mpi = os.path.join(a.build, "benchmarks", "collective", "mwstrat_bench_collective_mpi")
     if not os.access(mpi, os.X_OK):
@@ -278,6 +276,28 @@ def family_resnet(a, log):
     benchlib.write_json(os.path.join(a.results, "resnet.json"), record)
     if not any(x["label"] == "mwstrat" for x in rows):
         raise Failed("no mwstrat run succeeded: " + "; ".join(failures))
+
+
+def family_hosts(a, log):
+    # Across 2 simulated hosts (scripts/simhosts: network namespaces, tbf-shaped links; skipped, saying why, where
+    # they cannot be made): the all-reduce (and on loopback), then training. Each writes its JSON even when one of
+    # its runs failed (the failures are in it); the second runs even when the first failed.
+    quick = ["--quick"] if a.quick else []
+    failed = []
+    simhosts = os.path.join(ROOT, "scripts", "simhosts")
+    for argv, limit in (
+            ([sys.executable, os.path.join(HERE, "collective", "hosts_bench.py"), "--build", a.build,
+              "--json-out", os.path.join(a.results, "collective_hosts.json")] + quick, 3600),
+            ([sys.executable, os.path.join(HERE, "train", "hosts_train.py"), "--build", a.build,
+              "--data-dir", a.data_dir, "--json-out", os.path.join(a.results, "train_hosts.json")] + quick, 3600)):
+        try:
+            run(argv, log, limit)
+        except Failed as e:
+            failed.append(str(e))
+        finally:  # a run killed at its time limit could not remove its simulated hosts: their owner is gone now
+            subprocess.run([simhosts, "gc"], capture_output=True)
+    if failed:
+        raise Failed("; ".join(failed))
 
 
 def main():

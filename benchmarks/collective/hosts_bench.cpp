@@ -1,10 +1,12 @@
 // One rank of the all-reduce benchmark between hosts (driven by hosts_bench.py, which starts every rank, on
 // 127.0.0.1 with a host identity per rank or inside scripts/simhosts' simulated hosts). Rank 0 prints one line per
 // buffer size: "size=<bytes> median_s=<s> min_s=<s> reps=<n>", the time of one all-reduce (sum of floats) from a
-// barrier to its return, over `reps` repetitions after a warm-up.
+// barrier to its return, over `reps` repetitions after a warm-up. hosts_bench_gloo.py and hosts_bench_mpi.cpp time
+// Gloo and Open MPI the same way and print the same lines.
 //
 //   mwstrat_bench_hosts --rank R --addresses H:P,H:P,... [--host-id ID] [--compression none|bf16|fp16]
-//                       [--topology hierarchical|flat] [--sizes 4096,11534336] [--reps 20] [--transport auto|tcp]
+//                       [--topology hierarchical|flat] [--sizes 4096,11534336:8] [--reps 20] [--transport auto|tcp]
+// A size may carry its own repetitions ("11534336:8": large buffers on a slow link take long).
 
 #include <mwstrat/collective.hpp>
 
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -32,7 +35,7 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   mwstrat::ring_options o;
   o.topology = mwstrat::ring_topology::hierarchical;
-  std::vector<std::size_t> sizes = {4096, 11u << 20};
+  std::vector<std::string> size_args = {"4096", std::to_string(11u << 20)};
   int reps = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -45,22 +48,26 @@ int main(int argc, char** argv) {
     else if (k == "--topology") o.topology = v == "flat" ? mwstrat::ring_topology::flat : mwstrat::ring_topology::hierarchical;
     else if (k == "--transport") o.transport = v == "tcp" ? mwstrat::ring_transport::tcp : mwstrat::ring_transport::automatic;
     else if (k == "--reps") reps = std::stoi(v);
-    else if (k == "--sizes") {
-      sizes.clear();
-      for (const auto& s : split(v)) sizes.push_back(std::stoul(s));
-    } else {
+    else if (k == "--sizes") size_args = split(v);
+    else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
   }
   o.cluster_fingerprint = "hosts-bench";
+  std::vector<std::pair<std::size_t, int>> sizes;  // bytes, repetitions
+  for (const auto& s : size_args) {
+    const auto colon = s.find(':');
+    const int n = colon == std::string::npos ? reps : std::stoi(s.substr(colon + 1));
+    sizes.emplace_back(std::stoul(s.substr(0, colon)), n);
+  }
   try {
     mwstrat::ring_collective ring(o);
-    for (const std::size_t bytes : sizes) {
+    for (const auto& [bytes, size_reps] : sizes) {
       std::vector<float> data(bytes / sizeof(float));
       for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>((i + static_cast<std::size_t>(o.rank)) % 97) * 0.01f;
       std::vector<double> times;
-      for (int r = -3; r < reps; ++r) {
+      for (int r = -3; r < size_reps; ++r) {
         ring.barrier();
         const auto t0 = std::chrono::steady_clock::now();
         ring.all_reduce(std::span<float>(data), mwstrat::reduce_op::sum);
@@ -69,7 +76,8 @@ int main(int argc, char** argv) {
       }
       std::sort(times.begin(), times.end());
       if (ring.rank() == 0) {
-        std::printf("size=%zu median_s=%.9f min_s=%.9f reps=%d\n", bytes, times[times.size() / 2], times.front(), reps);
+        std::printf("size=%zu median_s=%.9f min_s=%.9f reps=%d\n", bytes, times[times.size() / 2], times.front(),
+                    size_reps);
         std::fflush(stdout);
       }
     }

@@ -1,18 +1,29 @@
 #!/usr/bin/env python3
-"""All-reduce of 11 MiB and 4 KiB between 2 hosts: mwstrat's ring, fp32 vs bf16 on the wire, 1 and 2 ranks per
-host (hierarchical), against the link's limit 2·(H−1)/H · bytes / rate.
+"""All-reduce between 2 hosts: mwstrat's ring (fp32, and bf16 on the wire), PyTorch's Gloo and Open MPI, 1 and 2
+ranks per host, against the link's limit 2·(H−1)/H · bytes / rate (the bytes each host must send over its link in
+any all-reduce, at the link's rate: the machine's limit).
 
-Two settings, side by side in one run:
-  loopback  every rank on 127.0.0.1, hosts told apart by --host-id (no link limit: loopback is not shaped);
-  simhosts  scripts/simhosts' network namespaces, links shaped with tbf at each --rates value (skipped, saying
-            why, when `scripts/simhosts check` fails: not root, no ip/tc).
+Two settings:
+  simhosts  scripts/simhosts' network namespaces (one per host, a private /dev/shm each), both directions of each
+            host's link shaped with tbf at each --rates value. mwstrat and Gloo ranks start inside their host
+            (`simhosts exec`); Open MPI's mpirun starts inside h1 and reaches h2 through `simhosts rsh` as its rsh
+            agent (btl tcp between hosts, vader within one). Skipped, saying why, when `scripts/simhosts check` fails.
+  loopback  every rank on 127.0.0.1 (hosts told apart by --host-id for mwstrat; Open MPI restricted to btl tcp,self):
+            no link limit, loopback is not shaped.
+Within a setting the implementations take turns (mwstrat fp32, mwstrat bf16, gloo, mpi; 1 then 2 ranks per host)
+for --rounds rounds, so a slow spell of the shared machine hits all of them; each ratio is taken within a round and
+the median over rounds is reported. Every rank times an all-reduce from a barrier's return to the all-reduce's
+(median over the repetitions; large sizes take fewer repetitions). A failed run is recorded and the others go on.
 
-  hosts_bench.py --build BUILD [--rates 10gbit,1gbit] [--reps 20] [--quick] [--json-out FILE]
+  hosts_bench.py --build BUILD [--rates 10gbit,1gbit] [--settings simhosts,loopback] [--impls ...] [--rounds 3]
+                 [--reps 20] [--quick] [--json-out FILE]
 """
 import argparse
-import json
 import os
 import re
+import shlex
+import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -22,8 +33,11 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
 
-SIZES = [4096, 11 << 20]
+SIZES = [4096, 65536, 1 << 20, 11 << 20, 64 << 20]
 HOSTS = 2
+IMPLS = ["mwstrat-fp32", "mwstrat-bf16", "gloo", "mpi"]
+SIMHOSTS = os.path.join(ROOT, "scripts", "simhosts")
+TORCH_PYTHON = "/usr/bin/python3"  # Debian's python3-torch
 
 
 def rate_bytes(rate):
@@ -32,121 +46,273 @@ def rate_bytes(rate):
     return int(m.group(1)) * scale / 8
 
 
-def run_ranks(commands, timeout):
-    """Starts every rank's command at once; rank 0's stdout, after all exited 0."""
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
-    outs = []
-    deadline = time.time() + timeout
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise RuntimeError("ranks did not finish within %d s" % timeout)
-        if p.returncode != 0:
-            for q in procs:
-                q.kill()
-            raise RuntimeError("rank exited %d: %s" % (p.returncode, err.strip()[-2000:]))
-        outs.append(out)
+def size_args(reps):
+    """"4096:20,...": fewer repetitions for the large buffers (64 MiB takes over half a second at 1 Gbit/s)."""
+    def n(size):
+        return reps if size <= (1 << 20) else max(5, reps // 2) if size <= (16 << 20) else max(3, reps // 4)
+    return ",".join(f"{s}:{n(s)}" for s in SIZES)
+
+
+def parse_rows(text):
     rows = {}
-    for line in outs[0].splitlines():
-        m = re.match(r"size=(\d+) median_s=([0-9.]+) min_s=([0-9.]+)", line)
+    for line in text.splitlines():
+        m = re.search(r"size=(\d+) median_s=([0-9.]+) min_s=([0-9.]+) reps=(\d+)", line)
         if m:
-            rows[int(m.group(1))] = {"median_s": float(m.group(2)), "min_s": float(m.group(3))}
+            rows[int(m.group(1))] = {"median_s": float(m.group(2)), "min_s": float(m.group(3)),
+                                     "reps": int(m.group(4))}
     return rows
 
 
-def free_port_base(n):
-    import socket
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
+def run_ranks(commands, timeout, env=None):
+    """Starts every rank's command at once (rank 0 first); the rows rank 0 printed, after all exited 0. When one
+    fails or the deadline passes the others are killed (a peer would otherwise wait for its own timeout)."""
+    import tempfile
+    files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
+    procs = [subprocess.Popen(c, stdout=o, stderr=e, text=True, env=env, start_new_session=True)
+             for c, (o, e) in zip(commands, files)]
+    deadline = time.monotonic() + timeout
+    problem = None
+    while any(p.poll() is None for p in procs):
+        bad = [p for p in procs if p.returncode not in (None, 0)]
+        if bad or time.monotonic() > deadline:
+            problem = f"a rank exited {bad[0].returncode}" if bad else f"not finished within {timeout} s"
+            break
+        time.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+    codes = [p.wait() for p in procs]
+    texts = []
+    for o, e in files:
+        o.seek(0)
+        e.seek(0)
+        texts.append((o.read(), e.read()))
+        o.close()
+        e.close()
+    if problem is None and any(codes):
+        problem = f"exit codes {codes}"
+    if problem:
+        err = "".join(e for _, e in texts).strip()
+        raise RuntimeError(f"{problem}: {err[-1500:]}")
+    return parse_rows(texts[0][0])
 
 
-def bench_args(bench, rank, addresses, host, compression, reps):
-    return [bench, "--rank", str(rank), "--addresses", ",".join(addresses), "--host-id", host,
-            "--compression", compression, "--reps", str(reps), "--sizes", ",".join(map(str, SIZES))]
+class Runner:
+    """Builds each implementation's commands for one setting (loopback, or a simhosts set)."""
+
+    def __init__(self, build, setting, name, reps):
+        self.build, self.setting, self.name = build, setting, name
+        self.sizes = size_args(reps)
+        self.port = 20000  # inside a set's namespaces no one else listens; a fresh port per run all the same
+
+    def next_ports(self, n):
+        if self.setting == "loopback":
+            import socket
+            socks = [socket.socket() for _ in range(n)]
+            for s in socks:
+                s.bind(("127.0.0.1", 0))
+            ports = [s.getsockname()[1] for s in socks]
+            for s in socks:
+                s.close()
+            return ports
+        self.port += 10
+        return [self.port + i for i in range(n)]
+
+    def host(self, rank, per_host):
+        return f"h{rank // per_host + 1}"
+
+    def addr(self, rank, per_host):
+        return "127.0.0.1" if self.setting == "loopback" else f"10.77.0.{rank // per_host + 1}"
+
+    def in_host(self, rank, per_host, argv):
+        if self.setting == "loopback":
+            return argv
+        return [SIMHOSTS, "--name", self.name, "exec", self.host(rank, per_host), "--"] + argv
+
+    def mwstrat(self, per_host, compression):
+        n = HOSTS * per_host
+        ports = self.next_ports(n)
+        addresses = ",".join(f"{self.addr(r, per_host)}:{ports[r]}" for r in range(n))
+        bench = os.path.join(self.build, "benchmarks", "collective", "mwstrat_bench_hosts")
+        return [self.in_host(r, per_host, [bench, "--rank", str(r), "--addresses", addresses, "--host-id",
+                                           self.host(r, per_host), "--compression", compression,
+                                           "--sizes", self.sizes]) for r in range(n)]
+
+    def gloo(self, per_host):
+        n = HOSTS * per_host
+        port = self.next_ports(1)[0]
+        script = os.path.join(HERE, "hosts_bench_gloo.py")
+        iface = "lo" if self.setting == "loopback" else "eth0"
+        return [self.in_host(r, per_host, [
+            "env", f"RANK={r}", f"WORLD_SIZE={n}", f"MASTER_ADDR={self.addr(0, per_host)}", f"MASTER_PORT={port}",
+            f"GLOO_SOCKET_IFNAME={iface}", "OMP_NUM_THREADS=1", TORCH_PYTHON, script, "--sizes", self.sizes])
+            for r in range(n)]
+
+    def mpi(self, per_host):
+        n = HOSTS * per_host
+        bench = os.path.join(self.build, "benchmarks", "collective", "mwstrat_bench_hosts_mpi")
+        common = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n)]
+        if self.setting == "loopback":
+            return [common + ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", bench,
+                              "--sizes", self.sizes]]
+        hosts = ",".join(f"10.77.0.{h + 1}:{per_host}" for h in range(HOSTS))
+        agent = f"{SIMHOSTS} --name {self.name} rsh"
+        return [self.in_host(0, per_host, common + [
+            "--host", hosts, "--mca", "plm_rsh_agent", agent, "--mca", "btl", "tcp,self,vader",
+            "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0", bench,
+            "--sizes", self.sizes])]
+
+    def commands(self, impl, per_host):
+        if impl == "mwstrat-fp32":
+            return self.mwstrat(per_host, "none")
+        if impl == "mwstrat-bf16":
+            return self.mwstrat(per_host, "bf16")
+        return getattr(self, impl)(per_host)
 
 
-def loopback(bench, per_host, compression, reps):
-    n = HOSTS * per_host
-    addresses = ["127.0.0.1:%d" % p for p in free_port_base(n)]
-    cmds = [bench_args(bench, r, addresses, "h%d" % (r // per_host + 1), compression, reps) for r in range(n)]
-    return run_ranks(cmds, 300)
+def shown(argv, name):
+    """A command as a shell reads it, paths relative to the repository, the set's name as $SET."""
+    words = [benchlib.rel(x) if x.startswith("/") else x for x in argv]
+    text = shlex.join(words)
+    return text.replace(name, "$SET") if name else text
 
 
-def simhosts(bench, name, per_host, compression, reps, subnet="10.77.0"):
-    script = os.path.join(ROOT, "scripts", "simhosts")
-    n = HOSTS * per_host
-    addresses = ["%s.%d:%d" % (subnet, r // per_host + 1, 29500 + r % per_host) for r in range(n)]
-    cmds = [[script, "--name", name, "exec", "h%d" % (r // per_host + 1), "--"] +
-            bench_args(bench, r, addresses, "h%d" % (r // per_host + 1), compression, reps) for r in range(n)]
-    return run_ranks(cmds, 600)
+def available(impls, build):
+    """The implementations that can run here, and why the others cannot."""
+    ok, missing = [], {}
+    for impl in impls:
+        if impl == "gloo":
+            r = subprocess.run([TORCH_PYTHON, "-c", "import torch.distributed as d; assert d.is_gloo_available()"],
+                               capture_output=True, text=True) if os.access(TORCH_PYTHON, os.X_OK) else None
+            if r is None or r.returncode != 0:
+                missing[impl] = f"no torch with gloo in {TORCH_PYTHON} (Debian's python3-torch)"
+                continue
+        if impl == "mpi":
+            bench = os.path.join(build, "benchmarks", "collective", "mwstrat_bench_hosts_mpi")
+            if not shutil.which("mpirun") or not os.access(bench, os.X_OK):
+                missing[impl] = "no mpirun or no mwstrat_bench_hosts_mpi (Open MPI not installed when built)"
+                continue
+        ok.append(impl)
+    return ok, missing
+
+
+def summarise(rows):
+    """Per (setting, rate, ranks per host, impl, size): the median over rounds, and mwstrat fp32's speed-up over
+    each implementation taken within each round (that impl's time ÷ mwstrat fp32's), median over rounds."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["setting"], r["rate"], r["ranks_per_host"], r["impl"], r["bytes"]), []).append(r)
+    out = []
+    for (setting, rate, per_host, impl, size), rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        med = statistics.median(x["median_s"] for x in rs)
+        ratios = []
+        for x in rs:
+            ref = next((y for y in rows if (y["setting"], y["rate"], y["ranks_per_host"], y["impl"], y["bytes"],
+                                             y["round"]) == (setting, rate, per_host, "mwstrat-fp32", size,
+                                                             x["round"])), None)
+            if ref:
+                ratios.append(x["median_s"] / ref["median_s"])
+        limit = rs[0]["link_limit_s"]
+        out.append({"setting": setting, "rate": rate, "hosts": HOSTS, "ranks_per_host": per_host, "impl": impl,
+                    "bytes": size, "median_s": med, "min_s": min(x["min_s"] for x in rs), "rounds": len(rs),
+                    "link_limit_s": limit, "fraction_of_limit": limit / med if limit else None,
+                    "time_over_mwstrat_fp32": statistics.median(ratios) if ratios else None,
+                    "ratios_per_round": ratios})
+    return out
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", required=True)
     ap.add_argument("--rates", default="10gbit,1gbit")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="1 round, 5 repetitions")
     ap.add_argument("--json-out")
-    ap.add_argument("--settings", default="loopback,simhosts")
+    ap.add_argument("--settings", default="simhosts,loopback")
+    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--ranks-per-host", default="1,2")
     a = ap.parse_args()
-    bench = os.path.join(a.build, "benchmarks", "collective", "mwstrat_bench_hosts")
-    reps = 5 if a.quick else a.reps
+    a.build = os.path.abspath(a.build)
+    reps, rounds = (5, 1) if a.quick else (a.reps, a.rounds)
     started = benchlib.start()
-    results = []
+    impls, missing = available(a.impls.split(","), a.build)
+    for impl, why in missing.items():
+        print(f"{impl} skipped: {why}", flush=True)
+    per_hosts = [int(x) for x in a.ranks_per_host.split(",")]
+    rows, failures, commands, skipped = [], [], [], None
 
-    def record(setting, rate, per_host, compression, rows):
-        for size, r in sorted(rows.items()):
-            limit = 2 * (HOSTS - 1) / HOSTS * size / rate_bytes(rate) if rate else None
-            row = {"setting": setting, "rate": rate, "hosts": HOSTS, "ranks_per_host": per_host,
-                   "compression": compression, "bytes": size, "median_s": r["median_s"], "min_s": r["min_s"],
-                   "link_limit_s": limit, "fraction_of_limit": (limit / r["median_s"]) if limit else None}
-            results.append(row)
-            print("%-8s %-6s %dx%d %-4s %9d B  median %9.3f ms  min %9.3f ms%s" % (
-                setting, rate or "-", HOSTS, per_host, compression, size, r["median_s"] * 1e3, r["min_s"] * 1e3,
-                "  limit %.3f ms = %.0f%% of it" % (limit * 1e3, 100 * limit / r["median_s"]) if limit else ""),
-                flush=True)
+    def run_setting(setting, rate, name):
+        runner = Runner(a.build, setting, name, reps)
+        for rnd in range(1, rounds + 1):
+            for per_host in per_hosts:
+                for impl in impls:
+                    cmds = runner.commands(impl, per_host)
+                    if rnd == 1:
+                        commands.append(f"[{setting} {rate or ''} {HOSTS}x{per_host} {impl}] " + " & ".join(
+                            shown(c, name) for c in cmds))
+                    load = benchlib.loadavg()
+                    try:
+                        got = run_ranks(cmds, 900 if setting == "simhosts" else 300)
+                        if set(got) != set(SIZES):
+                            raise RuntimeError(f"rank 0 reported sizes {sorted(got)}, expected {SIZES}")
+                    except (RuntimeError, OSError) as e:
+                        failures.append(f"{setting} {rate or ''} {HOSTS}x{per_host} {impl} round {rnd}: {e}")
+                        print("FAILED " + failures[-1], flush=True)
+                        continue
+                    for size, r in sorted(got.items()):
+                        limit = 2 * (HOSTS - 1) / HOSTS * size / rate_bytes(rate) if rate else None
+                        rows.append({"setting": setting, "rate": rate, "hosts": HOSTS, "ranks_per_host": per_host,
+                                     "impl": impl, "round": rnd, "bytes": size, "median_s": r["median_s"],
+                                     "min_s": r["min_s"], "reps": r["reps"], "link_limit_s": limit,
+                                     "load_at_start": load})
+                        print("round %d %-8s %-6s %dx%d %-12s %9d B  median %9.3f ms  min %9.3f ms%s" % (
+                            rnd, setting, rate or "-", HOSTS, per_host, impl, size, r["median_s"] * 1e3,
+                            r["min_s"] * 1e3, "  limit %.3f ms = %.0f%% of it" % (
+                                limit * 1e3, 100 * limit / r["median_s"]) if limit else ""), flush=True)
 
     settings = a.settings.split(",")
-    if "loopback" in settings:
-        for per_host in (1, 2):
-            for compression in ("none", "bf16"):  # interleaved, so slow phases of the shared machine hit both
-                record("loopback", None, per_host, compression, loopback(bench, per_host, compression, reps))
-    skipped = None
     if "simhosts" in settings:
-        script = os.path.join(ROOT, "scripts", "simhosts")
-        check = subprocess.run([script, "check"], capture_output=True, text=True) if os.access(script, os.X_OK) else None
+        check = subprocess.run([SIMHOSTS, "check"], capture_output=True, text=True) \
+            if os.access(SIMHOSTS, os.X_OK) else None
         if check is None or check.returncode != 0:
             skipped = "scripts/simhosts unavailable: " + (check.stdout.strip() if check else "no scripts/simhosts")
             print("simhosts skipped: " + skipped, flush=True)
         else:
+            subprocess.run([SIMHOSTS, "gc"], capture_output=True)  # sets whose owner died (a killed earlier run)
             for rate in a.rates.split(","):
-                name = subprocess.run([script, "up", str(HOSTS), "--rate", rate], capture_output=True, text=True,
-                                      check=True).stdout.strip()
+                name = subprocess.run([SIMHOSTS, "up", str(HOSTS), "--rate", rate, "--owner", str(os.getpid())],
+                                      capture_output=True, text=True, check=True).stdout.strip()
                 try:
-                    for per_host in (1, 2):
-                        for compression in ("none", "bf16"):
-                            record("simhosts", rate, per_host, compression,
-                                   simhosts(bench, name, per_host, compression, reps))
+                    run_setting("simhosts", rate, name)
                 finally:
-                    subprocess.run([script, "--name", name, "down"], capture_output=True)
+                    subprocess.run([SIMHOSTS, "--name", name, "down"], capture_output=True)
+    if "loopback" in settings:
+        run_setting("loopback", None, None)
+    summary = summarise(rows)
+    for s in summary:
+        print("%-8s %-6s %dx%d %-12s %9d B  median %9.3f ms%s%s" % (
+            s["setting"], s["rate"] or "-", HOSTS, s["ranks_per_host"], s["impl"], s["bytes"], s["median_s"] * 1e3,
+            "  %.0f%% of the link limit" % (100 * s["fraction_of_limit"]) if s["fraction_of_limit"] else "",
+            "  %.2fx mwstrat fp32's time" % s["time_over_mwstrat_fp32"] if s["time_over_mwstrat_fp32"] else ""))
     if a.json_out:
-        rec = benchlib.meta("collective_hosts", ["benchmarks/collective/hosts_bench.py --build %s" %
-                                                 benchlib.rel(a.build)], a.quick, started)
-        rec.update(rows=results, simhosts_skipped=skipped, reps=reps,
+        argv = ["benchmarks/collective/hosts_bench.py", "--build", benchlib.rel(a.build), "--rates", a.rates,
+                "--settings", a.settings] + (["--quick"] if a.quick else ["--rounds", str(rounds), "--reps", str(reps)])
+        if a.impls != ",".join(IMPLS):
+            argv += ["--impls", a.impls]
+        if a.ranks_per_host != "1,2":
+            argv += ["--ranks-per-host", a.ranks_per_host]
+        rec = benchlib.meta("collective_hosts", [" ".join(argv)] + commands, a.quick, started)
+        rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
+                            "the ranks of one command line start together ('&')", rows=rows, summary=summary,
+                   failures=failures, missing=missing, simhosts_skipped=skipped, reps=reps, rounds=rounds, sizes=SIZES, impls=impls,
                    link_limit="2*(H-1)/H*bytes/rate, H=2 hosts, rate = the tbf rate of each host's link")
         benchlib.write_json(a.json_out, rec)
+    return 1 if failures and not rows else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

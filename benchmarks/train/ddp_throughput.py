@@ -2,7 +2,8 @@
 """PyTorch DDP training throughput of the tutorial CNN: the same protocol as train_throughput (mwstrat).
 
 One process per worker, started by compare.py (or by hand) with RANK, WORLD_SIZE and MASTER_PORT in the
-environment; gloo backend, init over tcp://127.0.0.1:MASTER_PORT. Run with Debian's python3-torch (/usr/bin/python3).
+environment; gloo backend, init over tcp://MASTER_ADDR:MASTER_PORT (MASTER_ADDR: 127.0.0.1 unless set, as
+hosts_train.py sets it to the first simulated host; GLOO_SOCKET_IFNAME then names the interface). Run with Debian's python3-torch (/usr/bin/python3).
 
   RANK=0 WORLD_SIZE=1 MASTER_PORT=29500 /usr/bin/python3 ddp_throughput.py --data-dir .cache/mnist
 
@@ -39,8 +40,9 @@ def main():
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     port = int(os.environ.get("MASTER_PORT", "29500"))
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
     torch.set_num_threads(a.threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
 
     images, labels = mnist_idx.load_train(a.data_dir)

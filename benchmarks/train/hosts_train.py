@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Training the tutorial CNN on MNIST across 2 simulated hosts × 1 worker: mwstrat (fp32, and bf16 on the wire
+between hosts) vs PyTorch DDP (gloo), at each link rate, next to one worker alone for the scaling efficiency.
+
+The programs are compare.py's: train_throughput (mwstrat, TF_CONFIG naming the hosts' addresses) and
+ddp_throughput.py (Debian's python3-torch, init over tcp://<h1's address>), per-worker batch 64, 1 thread, the same
+--warmup/--steps span timed inside one run. Every worker runs inside its host (`scripts/simhosts exec`: its own
+network namespace and /dev/shm, links shaped with tbf at the rate); the one-worker runs run inside h1 (no link).
+Within a rate the configurations take turns for --rounds rounds (mwstrat 1, torch 1, mwstrat 2 fp32, mwstrat 2
+bf16, mwstrat 2 bf16 with --update mirrored, torch 2; see RUNS), so a slow spell of the shared machine hits all;
+ratios are taken within a round, median over rounds.
+
+  hosts_train.py --build BUILD [--data-dir .cache/mnist] [--rates 10gbit,1gbit] [--rounds 3] [--steps 100]
+                 [--quick] [--json-out FILE]
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
+from compare import json_line, run_group  # noqa: E402  (compare.py's helpers: one group of workers, rank 0's JSON)
+
+SIMHOSTS = os.path.join(ROOT, "scripts", "simhosts")
+TORCH_PYTHON = "/usr/bin/python3"  # Debian's python3-torch
+HOSTS = 2
+
+
+class Configs:
+    def __init__(self, a, name):
+        self.a, self.name, self.port = a, name, 21000
+
+    def args(self):
+        a = self.a
+        return ["--data-dir", a.data_dir, "--batch", str(a.batch), "--warmup", str(a.warmup), "--steps",
+                str(a.steps), "--threads", "1"]
+
+    def env(self):
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        for k in ("TF_CONFIG", "OPENBLAS_CORETYPE", "MASTER_ADDR", "MASTER_PORT", "MWSTRAT_RING_COMPRESSION"):
+            env.pop(k, None)
+        return env
+
+    def in_host(self, k, argv):
+        return [SIMHOSTS, "--name", self.name, "exec", f"h{k + 1}", "--"] + argv
+
+    def mwstrat(self, n, compression, update):
+        self.port += 1
+        workers = [f"10.77.0.{k + 1}:{self.port}" for k in range(n)]
+        prog = os.path.join(self.a.build, "benchmarks", "train", "train_throughput")
+        cmds = []
+        for k in range(n):
+            tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": k}},
+                                   separators=(",", ":"))
+            cmds.append((self.in_host(k, ["env", f"TF_CONFIG={tf_config}", f"MWSTRAT_RING_COMPRESSION={compression}",
+                                          prog] + self.args() + (["--update", update] if update else [])), self.env()))
+        return cmds
+
+    def torch(self, n):
+        self.port += 1
+        script = os.path.join(HERE, "ddp_throughput.py")
+        return [(self.in_host(k, ["env", f"RANK={k}", f"WORLD_SIZE={n}", "MASTER_ADDR=10.77.0.1",
+                                  f"MASTER_PORT={self.port}", "GLOO_SOCKET_IFNAME=eth0", TORCH_PYTHON, script]
+                              + self.args()), self.env()) for k in range(n)]
+
+
+# (implementation, workers, wire compression, train_throughput's --update). With the default update placement the
+# fit's gradient all-reduce is all_reduce_update: its reduce-scatter goes bf16 but the parameters it gathers travel
+# exact (fp32), so bf16 saves a quarter of the bytes; `--update mirrored` all-reduces the gradients (both halves
+# bf16) and every worker applies the whole update.
+RUNS = [("mwstrat", 1, "none", None), ("torch-ddp", 1, None, None), ("mwstrat", 2, "none", None),
+        ("mwstrat", 2, "bf16", None), ("mwstrat", 2, "bf16", "mirrored"), ("torch-ddp", 2, None, None)]
+
+
+def label(impl, n, compression, update=None):
+    return impl + (" bf16" if compression == "bf16" else "") + (f" --update {update}" if update else "") + f" × {n}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--data-dir", default=os.path.join(ROOT, ".cache", "mnist"))
+    ap.add_argument("--rates", default="10gbit,1gbit")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
+    ap.add_argument("--quick", action="store_true", help="1 round of 30 steps")
+    ap.add_argument("--json-out")
+    a = ap.parse_args()
+    a.build, a.data_dir = os.path.abspath(a.build), os.path.abspath(a.data_dir)
+    if a.quick:
+        a.rounds, a.steps = 1, 30
+    started = benchlib.start()
+    check = subprocess.run([SIMHOSTS, "check"], capture_output=True, text=True)
+    rows, failures, commands = [], [], []
+    skipped = None if check.returncode == 0 else "scripts/simhosts unavailable: " + check.stdout.strip()
+    if skipped:
+        print("skipped: " + skipped, flush=True)
+    else:
+        subprocess.run([SIMHOSTS, "gc"], capture_output=True)
+    for rate in ([] if skipped else a.rates.split(",")):
+        name = subprocess.run([SIMHOSTS, "up", str(HOSTS), "--rate", rate, "--owner", str(os.getpid())],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        try:
+            c = Configs(a, name)
+            for rnd in range(1, a.rounds + 1):
+                for impl, n, compression, update in RUNS:
+                    lab = label(impl, n, compression, update)
+                    cmds = c.mwstrat(n, compression, update) if impl == "mwstrat" else c.torch(n)
+                    if rnd == 1 and rate == a.rates.split(",")[0]:
+                        commands.append(f"[{lab}] " + " & ".join(
+                            shlex.join(benchlib.rel(x) if x.startswith("/") else x for x in argv).replace(name, "$SET")
+                            for argv, _ in cmds))
+                    load = benchlib.loadavg()
+                    codes, out, err = run_group(cmds, a.timeout)
+                    rec = json_line(out, impl)
+                    if rec is None or any(codes):
+                        failures.append(f"{rate} {lab} round {rnd}: exit codes {codes}: "
+                                        f"{err.strip()[-1500:]}")
+                        print("FAILED " + failures[-1], flush=True)
+                        continue
+                    rec.update(rate=rate, round=rnd, label=lab, compression=compression, update_option=update,
+                               hosts=n, load_at_start=load)
+                    rows.append(rec)
+                    print(f"round {rnd} {rate:7s} {rec['label']:20s} {rec['steps_per_s']:7.2f} steps/s "
+                          f"{rec['samples_per_s']:8.1f} samples/s  {rec['cpu_s_per_step'] * 1e3:6.1f} CPU ms/step "
+                          f"(load {load})", flush=True)
+        finally:
+            subprocess.run([SIMHOSTS, "--name", name, "down"], capture_output=True)
+
+    def find(rate, lab, rnd):
+        return next((r for r in rows if r["rate"] == rate and r["label"] == lab and r["round"] == rnd), None)
+
+    summary = []
+    for rate in ([] if skipped else a.rates.split(",")):
+        for impl, n, compression, update in RUNS:
+            lab = label(impl, n, compression, update)
+            runs = [r for r in rows if r["rate"] == rate and r["label"] == lab]
+            if not runs:
+                continue
+            vs_ddp, scaling = [], []
+            for r in runs:
+                ddp = find(rate, label("torch-ddp", n, None), r["round"])
+                one = find(rate, label(impl, 1, None), r["round"])
+                if ddp:
+                    vs_ddp.append(r["steps_per_s"] / ddp["steps_per_s"])
+                if one and n > 1:
+                    scaling.append(r["samples_per_s"] / (n * one["samples_per_s"]))
+            summary.append({"rate": rate, "label": lab, "impl": impl, "workers": n, "hosts": n,
+                            "compression": compression, "rounds": len(runs),
+                            "steps_per_s": statistics.median(r["steps_per_s"] for r in runs),
+                            "samples_per_s": statistics.median(r["samples_per_s"] for r in runs),
+                            "cpu_ms_per_step": 1e3 * statistics.median(r["cpu_s_per_step"] for r in runs),
+                            "over_ddp": statistics.median(vs_ddp) if vs_ddp else None,
+                            "scaling": statistics.median(scaling) if scaling else None,
+                            "over_ddp_per_round": vs_ddp, "scaling_per_round": scaling})
+            s = summary[-1]
+            print(f"{rate:7s} {lab:20s} {s['steps_per_s']:7.2f} steps/s"
+                  + (f"  {s['over_ddp']:.2f}x DDP's" if s["over_ddp"] else "")
+                  + (f"  scaling {100 * s['scaling']:.0f}%" if s["scaling"] else ""), flush=True)
+    if a.json_out:
+        argv = ["benchmarks/train/hosts_train.py", "--build", benchlib.rel(a.build), "--data-dir",
+                benchlib.rel(a.data_dir), "--rates", a.rates] + (
+            ["--quick"] if a.quick else ["--rounds", str(a.rounds), "--steps", str(a.steps)])
+        rec = benchlib.meta("train_hosts", [" ".join(argv)] + commands, a.quick, started)
+        rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
+                            "the workers of one command line start together ('&')", rows=rows, summary=summary,
+                   failures=failures, simhosts_skipped=skipped, rounds=a.rounds,
+                   config={"batch": a.batch, "warmup": a.warmup, "steps": a.steps, "threads": 1,
+                           "openblas_coretype": "Debian's default"})
+        benchlib.write_json(a.json_out, rec)
+    return 1 if failures and not rows else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
