@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -208,6 +209,22 @@ TEST(metrics, top_k_without_the_models_outputs_is_an_error_naming_what_is_missin
       EXPECT_NE(std::string(e.what()).find("needs the model's outputs"), std::string::npos) << e.what();
     }
   });
+}
+
+TEST(metrics, top_k_counts_a_row_with_a_nan_or_infinite_output_as_a_miss) {
+  // Without the check a NaN label output has nothing "greater" than it and would count as a hit.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> outputs{nan, 0.1f, 0.2f,   // label 0 is NaN
+                                   0.3f, nan, 0.1f,   // another output is NaN
+                                   0.9f, inf, 0.1f,   // an infinite output
+                                   0.9f, 0.1f, 0.2f}; // finite: label 0 is the top
+  const std::vector<std::int64_t> labels{0, 0, 0, 0};
+  const data::image_batch batch{{}, labels, 4};
+  const metric_input<data::image_batch> in{batch, 0, 0, 4, outputs, 3};
+  std::vector<double> state(2, 0.0);
+  sparse_top_k_accuracy{2}.update_state(state, in);
+  EXPECT_EQ(state[0], 1.0);
+  EXPECT_EQ(state[1], 4.0);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <array>
 #include <concepts>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -118,8 +119,12 @@ struct sparse_top_k_accuracy {
         if (label >= in.classes) continue;
         const float target = row[label];
         std::size_t above = 0;  // outputs strictly greater than the label's
-        for (const float v : row) above += v > target ? 1 : 0;
-        s[0] += above < k ? 1.0 : 0.0;
+        bool finite = true;     // a NaN or infinite output makes the row a miss, as Keras's in_top_k
+        for (const float v : row) {
+          above += v > target ? 1 : 0;
+          finite = finite && std::isfinite(v);
+        }
+        s[0] += finite && above < k ? 1.0 : 0.0;
       }
       s[1] += static_cast<double>(n);
     } else {
