@@ -1,5 +1,6 @@
 // ring_collective: start-up, refusal of strangers, and failure semantics with real processes on 127.0.0.1.
 
+#include "liveness_checks.hpp"
 #include "process.hpp"
 
 #include <mwstrat/collective.hpp>
@@ -93,6 +94,85 @@ TEST(ring_collective, sigstop_of_one_rank_gives_the_others_timeout_error) { sigs
 TEST(ring_collective, sigstop_of_one_rank_through_shared_memory_gives_the_others_timeout_error) {
   if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
   sigstop_gives_timeout("auto");
+}
+
+// The "ERROR peer_lost <rank> <message>" line a worker printed, or "".
+std::string error_line(const test::worker& w) {
+  const auto out = w.stdout_text();
+  const auto at = out.find("ERROR ");
+  return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+}
+
+// Liveness apart from step time: one of `n` ranks is SIGSTOPped in the middle of its all-reduces (the operation
+// timeout is 60 s); every other rank names it, with its address and the cause, within the liveness timeout (5 s, the
+// default) plus a margin — none blames the neighbour it was waiting on. Returns the seconds until the last one failed.
+double sigstop_is_named_by_every_survivor(int n, int stopped, const std::string& transport) {
+  test::ring_run ring(n, "loop", {"timeout_ms=60000", "transport=" + transport});
+  EXPECT_TRUE(test::wait_for_output(ring.workers[static_cast<std::size_t>(stopped)], "ready", 30s)) << ring.report();
+  std::this_thread::sleep_for(50ms);
+  ::kill(ring.workers[static_cast<std::size_t>(stopped)].pid, SIGSTOP);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  std::vector<test::worker*> survivors;
+  for (int r = 0; r < n; ++r)
+    if (r != stopped) survivors.push_back(&ring.workers[static_cast<std::size_t>(r)]);
+  const bool done = test::wait_workers(survivors, 30s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  ::kill(ring.workers[static_cast<std::size_t>(stopped)].pid, SIGKILL);
+  ::kill(ring.workers[static_cast<std::size_t>(stopped)].pid, SIGCONT);
+  EXPECT_TRUE(done) << ring.report();
+  // Five heartbeats per timeout: the last one before the stop left at most a fifth of it before; the margin is for a
+  // loaded machine.
+  EXPECT_GE(seconds, 5.0 * 4 / 5 - 0.2) << ring.report();
+  EXPECT_LE(seconds, 5.0 + 3.0) << ring.report();
+  const std::string name = "rank " + std::to_string(stopped) + " (" + ring.address(stopped) + ") was lost: silent for ";
+  for (auto* w : survivors) {
+    EXPECT_EQ(w->exit_code, 3) << ring.report();
+    const auto line = error_line(*w);
+    EXPECT_EQ(line.rfind("ERROR peer_lost " + std::to_string(stopped) + " ", 0), 0u) << ring.report();
+    EXPECT_NE(line.find(name), std::string::npos) << line;
+    EXPECT_NE(line.find("no heartbeat within the liveness timeout of 5000 ms"), std::string::npos) << line;
+  }
+  EXPECT_EQ(test::shm_leftovers(ring.pids()), std::vector<std::string>{});
+  std::printf("[ liveness ] SIGSTOP of rank %d of %d (%s): every survivor named it after %.2f s\n", stopped, n,
+              transport.c_str(), seconds);
+  return seconds;
+}
+
+TEST(ring_liveness, sigstop_of_one_of_three_ranks_is_named_by_both_others_within_the_liveness_timeout) {
+  sigstop_is_named_by_every_survivor(3, 1, "tcp");
+}
+
+// In a ring of four, rank 0 is no neighbour of rank 2: it hears the verdict, and names rank 2, not the neighbour
+// that stopped sending to it.
+TEST(ring_liveness, sigstop_in_a_ring_of_four_is_named_by_the_ranks_that_are_not_its_neighbours_too) {
+  if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
+  sigstop_is_named_by_every_survivor(4, 2, "auto");
+}
+
+// A rank whose training thread computes for longer than the liveness timeout (a long step, an evaluation, a
+// checkpoint write) is alive: its ring's own thread keeps beating, and the job finishes.
+TEST(ring_liveness, a_step_longer_than_the_liveness_timeout_is_not_a_loss) {
+  test::ring_run ring(3, "steps", {"steps=3", "slow_rank=1", "slow_ms=3000", "liveness_ms=1000", "timeout_ms=60000"});
+  ASSERT_TRUE(ring.wait_all(60s)) << ring.report();
+  for (const auto& w : ring.workers) {
+    EXPECT_EQ(w.exit_code, 0) << ring.report();
+    EXPECT_NE(w.stdout_text().find("steps=3\nOK"), std::string::npos) << ring.report();
+  }
+}
+
+TEST(ring_liveness, a_rank_stopped_and_continued_every_two_seconds_is_slow_not_lost) {
+  EXPECT_GE(test::stopped_and_continued_finishes(40), 2);  // ~8 s
+}
+
+// A rank that leaves normally says goodbye: a neighbour whose ring lives on (here 1.5 s, five liveness timeouts)
+// does not take its silence for a loss (the monitor would log "was lost").
+TEST(ring_liveness, ranks_that_finish_at_different_times_are_not_lost) {
+  test::ring_run ring(3, "steps", {"steps=2", "liveness_ms=300", "linger_rank=1", "linger_ms=1500"});
+  ASSERT_TRUE(ring.wait_all(60s)) << ring.report();
+  for (const auto& w : ring.workers) {
+    EXPECT_EQ(w.exit_code, 0) << ring.report();
+    EXPECT_EQ(w.stderr_text().find("was lost"), std::string::npos) << ring.report();
+  }
 }
 
 TEST(ring_collective, ranks_calling_different_sizes_get_a_protocol_error) {
