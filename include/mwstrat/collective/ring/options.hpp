@@ -92,7 +92,8 @@ struct ring_options {
   /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.
   /// Negative values are refused (`config_error`).
   std::chrono::microseconds spin{200};
-  /// Where the ring logs (start-up, refused connections, failures); empty: standard error.
+  /// Where the ring logs (start-up, refused connections, failures); empty: standard error. A lost peer's verdict is
+  /// logged from the ring's liveness thread, the moment it is formed.
   std::function<void(std::string_view)> log;
 };
 

@@ -172,8 +172,8 @@ class liveness_monitor {
           if (l.open && now - l.heard >= timeout_) read_link(k);  // one last look: anything waiting is a sign of life
           now = steady::now();
           if (!fired() && l.open && now - l.heard >= timeout_) {
-            decide(lost(l.peer, "silent for " + liveness_seconds(now - l.heard) + " (no heartbeat within the liveness "
-                                "timeout of " + std::to_string(timeout_.count()) + " ms)"), -1);
+            decide(lost(l.peer, "silent for " + liveness_seconds(timeout_) + " (no heartbeat within the liveness timeout; " +
+                                    "the operation timeout was not needed)"), -1);
             break;
           }
         }
@@ -187,9 +187,10 @@ class liveness_monitor {
       if (l.socket) ::shutdown(l.socket.get(), SHUT_WR);
   }
 
+  // The words of a verdict depend only on the culprit and the cause (not on which neighbour found it, nor on when
+  // its thread looked), so two ranks that find the same loss at once still report the same words.
   ring_failure lost(int culprit, const std::string& cause) const {
-    return ring_failure{error_kind::peer_lost, culprit,
-                        peer(culprit) + " was lost: " + cause + " (detected by rank " + std::to_string(rank_) + ")"};
+    return ring_failure{error_kind::peer_lost, culprit, peer(culprit) + " was lost: " + cause};
   }
 
   // Non-blocking: a neighbour that does not read (stopped) cannot hold this thread up; a beat that does not fit in
@@ -284,7 +285,7 @@ class liveness_monitor {
     for (int k = 0; k < 2; ++k)
       if (k != from && links_[k].open)  // the culprit too: if it was only stopped, it learns it was given up
         (void)write_all(links_[k].socket.get(), frame.data(), frame_header_size + len, limit);
-    if (log_) log_(f.text);
+    if (log_) log_(f.text + (from < 0 ? " [verdict of this rank]" : " [verdict heard from rank " + std::to_string(links_[from].peer) + "]"));
     {
       const std::lock_guard publish_lock(mutex_);
       verdict_ = std::move(f);
