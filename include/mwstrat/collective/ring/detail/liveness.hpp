@@ -126,10 +126,12 @@ class liveness_monitor {
     unique_socket socket;
     int peer = -1;
     steady::time_point heard;  // when a byte last arrived
-    bool open = true;          // still read and written
+    std::atomic<bool> open{true};  // still read and written (read by a publishing data path too)
     bool departed = false;     // said goodbye
     std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text> buffer{};
     std::size_t have = 0;
+    std::array<std::uint8_t, frame_header_size> partial{};  // a beat that went in part
+    std::size_t partial_sent = 0;                             // 0: none
   };
 
   std::string peer(int r) const { return ring_peer(addresses_, r); }
@@ -194,15 +196,32 @@ class liveness_monitor {
   }
 
   // Non-blocking: a neighbour that does not read (stopped) cannot hold this thread up; a beat that does not fit in
-  // its full socket buffer is not needed (the buffer already holds beats).
+  // its full socket buffer is not needed (the buffer already holds beats). A frame that went only in part is
+  // finished first, so the stream stays at a frame boundary.
   void beat(frame_type type) {
     frame_header h;
     h.type = type;
     std::array<std::uint8_t, frame_header_size> raw{};
     encode(h, raw);
     const std::lock_guard lock(write_mutex_);
-    for (auto& l : links_)
-      if (l.open) (void)::send(l.socket.get(), raw.data(), raw.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    for (auto& l : links_) {
+      if (!l.open || !finish_partial(l)) continue;
+      const auto n = ::send(l.socket.get(), raw.data(), raw.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0 && static_cast<std::size_t>(n) < raw.size()) {
+        l.partial = raw;
+        l.partial_sent = static_cast<std::size_t>(n);
+      }
+    }
+  }
+
+  // Sends what is left of a frame that went in part; true when nothing is left.
+  static bool finish_partial(link& l) {
+    if (l.partial_sent == 0) return true;
+    const auto n = ::send(l.socket.get(), l.partial.data() + l.partial_sent, l.partial.size() - l.partial_sent,
+                          MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) l.partial_sent += static_cast<std::size_t>(n);
+    if (l.partial_sent == l.partial.size()) l.partial_sent = 0;
+    return l.partial_sent == 0;
   }
 
   // Everything waiting on link k: heartbeats, a goodbye, a verdict, or the end of the connection.
@@ -283,8 +302,15 @@ class liveness_monitor {
     std::memcpy(frame.data() + frame_header_size, body.data(), len);
     const auto limit = steady::now() + abort_send_grace;
     for (int k = 0; k < 2; ++k)
-      if (k != from && links_[k].open)  // the culprit too: if it was only stopped, it learns it was given up
-        (void)write_all(links_[k].socket.get(), frame.data(), frame_header_size + len, limit);
+      if (k != from && links_[k].open) {  // the culprit too: if it was only stopped, it learns it was given up
+        link& l = links_[k];
+        if (l.partial_sent > 0 &&
+            write_all(l.socket.get(), l.partial.data() + l.partial_sent, l.partial.size() - l.partial_sent, limit)
+                    .status != io_status::ok)
+          continue;
+        l.partial_sent = 0;
+        (void)write_all(l.socket.get(), frame.data(), frame_header_size + len, limit);
+      }
     if (log_) log_(f.text + (from < 0 ? " [verdict of this rank]" : " [verdict heard from rank " + std::to_string(links_[from].peer) + "]"));
     {
       const std::lock_guard publish_lock(mutex_);
