@@ -64,6 +64,7 @@ int run_worker(int argc, char** argv) {
     if (scenario == "sweep") {
       test::run_sweep(ring, get("large", "0") == "1");
     } else if (scenario == "loop") {
+      std::fprintf(stderr, "hierarchical=%d hosts=%d\n", ring.hierarchical() ? 1 : 0, ring.hosts());
       std::vector<float> g(std::size_t{1} << 20, 1.0f);
       const auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       for (int i = 0; i < 100000 && std::chrono::steady_clock::now() < stop; ++i) {

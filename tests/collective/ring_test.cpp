@@ -106,8 +106,11 @@ std::string error_line(const test::worker& w) {
 // Liveness apart from step time: one of `n` ranks is SIGSTOPped in the middle of its all-reduces (the operation
 // timeout is 60 s); every other rank names it, with its address and the cause, within the liveness timeout (5 s, the
 // default) plus a margin — none blames the neighbour it was waiting on. Returns the seconds until the last one failed.
-double sigstop_is_named_by_every_survivor(int n, int stopped, const std::string& transport) {
-  test::ring_run ring(n, "loop", {"timeout_ms=60000", "transport=" + transport});
+double sigstop_is_named_by_every_survivor(int n, int stopped, const std::string& transport,
+                                          const std::string& hosts = "") {
+  std::vector<std::string> args = {"timeout_ms=60000", "transport=" + transport};
+  if (!hosts.empty()) args.push_back("hosts=" + hosts);
+  test::ring_run ring(n, "loop", args);
   EXPECT_TRUE(test::wait_for_output(ring.workers[static_cast<std::size_t>(stopped)], "ready", 30s)) << ring.report();
   std::this_thread::sleep_for(50ms);
   ::kill(ring.workers[static_cast<std::size_t>(stopped)].pid, SIGSTOP);
@@ -138,8 +141,13 @@ double sigstop_is_named_by_every_survivor(int n, int stopped, const std::string&
     EXPECT_EQ(detail, verdict) << ring.report();
   }
   EXPECT_EQ(test::shm_leftovers(ring.pids()), std::vector<std::string>{});
-  std::printf("[ liveness ] SIGSTOP of rank %d of %d (%s): every survivor named it after %.2f s\n", stopped, n,
-              transport.c_str(), seconds);
+  if (!hosts.empty()) {
+    for (const auto& w : ring.workers) {
+      EXPECT_NE(w.stderr_text().find("hierarchical=1"), std::string::npos) << ring.report();
+    }
+  }
+  std::printf("[ liveness ] SIGSTOP of rank %d of %d (%s%s): every survivor named it after %.2f s\n", stopped, n,
+              transport.c_str(), hosts.empty() ? "" : ", hierarchical", seconds);
   return seconds;
 }
 
@@ -152,6 +160,12 @@ TEST(ring_liveness, sigstop_of_one_of_three_ranks_is_named_by_both_others_within
 TEST(ring_liveness, sigstop_in_a_ring_of_four_is_named_by_the_ranks_that_are_not_its_neighbours_too) {
   if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
   sigstop_is_named_by_every_survivor(4, 2, "auto");
+}
+
+// Hierarchical (two simulated hosts of two ranks): the survivors wait in the rings inside, which have no liveness
+// connections of their own; the flat ring's verdict ends them.
+TEST(ring_liveness, sigstop_in_a_hierarchical_ring_is_named_by_every_survivor) {
+  sigstop_is_named_by_every_survivor(4, 3, "tcp", "a,a,b,b");
 }
 
 // A rank whose training thread computes for longer than the liveness timeout (a long step, an evaluation, a
