@@ -39,6 +39,7 @@
 #include <mwstrat/collective/handle.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/compress.hpp>
+#include <mwstrat/collective/ring/detail/hierarchy.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/liveness.hpp>
 #include <mwstrat/collective/ring/detail/plan.hpp>
@@ -130,6 +131,7 @@ class ring_collective : public detail::front_end<ring_collective> {
 
  private:
   friend class detail::front_end<ring_collective>;
+  friend struct detail::ring_hierarchy;  // the hierarchical all-reduce over local_ and cross_ (detail/hierarchy.hpp)
 
   // The ranks of a ring inside a hierarchical ring (a host's ranks, or one rank of each host) as the parent knows
   // them: errors and logs name the parent's ranks and addresses.
@@ -225,7 +227,7 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   template <class T>
   void all_reduce_now(std::span<T> data, reduce_op op, op_options options) {
-    if (local_) return hierarchical_all_reduce(data, op, options);
+    if (local_) return detail::ring_hierarchy::all_reduce(*this, data, op, options);
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
                                                    chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), data.data());
@@ -245,7 +247,7 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (!gradients.empty()) update(std::size_t{0}, gradients.size());
       return;
     }
-    if (local_) return hierarchical_all_reduce_update(gradients, op, params, update, options);
+    if (local_) return detail::ring_hierarchy::all_reduce_update(*this, gradients, op, params, update, options);
     flat_all_reduce_update(gradients, op, params, update, options);
   }
 
@@ -420,75 +422,6 @@ class ring_collective : public detail::front_end<ring_collective> {
         ring_of(peers, 1, static_cast<int>(my_host), "ring between hosts (rank " + std::to_string(index) + " of each)");
     cross_.reset(new ring_collective(std::move(between_options), std::move(between_listener), &between_info));
     cross_->monitor_ = monitor_;
-  }
-
-  // Reduce-scatter within the host, all-reduce of this rank's part around the ring between hosts, all-gather within
-  // the host. Element e is combined in a fixed order — its host ring's order, then the hosts' ring order — so every
-  // rank gets the same bits, every run. A failure in any ring breaks all three (and shuts their connections, so the
-  // ranks waiting in the others fail fast too).
-  template <class T>
-  void hierarchical_all_reduce(std::span<T> data, reduce_op op, op_options options) {
-    if (broken_) std::rethrow_exception(broken_);
-    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
-    const auto left = remaining(options);
-    try {
-      local_->run_half<T>(detail::ring_half::reduce_scatter, data, partial, left());
-      std::size_t first = 0, last = 0;
-      detail::owned_segment(local_->rank_, local_->n_, data.size(), first, last);
-      const auto part = data.subspan(first, last - first);
-      cross_->all_reduce_now<T>(part, partial, left());
-      detail::finish_reduce(part.data(), part.size(), op, n_);
-      local_->run_half<T>(detail::ring_half::all_gather, data, partial, left());
-    } catch (...) {
-      break_all();
-      throw;
-    }
-  }
-
-  // The same with all_reduce_update's sharding: the host ring's reduce-scatter leaves this rank a part, the ring
-  // between hosts reduces it and updates a share of it (all_reduce_update), the host ring gathers the parameters.
-  template <class T, class Update>
-  void hierarchical_all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update& update,
-                                      op_options options) {
-    if (broken_) std::rethrow_exception(broken_);
-    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
-    const auto left = remaining(options);
-    try {
-      local_->run_half<T>(detail::ring_half::reduce_scatter, gradients, partial, left());
-      std::size_t first = 0, last = 0;
-      detail::owned_segment(local_->rank_, local_->n_, gradients.size(), first, last);
-      const int world = n_;
-      auto finish_then_update = [&](std::size_t at, std::size_t count) {
-        detail::finish_reduce(gradients.data() + first + at, count, op, world);
-        update(first + at, count);
-      };
-      cross_->flat_all_reduce_update<T>(gradients.subspan(first, last - first), partial,
-                                        params.subspan(first, last - first), finish_then_update, left());
-      local_->run_half<T>(detail::ring_half::all_gather, params, partial, left());
-    } catch (...) {
-      break_all();
-      throw;
-    }
-  }
-
-  // The operation's deadline, shared by its steps on the three rings: a callable giving each step what is left.
-  auto remaining(op_options options) const {
-    const auto timeout = options.timeout.count() > 0 ? options.timeout : options_.op_timeout;
-    const auto deadline = steady::now() + timeout;
-    return [deadline] {
-      op_options o;
-      o.timeout = std::max(std::chrono::milliseconds(1),
-                           std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()));
-      return o;
-    };
-  }
-
-  void break_all() {
-    broken_ = std::current_exception();
-    for (ring_collective* r : {local_.get(), cross_.get(), this}) {
-      if (r->out_.socket) ::shutdown(r->out_.socket.get(), SHUT_RDWR);
-      if (r->in_.socket) ::shutdown(r->in_.socket.get(), SHUT_RDWR);
-    }
   }
 
   template <class T>
