@@ -48,6 +48,13 @@ void expect_transport(const test::ring_run& ring, const std::string& transport) 
   for (const auto& w : ring.workers) EXPECT_NE(w.stdout_text().find(want), std::string::npos) << ring.report();
 }
 
+// The "ERROR peer_lost <rank> <message>" line a worker printed, or "".
+std::string error_line(const test::worker& w) {
+  const auto out = w.stdout_text();
+  const auto at = out.find("ERROR ");
+  return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+}
+
 void sigkill_mid_all_reduce(const std::string& transport) {
   test::ring_run ring(4, "loop", {"timeout_ms=60000", "transport=" + transport});
   ASSERT_TRUE(test::wait_for_output(ring.workers[2], "ready", 30s)) << ring.report();
@@ -58,6 +65,12 @@ void sigkill_mid_all_reduce(const std::string& transport) {
   ASSERT_TRUE(ring.wait_all(30s)) << ring.report();
   expect_all_report(ring, 2, "peer_lost");
   EXPECT_EQ(ring.workers[2].signal, SIGKILL);
+  // One verdict, in the same words everywhere (after each rank's own "[mwstrat.ring] rank r: ").
+  const std::string verdict = "rank 2 (" + ring.address(2) + ") was lost: its connection closed (the process ended)";
+  for (int r : {0, 1, 3}) {
+    const auto line = error_line(ring.workers[static_cast<std::size_t>(r)]);
+    EXPECT_NE(line.find("] rank " + std::to_string(r) + ": " + verdict), std::string::npos) << ring.report();
+  }
   for (int r : {0, 1, 3}) EXPECT_NE(ring.workers[static_cast<std::size_t>(r)].stdout_text().find("127.0.0.1:"), std::string::npos);
   // Neither the killed rank nor the ranks that exited through errors left a shared-memory object behind.
   EXPECT_EQ(test::shm_leftovers(ring.pids()), std::vector<std::string>{});
@@ -94,13 +107,6 @@ TEST(ring_collective, sigstop_of_one_rank_gives_the_others_timeout_error) { sigs
 TEST(ring_collective, sigstop_of_one_rank_through_shared_memory_gives_the_others_timeout_error) {
   if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
   sigstop_gives_timeout("auto");
-}
-
-// The "ERROR peer_lost <rank> <message>" line a worker printed, or "".
-std::string error_line(const test::worker& w) {
-  const auto out = w.stdout_text();
-  const auto at = out.find("ERROR ");
-  return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
 }
 
 // Liveness apart from step time: one of `n` ranks is SIGSTOPped in the middle of its all-reduces (the operation
