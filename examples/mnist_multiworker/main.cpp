@@ -323,6 +323,10 @@ int main(int argc, char** argv) {
 #endif
     auto strategy = make_ring_strategy(f);
     return train_with_optimizer(f, strategy);
+  } catch (const mwstrat::peer_lost_error& e) {
+    // Another worker died, stopped or was cut off (every survivor names the same one): not this worker's fault.
+    std::cerr << e.what() << "\n";
+    return mwstrat::peer_lost_exit_code;
   } catch (const mwstrat::error& e) {
     std::cerr << e.what() << "\n";
     return 1;

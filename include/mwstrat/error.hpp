@@ -107,7 +107,15 @@ class io_error : public error {
   io_error(error_kind kind, error_origin origin, std::string_view detail) : error(kind, std::move(origin), detail) {}
 };
 
-/// A peer closed its connection or died. Carries the peer's rank and address.
+/// The exit status of a worker that ends because a peer was lost (`peer_lost_error`): sysexits' EX_UNAVAILABLE,
+/// distinct from 1 (any other error), 2 (bad arguments) and 75 (`preempted_exit_code`: stopped for preemption, resume
+/// me). The example programs exit with it; a launcher or scheduler can tell "another worker died" from "this worker
+/// failed". See docs/fault-tolerance.md.
+inline constexpr int peer_lost_exit_code = 69;
+
+/// A peer closed its connection, died, or fell silent (stopped, frozen, cut off: no heartbeat within the ring's
+/// liveness timeout). Carries the peer's rank and address; the message ends with the cause ("its connection closed",
+/// "silent for N s", "refused"), in the same words on every surviving worker.
 class peer_lost_error : public io_error {
  public:
   peer_lost_error(error_origin origin, int peer_rank, std::string peer_address, std::string_view detail)

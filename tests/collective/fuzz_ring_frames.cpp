@@ -1,5 +1,6 @@
 // libFuzzer target: every parser the ring runs on bytes from the network (addresses from configuration,
-// handshake messages, shared-memory offers and answers, frame headers, abort notices) must reject or accept
+// handshake messages, shared-memory offers and answers, frame headers of every type (data, slot, credit, abort,
+// and the liveness connection's heartbeat and goodbye), abort notices) must reject or accept
 // arbitrary input without crashing.
 
 #include <mwstrat/cluster/address.hpp>

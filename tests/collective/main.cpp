@@ -10,10 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -45,6 +47,7 @@ int run_worker(int argc, char** argv) {
   o.connect_timeout = std::chrono::milliseconds(std::stoi(get("connect_ms", "20000")));
   o.op_timeout = std::chrono::milliseconds(std::stoi(get("timeout_ms", "30000")));
   o.chunk_bytes = std::stoul(get("chunk", "16384"));
+  o.liveness_timeout = std::chrono::milliseconds(std::stoi(get("liveness_ms", "5000")));
   o.cluster_fingerprint = get("fingerprint", "test-cluster");
   if (kv.count("token")) o.job_token = kv["token"];
   o.transport = get("transport", "auto") == "tcp" ? ring_transport::tcp : ring_transport::automatic;
@@ -61,6 +64,7 @@ int run_worker(int argc, char** argv) {
     if (scenario == "sweep") {
       test::run_sweep(ring, get("large", "0") == "1");
     } else if (scenario == "loop") {
+      std::fprintf(stderr, "hierarchical=%d hosts=%d\n", ring.hierarchical() ? 1 : 0, ring.hosts());
       std::vector<float> g(std::size_t{1} << 20, 1.0f);
       const auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       for (int i = 0; i < 100000 && std::chrono::steady_clock::now() < stop; ++i) {
@@ -70,6 +74,30 @@ int run_worker(int argc, char** argv) {
           std::fflush(stdout);
         }
       }
+    } else if (scenario == "steps") {
+      // `steps` all-reduces, each after `compute_ms` of "compute" (a sleep of the training thread); rank
+      // `slow_rank` computes `slow_ms` instead. Checks every result, then prints how many steps it did.
+      const int steps = std::stoi(get("steps", "10"));
+      const int slow_rank = std::stoi(get("slow_rank", "-1"));
+      const auto compute = std::chrono::milliseconds(std::stoi(get(rank == slow_rank ? "slow_ms" : "compute_ms", "0")));
+      std::vector<float> g(std::stoul(get("count", "65536")));
+      for (int i = 0; i < steps; ++i) {
+        std::this_thread::sleep_for(compute);
+        std::fill(g.begin(), g.end(), static_cast<float>(rank + i));
+        ring.all_reduce(std::span<float>(g), reduce_op::sum);
+        const float want = static_cast<float>(ring.size() * i + ring.size() * (ring.size() - 1) / 2);
+        if (g.front() != want || g.back() != want) {
+          std::printf("ERROR wrong -1 step %d: %g, expected %g\n", i, static_cast<double>(g.front()), static_cast<double>(want));
+          return 3;
+        }
+        if (i == 0) {
+          std::printf("ready\n");
+          std::fflush(stdout);
+        }
+      }
+      std::printf("steps=%d\n", steps);
+      if (rank == std::stoi(get("linger_rank", "-1")))  // the ring outlives its neighbours' by linger_ms
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(get("linger_ms", "0"))));
     } else if (scenario == "mismatch") {
       std::vector<float> g(static_cast<std::size_t>(1000 + 10 * rank), 1.0f);
       ring.all_reduce(std::span<float>(g), reduce_op::sum);

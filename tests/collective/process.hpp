@@ -169,9 +169,12 @@ struct ring_run {
   temp_dir dir{"mwstrat-collective"};
   std::vector<worker> workers;
 
+  std::vector<int> port_numbers;
+
   ring_run(int n, const std::string& scenario, const std::vector<std::string>& extra = {},
            const std::vector<std::string>& env = {}) {
-    const auto ports = join_ports(free_ports(n));
+    port_numbers = free_ports(n);
+    const auto ports = join_ports(port_numbers);
     for (int r = 0; r < n; ++r) {
       std::vector<std::string> args = {scenario, std::to_string(r), ports};
       args.insert(args.end(), extra.begin(), extra.end());
@@ -184,6 +187,18 @@ struct ring_run {
     std::vector<worker*> ws;
     for (auto& w : workers) ws.push_back(&w);
     return wait_workers(ws, limit);
+  }
+
+  // Rank r's address, as the workers know it.
+  [[nodiscard]] std::string address(int r) const {
+    return "127.0.0.1:" + std::to_string(port_numbers.at(static_cast<std::size_t>(r)));
+  }
+
+  // True when every worker has exited (reaps them; kills nothing).
+  bool all_exited() {
+    bool all = true;
+    for (auto& w : workers) all = poll_worker(w) && all;
+    return all;
   }
 
   [[nodiscard]] std::vector<pid_t> pids() const {

@@ -1,5 +1,6 @@
 // ring_collective: start-up, refusal of strangers, and failure semantics with real processes on 127.0.0.1.
 
+#include "liveness_checks.hpp"
 #include "process.hpp"
 
 #include <mwstrat/collective.hpp>
@@ -47,6 +48,13 @@ void expect_transport(const test::ring_run& ring, const std::string& transport) 
   for (const auto& w : ring.workers) EXPECT_NE(w.stdout_text().find(want), std::string::npos) << ring.report();
 }
 
+// The "ERROR peer_lost <rank> <message>" line a worker printed, or "".
+std::string error_line(const test::worker& w) {
+  const auto out = w.stdout_text();
+  const auto at = out.find("ERROR ");
+  return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+}
+
 void sigkill_mid_all_reduce(const std::string& transport) {
   test::ring_run ring(4, "loop", {"timeout_ms=60000", "transport=" + transport});
   ASSERT_TRUE(test::wait_for_output(ring.workers[2], "ready", 30s)) << ring.report();
@@ -57,6 +65,12 @@ void sigkill_mid_all_reduce(const std::string& transport) {
   ASSERT_TRUE(ring.wait_all(30s)) << ring.report();
   expect_all_report(ring, 2, "peer_lost");
   EXPECT_EQ(ring.workers[2].signal, SIGKILL);
+  // One verdict, in the same words everywhere (after each rank's own "[mwstrat.ring] rank r: ").
+  const std::string verdict = "rank 2 (" + ring.address(2) + ") was lost: its connection closed (the process ended)";
+  for (int r : {0, 1, 3}) {
+    const auto line = error_line(ring.workers[static_cast<std::size_t>(r)]);
+    EXPECT_NE(line.find("] rank " + std::to_string(r) + ": " + verdict), std::string::npos) << ring.report();
+  }
   for (int r : {0, 1, 3}) EXPECT_NE(ring.workers[static_cast<std::size_t>(r)].stdout_text().find("127.0.0.1:"), std::string::npos);
   // Neither the killed rank nor the ranks that exited through errors left a shared-memory object behind.
   EXPECT_EQ(test::shm_leftovers(ring.pids()), std::vector<std::string>{});
@@ -93,6 +107,97 @@ TEST(ring_collective, sigstop_of_one_rank_gives_the_others_timeout_error) { sigs
 TEST(ring_collective, sigstop_of_one_rank_through_shared_memory_gives_the_others_timeout_error) {
   if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
   sigstop_gives_timeout("auto");
+}
+
+// Liveness apart from step time: one of `n` ranks is SIGSTOPped in the middle of its all-reduces (the operation
+// timeout is 60 s); every other rank names it, with its address and the cause, within the liveness timeout (5 s, the
+// default) plus a margin — none blames the neighbour it was waiting on. Returns the seconds until the last one failed.
+double sigstop_is_named_by_every_survivor(int n, int stopped, const std::string& transport,
+                                          const std::string& hosts = "") {
+  std::vector<std::string> args = {"timeout_ms=60000", "transport=" + transport};
+  if (!hosts.empty()) args.push_back("hosts=" + hosts);
+  test::ring_run ring(n, "loop", args);
+  EXPECT_TRUE(test::wait_for_output(ring.workers[static_cast<std::size_t>(stopped)], "ready", 30s)) << ring.report();
+  std::this_thread::sleep_for(50ms);
+  ::kill(ring.workers[static_cast<std::size_t>(stopped)].pid, SIGSTOP);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  std::vector<test::worker*> survivors;
+  for (int r = 0; r < n; ++r)
+    if (r != stopped) survivors.push_back(&ring.workers[static_cast<std::size_t>(r)]);
+  const bool done = test::wait_workers(survivors, 30s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  ::kill(ring.workers[static_cast<std::size_t>(stopped)].pid, SIGKILL);
+  ::kill(ring.workers[static_cast<std::size_t>(stopped)].pid, SIGCONT);
+  EXPECT_TRUE(done) << ring.report();
+  // Five heartbeats per timeout: the last one before the stop left at most a fifth of it before; the margin is for a
+  // loaded machine.
+  EXPECT_GE(seconds, 5.0 * 4 / 5 - 0.2) << ring.report();
+  EXPECT_LE(seconds, 5.0 + 3.0) << ring.report();
+  // One verdict: the same words on every survivor after its own "[mwstrat.ring] rank r: ".
+  const std::string verdict = "rank " + std::to_string(stopped) + " (" + ring.address(stopped) +
+                              ") was lost: silent for 5.0 s (no heartbeat within the liveness timeout; the operation "
+                              "timeout was not needed)";
+  for (auto* w : survivors) {
+    EXPECT_EQ(w->exit_code, 3) << ring.report();
+    const auto line = error_line(*w);
+    EXPECT_EQ(line.rfind("ERROR peer_lost " + std::to_string(stopped) + " ", 0), 0u) << ring.report();
+    const auto colon = line.find("]");
+    if (colon == std::string::npos) { ADD_FAILURE() << line; continue; }
+    const auto detail = line.substr(line.find(": ", colon) + 2);
+    EXPECT_EQ(detail, verdict) << ring.report();
+  }
+  EXPECT_EQ(test::shm_leftovers(ring.pids()), std::vector<std::string>{});
+  if (!hosts.empty()) {
+    for (const auto& w : ring.workers) {
+      EXPECT_NE(w.stderr_text().find("hierarchical=1"), std::string::npos) << ring.report();
+    }
+  }
+  std::printf("[ liveness ] SIGSTOP of rank %d of %d (%s%s): every survivor named it after %.2f s\n", stopped, n,
+              transport.c_str(), hosts.empty() ? "" : ", hierarchical", seconds);
+  return seconds;
+}
+
+TEST(ring_liveness, sigstop_of_one_of_three_ranks_is_named_by_both_others_within_the_liveness_timeout) {
+  sigstop_is_named_by_every_survivor(3, 1, "tcp");
+}
+
+// In a ring of four, rank 0 is no neighbour of rank 2: it hears the verdict, and names rank 2, not the neighbour
+// that stopped sending to it.
+TEST(ring_liveness, sigstop_in_a_ring_of_four_is_named_by_the_ranks_that_are_not_its_neighbours_too) {
+  if (!test::have_dev_shm()) GTEST_SKIP() << "no writable /dev/shm";
+  sigstop_is_named_by_every_survivor(4, 2, "auto");
+}
+
+// Hierarchical (two simulated hosts of two ranks): the survivors wait in the rings inside, which have no liveness
+// connections of their own; the flat ring's verdict ends them.
+TEST(ring_liveness, sigstop_in_a_hierarchical_ring_is_named_by_every_survivor) {
+  sigstop_is_named_by_every_survivor(4, 3, "tcp", "a,a,b,b");
+}
+
+// A rank whose training thread computes for longer than the liveness timeout (a long step, an evaluation, a
+// checkpoint write) is alive: its ring's own thread keeps beating, and the job finishes.
+TEST(ring_liveness, a_step_longer_than_the_liveness_timeout_is_not_a_loss) {
+  test::ring_run ring(3, "steps", {"steps=3", "slow_rank=1", "slow_ms=3000", "liveness_ms=1000", "timeout_ms=60000"});
+  ASSERT_TRUE(ring.wait_all(60s)) << ring.report();
+  for (const auto& w : ring.workers) {
+    EXPECT_EQ(w.exit_code, 0) << ring.report();
+    EXPECT_NE(w.stdout_text().find("steps=3\nOK"), std::string::npos) << ring.report();
+  }
+}
+
+TEST(ring_liveness, a_rank_stopped_and_continued_every_two_seconds_is_slow_not_lost) {
+  EXPECT_GE(test::stopped_and_continued_finishes(40), 2);  // ~8 s
+}
+
+// A rank that leaves normally says goodbye: a neighbour whose ring lives on (here 1.5 s, five liveness timeouts)
+// does not take its silence for a loss (the monitor would log "was lost").
+TEST(ring_liveness, ranks_that_finish_at_different_times_are_not_lost) {
+  test::ring_run ring(3, "steps", {"steps=2", "liveness_ms=300", "linger_rank=1", "linger_ms=1500"});
+  ASSERT_TRUE(ring.wait_all(60s)) << ring.report();
+  for (const auto& w : ring.workers) {
+    EXPECT_EQ(w.exit_code, 0) << ring.report();
+    EXPECT_EQ(w.stderr_text().find("was lost"), std::string::npos) << ring.report();
+  }
 }
 
 TEST(ring_collective, ranks_calling_different_sizes_get_a_protocol_error) {
@@ -330,6 +435,9 @@ TEST(ring_collective, bad_options_are_config_errors) {
   EXPECT_THROW(ring_collective{o}, config_error);
   o.addresses = {"127.0.0.1:1"};
   o.spin = std::chrono::microseconds(-1);
+  EXPECT_THROW(ring_collective{o}, config_error);
+  o.spin = std::chrono::microseconds(0);
+  o.liveness_timeout = std::chrono::milliseconds(-1);
   EXPECT_THROW(ring_collective{o}, config_error);
 }
 

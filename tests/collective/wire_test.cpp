@@ -73,7 +73,7 @@ TEST(ring_wire, hello_round_trips_and_is_judged) {
   EXPECT_EQ(back->rank, 2u);
   EXPECT_EQ(back->nonce, h.nonce);
   EXPECT_EQ(back->host, h.host);
-  EXPECT_EQ(back->version, 3);
+  EXPECT_EQ(back->version, 4);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true), refusal::none);
   EXPECT_EQ(judge_hello(*back, 5, 2, sha256("c"), sha256("m"), true), refusal::wrong_world);
   EXPECT_EQ(judge_hello(*back, 4, 1, sha256("c"), sha256("m"), true), refusal::wrong_rank);
@@ -265,8 +265,22 @@ TEST(ring_wire, slot_and_credit_frames) {
   EXPECT_EQ(why, "credit frame with a payload");
   std::array<std::uint8_t, frame_header_size> raw{};
   encode(h, raw);
-  raw[4] = 5;  // unknown type
+  raw[4] = 7;  // unknown type
   EXPECT_FALSE(decode_frame_header(raw, &why));
+}
+
+TEST(ring_wire, heartbeat_and_goodbye_frames_carry_nothing) {
+  for (const auto type : {frame_type::heartbeat, frame_type::goodbye}) {
+    frame_header h;
+    h.type = type;
+    std::string why;
+    const auto back = round_trip(h, why);
+    ASSERT_TRUE(back) << why;
+    EXPECT_EQ(back->type, type);
+    h.payload = 8;
+    EXPECT_FALSE(round_trip(h, why));
+    EXPECT_EQ(why, "liveness frame with a payload");
+  }
 }
 
 // The region's own checks: creation failures are reasons (the ring then uses TCP), the receiver refuses objects

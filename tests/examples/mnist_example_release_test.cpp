@@ -2,6 +2,8 @@
 // 127.0.0.1 training the reference CNN on real MNIST. Optimised builds only (label "release").
 #include "example_support.hpp"
 
+#include <mwstrat/error.hpp>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,7 +81,7 @@ TEST(mnist_example_release, a_killed_worker_is_named_and_the_relaunched_job_resu
   const auto r1 = w1.finish();
   const auto r0 = w0.finish();
   EXPECT_EQ(r1.exit_code, 128 + 9) << r1.output;
-  EXPECT_EQ(r0.exit_code, 1) << r0.output;
+  EXPECT_EQ(r0.exit_code, mwstrat::peer_lost_exit_code) << r0.output;
   // Worker 0 fails fast (well within twice the 10 s operation timeout) and names worker 1.
   EXPECT_LT(r0.seconds - r1.seconds, 20.0);
   EXPECT_NE(r0.output.find("rank 1 (127.0.0.1:" + std::to_string(ports[1]) + ")"), std::string::npos) << r0.output;

@@ -2,6 +2,8 @@
 // uninterrupted run. Optimised builds only (label "release").
 #include "mnist_hosts.hpp"
 
+#include <mwstrat/error.hpp>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -38,7 +40,7 @@ TEST(mnist_hosts_release, a_dead_host_is_named_and_the_relaunched_job_resumes_by
       EXPECT_EQ(r.exit_code, 128 + 9) << r.output;
       continue;
     }
-    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.exit_code, mwstrat::peer_lost_exit_code) << r.output;
     EXPECT_TRUE(r.output.find("(10.77.0.2:2000") != std::string::npos) << "rank " << rank << ":\n" << r.output;
   }
   ASSERT_FALSE(fs::exists(dir.path() / "model")) << "the job finished before h2 died: nothing was tested";

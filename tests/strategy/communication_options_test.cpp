@@ -128,3 +128,35 @@ TEST(communication_options, the_transport_from_the_environment_reaches_the_ring)
 }
 
 }  // namespace
+
+namespace {
+
+// MWSTRAT_RING_LIVENESS_MS fills an unset liveness timeout (5 s without it), never one set in code; anything but
+// milliseconds in 0..3600000 is refused, naming the variable.
+TEST(communication_options, the_liveness_timeout_comes_from_the_code_the_environment_or_the_default) {
+  using namespace std::chrono_literals;
+  const mwstrat::environment none(mwstrat::environment_map{});
+  EXPECT_EQ(mwstrat::with_environment_defaults({}, none).liveness_timeout, 5000ms);
+  EXPECT_EQ(mwstrat::with_environment_defaults({}, mwstrat::environment{{"MWSTRAT_RING_LIVENESS_MS", "1500"}})
+                .liveness_timeout,
+            1500ms);
+  EXPECT_EQ(mwstrat::with_environment_defaults({}, mwstrat::environment{{"MWSTRAT_RING_LIVENESS_MS", "0"}})
+                .liveness_timeout,
+            0ms);
+  mwstrat::communication_options o;
+  o.liveness_timeout = 700ms;
+  EXPECT_EQ(mwstrat::with_environment_defaults(o, mwstrat::environment{{"MWSTRAT_RING_LIVENESS_MS", "soon"}})
+                .liveness_timeout,
+            700ms);
+  for (const char* bad : {"-1", "soon", "3600001", "5s", ""}) {
+    try {
+      (void)mwstrat::with_environment_defaults({}, mwstrat::environment{{"MWSTRAT_RING_LIVENESS_MS", bad}}, 1);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const mwstrat::config_error& e) {
+      EXPECT_EQ(std::string(e.what()), "[mwstrat.strategy] rank 1: MWSTRAT_RING_LIVENESS_MS is '" + std::string(bad) +
+                                           "', expected milliseconds in 0..3600000");
+    }
+  }
+}
+
+}  // namespace

@@ -8,6 +8,7 @@
 /// never overridden by the environment.
 ///   - `transport`: `MWSTRAT_RING_TRANSPORT` (`tcp` or `auto`), else `ring_transport::automatic`;
 ///   - `spin`: `MWSTRAT_RING_SPIN_US` (microseconds in 0..1000000), else 200 µs;
+///   - `liveness_timeout`: `MWSTRAT_RING_LIVENESS_MS` (milliseconds in 0..3600000, 0 = silence never judged), else 5 s;
 ///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token);
 ///   - `topology`: `MWSTRAT_RING_TOPOLOGY` (`flat` or `hierarchical`), else flat;
 ///   - `compression`: `MWSTRAT_RING_COMPRESSION` (`none`, `bf16` or `fp16`), else none;
@@ -42,6 +43,9 @@ struct communication_options {
   /// How long an idle rank polls before it sleeps (`ring_options::spin`); nullopt: the environment's
   /// MWSTRAT_RING_SPIN_US, else the ring's default (200 µs).
   std::optional<std::chrono::microseconds> spin;
+  /// How long a worker may stay silent (stopped, frozen, cut off) before the others name it lost
+  /// (`ring_options::liveness_timeout`); nullopt: the environment's MWSTRAT_RING_LIVENESS_MS, else 5 s.
+  std::optional<std::chrono::milliseconds> liveness_timeout;
   /// Which host this worker is on, for shared memory and the hierarchical all-reduce (`ring_options::host_identity`);
   /// nullopt: the environment's MWSTRAT_HOST_ID, else derived from the kernel's boot id, user and namespaces.
   std::optional<std::string> host_identity;
@@ -57,7 +61,7 @@ struct communication_options {
 };
 
 /// `options` with every field the code left unset (nullopt) filled from `env` (the file comment lists them), so
-/// that afterwards `job_token`, `transport`, `spin`, `topology` and `compression` all hold values
+/// that afterwards `job_token`, `transport`, `spin`, `liveness_timeout`, `topology` and `compression` all hold values
 /// (`host_identity` only when its variable is set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of
 /// those listed.
 [[nodiscard]] inline communication_options with_environment_defaults(communication_options options,
@@ -81,6 +85,17 @@ struct communication_options {
         throw config_error({"strategy", rank},
                            "MWSTRAT_RING_SPIN_US is '" + *v + "', expected microseconds in 0..1000000");
       options.spin = std::chrono::microseconds(us);
+    }
+  }
+  if (!options.liveness_timeout) {
+    options.liveness_timeout = ring_options{}.liveness_timeout;
+    if (const auto v = env.get("MWSTRAT_RING_LIVENESS_MS")) {
+      long long ms = -1;
+      const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), ms);
+      if (ec != std::errc{} || end != v->data() + v->size() || ms < 0 || ms > 3'600'000)
+        throw config_error({"strategy", rank},
+                           "MWSTRAT_RING_LIVENESS_MS is '" + *v + "', expected milliseconds in 0..3600000");
+      options.liveness_timeout = std::chrono::milliseconds(ms);
     }
   }
   if (!options.topology) {

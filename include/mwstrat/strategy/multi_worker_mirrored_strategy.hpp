@@ -56,6 +56,7 @@ inline multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(const 
   ring.job_token = std::move(options.job_token);
   ring.transport = *options.transport;
   ring.spin = *options.spin;
+  ring.liveness_timeout = *options.liveness_timeout;
   ring.host_identity = std::move(options.host_identity);
   ring.compression = *options.compression;
   ring.topology = *options.topology;

@@ -2,7 +2,7 @@
 /// \file
 /// `ring_options`: everything a `ring_collective` needs, as plain values. The ring reads no environment: the
 /// configuration layer fills these from a cluster spec and from the environment (`MWSTRAT_JOB_TOKEN`,
-/// `MWSTRAT_RING_TRANSPORT`, `MWSTRAT_RING_SPIN_US`), never overriding a value set in code.
+/// `MWSTRAT_RING_TRANSPORT`, `MWSTRAT_RING_SPIN_US`, `MWSTRAT_RING_LIVENESS_MS`), never overriding a value set in code.
 
 #include <chrono>
 #include <cstddef>
@@ -54,6 +54,12 @@ struct ring_options {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
   /// Default deadline of an operation (see `op_options`).
   std::chrono::milliseconds op_timeout{std::chrono::seconds(60)};
+  /// How long a neighbour may stay silent on its liveness connection before it is declared lost (a
+  /// `peer_lost_error` naming it, "silent for N s", on every surviving rank). Heartbeats come from the ring's own
+  /// thread, so a slow step, an evaluation or a checkpoint write never count as silence; a stopped, frozen or
+  /// cut-off process does. Give every rank the same value. 0: silence is never judged (a closed connection still
+  /// is; the operation timeout remains the bound). Negative values are refused (`config_error`).
+  std::chrono::milliseconds liveness_timeout{std::chrono::seconds(5)};
   /// How long one incoming connection may take to complete its handshake before it is dropped.
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(5)};
   /// Identifies the cluster (e.g. a digest of the cluster spec); ranks with different fingerprints refuse
@@ -86,7 +92,8 @@ struct ring_options {
   /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.
   /// Negative values are refused (`config_error`).
   std::chrono::microseconds spin{200};
-  /// Where the ring logs (start-up, refused connections, failures); empty: standard error.
+  /// Where the ring logs (start-up, refused connections, failures); empty: standard error. A lost peer's verdict is
+  /// logged from the ring's liveness thread, the moment it is formed.
   std::function<void(std::string_view)> log;
 };
 

@@ -16,6 +16,12 @@
 /// frame naming the culprit), which pass it on, so every rank fails fast naming the same culprit. A failed
 /// ring stays failed: later operations rethrow the first error.
 ///
+/// Liveness, apart from step time (detail/liveness.hpp): beside each link a second connection carries heartbeats,
+/// sent and read by a thread of the ring's own, so a neighbour that stops, freezes or is cut off is named within
+/// `ring_options::liveness_timeout` (5 s by default) whatever the training thread is doing, while a slow but living
+/// one never is. The verdict (culprit, cause, detector) travels ahead of any close, so every rank reports the same
+/// one: a `peer_lost_error` whose message is the same on every surviving rank.
+///
 /// Transport: when both ends of a link are on the same host (and `ring_options::transport` allows it), the
 /// payloads travel through a shared-memory region owned by that link, and the TCP connection carries only the
 /// frame headers (one per chunk, naming the slot implicitly: slots are used in turn) and, backwards, one credit
@@ -33,7 +39,9 @@
 #include <mwstrat/collective/handle.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/compress.hpp>
+#include <mwstrat/collective/ring/detail/hierarchy.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
+#include <mwstrat/collective/ring/detail/liveness.hpp>
 #include <mwstrat/collective/ring/detail/plan.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
@@ -85,11 +93,15 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// When destroyed by an exception, shuts the connections down first, so queued operations and the other
   /// ranks fail fast (`peer_lost_error` naming this rank) instead of waiting for their deadline.
   ~ring_collective() {
-    if (std::uncaught_exceptions() > uncaught_) {
+    const bool failing = std::uncaught_exceptions() > uncaught_;
+    if (failing) {
       if (out_.socket) ::shutdown(out_.socket.get(), SHUT_RDWR);
       if (in_.socket) ::shutdown(in_.socket.get(), SHUT_RDWR);
     }
     queue_.stop();  // the worker is joined before the sockets close
+    // Leaving normally, this rank says goodbye, so its neighbours do not take its silence for a loss; destroyed by
+    // an exception (or after the ring failed) it just closes, and they find it lost.
+    if (liveness_) liveness_->stop(!failing && !broken_);
   }
 
   /// This rank, in [0, size()).
@@ -119,6 +131,7 @@ class ring_collective : public detail::front_end<ring_collective> {
 
  private:
   friend class detail::front_end<ring_collective>;
+  friend struct detail::ring_hierarchy;  // the hierarchical all-reduce over local_ and cross_ (detail/hierarchy.hpp)
 
   // The ranks of a ring inside a hierarchical ring (a host's ranks, or one rank of each host) as the parent knows
   // them: errors and logs name the parent's ranks and addresses.
@@ -165,12 +178,23 @@ class ring_collective : public detail::front_end<ring_collective> {
     id.model = detail::sha256(options_.model_fingerprint);
     id.listener = listener.release();
     id.quiet = sub != nullptr;
+    id.liveness = sub == nullptr;
+    if (options_.liveness_timeout < std::chrono::milliseconds::zero())
+      throw config_error({"ring", rank_}, "ring_options.liveness_timeout is negative");
     if (n_ > 1) {
       auto links = detail::ring_startup(options_, id).run();  // connected links (link.hpp)
       out_ = std::move(links.out);
       in_ = std::move(links.in);
       in_.make_scratch(chunk_bytes_);
-      if (!sub) arrange_hosts(id);
+      if (!sub) {
+        const ring_options* o = &options_;
+        const int me = rank_;
+        liveness_ = std::make_unique<detail::liveness_monitor>(
+            std::move(links.liveness_out), next(), std::move(links.liveness_in), prev(), rank_,
+            options_.liveness_timeout, options_.addresses, [o, me](const std::string& text) { detail::ring_log(*o, me, text); });
+        monitor_ = liveness_.get();
+        arrange_hosts(id);
+      }
     } else if (rank_ == 0 && !sub) {
       log("started: tcp://" + options_.addresses[0] + ", waiting for 1 worker (itself)");
     }
@@ -203,7 +227,7 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   template <class T>
   void all_reduce_now(std::span<T> data, reduce_op op, op_options options) {
-    if (local_) return hierarchical_all_reduce(data, op, options);
+    if (local_) return detail::ring_hierarchy::all_reduce(*this, data, op, options);
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
                                                    chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), data.data());
@@ -223,7 +247,7 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (!gradients.empty()) update(std::size_t{0}, gradients.size());
       return;
     }
-    if (local_) return hierarchical_all_reduce_update(gradients, op, params, update, options);
+    if (local_) return detail::ring_hierarchy::all_reduce_update(*this, gradients, op, params, update, options);
     flat_all_reduce_update(gradients, op, params, update, options);
   }
 
@@ -391,80 +415,13 @@ class ring_collective : public detail::front_end<ring_collective> {
     };
     auto [host_options, host_info] = ring_of(mates, 0, static_cast<int>(index), "host ring");
     local_.reset(new ring_collective(std::move(host_options), std::move(host_listener), &host_info));
+    local_->monitor_ = monitor_;  // the flat ring's liveness watches the same ranks
     std::vector<int> peers;  // rank `index` of every host, in host order
     for (const auto& m : members) peers.push_back(m[index]);
     auto [between_options, between_info] =
         ring_of(peers, 1, static_cast<int>(my_host), "ring between hosts (rank " + std::to_string(index) + " of each)");
     cross_.reset(new ring_collective(std::move(between_options), std::move(between_listener), &between_info));
-  }
-
-  // Reduce-scatter within the host, all-reduce of this rank's part around the ring between hosts, all-gather within
-  // the host. Element e is combined in a fixed order — its host ring's order, then the hosts' ring order — so every
-  // rank gets the same bits, every run. A failure in any ring breaks all three (and shuts their connections, so the
-  // ranks waiting in the others fail fast too).
-  template <class T>
-  void hierarchical_all_reduce(std::span<T> data, reduce_op op, op_options options) {
-    if (broken_) std::rethrow_exception(broken_);
-    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
-    const auto left = remaining(options);
-    try {
-      local_->run_half<T>(detail::ring_half::reduce_scatter, data, partial, left());
-      std::size_t first = 0, last = 0;
-      detail::owned_segment(local_->rank_, local_->n_, data.size(), first, last);
-      const auto part = data.subspan(first, last - first);
-      cross_->all_reduce_now<T>(part, partial, left());
-      detail::finish_reduce(part.data(), part.size(), op, n_);
-      local_->run_half<T>(detail::ring_half::all_gather, data, partial, left());
-    } catch (...) {
-      break_all();
-      throw;
-    }
-  }
-
-  // The same with all_reduce_update's sharding: the host ring's reduce-scatter leaves this rank a part, the ring
-  // between hosts reduces it and updates a share of it (all_reduce_update), the host ring gathers the parameters.
-  template <class T, class Update>
-  void hierarchical_all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update& update,
-                                      op_options options) {
-    if (broken_) std::rethrow_exception(broken_);
-    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
-    const auto left = remaining(options);
-    try {
-      local_->run_half<T>(detail::ring_half::reduce_scatter, gradients, partial, left());
-      std::size_t first = 0, last = 0;
-      detail::owned_segment(local_->rank_, local_->n_, gradients.size(), first, last);
-      const int world = n_;
-      auto finish_then_update = [&](std::size_t at, std::size_t count) {
-        detail::finish_reduce(gradients.data() + first + at, count, op, world);
-        update(first + at, count);
-      };
-      cross_->flat_all_reduce_update<T>(gradients.subspan(first, last - first), partial,
-                                        params.subspan(first, last - first), finish_then_update, left());
-      local_->run_half<T>(detail::ring_half::all_gather, params, partial, left());
-    } catch (...) {
-      break_all();
-      throw;
-    }
-  }
-
-  // The operation's deadline, shared by its steps on the three rings: a callable giving each step what is left.
-  auto remaining(op_options options) const {
-    const auto timeout = options.timeout.count() > 0 ? options.timeout : options_.op_timeout;
-    const auto deadline = steady::now() + timeout;
-    return [deadline] {
-      op_options o;
-      o.timeout = std::max(std::chrono::milliseconds(1),
-                           std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()));
-      return o;
-    };
-  }
-
-  void break_all() {
-    broken_ = std::current_exception();
-    for (ring_collective* r : {local_.get(), cross_.get(), this}) {
-      if (r->out_.socket) ::shutdown(r->out_.socket.get(), SHUT_RDWR);
-      if (r->in_.socket) ::shutdown(r->in_.socket.get(), SHUT_RDWR);
-    }
+    cross_->monitor_ = monitor_;
   }
 
   template <class T>
@@ -481,6 +438,7 @@ class ring_collective : public detail::front_end<ring_collective> {
   void run(plan& p, op_options options) {
     if (broken_) std::rethrow_exception(broken_);
     if (n_ == 1 || p.sched.items <= p.sched.begin) return;  // one rank: the result is the input (mean over one rank is a no-op)
+    if (monitor_ && monitor_->fired()) fail(p, *monitor_->verdict());  // a peer was lost between operations
     const auto timeout = options.timeout.count() > 0 ? options.timeout : options_.op_timeout;
     const auto deadline = steady::now() + timeout;
     std::optional<failure> f = pump<T>(p, deadline, timeout);
@@ -683,12 +641,15 @@ class ring_collective : public detail::front_end<ring_collective> {
     const auto now = steady::now();
     if (idle_since == steady::time_point{}) idle_since = now;
     const bool spinning = now - idle_since < spin_ && now < deadline;
-    pollfd fds[2];
+    if (monitor_ && monitor_->fired()) return monitor_->verdict();
+    pollfd fds[3];
     nfds_t count = 0;
     const bool watch_next = !out_.eof;
     if (watch_next) fds[count++] = {out_.socket.get(), static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0};
     if (r.active) fds[count++] = {in_.socket.get(), POLLIN, 0};
-    if (count == 0) {
+    const bool sending_or_receiving = count > 0;
+    if (monitor_) fds[count++] = {monitor_->wake_fd(), POLLIN, 0};  // a verdict ends the wait at once
+    if (!sending_or_receiving) {
       // The only thing left is a send to a rank that already closed: it has everything it needs.
       return failure{error_kind::peer_lost, next(),
                      "send to " + peer(next()) + ": connection closed during " + detail::where_of(p)};
@@ -698,6 +659,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     if (spinning && rc == 0) std::this_thread::yield();
     if (rc < 0 && errno != EINTR)
       return failure{error_kind::io, rank_, std::string("poll: ") + std::strerror(errno) + " during " + detail::where_of(p)};
+    if (monitor_ && monitor_->fired()) return monitor_->verdict();
     if (rc == 0 && steady::now() >= deadline) {
       const int waited = r.active ? prev() : next();
       return failure{error_kind::timeout, waited,
@@ -810,7 +772,32 @@ class ring_collective : public detail::front_end<ring_collective> {
   }
 
   // Tells both neighbours, breaks the ring for good, and throws the error this rank reports.
-  [[noreturn]] void fail(const plan& p, const failure& f) {
+  [[noreturn]] void fail(const plan& p, const failure& found) {
+    if (monitor_) {
+      // One verdict for the whole job: the liveness verdict, when there is one, is the cause. A neighbour that closed
+      // or aborted may be its echo, so this waits (briefly) for the verdict that travels ahead of it; without one,
+      // this rank's own finding becomes the verdict, passed on before anything of this rank closes. (The monitor logs
+      // it.)
+      auto verdict = monitor_->verdict();
+      if (!verdict) verdict = monitor_->await_verdict(detail::abort_read_grace);
+      if (!verdict) {
+        failure own = found;
+        if (sub_) {
+          if (own.culprit >= 0 && own.culprit < n_) own.culprit = sub_->global[static_cast<std::size_t>(own.culprit)];
+          own.text = sub_->scope + ", whose rank k is rank " + global_names() + ": " + own.text;
+        }
+        own.text += " (reported by rank " + std::to_string(sub_ ? sub_->global_rank : rank_) + ")";
+        verdict = monitor_->publish(std::move(own));
+      }
+      // The verdict names the flat ring's ranks: the ranks of a ring inside hear this rank's abort as "it gave up".
+      failure told = *verdict;
+      if (sub_) told.culprit = -1;
+      detail::send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, detail::op_header(p),
+                         told);
+      broken_ = detail::ring_error(sub_ ? sub_->global_rank : rank_, *verdict, sub_ ? sub_->addresses : options_.addresses);
+      std::rethrow_exception(broken_);
+    }
+    const failure& f = found;  // a world without liveness (none is started in a world of one)
     detail::send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, detail::op_header(p), f);
     if (sub_) {  // name the parent's ranks and addresses
       failure mapped = f;
@@ -859,6 +846,8 @@ class ring_collective : public detail::front_end<ring_collective> {
   std::chrono::microseconds spin_{0};  // ring_options::spin
   std::uint64_t next_seq_ = 0;
   std::exception_ptr broken_;
+  std::unique_ptr<detail::liveness_monitor> liveness_;  // the flat ring's (none in a world of one or a ring inside)
+  detail::liveness_monitor* monitor_ = nullptr;         // liveness_, or the parent ring's
   std::optional<sub_ring_info> sub_;        // set when this ring is one of a hierarchical ring's
   int hosts_ = 1;
   std::unique_ptr<ring_collective> local_;  // hierarchical: this host's ranks

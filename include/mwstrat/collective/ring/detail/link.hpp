@@ -121,10 +121,13 @@ struct recv_link {
   std::unique_ptr<std::uint8_t, aligned_delete> scratch_;
 };
 
-// The two links of one rank, as start-up leaves them.
+// The two links of one rank, as start-up leaves them, and beside each its liveness connection (liveness.hpp; none
+// in a ring inside a hierarchical ring, whose parent watches the same ranks).
 struct ring_links {
   send_link out;
   recv_link in;
+  unique_socket liveness_out;  // to the next rank
+  unique_socket liveness_in;   // from the previous rank
 };
 
 }  // namespace mwstrat::detail

@@ -69,6 +69,7 @@ struct ring_identity {
   digest host{}, cluster{}, model{};
   int listener = -1;   // a socket already listening on this rank's address (a ring inside a ring), else -1
   bool quiet = false;  // no start-up lines (a ring inside a ring: its parent logs the topology)
+  bool liveness = true;  // a liveness connection beside each link (not in a ring inside a ring)
 };
 
 // A socket listening on `here`'s host at a port the kernel picks (the rings inside a hierarchical ring); its port in
@@ -99,7 +100,7 @@ class ring_startup {
   ring_startup(const ring_options& options, const ring_identity& id)
       : options_(options), n_(id.world), rank_(id.rank), parsed_(id.hosts), token_(id.token),
         chunk_bytes_(id.chunk_bytes), cluster_digest_(id.cluster), model_digest_(id.model), want_shm_(id.want_shm),
-        host_(id.host), listener_(id.listener), quiet_(id.quiet) {}
+        host_(id.host), listener_(id.listener), quiet_(id.quiet), liveness_(id.liveness) {}
 
   // Listens, connects and accepts; throws what ring_collective's constructor documents.
   ring_links run() {
@@ -206,7 +207,8 @@ class ring_startup {
       detail::unique_socket conn(fd);
       const auto who = peer_name(from);
       const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
-      if (auto refused = serve_handshake(conn.get(), limit)) {
+      bool liveness = false;
+      if (auto refused = serve_handshake(conn.get(), limit, liveness)) {
         last_refusal = who + ": " + *refused;
         log("refused connection from " + last_refusal);
         {
@@ -215,19 +217,28 @@ class ring_startup {
         }
         continue;
       }
-      detail::tune_socket(conn.get(), options_.socket_buffer_bytes);
-      links_.in.socket = std::move(conn);
-      return;
+      if (liveness) {  // small frames, never behind a payload: the kernel's default buffers
+        const int one = 1;
+        ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        links_.liveness_in = std::move(conn);  // a retried connection replaces one the peer gave up on
+      } else {
+        detail::tune_socket(conn.get(), options_.socket_buffer_bytes);
+        links_.in.socket = std::move(conn);
+      }
+      if (links_.in.socket && (links_.liveness_in || !liveness_)) return;
     }
   }
 
-  // The server side of the handshake; a reason when the connection is refused.
-  std::optional<std::string> serve_handshake(int fd, steady::time_point limit) {
+  // The server side of the handshake; a reason when the connection is refused. `liveness`: the client says this
+  // is the link's liveness connection (no shared memory there).
+  std::optional<std::string> serve_handshake(int fd, steady::time_point limit, bool& liveness) {
     std::array<std::uint8_t, detail::hello_size> raw{};
     if (auto r = detail::read_exact(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
       return "no hello (" + r.describe() + ")";
     const auto h = detail::decode_hello(raw);
     if (!h) return std::string("not an mwstrat ring peer (bad magic)");
+    liveness = (h->flags & detail::flag_liveness) != 0;
+    if (liveness && !liveness_) return std::string("a liveness connection where none is expected");
     const bool have_token = !token_.empty();
     detail::hello_reply reply;
     reply.status = detail::judge_hello(*h, static_cast<std::uint32_t>(n_), static_cast<std::uint32_t>(prev()),
@@ -269,7 +280,7 @@ class ring_startup {
     const auto told = detail::write_all(fd, fin.data(), fin.size(), limit);
     if (verdict.status != detail::refusal::none) return std::string(detail::refusal_text(verdict.status));
     if (told.status != detail::io_status::ok) return "verdict failed (" + told.describe() + ")";
-    if (same_host(h->flags, h->host)) return accept_shm(fd, limit);
+    if (!liveness && same_host(h->flags, h->host)) return accept_shm(fd, limit);
     return std::nullopt;
   }
 
@@ -376,7 +387,13 @@ class ring_startup {
     return std::nullopt;
   }
 
+  // The data connection to the next rank, then (unless this ring has none) its liveness connection.
   void connect_next(steady::time_point deadline) {
+    links_.out.socket = connect_one(deadline, false);
+    if (liveness_) links_.liveness_out = connect_one(deadline, true);
+  }
+
+  detail::unique_socket connect_one(steady::time_point deadline, bool liveness) {
     const int to = next();
     std::string last = "not tried";
     auto backoff = connect_backoff_first;
@@ -384,7 +401,12 @@ class ring_startup {
       const auto ep = resolve(to, false);
       detail::unique_socket fd(::socket(ep.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
       if (!fd) throw io_error({"ring", rank_}, std::string("socket: ") + std::strerror(errno));
-      detail::tune_socket(fd.get(), options_.socket_buffer_bytes);
+      if (liveness) {
+        const int one = 1;
+        ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      } else {
+        detail::tune_socket(fd.get(), options_.socket_buffer_bytes);
+      }
       int rc = ::connect(fd.get(), ep.data(), static_cast<socklen_t>(ep.size()));
       if (rc < 0 && errno == EINPROGRESS) {
         const auto limit = std::min(deadline, steady::now() + connect_attempt_limit);
@@ -400,11 +422,8 @@ class ring_startup {
       }
       if (rc == 0) {
         const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
-        auto outcome = client_handshake(fd.get(), limit);
-        if (!outcome) {
-          links_.out.socket = std::move(fd);
-          return;
-        }
+        auto outcome = client_handshake(fd.get(), limit, liveness);
+        if (!outcome) return fd;
         last = *outcome;
       } else {
         last = std::strerror(errno);
@@ -420,19 +439,22 @@ class ring_startup {
       if (!last_refusal_.empty()) refused = "; meanwhile refused a connection from " + last_refusal_;
     }
     throw timeout_error({"ring", rank_},
-                        "could not connect to rank " + std::to_string(to) + " (" + address(to) + ") within " +
+                        "could not connect " + std::string(liveness ? "the liveness connection " : "") + "to rank " +
+                            std::to_string(to) + " (" + address(to) + ") within " +
                             std::to_string(options_.connect_timeout.count()) + " ms: " + last + refused,
                         to);
   }
 
   // The client side; nullopt on success, a reason for transient failures (retried); throws when the peer
   // answers but refuses us or is not an mwstrat peer (retrying cannot help).
-  std::optional<std::string> client_handshake(int fd, steady::time_point limit) {
+  std::optional<std::string> client_handshake(int fd, steady::time_point limit, bool liveness) {
     const int to = next();
     const auto who = "rank " + std::to_string(to) + " (" + address(to) + ")";
     const bool have_token = !token_.empty();
     detail::hello h;
-    h.flags = static_cast<std::uint16_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0));
+    h.flags = static_cast<std::uint16_t>((have_token ? detail::flag_token : 0) |
+                                         (want_shm_ && !liveness ? detail::flag_shm : 0) |
+                                         (liveness ? detail::flag_liveness : 0));
     h.world = static_cast<std::uint32_t>(n_);
     h.rank = static_cast<std::uint32_t>(rank_);
     h.cluster = cluster_digest_;
@@ -476,7 +498,7 @@ class ring_startup {
     if (!verdict) throw protocol_error({"ring", rank_}, who + " is not an mwstrat ring peer (bad verdict)");
     if (verdict->status != detail::refusal::none)
       throw protocol_error({"ring", rank_}, who + " refused this rank: " + detail::refusal_text(verdict->status));
-    if (same_host(reply->flags, reply->host)) return offer_shm(fd, limit);
+    if (!liveness && same_host(reply->flags, reply->host)) return offer_shm(fd, limit);
     return std::nullopt;
   }
 
@@ -491,6 +513,7 @@ class ring_startup {
   digest host_{};
   int listener_ = -1;
   bool quiet_ = false;
+  bool liveness_ = true;
   std::mutex refusal_mutex_;
   std::string last_refusal_;  // the acceptor's latest refusal, for the connector's error
   ring_links links_;

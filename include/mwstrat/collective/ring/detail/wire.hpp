@@ -64,9 +64,12 @@ inline digest random_nonce() {
 // ---- handshake ----
 
 inline constexpr std::array<std::uint8_t, 8> hello_magic = {'M', 'W', 'S', 'R', 'I', 'N', 'G', '1'};
-inline constexpr std::uint16_t protocol_version = 3;  // 2: host identity, shm offer, slot/credit frames; 3: shm proof
-inline constexpr std::uint16_t flag_token = 1;  // the sender holds a job token and will prove it
-inline constexpr std::uint16_t flag_shm = 2;    // the sender would carry payloads through shared memory
+// 2: host identity, shm offer, slot/credit frames; 3: shm proof; 4: a liveness connection beside each link
+// (flag_liveness), heartbeat and goodbye frames.
+inline constexpr std::uint16_t protocol_version = 4;
+inline constexpr std::uint16_t flag_token = 1;     // the sender holds a job token and will prove it
+inline constexpr std::uint16_t flag_shm = 2;       // the sender would carry payloads through shared memory
+inline constexpr std::uint16_t flag_liveness = 4;  // this connection is the link's liveness connection (liveness.hpp)
 
 // Why a server refused a client, sent back in the reply so both sides log the same reason.
 enum class refusal : std::uint8_t {
@@ -319,11 +322,13 @@ inline std::optional<bool> decode_shm_verdict(std::span<const std::uint8_t> in) 
 inline constexpr std::uint32_t frame_magic = 0x4653574DU;  // "MWSF" on the wire
 // data: the payload follows on the socket. slot: the payload is in the link's next shared-memory slot (nothing
 // follows). credit: on the back channel, the receiver is done with its oldest slot (no payload). abort: see below.
-enum class frame_type : std::uint8_t { data = 1, abort = 2, slot = 3, credit = 4 };
+// heartbeat, goodbye: on a liveness connection only, no payload: "still here", and "leaving normally, do not count
+// my silence" (liveness.hpp); a liveness connection's verdict on a lost peer travels as an abort frame.
+enum class frame_type : std::uint8_t { data = 1, abort = 2, slot = 3, credit = 4, heartbeat = 5, goodbye = 6 };
 
 template <>
 struct enum_range<frame_type> {
-  static constexpr frame_type first = frame_type::data, last = frame_type::credit;
+  static constexpr frame_type first = frame_type::data, last = frame_type::goodbye;
   static constexpr const char* unknown = "unknown frame type";
 };
 template <>
@@ -401,6 +406,8 @@ inline std::optional<frame_header> decode_frame_header(std::span<const std::uint
   if (h.type == frame_type::abort && (h.payload < abort_fixed_size || h.payload > abort_fixed_size + max_abort_text))
     return fail("abort frame with an out-of-range length");
   if (h.type == frame_type::credit && h.payload != 0) return fail("credit frame with a payload");
+  if ((h.type == frame_type::heartbeat || h.type == frame_type::goodbye) && h.payload != 0)
+    return fail("liveness frame with a payload");
   return h;
 }
 
