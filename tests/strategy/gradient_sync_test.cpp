@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -313,6 +314,95 @@ TEST(replicated_gradient_sync, means_then_updates_through_the_strategy_concept_a
   });
   EXPECT_EQ(r, 7);
   for (std::size_t i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(model.p[i], 1.0f - 0.1f * static_cast<float>(i + 1));
+}
+
+// ----------------------------------------------------------------------------------- regularisation after the mean
+// A model that leaves its L2 gradient (2λ·w) to the synchroniser, as the graph model does: backward adds it only
+// while not deferred. Every update path must add it exactly once per parameter per step, after the mean.
+struct l2_model : arena_model {
+  static constexpr float two_lambda = 0.5f;  // large, so a lost or doubled term cannot hide in rounding
+  int deferrals = 0;
+  int additions = 0;  // parameters the synchroniser added the term to
+  void defer_regularization_gradients(bool d) { deferrals += d ? 1 : (deferrals > 0 ? -1 : 0); }
+  void add_regularization_gradients(std::size_t first, std::size_t count) {
+    for (std::size_t i = first; i < first + count; ++i) g[i] += two_lambda * p[i];
+    additions += static_cast<int>(count);
+  }
+  // Backward: the raw gradient of this rank, plus the term unless a synchroniser defers it.
+  void backward(int rank, int step) {
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      g[i] = static_cast<float>((i * 5 + static_cast<std::size_t>(rank * 3 + step)) % 11) / 8.0f;
+      if (deferrals == 0) g[i] += two_lambda * p[i];
+    }
+  }
+};
+
+TEST(collective_gradient_sync, every_update_path_adds_the_deferred_regularisation_once_after_the_mean) {
+  using enum update_placement;
+  constexpr int ranks = 2, steps = 2;
+  constexpr std::size_t n = 300;
+  // Expected: w -= lr · (mean of the raw gradients + 2λ·w), with lr 0.1.
+  std::vector<float> expected(n, 1.0f);
+  for (int s = 0; s < steps; ++s) {
+    l2_model a, b;
+    a.p = b.p = expected;
+    a.g = b.g = std::vector<float>(n);
+    a.deferrals = b.deferrals = 1;
+    a.backward(0, s);
+    b.backward(1, s);
+    for (std::size_t i = 0; i < n; ++i) expected[i] -= 0.1f * ((a.g[i] + b.g[i]) * 0.5f + l2_model::two_lambda * expected[i]);
+  }
+  for (const auto& [overlap, update] : {std::pair{reduction_overlap::never, replicated},
+                                        std::pair{reduction_overlap::never, sharded},
+                                        std::pair{reduction_overlap::always, replicated}}) {
+    std::vector<std::vector<float>> params(ranks);
+    spawn_ranks(ranks, [&](local_collective& c) {
+      mirrored_strategy<local_collective&> strategy(c, with(overlap, update));
+      l2_model model;
+      model.p = std::vector<float>(n, 1.0f);
+      model.g = std::vector<float>(n);
+      nn::sgd opt(0.1);
+      {
+        auto sync = strategy.make_gradient_sync(model, opt);
+        EXPECT_EQ(model.deferrals, 1) << "the synchroniser defers the term for its lifetime";
+        for (int s = 0; s < steps; ++s)
+          sync.step([&](auto&& on_ready) {
+            model.backward(c.rank(), s);
+            on_ready(std::size_t{200}, std::size_t{100});
+            on_ready(std::size_t{0}, std::size_t{200});
+            return 0;
+          });
+        EXPECT_EQ(sync.placement(), update);
+      }
+      EXPECT_EQ(model.deferrals, 0) << "and gives it back";
+      // Each parameter once per step: on every rank (replicated) or on its owner alone (sharded).
+      if (update == replicated) {
+        EXPECT_EQ(model.additions, steps * static_cast<int>(n));
+      }
+      params[static_cast<std::size_t>(c.rank())] = model.p;
+    });
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(params[0][i], expected[i], 1e-6f) << "parameter " << i << ", update " << to_string(update);
+      ASSERT_EQ(params[1][i], params[0][i]);
+    }
+  }
+  // The synchroniser of a strategy that offers none: the same rule.
+  offers_nothing solo;
+  l2_model model;
+  model.p = std::vector<float>(4, 1.0f);
+  model.g = std::vector<float>(4);
+  plain_optimizer opt;
+  {
+    auto sync = make_gradient_sync(solo, model, opt);
+    sync.step([&](auto&&) {
+      model.backward(0, 0);
+      return 0;
+    });
+  }
+  EXPECT_EQ(model.deferrals, 0);
+  EXPECT_EQ(model.additions, 4);
+  for (std::size_t i = 0; i < 4; ++i)
+    EXPECT_FLOAT_EQ(model.p[i], 1.0f - 0.1f * (static_cast<float>((i * 5) % 11) / 8.0f + l2_model::two_lambda));
 }
 
 }  // namespace

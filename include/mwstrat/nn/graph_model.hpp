@@ -472,10 +472,14 @@ class basic_graph_model {
   /// the training; an empty function means this replica is alone).
   void set_cross_replica_sum(mwstrat::detail::replica_sum sum) { replicas_ = std::move(sum); }
 
-  /// Whether backward leaves the regularisation gradients out, for the gradient synchroniser to add after the
-  /// replicas' mean (`add_regularization_gradients`): added before, they would enter the mean once per replica
-  /// and round differently from one replica over the whole batch.
-  void defer_regularization_gradients(bool deferred) noexcept { regularization_deferred_ = deferred; }
+  /// Makes backward leave the regularisation gradients out (`true`), for the gradient synchroniser to add after
+  /// the replicas' mean (`add_regularization_gradients`): added before, they would enter the mean once per replica
+  /// and round differently from one replica over the whole batch. Counted: each `true` is undone by one `false`,
+  /// so nested synchronisers (or a caller's own deferral around `fit`) never leave it doubled or lost.
+  void defer_regularization_gradients(bool deferred) noexcept {
+    if (deferred) ++regularization_deferrals_;
+    else if (regularization_deferrals_ > 0) --regularization_deferrals_;
+  }
   /// Adds the regularisation gradients (2λ·w) of the parameters [first, first + count) into `gradients()`.
   void add_regularization_gradients(std::size_t first, std::size_t count) {
     const std::size_t last = first + count;
@@ -792,7 +796,7 @@ class basic_graph_model {
           if (dxs_[0] != nullptr) std::copy(grads_[i].data(), grads_[i].data() + batch * l.output_size(), dxs_[0]);
         } else {
           l.backward({batch, xs_[0], acts_[i].data(), grads_[i].data(), dxs_[0], pbase_ + info_[i].offset,
-                      gbase_ + info_[i].offset, step_, sum, dxs_.data(), !regularization_deferred_});
+                      gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0});
         }
         for (std::size_t k = 0; k < ins.size(); ++k) {
           if (dxs_[k] == nullptr) continue;
@@ -836,7 +840,7 @@ class basic_graph_model {
   std::vector<std::uint8_t> hits_;
   mwstrat::detail::replica_sum replicas_;
   std::vector<mwstrat::detail::l2_term> l2_terms_;  // every layer's, in model parameter offsets
-  bool regularization_deferred_ = false;  // the synchroniser adds the regularisation gradients after the mean
+  int regularization_deferrals_ = 0;  // > 0: a synchroniser adds the regularisation gradients after the mean
   const T* input_ = nullptr;
   std::size_t last_batch_ = 0;  // examples in the last forward pass (what outputs() covers)
   std::size_t capacity_ = 0;

@@ -126,6 +126,10 @@ class liveness_monitor {
     unique_socket socket;
     int peer = -1;
     steady::time_point heard;  // when a byte last arrived
+    // Silence is judged only once the neighbour has beaten: a neighbour still waiting for its other neighbour at
+    // start-up (a late rank elsewhere in the ring) has no beating thread yet and is not lost; closes still count,
+    // and the connect and operation timeouts bound that wait.
+    bool beating = false;
     std::atomic<bool> open{true};  // still read and written (read by a publishing data path too)
     bool departed = false;     // said goodbye
     std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text> buffer{};
@@ -154,7 +158,7 @@ class liveness_monitor {
         if (!links_[k].open) continue;
         index[k] = static_cast<int>(count);
         fds[count++] = {links_[k].socket.get(), POLLIN, 0};
-        if (timeout_.count() > 0) wake = std::min(wake, links_[k].heard + timeout_);
+        if (timeout_.count() > 0 && links_[k].beating) wake = std::min(wake, links_[k].heard + timeout_);
       }
       const int rc = ::poll(fds, count, poll_ms(wake));
       if (rc < 0 && errno == EINTR) continue;  // (also after this process was stopped and continued)
@@ -171,6 +175,7 @@ class liveness_monitor {
       if (timeout_.count() > 0)
         for (int k = 0; k < 2 && !fired(); ++k) {
           link& l = links_[k];
+          if (!l.beating) continue;
           if (l.open && now - l.heard >= timeout_) read_link(k);  // one last look: anything waiting is a sign of life
           now = steady::now();
           if (!fired() && l.open && now - l.heard >= timeout_) {
@@ -232,6 +237,7 @@ class liveness_monitor {
       const auto n = ::recv(l.socket.get(), l.buffer.data() + l.have, want - l.have, MSG_DONTWAIT);
       if (n > 0) {
         l.heard = steady::now();
+        l.beating = true;
         l.have += static_cast<std::size_t>(n);
         if (l.have < frame_header_size) continue;
         std::string why;
