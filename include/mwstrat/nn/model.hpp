@@ -24,6 +24,8 @@
 #include <mwstrat/nn/keras_layout.hpp>
 #include <mwstrat/nn/layers.hpp>
 #include <mwstrat/nn/losses.hpp>
+#include <mwstrat/nn/model_options.hpp>
+#include <mwstrat/nn/step_stats.hpp>
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -46,20 +48,6 @@
 #include <vector>
 
 namespace mwstrat::nn {
-
-/// Loss and accuracy counts of one batch: the mean loss is loss_sum / count, the accuracy correct / count.
-struct step_stats {
-  double loss_sum = 0;     ///< sum over the batch of the per-sample loss
-  std::size_t correct = 0; ///< samples whose arg-max logit is the label
-  std::size_t count = 0;   ///< samples in the batch
-};
-
-/// How a model is built and run.
-struct model_options {
-  int threads = 1;          ///< threads of the model's oneTBB arena (results do not depend on it)
-  std::uint64_t seed = 0;   ///< seed of the initialisers and dropout masks
-  std::size_t max_batch = 0;///< if non-zero, buffers for this batch size are allocated at construction
-};
 
 /// A sequential model over elements of type `T` (float, or double for gradient checks).
 template <class T = float>
