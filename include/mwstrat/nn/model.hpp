@@ -13,6 +13,7 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/loss_pass.hpp>
 #include <mwstrat/nn/layers/alias.hpp>
 #include <mwstrat/nn/layers/conv2d.hpp>
 #include <mwstrat/nn/layers/dense.hpp>
@@ -501,30 +502,12 @@ class basic_sequential {
     }
   }
 
-  // `weights` empty: every example weighs 1; else example s contributes weights[s] * loss_s (Keras divides by the
-  // batch size either way: `sum_over_batch_size`).
+  // Keras's `sum_over_batch_size` of the weighted cross-entropy (nn/detail/loss_pass.hpp, shared with the graph
+  // model); `weights` empty: every example weighs 1.
   step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
                        bool with_grad) {
-    const std::size_t k = output_size();
-    const T* logits = output_ptr();
-    T* dlogits = grads_[layers_.size()].data();
-    const T scale = T{1} / static_cast<T>(batch);
-    detail::parallel_chunks(batch, 64, [&](std::size_t b, std::size_t e) {
-      for (std::size_t s = b; s < e; ++s) {
-        std::span<const T> row(logits + s * k, k);
-        const T w = weights.empty() ? T{1} : static_cast<T>(weights[s]);
-        losses_[s] = w * sparse_categorical_crossentropy<T>(
-                             row, labels[s], with_grad ? std::span<T>(dlogits + s * k, k) : std::span<T>{}, scale * w);
-        hits_[s] = static_cast<std::int64_t>(arg_max(row)) == labels[s] ? 1 : 0;
-      }
-    });
-    step_stats st;
-    st.count = batch;
-    for (std::size_t s = 0; s < batch; ++s) {
-      st.loss_sum += static_cast<double>(losses_[s]);
-      st.correct += hits_[s];
-    }
-    return st;
+    return detail::weighted_loss_pass<T>(output_ptr(), with_grad ? grads_[layers_.size()].data() : nullptr,
+                                         output_size(), labels, weights, batch, losses_.data(), hits_.data());
   }
 
   template <class OnReady>

@@ -7,6 +7,7 @@
 #include <mwstrat/nn/detail/graph_layer_factory.hpp>
 #include <mwstrat/nn/detail/graph_layer_info.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/loss_pass.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/graph.hpp>
 #include <mwstrat/nn/layers.hpp>
@@ -167,28 +168,13 @@ class graph_executor {
     }
   }
 
+  // The weighted cross-entropy (nn/detail/loss_pass.hpp, shared with the sequential model) and, as in Keras, the
+  // regularisation terms, which the mean gains once.
   step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
                        bool with_grad) {
-    const std::size_t k = output_size();
-    const T* logits = acts_.back().data();
-    T* dlogits = grads_.back().data();
-    const T scale = T{1} / static_cast<T>(batch);
-    mwstrat::detail::parallel_chunks(batch, 64, [&](std::size_t b, std::size_t e) {
-      for (std::size_t s = b; s < e; ++s) {
-        std::span<const T> row(logits + s * k, k);
-        const T w = weights.empty() ? T{1} : static_cast<T>(weights[s]);
-        losses_[s] = w * sparse_categorical_crossentropy<T>(
-                             row, labels[s], with_grad ? std::span<T>(dlogits + s * k, k) : std::span<T>{}, scale * w);
-        hits_[s] = static_cast<std::int64_t>(arg_max(row)) == labels[s] ? 1 : 0;
-      }
-    });
-    step_stats st;
-    st.count = batch;
-    for (std::size_t s = 0; s < batch; ++s) {
-      st.loss_sum += static_cast<double>(losses_[s]);
-      st.correct += hits_[s];
-    }
-    // Keras's loss includes the regularisation terms: the mean gains them once.
+    step_stats st = mwstrat::detail::weighted_loss_pass<T>(acts_.back().data(),
+                                                           with_grad ? grads_.back().data() : nullptr, output_size(),
+                                                           labels, weights, batch, losses_.data(), hits_.data());
     st.loss_sum += static_cast<double>(batch) * regularization_loss();
     return st;
   }
