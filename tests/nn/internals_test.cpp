@@ -3,13 +3,15 @@
 // shapes, L2 terms, JSON), the loss step both models share (nn/detail/loss_pass.hpp) against a hand-computed
 // reference and across thread counts, the graph front end's cut from input to output (nn/graph.hpp), and the part
 // of every optimizer that is not its rule (nn/optimizers/optimizer_base.hpp): clipping, weight decay, the serial
-// part path and the refusals.
+// part path and the refusals; and the fast convolution (nn/kernels/conv2d_direct.hpp) called directly: its tile
+// plans, its padded copy, and its three passes against their definitions.
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/loss_pass.hpp>
 #include <mwstrat/nn/detail/random.hpp>
 #include <mwstrat/nn/detail/window_2d.hpp>
 #include <mwstrat/nn/graph.hpp>
 #include <mwstrat/nn/graph_model.hpp>
+#include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/optimizers/optimizer_base.hpp>
 
 #include <gtest/gtest.h>
@@ -318,4 +320,106 @@ TEST(NnOptimizerBase, RefusalsNameTheOptimizer) {
   EXPECT_EQ(o.iterations(), 0u);
   o.set_learning_rate(0.5);
   EXPECT_DOUBLE_EQ(o.learning_rate(), 0.5);
+}
+
+// ---------------------------------------------------------------------------------------------------- conv2d_direct
+
+namespace direct = mwstrat::nn::kernels::direct;
+
+TEST(NnConv2dDirect, PlansTileTheExtentWithinTheRegisterBudget) {
+  for (std::size_t extent = 1; extent <= 40; ++extent)
+    for (std::size_t vectors = 1; vectors <= 8; ++vectors)
+      for (std::size_t tap_bytes : {std::size_t{64}, std::size_t{1} << 20}) {
+        SCOPED_TRACE(std::to_string(extent) + " x " + std::to_string(vectors) + ", " + std::to_string(tap_bytes));
+        for (const auto b : {direct::plan(extent, vectors, tap_bytes), direct::filter_plan(extent, vectors)}) {
+          ASSERT_GE(b.nv, 1);
+          ASSERT_GE(b.mr, 1);
+          EXPECT_EQ(vectors % static_cast<std::size_t>(b.nv), 0u);  // whole tiles of output channels
+          EXPECT_LE(static_cast<std::size_t>(b.mr), extent);
+          EXPECT_LE(b.nv, direct::max_nv);
+          EXPECT_LE(b.mr * b.nv, direct::accumulator_budget);  // the accumulators fit the register file
+        }
+      }
+}
+
+TEST(NnConv2dDirect, PaddedImageIsZeroOutsideAndTransformedInside) {
+  constexpr std::size_t h = 2, w = 3, ch = 2, rows = 5, cols = 6, top = 1, left = 2;
+  std::vector<float> src(h * w * ch);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) - 5.0f;
+  const float scale[ch] = {2.0f, -1.0f}, shift[ch] = {0.5f, 1.0f};
+  const mwstrat::nn::kernels::conv2d_input_transform relu{scale, shift, true};
+  for (const auto* transform : {static_cast<const mwstrat::nn::kernels::conv2d_input_transform*>(nullptr), &relu}) {
+    std::vector<float> dst(rows * cols * ch, 42.0f);
+    direct::pad_image(src.data(), h, w, ch, dst.data(), rows, cols, top, left, transform);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c)
+        for (std::size_t k = 0; k < ch; ++k) {
+          const bool inside = r >= top && r < top + h && c >= left && c < left + w;
+          float expected = 0.0f;
+          if (inside) {
+            expected = src[((r - top) * w + (c - left)) * ch + k];
+            if (transform != nullptr) expected = std::max(0.0f, expected * scale[k] + shift[k]);
+          }
+          EXPECT_EQ(dst[(r * cols + c) * ch + k], expected) << r << "," << c << "," << k;
+        }
+  }
+  EXPECT_EQ(direct::padded_extent(8, 1, 3, 2, 3), 9u);  // the input after its top pad
+  EXPECT_EQ(direct::padded_extent(4, 0, 4, 2, 3), 9u);  // what the last window reads
+}
+
+// The three passes called directly (not through conv2d.hpp's dispatch) against their definitions, in double.
+TEST(NnConv2dDirect, ForwardAndBothGradientsMatchTheDefinition) {
+  const std::size_t L = static_cast<std::size_t>(direct::lanes);
+  using geometry = mwstrat::nn::kernels::conv2d_geometry;
+  // {batch, in_h, in_w, in_c, out_c, kh, kw, sh, sw, pad_top, pad_left, out_h, out_w}: Keras same, stride 2 (one
+  // row and column of zeros on each side), and valid, stride 1, a non-square kernel.
+  for (const geometry& g : {geometry{2, 5, 7, L, 2 * L, 3, 3, 2, 2, 1, 1, 3, 4},
+                           geometry{3, 6, 5, L, L, 2, 3, 1, 1, 0, 0, 5, 3}}) {
+    ASSERT_TRUE(direct::applies(g.out_c));
+    ASSERT_TRUE(direct::backward_data_applies(g));
+    const std::size_t nx = g.batch * g.in_h * g.in_w * g.in_c, ny = g.batch * g.out_h * g.out_w * g.out_c;
+    const std::size_t nk = g.kernel_h * g.kernel_w * g.in_c * g.out_c;
+    std::vector<float> x(nx), k(nk), b(g.out_c), dy(ny);
+    for (std::size_t i = 0; i < nx; ++i) x[i] = static_cast<float>(2 * d::random_unit(9, 1, i) - 1);
+    for (std::size_t i = 0; i < nk; ++i) k[i] = static_cast<float>(2 * d::random_unit(9, 2, i) - 1);
+    for (std::size_t i = 0; i < g.out_c; ++i) b[i] = static_cast<float>(d::random_unit(9, 3, i));
+    for (std::size_t i = 0; i < ny; ++i) dy[i] = static_cast<float>(2 * d::random_unit(9, 4, i) - 1);
+    std::vector<double> y_ref(ny), dx_ref(nx, 0.0), dk_ref(nk, 0.0), db_ref(g.out_c, 0.0);
+    for (std::size_t n = 0; n < g.batch; ++n)
+      for (std::size_t oy = 0; oy < g.out_h; ++oy)
+        for (std::size_t ox = 0; ox < g.out_w; ++ox)
+          for (std::size_t o = 0; o < g.out_c; ++o) {
+            const std::size_t yi = ((n * g.out_h + oy) * g.out_w + ox) * g.out_c + o;
+            double s = b[o];
+            for (std::size_t ky = 0; ky < g.kernel_h; ++ky)
+              for (std::size_t kx = 0; kx < g.kernel_w; ++kx) {
+                const auto iy = static_cast<std::ptrdiff_t>(oy * g.stride_h + ky) - static_cast<std::ptrdiff_t>(g.pad_top);
+                const auto ix = static_cast<std::ptrdiff_t>(ox * g.stride_w + kx) - static_cast<std::ptrdiff_t>(g.pad_left);
+                if (iy < 0 || ix < 0 || iy >= static_cast<std::ptrdiff_t>(g.in_h) || ix >= static_cast<std::ptrdiff_t>(g.in_w))
+                  continue;
+                for (std::size_t c = 0; c < g.in_c; ++c) {
+                  const std::size_t xi = ((n * g.in_h + static_cast<std::size_t>(iy)) * g.in_w + static_cast<std::size_t>(ix)) * g.in_c + c;
+                  const std::size_t ki = ((ky * g.kernel_w + kx) * g.in_c + c) * g.out_c + o;
+                  s += static_cast<double>(x[xi]) * k[ki];
+                  dx_ref[xi] += static_cast<double>(dy[yi]) * k[ki];
+                  dk_ref[ki] += static_cast<double>(dy[yi]) * x[xi];
+                }
+              }
+            y_ref[yi] = s;
+            db_ref[o] += dy[yi];
+          }
+    mwstrat::nn::kernels::conv2d_workspace ws;
+    std::vector<float> y(ny, -1.0f), dx(nx, -1.0f), dk(nk, -1.0f), db(g.out_c, -1.0f);
+    direct::forward(g, x.data(), nullptr, k.data(), b.data(), y.data(), ws);
+    direct::backward_data(g, dy.data(), k.data(), dx.data(), ws);
+    direct::backward_filter(g, x.data(), dy.data(), dk.data(), db.data(), ws);
+    const auto near = [](const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << what << " " << i;
+    };
+    near(y, y_ref, "output");
+    near(dx, dx_ref, "input gradient");
+    near(dk, dk_ref, "kernel gradient");
+    near(db, db_ref, "bias gradient");
+  }
 }
