@@ -16,217 +16,42 @@
 ///   `predict` returns the probabilities.
 /// - `set_cross_replica_sum(f)` gives the model the strategy's sum across replicas (`fit` does it), which
 ///   SyncBatchNormalization uses for its batch statistics.
+///
+/// The class is the public face of three parts: the front end that records the graph (nn/graph.hpp: symbolic
+/// tensors, layers applied to them, the cut from input to output), the executor that owns the arenas and runs the
+/// passes (nn/detail/graph_executor.hpp), and Keras's summary table (nn/detail/graph_summary.hpp). Here: the
+/// checks of what callers pass, the model's thread arena, and the weights and architecture in Keras's terms.
 
 #include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/graph_executor.hpp>
+#include <mwstrat/nn/detail/graph_layer_info.hpp>
+#include <mwstrat/nn/detail/graph_summary.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/graph.hpp>
 #include <mwstrat/nn/layers.hpp>
-#include <mwstrat/nn/layers/activation.hpp>
-#include <mwstrat/nn/layers/add.hpp>
-#include <mwstrat/nn/layers/alias.hpp>
-#include <mwstrat/nn/layers/batch_normalization.hpp>
-#include <mwstrat/nn/layers/conv2d.hpp>
-#include <mwstrat/nn/layers/dense.hpp>
-#include <mwstrat/nn/layers/dropout.hpp>
-#include <mwstrat/nn/layers/global_average_pooling2d.hpp>
-#include <mwstrat/nn/layers/max_pool2d.hpp>
-#include <mwstrat/nn/layers/pad_channels_shortcut.hpp>
-#include <mwstrat/nn/layers/relu.hpp>
-#include <mwstrat/nn/layers/softmax.hpp>
-#include <mwstrat/nn/layers/zero_padding2d.hpp>
-#include <mwstrat/nn/losses.hpp>
-#include <mwstrat/nn/model.hpp>
+#include <mwstrat/nn/model.hpp>  // nn::sequential: this header has always given both models
+#include <mwstrat/nn/model_options.hpp>
+#include <mwstrat/nn/step_stats.hpp>
 
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
 #include <cmath>
-#include <ranges>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
-#include <iomanip>
-#include <map>
 #include <memory>
 #include <ostream>
-#include <sstream>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
 namespace mwstrat::nn {
-
-/// Any layer a graph model can hold.
-using graph_layer_spec =
-    std::variant<input, reshape, conv2d, max_pool2d, relu, flatten, dense, dropout, softmax, batch_normalization,
-                 sync_batch_normalization, add, activation_layer, zero_padding2d, global_average_pooling2d,
-                 pad_channels_shortcut>;
-
-namespace graph_detail {
-
-// The layer a spec makes, for any element type; `ins` are the input shapes, `stream` keys its random numbers.
-template <class T>
-std::unique_ptr<mwstrat::detail::layer_impl<T>> make_graph_layer(const graph_layer_spec& spec,
-                                                                 const std::vector<shape_t>& ins, std::size_t stream) {
-  namespace d = mwstrat::detail;
-  using ptr = std::unique_ptr<d::layer_impl<T>>;
-  return std::visit(
-      [&](const auto& s) -> ptr {
-        using S = std::remove_cvref_t<decltype(s)>;
-        if constexpr (std::is_same_v<S, add>) {
-          return std::make_unique<d::add_layer<T>>(ins);
-        } else {
-          if (ins.size() != 1) d::nn_config_error("takes one input, got " + std::to_string(ins.size()));
-          const shape_t& in = ins.front();
-          if constexpr (std::is_same_v<S, input>) {
-            d::nn_config_error("an input is not applied to a tensor");
-          } else if constexpr (std::is_same_v<S, reshape>) {
-            if (d::shape_size(s.target_shape) != d::shape_size(in) || s.target_shape.empty())
-              d::nn_config_error("cannot reshape " + d::shape_string(in) + " to " + d::shape_string(s.target_shape));
-            return std::make_unique<d::alias_layer<T>>("Reshape", "reshape", in, s.target_shape);
-          } else if constexpr (std::is_same_v<S, flatten>) {
-            return std::make_unique<d::alias_layer<T>>("Flatten", "flatten", in, shape_t{d::shape_size(in)});
-          } else if constexpr (std::is_same_v<S, conv2d>) {
-            if (s.activation == activation::softmax) d::nn_config_error("conv2d: softmax activation is not supported");
-            return std::make_unique<d::conv2d_layer<T>>(s, in);
-          } else if constexpr (std::is_same_v<S, max_pool2d>) {
-            return std::make_unique<d::max_pool2d_layer<T>>(s, in);
-          } else if constexpr (std::is_same_v<S, relu>) {
-            return std::make_unique<d::relu_layer<T>>(in);
-          } else if constexpr (std::is_same_v<S, dense>) {
-            return std::make_unique<d::dense_layer<T>>(s, in, true);
-          } else if constexpr (std::is_same_v<S, dropout>) {
-            return std::make_unique<d::dropout_layer<T>>(s, in, stream);
-          } else if constexpr (std::is_same_v<S, softmax>) {
-            return std::make_unique<d::softmax_layer<T>>(in);
-          } else if constexpr (std::is_same_v<S, batch_normalization>) {
-            return std::make_unique<d::batch_normalization_layer<T>>(s.momentum, s.epsilon, false, in);
-          } else if constexpr (std::is_same_v<S, sync_batch_normalization>) {
-            return std::make_unique<d::batch_normalization_layer<T>>(s.momentum, s.epsilon, true, in);
-          } else if constexpr (std::is_same_v<S, activation_layer>) {
-            if (s.activation == activation::softmax)
-              d::nn_config_error("activation: use nn::softmax or a Dense output's softmax activation");
-            return std::make_unique<d::activation_layer<T>>(s, in);
-          } else if constexpr (std::is_same_v<S, zero_padding2d>) {
-            return std::make_unique<d::zero_padding2d_layer<T>>(s, in);
-          } else if constexpr (std::is_same_v<S, global_average_pooling2d>) {
-            return std::make_unique<d::global_average_pooling2d_layer<T>>(in);
-          } else {
-            static_assert(std::is_same_v<S, pad_channels_shortcut>);
-            return std::make_unique<d::pad_channels_shortcut_layer<T>>(s, in);
-          }
-        }
-      },
-      spec);
-}
-
-// The graph as the functional API builds it: nodes in the order layers were applied (a topological order).
-struct graph_node {
-  graph_layer_spec spec;
-  std::vector<std::size_t> inputs;  // node indices
-  shape_t shape;                    // output, per sample
-  std::string name;                 // Keras's ("conv2d_3")
-  std::string type;                 // Keras's class ("Conv2D")
-};
-struct graph_def {
-  std::vector<graph_node> nodes;
-  std::map<std::string, std::size_t> per_class;  // names handed out so far, per base name
-  std::string unique_name(const std::string& base) {
-    const std::size_t n = per_class[base]++;
-    return n == 0 ? base : base + "_" + std::to_string(n);
-  }
-};
-
-}  // namespace graph_detail
-
-/// A tensor of the functional API: the output of a layer (or an input) in a graph being built. It holds no values.
-class symbolic_tensor {
- public:
-  /// Shape of one sample.
-  [[nodiscard]] const shape_t& shape() const { return graph_->nodes[node_].shape; }
-  /// The Keras name of the layer that made it.
-  [[nodiscard]] const std::string& layer_name() const { return graph_->nodes[node_].name; }
-
-  // Implementation: the graph and the node.
-  symbolic_tensor(std::shared_ptr<graph_detail::graph_def> g, std::size_t node) : graph_(std::move(g)), node_(node) {}
-  [[nodiscard]] const std::shared_ptr<graph_detail::graph_def>& graph() const noexcept { return graph_; }
-  [[nodiscard]] std::size_t node() const noexcept { return node_; }
-
- private:
-  std::shared_ptr<graph_detail::graph_def> graph_;
-  std::size_t node_;
-};
-
-/// A graph model's input of the given per-sample shape (Keras's `Input(shape=...)`), named `input_1`.
-inline symbolic_tensor input_tensor(shape_t shape) {
-  if (shape.empty() || mwstrat::detail::shape_size(shape) == 0)
-    mwstrat::detail::nn_config_error("input_tensor: shape " + mwstrat::detail::shape_string(shape) + " is empty");
-  auto g = std::make_shared<graph_detail::graph_def>();
-  g->per_class["input"] = 1;  // Keras names the first input input_1
-  g->nodes.push_back({input{shape}, {}, shape, "input_1", "InputLayer"});
-  return {g, 0};
-}
-
-namespace graph_detail {
-inline symbolic_tensor apply_spec(const graph_layer_spec& spec, const std::vector<symbolic_tensor>& xs) {
-  if (xs.empty()) mwstrat::detail::nn_config_error("a layer applied to no tensors");
-  const auto& g = xs.front().graph();
-  std::vector<shape_t> shapes;
-  std::vector<std::size_t> ids;
-  for (const auto& x : xs) {
-    if (x.graph() != g) mwstrat::detail::nn_config_error("a layer applied to tensors of different graphs");
-    shapes.push_back(x.shape());
-    ids.push_back(x.node());
-  }
-  // Make the layer once to check the shapes and learn its output shape and names; the model makes its own.
-  std::unique_ptr<mwstrat::detail::layer_impl<float>> probe;
-  std::string base = "layer";
-  try {
-    probe = make_graph_layer<float>(spec, shapes, 0);
-  } catch (const config_error& e) {
-    // Name the layer it would have been.
-    std::visit([&](const auto& s) {
-      using S = std::remove_cvref_t<decltype(s)>;
-      base = std::is_same_v<S, conv2d>                     ? "conv2d"
-             : std::is_same_v<S, dense>                    ? "dense"
-             : std::is_same_v<S, batch_normalization>      ? "batch_normalization"
-             : std::is_same_v<S, sync_batch_normalization> ? "sync_batch_normalization"
-             : std::is_same_v<S, add>                      ? "add"
-             : std::is_same_v<S, zero_padding2d>           ? "zero_padding2d"
-             : std::is_same_v<S, global_average_pooling2d> ? "global_average_pooling2d"
-             : std::is_same_v<S, max_pool2d>               ? "max_pooling2d"
-             : std::is_same_v<S, pad_channels_shortcut>    ? "lambda"
-             : std::is_same_v<S, activation_layer>         ? "activation"
-                                                           : "layer";
-    }, spec);
-    const std::size_t n = g->per_class.count(base) != 0 ? g->per_class[base] : 0;
-    const std::string name = n == 0 ? base : base + "_" + std::to_string(n);
-    std::string in;
-    for (std::size_t i = 0; i < shapes.size(); ++i)
-      in += (i ? ", " : "") + mwstrat::detail::shape_string(shapes[i]);
-    throw config_error({"nn"}, "layer " + name + " applied to " + in + ": " + std::string(e.detail()));
-  }
-  const std::string name = g->unique_name(probe->base_name());
-  g->nodes.push_back({spec, ids, probe->output_shape(), name, probe->keras_type()});
-  return {g, g->nodes.size() - 1};
-}
-}  // namespace graph_detail
-
-/// Applies a layer description to a tensor (what `spec(x)` calls).
-template <class Spec>
-  requires std::is_constructible_v<graph_layer_spec, Spec>
-symbolic_tensor apply_layer(const Spec& spec, const symbolic_tensor& x) {
-  return graph_detail::apply_spec(graph_layer_spec(spec), {x});
-}
-/// Applies `Add` to a list of tensors (what `nn::add{}({a, b})` calls).
-inline symbolic_tensor apply_layer(const add& spec, std::initializer_list<symbolic_tensor> xs) {
-  return graph_detail::apply_spec(graph_layer_spec(spec), std::vector<symbolic_tensor>(xs));
-}
 
 /// A Keras functional model over elements of type `T` (float, or double for gradient checks): one input, one
 /// output. It satisfies what `nn::basic_sequential` does for `fit` (arena, steps, storage adoption, threads).
@@ -237,17 +62,8 @@ class basic_graph_model {
  public:
   using value_type = T;
 
-  /// One layer's place in the arenas.
-  struct layer_info {
-    std::string name;                 ///< Keras's unique name
-    std::string type;                 ///< Keras class name
-    shape_t output_shape;             ///< per sample
-    std::vector<std::string> inbound; ///< names of the layers it is applied to
-    std::size_t offset;               ///< first parameter in the arena
-    std::size_t count;                ///< trained parameters
-    std::size_t state_offset;         ///< first value in `model_state()`
-    std::size_t state_count;          ///< non-trained values (moving statistics)
-  };
+  /// One layer's place in the arenas (name, type, output shape, inbound layers, parameter and state slices).
+  using layer_info = graph_detail::graph_layer_info;
 
   /// One named weight: `<layer>/<weight>` with Keras's shape, viewing the arena (`named_parameters()`).
   struct named_weight {
@@ -258,11 +74,7 @@ class basic_graph_model {
 
   /// The model from `inputs` to `outputs`: the layers `outputs` depends on, in the order they were applied.
   basic_graph_model(const symbolic_tensor& inputs, const symbolic_tensor& outputs, model_options options = {})
-      : options_(options) {
-    if (inputs.graph() != outputs.graph() || inputs.graph()->nodes[inputs.node()].type != "InputLayer")
-      mwstrat::detail::nn_config_error("graph_model: the inputs must be the input_tensor the outputs were built from");
-    set_threads(options.threads);
-    build(*outputs.graph(), inputs.node(), outputs.node());
+      : options_(options), exec_(plan(inputs, outputs, options)) {
     initialize(options.seed);
     if (options.max_batch != 0) reserve(options.max_batch);
   }
@@ -272,56 +84,52 @@ class basic_graph_model {
 
   // ------------------------------------------------------------------------------------------ arenas
   /// All trained parameters, layer by layer.
-  [[nodiscard]] std::span<T> parameters() noexcept { return {pbase_, count_}; }
-  [[nodiscard]] std::span<const T> parameters() const noexcept { return {pbase_, count_}; }
+  [[nodiscard]] std::span<T> parameters() noexcept { return {exec_.parameters(), exec_.parameter_count()}; }
+  [[nodiscard]] std::span<const T> parameters() const noexcept { return {exec_.parameters(), exec_.parameter_count()}; }
   /// The gradients, same layout as `parameters()`.
-  [[nodiscard]] std::span<T> gradients() noexcept { return {gbase_, count_}; }
-  [[nodiscard]] std::span<const T> gradients() const noexcept { return {gbase_, count_}; }
+  [[nodiscard]] std::span<T> gradients() noexcept { return {exec_.gradients(), exec_.parameter_count()}; }
+  [[nodiscard]] std::span<const T> gradients() const noexcept { return {exec_.gradients(), exec_.parameter_count()}; }
   /// Number of trained parameters.
-  [[nodiscard]] std::size_t parameter_count() const noexcept { return count_; }
+  [[nodiscard]] std::size_t parameter_count() const noexcept { return exec_.parameter_count(); }
   /// Non-trained model state (batch norm's moving mean and variance, layer by layer): saved and restored with the
   /// weights, never touched by an optimizer.
-  [[nodiscard]] std::span<T> model_state() noexcept { return state_; }
-  [[nodiscard]] std::span<const T> model_state() const noexcept { return state_; }
+  [[nodiscard]] std::span<T> model_state() noexcept { return exec_.state(); }
+  [[nodiscard]] std::span<const T> model_state() const noexcept { return exec_.state(); }
 
   /// Makes `parameters()` and `gradients()` the caller's storage (see `basic_sequential::adopt_storage`). The
   /// model state stays the replica's own.
   void adopt_storage(std::span<T> params, std::span<T> grads) {
-    if (params.size() != count_ || grads.size() != count_)
+    const std::size_t count = exec_.parameter_count();
+    if (params.size() != count || grads.size() != count)
       mwstrat::detail::nn_config_error("adopt_storage: " + std::to_string(params.size()) + " parameters and " +
                                        std::to_string(grads.size()) + " gradients for a model of " +
-                                       std::to_string(count_));
+                                       std::to_string(count));
     constexpr auto align = static_cast<std::uintptr_t>(mwstrat::detail::aligned_allocator<T>::alignment);
     if (reinterpret_cast<std::uintptr_t>(params.data()) % align != 0 ||
         reinterpret_cast<std::uintptr_t>(grads.data()) % align != 0)
       mwstrat::detail::nn_config_error("adopt_storage: storage must be " + std::to_string(align) + "-byte aligned");
-    pbase_ = params.data();
-    gbase_ = grads.data();
+    exec_.adopt_storage(params.data(), grads.data());
   }
   /// Copies the parameters and gradients back into the model's own arena and uses it again.
-  void use_own_storage() {
-    if (uses_own_storage()) return;
-    std::copy(pbase_, pbase_ + count_, arena_.data());
-    std::copy(gbase_, gbase_ + count_, arena_.data() + count_);
-    pbase_ = arena_.data();
-    gbase_ = arena_.data() + count_;
-  }
-  [[nodiscard]] bool uses_own_storage() const noexcept { return pbase_ == arena_.data(); }
+  void use_own_storage() { exec_.use_own_storage(); }
+  [[nodiscard]] bool uses_own_storage() const noexcept { return exec_.uses_own_storage(); }
 
   /// The layers after the input, in order.
-  [[nodiscard]] const std::vector<layer_info>& layers() const noexcept { return info_; }
+  [[nodiscard]] const std::vector<layer_info>& layers() const noexcept { return exec_.info(); }
 
   /// Every weight as `<layer>/<weight>` in Keras's layout: the parameters in arena order, then the model state
   /// (`batch_normalization/moving_mean`, …) in its order.
   [[nodiscard]] std::vector<named_weight> named_parameters() const {
+    const auto& layers = exec_.layers();
+    const auto& info = exec_.info();
     std::vector<named_weight> out;
     for (int pass = 0; pass < 2; ++pass)
-      for (std::size_t i = 0; i < layers_.size(); ++i) {
-        std::size_t at = pass == 0 ? info_[i].offset : info_[i].state_offset;
-        const T* base = pass == 0 ? pbase_ : state_.data();
-        for (const auto& w : pass == 0 ? layers_[i]->weights() : layers_[i]->state_weights()) {
+      for (std::size_t i = 0; i < layers.size(); ++i) {
+        std::size_t at = pass == 0 ? info[i].offset : info[i].state_offset;
+        const T* base = pass == 0 ? exec_.parameters() : exec_.state().data();
+        for (const auto& w : pass == 0 ? layers[i]->weights() : layers[i]->state_weights()) {
           const std::size_t n = mwstrat::detail::shape_size(w.shape);
-          out.push_back({info_[i].name + "/" + w.name, w.shape, std::span<const T>(base + at, n)});
+          out.push_back({info[i].name + "/" + w.name, w.shape, std::span<const T>(base + at, n)});
           at += n;
         }
       }
@@ -361,27 +169,22 @@ class basic_graph_model {
   [[nodiscard]] std::string architecture() const { return architecture_json(); }
 
   /// Re-initialises every parameter and the model state from `seed`; gradients to zero, step to 0.
-  void initialize(std::uint64_t seed) {
-    seed_ = seed;
-    step_ = 0;
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      layers_[i]->initialize(parameters().subspan(info_[i].offset, info_[i].count), seed, i + 1);
-      layers_[i]->initialize_state(model_state().subspan(info_[i].state_offset, info_[i].state_count));
-    }
-    for (auto& g : gradients()) g = T{};
-  }
+  void initialize(std::uint64_t seed) { exec_.initialize(seed); }
 
   /// A string naming each layer's kind, inputs and shape: equal for models of the same architecture and type.
   [[nodiscard]] std::string fingerprint() const {
+    const auto& layers = exec_.layers();
+    const auto& inputs = exec_.inputs();
     std::string s = sizeof(T) == 4 ? "graph<f32>[input" : "graph<f64>[input";
-    s.append(mwstrat::detail::shape_string(input_shape_));
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      s.append(";").append(layers_[i]->config()).append("<-");
-      for (std::size_t k = 0; k < inputs_[i].size(); ++k)
-        s.append(k ? "," : "").append(std::to_string(inputs_[i][k]));
-      s.append("->").append(mwstrat::detail::shape_string(layers_[i]->output_shape()));
+    s.append(mwstrat::detail::shape_string(exec_.input_shape()));
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      s.append(";").append(layers[i]->config()).append("<-");
+      for (std::size_t k = 0; k < inputs[i].size(); ++k)
+        s.append(k ? "," : "").append(std::to_string(inputs[i][k]));
+      s.append("->").append(mwstrat::detail::shape_string(layers[i]->output_shape()));
     }
-    s.append("]params=").append(std::to_string(count_)).append("+").append(std::to_string(state_.size()));
+    s.append("]params=").append(std::to_string(exec_.parameter_count())).append("+").append(
+        std::to_string(exec_.state().size()));
     return s;
   }
 
@@ -389,18 +192,21 @@ class basic_graph_model {
   /// "config", "inbound"}`, the input first.
   [[nodiscard]] std::string architecture_json() const {
     namespace d = mwstrat::detail;
+    const auto& layers = exec_.layers();
+    const auto& info = exec_.info();
+    const shape_t& in = exec_.input_shape();
     std::string s = "[{\"name\": \"input_1\", \"class_name\": \"InputLayer\", \"output_shape\": " +
-                    d::json_list(input_shape_) + ", \"params\": 0, \"config\": {\"batch_input_shape\": " +
-                    d::json_list(input_shape_) + "}, \"inbound\": []}";
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      s += ", {\"name\": \"" + info_[i].name + "\", \"class_name\": \"" + info_[i].type +
-           "\", \"output_shape\": " + d::json_list(info_[i].output_shape) +
-           ", \"params\": " + std::to_string(info_[i].count + info_[i].state_count) + ", \"config\": {\"name\": \"" +
-           info_[i].name + "\"";
-      const std::string c = layers_[i]->keras_config();
+                    d::json_list(in) + ", \"params\": 0, \"config\": {\"batch_input_shape\": " +
+                    d::json_list(in) + "}, \"inbound\": []}";
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      s += ", {\"name\": \"" + info[i].name + "\", \"class_name\": \"" + info[i].type +
+           "\", \"output_shape\": " + d::json_list(info[i].output_shape) +
+           ", \"params\": " + std::to_string(info[i].count + info[i].state_count) + ", \"config\": {\"name\": \"" +
+           info[i].name + "\"";
+      const std::string c = layers[i]->keras_config();
       if (!c.empty()) s += ", " + c;
       s += "}, \"inbound\": [";
-      for (std::size_t k = 0; k < info_[i].inbound.size(); ++k) s += (k ? ", \"" : "\"") + info_[i].inbound[k] + "\"";
+      for (std::size_t k = 0; k < info[i].inbound.size(); ++k) s += (k ? ", \"" : "\"") + info[i].inbound[k] + "\"";
       s += "]}";
     }
     return s + "]";
@@ -408,51 +214,16 @@ class basic_graph_model {
 
   /// Prints Keras's summary of a functional model: Layer (type), Output Shape, Param #, Connected to; totals.
   void summary(std::ostream& out) const {
-    constexpr std::size_t width = 98;
-    const std::size_t stops[] = {32, 53, 65, width};
-    auto row = [&](std::ostringstream& o, const std::vector<std::string>& fields) {
-      std::string line;
-      for (std::size_t i = 0; i < fields.size(); ++i) {
-        if (i > 0 && !line.empty()) line.back() = ' ';  // Keras: the previous column's last character gives way
-        line += fields[i];
-        if (i + 1 < fields.size() && line.size() > stops[i]) line.resize(stops[i]);
-        if (line.size() < stops[i]) line.append(stops[i] - line.size(), ' ');
-      }
-      while (!line.empty() && line.back() == ' ') line.pop_back();
-      o << line << "\n";
-    };
-    auto shape = [](const shape_t& s) {
-      std::string r = "(None";
-      for (auto e : s) r += ", " + std::to_string(e);
-      return r + ")";
-    };
-    std::ostringstream o;
-    o << "Model: \"model\"\n" << std::string(width, '_') << "\n";
-    row(o, {" Layer (type)", "Output Shape", "Param #", "Connected to"});
-    o << std::string(width, '=') << "\n";
-    row(o, {" input_1 (InputLayer)", "[" + shape(input_shape_) + "]", "0", "[]"});
-    for (std::size_t i = 0; i < info_.size(); ++i) {
-      o << "\n";
-      std::string connected = "[";
-      for (std::size_t k = 0; k < info_[i].inbound.size(); ++k)
-        connected += (k ? ", '" : "'") + info_[i].inbound[k] + "[0][0]'";
-      connected += "]";
-      row(o, {" " + info_[i].name + " (" + info_[i].type + ")", shape(info_[i].output_shape),
-              grouped(info_[i].count + info_[i].state_count), connected});
-    }
-    o << std::string(width, '=') << "\n";
-    o << "Total params: " << grouped(count_ + state_.size()) << "\nTrainable params: " << grouped(count_)
-      << "\nNon-trainable params: " << grouped(state_.size()) << "\n"
-      << std::string(width, '_') << "\n";
-    out << o.str();
+    graph_detail::print_graph_summary(out, exec_.input_shape(), exec_.info(), exec_.parameter_count(),
+                                      exec_.state().size());
   }
 
   /// Shape of one input sample.
-  [[nodiscard]] const shape_t& input_shape() const noexcept { return input_shape_; }
+  [[nodiscard]] const shape_t& input_shape() const noexcept { return exec_.input_shape(); }
   /// Shape of one output sample.
-  [[nodiscard]] const shape_t& output_shape() const noexcept { return layers_.back()->output_shape(); }
-  [[nodiscard]] std::size_t input_size() const { return mwstrat::detail::shape_size(input_shape_); }
-  [[nodiscard]] std::size_t output_size() const { return layers_.back()->output_size(); }
+  [[nodiscard]] const shape_t& output_shape() const noexcept { return exec_.layers().back()->output_shape(); }
+  [[nodiscard]] std::size_t input_size() const { return exec_.input_size(); }
+  [[nodiscard]] std::size_t output_size() const { return exec_.output_size(); }
 
   // ------------------------------------------------------------------------------------------ threads
   [[nodiscard]] int threads() const noexcept { return threads_; }
@@ -470,47 +241,25 @@ class basic_graph_model {
 
   /// The sum across replicas that SyncBatchNormalization uses (`fit` sets it to the strategy's for the length of
   /// the training; an empty function means this replica is alone).
-  void set_cross_replica_sum(mwstrat::detail::replica_sum sum) { replicas_ = std::move(sum); }
+  void set_cross_replica_sum(mwstrat::detail::replica_sum sum) { exec_.set_cross_replica_sum(std::move(sum)); }
 
   /// Makes backward leave the regularisation gradients out (`true`), for the gradient synchroniser to add after
   /// the replicas' mean (`add_regularization_gradients`): added before, they would enter the mean once per replica
   /// and round differently from one replica over the whole batch. Counted: each `true` is undone by one `false`,
   /// so nested synchronisers (or a caller's own deferral around `fit`) never leave it doubled or lost.
-  void defer_regularization_gradients(bool deferred) noexcept {
-    if (deferred) ++regularization_deferrals_;
-    else if (regularization_deferrals_ > 0) --regularization_deferrals_;
-  }
+  void defer_regularization_gradients(bool deferred) noexcept { exec_.defer_regularization_gradients(deferred); }
   /// Adds the regularisation gradients (2λ·w) of the parameters [first, first + count) into `gradients()`.
   void add_regularization_gradients(std::size_t first, std::size_t count) {
-    const std::size_t last = first + count;
-    for (const auto& t : l2_terms_) {
-      const std::size_t b = std::max(first, t.offset);
-      const std::size_t e = std::min(last, t.offset + t.count);
-      if (b < e) mwstrat::detail::add_l2_gradient(t.lambda, pbase_ + b, gbase_ + b, e - b);
-    }
+    exec_.add_regularization_gradients(first, count);
   }
 
   // ------------------------------------------------------------------------------------------ steps
   /// Allocates every buffer a batch of up to `batch` samples needs, so that later steps allocate nothing.
-  void reserve(std::size_t batch) {
-    if (batch <= capacity_) return;
-    capacity_ = batch;
-    std::size_t widest = 0;
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      layers_[i]->reserve(batch);
-      acts_[i].assign(batch * layers_[i]->output_size(), T{});
-      if (grad_needed_[i + 1] || i + 1 == layers_.size()) grads_[i].assign(batch * layers_[i]->output_size(), T{});
-      for (std::size_t in : inputs_[i]) widest = std::max(widest, node_size(in));
-    }
-    for (auto& s : scratch_) s.assign(batch * widest, T{});
-    probs_.assign(batch * output_size(), T{});
-    losses_.assign(batch, T{});
-    hits_.assign(batch, 0);
-  }
+  void reserve(std::size_t batch) { exec_.reserve(batch); }
 
   /// The training step counter that keys dropout masks (saved and restored with a checkpoint).
-  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
-  void set_step(std::uint64_t step) noexcept { step_ = step; }
+  [[nodiscard]] std::uint64_t step() const noexcept { return exec_.step(); }
+  void set_step(std::uint64_t step) noexcept { exec_.set_step(step); }
 
   /// Forward, loss (with the regularisation terms) and backward on one batch; overwrites `gradients()` and calls
   /// `on_ready(offset, count)` for each layer's gradient slice once final, last layer first.
@@ -528,11 +277,11 @@ class basic_graph_model {
     check_weights(weights, batch, "train_batch");
     step_stats stats;
     arena_threads_->execute([&] {
-      forward_pass(inputs.data(), batch, true, true);
-      stats = loss_pass(labels, weights, batch, true);
-      backward_pass(batch, on_ready);
+      exec_.forward_pass(inputs.data(), batch, true, true);
+      stats = exec_.loss_pass(labels, weights, batch, true);
+      exec_.backward_pass(batch, on_ready);
     });
-    ++step_;
+    exec_.advance_step();
     return stats;
   }
   step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
@@ -569,8 +318,8 @@ class basic_graph_model {
     check_weights(weights, batch, "evaluate_batch");
     step_stats stats;
     arena_threads_->execute([&] {
-      forward_pass(inputs.data(), batch, false, false);
-      stats = loss_pass(labels, weights, batch, false);
+      exec_.forward_pass(inputs.data(), batch, false, false);
+      stats = exec_.loss_pass(labels, weights, batch, false);
     });
     return stats;
   }
@@ -581,8 +330,8 @@ class basic_graph_model {
     check(inputs, labels, batch, "training_loss");
     step_stats stats;
     arena_threads_->execute([&] {
-      forward_pass(inputs.data(), batch, true, false);
-      stats = loss_pass(labels, {}, batch, false);
+      exec_.forward_pass(inputs.data(), batch, true, false);
+      stats = exec_.loss_pass(labels, {}, batch, false);
     });
     return stats;
   }
@@ -594,107 +343,26 @@ class basic_graph_model {
       mwstrat::detail::nn_config_error("predict: " + std::to_string(inputs.size()) + " input values for a batch of " +
                                        std::to_string(batch) + " samples of " + std::to_string(input_size()));
     reserve(batch);
-    arena_threads_->execute([&] { forward_pass(inputs.data(), batch, training, false); });
-    if (!output_softmax_) return {acts_.back().data(), batch * output_size()};
-    const std::size_t k = output_size();
-    for (std::size_t s = 0; s < batch; ++s)
-      apply_softmax<T>(std::span<const T>(acts_.back().data() + s * k, k), std::span<T>(probs_.data() + s * k, k), k);
-    return {probs_.data(), batch * k};
+    arena_threads_->execute([&] { exec_.forward_pass(inputs.data(), batch, training, false); });
+    if (!exec_.output_softmax()) return exec_.outputs();
+    return exec_.probabilities(batch);
   }
 
   /// The outputs (logits, before an output softmax) of the last forward pass: rows × `output_size()`, valid until
   /// the next step (`model_with_outputs`: top-k accuracy).
-  [[nodiscard]] std::span<const T> outputs() const { return {acts_.back().data(), last_batch_ * output_size()}; }
+  [[nodiscard]] std::span<const T> outputs() const { return exec_.outputs(); }
 
   /// The regularisation terms of the loss at the current parameters (Keras's `sum(model.losses)`).
-  [[nodiscard]] double regularization_loss() const {
-    double r = 0;
-    for (std::size_t i = 0; i < layers_.size(); ++i) r += layers_[i]->regularization(pbase_ + info_[i].offset);
-    return r;
-  }
+  [[nodiscard]] double regularization_loss() const { return exec_.regularization_loss(); }
 
  private:
-  static std::string grouped(std::size_t n) {  // 860874 -> "860,874", as Keras prints counts
-    const std::string digits = std::to_string(n);
-    std::string s;
-    for (std::size_t i = 0; i < digits.size(); ++i) {
-      if (i > 0 && (digits.size() - i) % 3 == 0) s.push_back(',');
-      s.push_back(digits[i]);
-    }
-    return s;
-  }
-
-  // node 0 is the input; node i + 1 is layer i.
-  std::size_t node_size(std::size_t node) const {
-    return node == 0 ? input_size() : layers_[node - 1]->output_size();
-  }
-
-  void build(const graph_detail::graph_def& g, std::size_t in_node, std::size_t out_node) {
-    namespace d = mwstrat::detail;
-    // The nodes the output depends on.
-    std::vector<bool> used(g.nodes.size(), false);
-    used[out_node] = true;
-    for (std::size_t i = out_node + 1; i-- > 0;)
-      if (used[i])
-        for (std::size_t in : g.nodes[i].inputs) used[in] = true;
-    for (std::size_t i = 0; i <= out_node; ++i)
-      if (used[i] && g.nodes[i].type == "InputLayer" && i != in_node)
-        d::nn_config_error("graph_model: the outputs depend on an input other than the model's (" + g.nodes[i].name + ")");
-    if (!used[in_node]) d::nn_config_error("graph_model: the outputs do not depend on the inputs");
-    if (out_node == in_node) d::nn_config_error("graph_model: no layers between the inputs and the outputs");
-    input_shape_ = g.nodes[in_node].shape;
-    std::vector<std::size_t> remap(g.nodes.size(), 0);  // graph node -> model node (0: input)
-    std::size_t offset = 0, state_offset = 0;
-    for (std::size_t i = 0; i <= out_node; ++i) {
-      if (!used[i] || i == in_node) continue;
-      const auto& n = g.nodes[i];
-      std::vector<shape_t> shapes;
-      std::vector<std::size_t> ins;
-      std::vector<std::string> inbound;
-      for (std::size_t in : n.inputs) {
-        ins.push_back(remap[in]);
-        shapes.push_back(g.nodes[in].shape);
-        inbound.push_back(g.nodes[in].name);
-      }
-      auto layer = graph_detail::make_graph_layer<T>(n.spec, shapes, layers_.size() + 1);
-      remap[i] = layers_.size() + 1;
-      info_.push_back({n.name, layer->keras_type(), layer->output_shape(), inbound, offset, layer->param_count(),
-                       state_offset, layer->state_count()});
-      for (auto t : layer->l2_terms()) {  // in model offsets
-        t.offset += offset;
-        l2_terms_.push_back(t);
-      }
-      offset += layer->param_count();
-      state_offset += layer->state_count();
-      inputs_.push_back(ins);
-      layers_.push_back(std::move(layer));
-    }
-    if (const auto* last = std::get_if<dense>(&g.nodes[out_node].spec); last && last->activation == activation::softmax)
-      output_softmax_ = true;
-    count_ = offset;
-    arena_.assign(2 * count_, T{});
-    pbase_ = arena_.data();
-    gbase_ = arena_.data() + count_;
-    state_.assign(state_offset, T{});
-    // The gradient w.r.t. a node's output is needed when the node or a node before it has parameters.
-    grad_needed_.assign(layers_.size() + 1, false);
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      bool below = layers_[i]->param_count() > 0;
-      for (std::size_t in : inputs_[i]) below = below || grad_needed_[in];
-      grad_needed_[i + 1] = below;
-    }
-    std::size_t arity = 1;
-    for (const auto& ins : inputs_) arity = std::max(arity, ins.size());
-    scratch_.resize(arity);
-    acts_.resize(layers_.size());
-    grads_.resize(layers_.size());
-    written_.assign(layers_.size() + 1, 0);
-    xs_.resize(arity);
-    dxs_.resize(arity);
-    // Only softmax-activated Dense as the output: elsewhere it would need the softmax applied.
-    for (std::size_t i = 0; i + 1 < layers_.size(); ++i)
-      if (layers_[i]->config().find(",softmax") != std::string::npos && info_[i].type == "Dense")
-        d::nn_config_error("graph_model: layer " + info_[i].name + " (Dense) has a softmax activation but is not the output");
+  // The layers between `inputs` and `outputs`, checked; the model's threads are set first (as their errors were).
+  graph_detail::graph_plan plan(const symbolic_tensor& inputs, const symbolic_tensor& outputs,
+                                const model_options& options) {
+    if (inputs.graph() != outputs.graph() || inputs.graph()->nodes[inputs.node()].type != "InputLayer")
+      mwstrat::detail::nn_config_error("graph_model: the inputs must be the input_tensor the outputs were built from");
+    set_threads(options.threads);
+    return graph_detail::plan_model(*outputs.graph(), inputs.node(), outputs.node());
   }
 
   void check(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch, const char* what) {
@@ -725,127 +393,10 @@ class basic_graph_model {
                                          " of sample " + std::to_string(i) + " is not a finite weight >= 0");
   }
 
-  const T* node_values(std::size_t node) const { return node == 0 ? input_ : acts_[node - 1].data(); }
-
-  // `update_state`: training mode moves the batch-norm statistics (not while only measuring a loss).
-  void forward_pass(const T* x, std::size_t batch, bool training, bool update_state) {
-    input_ = x;
-    last_batch_ = batch;
-    const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      for (std::size_t k = 0; k < inputs_[i].size(); ++k) xs_[k] = node_values(inputs_[i][k]);
-      T* state = info_[i].state_count != 0 && update_state ? state_.data() + info_[i].state_offset : nullptr;
-      if (info_[i].state_count != 0 && !training) state = state_.data() + info_[i].state_offset;
-      if (layers_[i]->aliases_input()) {  // Reshape, Flatten: the graph copies (a tensor may feed several layers)
-        std::copy(xs_[0], xs_[0] + batch * layers_[i]->output_size(), acts_[i].data());
-        continue;
-      }
-      layers_[i]->forward({batch, xs_[0], acts_[i].data(), pbase_ + info_[i].offset, training, step_, state, sum,
-                           xs_.data()});
-    }
-  }
-
-  step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
-                       bool with_grad) {
-    const std::size_t k = output_size();
-    const T* logits = acts_.back().data();
-    T* dlogits = grads_.back().data();
-    const T scale = T{1} / static_cast<T>(batch);
-    mwstrat::detail::parallel_chunks(batch, 64, [&](std::size_t b, std::size_t e) {
-      for (std::size_t s = b; s < e; ++s) {
-        std::span<const T> row(logits + s * k, k);
-        const T w = weights.empty() ? T{1} : static_cast<T>(weights[s]);
-        losses_[s] = w * sparse_categorical_crossentropy<T>(
-                             row, labels[s], with_grad ? std::span<T>(dlogits + s * k, k) : std::span<T>{}, scale * w);
-        hits_[s] = static_cast<std::int64_t>(arg_max(row)) == labels[s] ? 1 : 0;
-      }
-    });
-    step_stats st;
-    st.count = batch;
-    for (std::size_t s = 0; s < batch; ++s) {
-      st.loss_sum += static_cast<double>(losses_[s]);
-      st.correct += hits_[s];
-    }
-    // Keras's loss includes the regularisation terms: the mean gains them once.
-    st.loss_sum += static_cast<double>(batch) * regularization_loss();
-    return st;
-  }
-
-  template <class OnReady>
-  void backward_pass(std::size_t batch, OnReady& on_ready) {
-    const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
-    std::fill(written_.begin(), written_.end(), 0);
-    written_.back() = 1;  // the output's gradient is the loss's
-    for (std::size_t i = layers_.size(); i-- > 0;) {
-      auto& l = *layers_[i];
-      const std::size_t n = l.param_count();
-      const auto& ins = inputs_[i];
-      bool any_input = false;
-      for (std::size_t k = 0; k < ins.size(); ++k) {
-        const std::size_t in = ins[k];
-        if (!grad_needed_[in]) {
-          dxs_[k] = nullptr;
-          continue;
-        }
-        any_input = true;
-        dxs_[k] = written_[in] ? scratch_[k].data() : grads_[in - 1].data();  // a second consumer adds its part
-      }
-      if (n > 0 || any_input) {
-        for (std::size_t k = 0; k < ins.size(); ++k) xs_[k] = node_values(ins[k]);
-        if (l.aliases_input()) {
-          if (dxs_[0] != nullptr) std::copy(grads_[i].data(), grads_[i].data() + batch * l.output_size(), dxs_[0]);
-        } else {
-          l.backward({batch, xs_[0], acts_[i].data(), grads_[i].data(), dxs_[0], pbase_ + info_[i].offset,
-                      gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0});
-        }
-        for (std::size_t k = 0; k < ins.size(); ++k) {
-          if (dxs_[k] == nullptr) continue;
-          const std::size_t in = ins[k];
-          if (written_[in]) {
-            T* to = grads_[in - 1].data();
-            const T* from = dxs_[k];
-            mwstrat::detail::parallel_chunks(batch * node_size(in), 1 << 16, [&](std::size_t b, std::size_t e) {
-              for (std::size_t j = b; j < e; ++j) to[j] += from[j];
-            });
-          }
-          written_[in] = 1;
-        }
-      }
-      if (n > 0) on_ready(info_[i].offset, n);
-    }
-  }
-
   model_options options_;
   int threads_ = 1;
-  std::unique_ptr<tbb::task_arena> arena_threads_;
-  shape_t input_shape_;
-  std::vector<std::unique_ptr<mwstrat::detail::layer_impl<T>>> layers_;
-  std::vector<std::vector<std::size_t>> inputs_;  // per layer: model nodes (0 = input, i + 1 = layer i)
-  std::vector<layer_info> info_;
-  std::vector<bool> grad_needed_;                  // per model node
-  bool output_softmax_ = false;
-  std::size_t count_ = 0;
-  mwstrat::detail::aligned_vector<T> arena_;  // [parameters | gradients]
-  T* pbase_ = nullptr;
-  T* gbase_ = nullptr;
-  std::vector<T> state_;                                // moving statistics
-  std::vector<mwstrat::detail::aligned_vector<T>> acts_;    // per layer: its output
-  std::vector<mwstrat::detail::aligned_vector<T>> grads_;   // per layer: gradient w.r.t. its output
-  std::vector<mwstrat::detail::aligned_vector<T>> scratch_; // per input slot: a second consumer's gradient
-  std::vector<std::uint8_t> written_;                       // per node: its gradient has a first part this step
-  std::vector<const T*> xs_;
-  std::vector<T*> dxs_;
-  std::vector<T> probs_;
-  std::vector<T> losses_;
-  std::vector<std::uint8_t> hits_;
-  mwstrat::detail::replica_sum replicas_;
-  std::vector<mwstrat::detail::l2_term> l2_terms_;  // every layer's, in model parameter offsets
-  int regularization_deferrals_ = 0;  // > 0: a synchroniser adds the regularisation gradients after the mean
-  const T* input_ = nullptr;
-  std::size_t last_batch_ = 0;  // examples in the last forward pass (what outputs() covers)
-  std::size_t capacity_ = 0;
-  std::uint64_t seed_ = 0;
-  std::uint64_t step_ = 0;
+  std::unique_ptr<tbb::task_arena> arena_threads_;  // the kernels' threads (declared before exec_: set first)
+  graph_detail::graph_executor<T> exec_;            // the layers, arenas, buffers and passes
 };
 
 /// The graph model of float elements.

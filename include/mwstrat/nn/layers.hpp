@@ -216,4 +216,10 @@ struct pad_channels_shortcut {
   }
 };
 
+/// Any layer a graph model can hold (`nn::graph_model`, built by applying these to tensors: nn/graph.hpp).
+using graph_layer_spec =
+    std::variant<input, reshape, conv2d, max_pool2d, relu, flatten, dense, dropout, softmax, batch_normalization,
+                 sync_batch_normalization, add, activation_layer, zero_padding2d, global_average_pooling2d,
+                 pad_channels_shortcut>;
+
 }  // namespace mwstrat::nn

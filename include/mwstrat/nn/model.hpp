@@ -13,6 +13,7 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/loss_pass.hpp>
 #include <mwstrat/nn/layers/alias.hpp>
 #include <mwstrat/nn/layers/conv2d.hpp>
 #include <mwstrat/nn/layers/dense.hpp>
@@ -24,6 +25,8 @@
 #include <mwstrat/nn/keras_layout.hpp>
 #include <mwstrat/nn/layers.hpp>
 #include <mwstrat/nn/losses.hpp>
+#include <mwstrat/nn/model_options.hpp>
+#include <mwstrat/nn/step_stats.hpp>
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -46,20 +49,6 @@
 #include <vector>
 
 namespace mwstrat::nn {
-
-/// Loss and accuracy counts of one batch: the mean loss is loss_sum / count, the accuracy correct / count.
-struct step_stats {
-  double loss_sum = 0;     ///< sum over the batch of the per-sample loss
-  std::size_t correct = 0; ///< samples whose arg-max logit is the label
-  std::size_t count = 0;   ///< samples in the batch
-};
-
-/// How a model is built and run.
-struct model_options {
-  int threads = 1;          ///< threads of the model's oneTBB arena (results do not depend on it)
-  std::uint64_t seed = 0;   ///< seed of the initialisers and dropout masks
-  std::size_t max_batch = 0;///< if non-zero, buffers for this batch size are allocated at construction
-};
 
 /// A sequential model over elements of type `T` (float, or double for gradient checks).
 template <class T = float>
@@ -513,30 +502,12 @@ class basic_sequential {
     }
   }
 
-  // `weights` empty: every example weighs 1; else example s contributes weights[s] * loss_s (Keras divides by the
-  // batch size either way: `sum_over_batch_size`).
+  // Keras's `sum_over_batch_size` of the weighted cross-entropy (nn/detail/loss_pass.hpp, shared with the graph
+  // model); `weights` empty: every example weighs 1.
   step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
                        bool with_grad) {
-    const std::size_t k = output_size();
-    const T* logits = output_ptr();
-    T* dlogits = grads_[layers_.size()].data();
-    const T scale = T{1} / static_cast<T>(batch);
-    detail::parallel_chunks(batch, 64, [&](std::size_t b, std::size_t e) {
-      for (std::size_t s = b; s < e; ++s) {
-        std::span<const T> row(logits + s * k, k);
-        const T w = weights.empty() ? T{1} : static_cast<T>(weights[s]);
-        losses_[s] = w * sparse_categorical_crossentropy<T>(
-                             row, labels[s], with_grad ? std::span<T>(dlogits + s * k, k) : std::span<T>{}, scale * w);
-        hits_[s] = static_cast<std::int64_t>(arg_max(row)) == labels[s] ? 1 : 0;
-      }
-    });
-    step_stats st;
-    st.count = batch;
-    for (std::size_t s = 0; s < batch; ++s) {
-      st.loss_sum += static_cast<double>(losses_[s]);
-      st.correct += hits_[s];
-    }
-    return st;
+    return detail::weighted_loss_pass<T>(output_ptr(), with_grad ? grads_[layers_.size()].data() : nullptr,
+                                         output_size(), labels, weights, batch, losses_.data(), hits_.data());
   }
 
   template <class OnReady>

@@ -1,0 +1,277 @@
+#pragma once
+// The graph model's executor: makes the layers of a graph plan, lays their parameters, gradients and non-trained
+// state out in arenas, and runs the forward, loss and backward passes over the activation and gradient buffers.
+// It checks nothing a caller passes (nn::basic_graph_model does) and runs in whatever task arena it is called from.
+
+#include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/graph_layer_factory.hpp>
+#include <mwstrat/nn/detail/graph_layer_info.hpp>
+#include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/loss_pass.hpp>
+#include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/graph.hpp>
+#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/losses.hpp>
+#include <mwstrat/nn/step_stats.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mwstrat::nn::graph_detail {
+
+template <class T>
+class graph_executor {
+ public:
+  using layer_ptr = std::unique_ptr<mwstrat::detail::layer_impl<T>>;
+
+  explicit graph_executor(const graph_plan& plan) : input_shape_(plan.input_shape), output_softmax_(plan.output_softmax) {
+    std::size_t offset = 0, state_offset = 0;
+    for (const auto& p : plan.layers) {
+      auto layer = make_graph_layer<T>(p.spec, p.input_shapes, layers_.size() + 1);
+      info_.push_back({p.name, layer->keras_type(), layer->output_shape(), p.inbound, offset, layer->param_count(),
+                       state_offset, layer->state_count()});
+      for (auto t : layer->l2_terms()) {  // in model offsets
+        t.offset += offset;
+        l2_terms_.push_back(t);
+      }
+      offset += layer->param_count();
+      state_offset += layer->state_count();
+      inputs_.push_back(p.inputs);
+      layers_.push_back(std::move(layer));
+    }
+    count_ = offset;
+    arena_.assign(2 * count_, T{});
+    pbase_ = arena_.data();
+    gbase_ = arena_.data() + count_;
+    state_.assign(state_offset, T{});
+    // The gradient w.r.t. a node's output is needed when the node or a node before it has parameters.
+    grad_needed_.assign(layers_.size() + 1, false);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      bool below = layers_[i]->param_count() > 0;
+      for (std::size_t in : inputs_[i]) below = below || grad_needed_[in];
+      grad_needed_[i + 1] = below;
+    }
+    std::size_t arity = 1;
+    for (const auto& ins : inputs_) arity = std::max(arity, ins.size());
+    scratch_.resize(arity);
+    acts_.resize(layers_.size());
+    grads_.resize(layers_.size());
+    written_.assign(layers_.size() + 1, 0);
+    xs_.resize(arity);
+    dxs_.resize(arity);
+  }
+
+  // ---------------------------------------------------------------------------------------- layout
+  [[nodiscard]] const std::vector<layer_ptr>& layers() const noexcept { return layers_; }
+  [[nodiscard]] const std::vector<graph_layer_info>& info() const noexcept { return info_; }
+  // Per layer: its inputs as model nodes (0 = the input, i + 1 = layer i).
+  [[nodiscard]] const std::vector<std::vector<std::size_t>>& inputs() const noexcept { return inputs_; }
+  [[nodiscard]] const shape_t& input_shape() const noexcept { return input_shape_; }
+  [[nodiscard]] std::size_t input_size() const { return mwstrat::detail::shape_size(input_shape_); }
+  [[nodiscard]] std::size_t output_size() const { return layers_.back()->output_size(); }
+  [[nodiscard]] bool output_softmax() const noexcept { return output_softmax_; }
+
+  // ---------------------------------------------------------------------------------------- arenas
+  [[nodiscard]] std::size_t parameter_count() const noexcept { return count_; }
+  [[nodiscard]] T* parameters() const noexcept { return pbase_; }
+  [[nodiscard]] T* gradients() const noexcept { return gbase_; }
+  [[nodiscard]] std::span<T> state() noexcept { return state_; }
+  [[nodiscard]] std::span<const T> state() const noexcept { return state_; }
+  // Parameters and gradients in the caller's storage (checked by the model), or back in the own arena.
+  void adopt_storage(T* params, T* grads) noexcept {
+    pbase_ = params;
+    gbase_ = grads;
+  }
+  void use_own_storage() {
+    if (uses_own_storage()) return;
+    std::copy(pbase_, pbase_ + count_, arena_.data());
+    std::copy(gbase_, gbase_ + count_, arena_.data() + count_);
+    pbase_ = arena_.data();
+    gbase_ = arena_.data() + count_;
+  }
+  [[nodiscard]] bool uses_own_storage() const noexcept { return pbase_ == arena_.data(); }
+
+  // Every parameter and the state from `seed` (layer i + 1's stream); gradients to zero, step to 0.
+  void initialize(std::uint64_t seed) {
+    seed_ = seed;
+    step_ = 0;
+    const std::span<T> params(pbase_, count_);
+    const std::span<T> state(state_);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      layers_[i]->initialize(params.subspan(info_[i].offset, info_[i].count), seed, i + 1);
+      layers_[i]->initialize_state(state.subspan(info_[i].state_offset, info_[i].state_count));
+    }
+    for (auto& g : std::span<T>(gbase_, count_)) g = T{};
+  }
+
+  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
+  void set_step(std::uint64_t step) noexcept { step_ = step; }
+  void advance_step() noexcept { ++step_; }  // after a training step: the next one draws other dropout masks
+
+  // ---------------------------------------------------------------------------------------- regularisation
+  void set_cross_replica_sum(mwstrat::detail::replica_sum sum) { replicas_ = std::move(sum); }
+  void defer_regularization_gradients(bool deferred) noexcept {
+    if (deferred) ++regularization_deferrals_;
+    else if (regularization_deferrals_ > 0) --regularization_deferrals_;
+  }
+  // Adds the regularisation gradients (2λ·w) of the parameters [first, first + count) into the gradients.
+  void add_regularization_gradients(std::size_t first, std::size_t count) {
+    const std::size_t last = first + count;
+    for (const auto& t : l2_terms_) {
+      const std::size_t b = std::max(first, t.offset);
+      const std::size_t e = std::min(last, t.offset + t.count);
+      if (b < e) mwstrat::detail::add_l2_gradient(t.lambda, pbase_ + b, gbase_ + b, e - b);
+    }
+  }
+  [[nodiscard]] double regularization_loss() const {
+    double r = 0;
+    for (std::size_t i = 0; i < layers_.size(); ++i) r += layers_[i]->regularization(pbase_ + info_[i].offset);
+    return r;
+  }
+
+  // ---------------------------------------------------------------------------------------- passes
+  // Every buffer a batch of up to `batch` samples needs, so that later steps allocate nothing.
+  void reserve(std::size_t batch) {
+    if (batch <= capacity_) return;
+    capacity_ = batch;
+    std::size_t widest = 0;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      layers_[i]->reserve(batch);
+      acts_[i].assign(batch * layers_[i]->output_size(), T{});
+      if (grad_needed_[i + 1] || i + 1 == layers_.size()) grads_[i].assign(batch * layers_[i]->output_size(), T{});
+      for (std::size_t in : inputs_[i]) widest = std::max(widest, node_size(in));
+    }
+    for (auto& s : scratch_) s.assign(batch * widest, T{});
+    probs_.assign(batch * output_size(), T{});
+    losses_.assign(batch, T{});
+    hits_.assign(batch, 0);
+  }
+
+  // `update_state`: training mode moves the batch-norm statistics (not while only measuring a loss).
+  void forward_pass(const T* x, std::size_t batch, bool training, bool update_state) {
+    input_ = x;
+    last_batch_ = batch;
+    const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      for (std::size_t k = 0; k < inputs_[i].size(); ++k) xs_[k] = node_values(inputs_[i][k]);
+      T* state = info_[i].state_count != 0 && update_state ? state_.data() + info_[i].state_offset : nullptr;
+      if (info_[i].state_count != 0 && !training) state = state_.data() + info_[i].state_offset;
+      if (layers_[i]->aliases_input()) {  // Reshape, Flatten: the graph copies (a tensor may feed several layers)
+        std::copy(xs_[0], xs_[0] + batch * layers_[i]->output_size(), acts_[i].data());
+        continue;
+      }
+      layers_[i]->forward({batch, xs_[0], acts_[i].data(), pbase_ + info_[i].offset, training, step_, state, sum,
+                           xs_.data()});
+    }
+  }
+
+  // The weighted cross-entropy (nn/detail/loss_pass.hpp, shared with the sequential model) and, as in Keras, the
+  // regularisation terms, which the mean gains once.
+  step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
+                       bool with_grad) {
+    step_stats st = mwstrat::detail::weighted_loss_pass<T>(acts_.back().data(),
+                                                           with_grad ? grads_.back().data() : nullptr, output_size(),
+                                                           labels, weights, batch, losses_.data(), hits_.data());
+    st.loss_sum += static_cast<double>(batch) * regularization_loss();
+    return st;
+  }
+
+  // Overwrites the gradients and calls `on_ready(offset, count)` for each layer's slice once final, last first.
+  template <class OnReady>
+  void backward_pass(std::size_t batch, OnReady& on_ready) {
+    const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
+    std::fill(written_.begin(), written_.end(), 0);
+    written_.back() = 1;  // the output's gradient is the loss's
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      auto& l = *layers_[i];
+      const std::size_t n = l.param_count();
+      const auto& ins = inputs_[i];
+      bool any_input = false;
+      for (std::size_t k = 0; k < ins.size(); ++k) {
+        const std::size_t in = ins[k];
+        if (!grad_needed_[in]) {
+          dxs_[k] = nullptr;
+          continue;
+        }
+        any_input = true;
+        dxs_[k] = written_[in] ? scratch_[k].data() : grads_[in - 1].data();  // a second consumer adds its part
+      }
+      if (n > 0 || any_input) {
+        for (std::size_t k = 0; k < ins.size(); ++k) xs_[k] = node_values(ins[k]);
+        if (l.aliases_input()) {
+          if (dxs_[0] != nullptr) std::copy(grads_[i].data(), grads_[i].data() + batch * l.output_size(), dxs_[0]);
+        } else {
+          l.backward({batch, xs_[0], acts_[i].data(), grads_[i].data(), dxs_[0], pbase_ + info_[i].offset,
+                      gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0});
+        }
+        for (std::size_t k = 0; k < ins.size(); ++k) {
+          if (dxs_[k] == nullptr) continue;
+          const std::size_t in = ins[k];
+          if (written_[in]) {
+            T* to = grads_[in - 1].data();
+            const T* from = dxs_[k];
+            mwstrat::detail::parallel_chunks(batch * node_size(in), 1 << 16, [&](std::size_t b, std::size_t e) {
+              for (std::size_t j = b; j < e; ++j) to[j] += from[j];
+            });
+          }
+          written_[in] = 1;
+        }
+      }
+      if (n > 0) on_ready(info_[i].offset, n);
+    }
+  }
+
+  // The outputs (logits, before an output softmax) of the last forward pass: rows × output_size().
+  [[nodiscard]] std::span<const T> outputs() const { return {acts_.back().data(), last_batch_ * output_size()}; }
+  // The output softmax applied to the last forward pass's `batch` rows, in a buffer of the executor's.
+  std::span<const T> probabilities(std::size_t batch) {
+    const std::size_t k = output_size();
+    for (std::size_t s = 0; s < batch; ++s)
+      apply_softmax<T>(std::span<const T>(acts_.back().data() + s * k, k), std::span<T>(probs_.data() + s * k, k), k);
+    return {probs_.data(), batch * k};
+  }
+
+ private:
+  // node 0 is the input; node i + 1 is layer i.
+  std::size_t node_size(std::size_t node) const {
+    return node == 0 ? input_size() : layers_[node - 1]->output_size();
+  }
+  const T* node_values(std::size_t node) const { return node == 0 ? input_ : acts_[node - 1].data(); }
+
+  shape_t input_shape_;
+  std::vector<layer_ptr> layers_;
+  std::vector<std::vector<std::size_t>> inputs_;  // per layer: model nodes (0 = input, i + 1 = layer i)
+  std::vector<graph_layer_info> info_;
+  std::vector<bool> grad_needed_;                  // per model node
+  bool output_softmax_ = false;
+  std::size_t count_ = 0;
+  mwstrat::detail::aligned_vector<T> arena_;  // [parameters | gradients]
+  T* pbase_ = nullptr;
+  T* gbase_ = nullptr;
+  std::vector<T> state_;                                // moving statistics
+  std::vector<mwstrat::detail::aligned_vector<T>> acts_;    // per layer: its output
+  std::vector<mwstrat::detail::aligned_vector<T>> grads_;   // per layer: gradient w.r.t. its output
+  std::vector<mwstrat::detail::aligned_vector<T>> scratch_; // per input slot: a second consumer's gradient
+  std::vector<std::uint8_t> written_;                       // per node: its gradient has a first part this step
+  std::vector<const T*> xs_;
+  std::vector<T*> dxs_;
+  std::vector<T> probs_;
+  std::vector<T> losses_;
+  std::vector<std::uint8_t> hits_;
+  mwstrat::detail::replica_sum replicas_;
+  std::vector<mwstrat::detail::l2_term> l2_terms_;  // every layer's, in model parameter offsets
+  int regularization_deferrals_ = 0;  // > 0: a synchroniser adds the regularisation gradients after the mean
+  const T* input_ = nullptr;
+  std::size_t last_batch_ = 0;  // examples in the last forward pass (what outputs() covers)
+  std::size_t capacity_ = 0;
+  std::uint64_t seed_ = 0;
+  std::uint64_t step_ = 0;
+};
+
+}  // namespace mwstrat::nn::graph_detail

@@ -1,0 +1,425 @@
+// The nn family's internal headers on their own: the window geometry of convolutions and pooling
+// (nn/detail/window_2d.hpp) against Keras's padding rules, the layer interface's helpers (nn/detail/layer_impl.hpp:
+// shapes, L2 terms, JSON), the loss step both models share (nn/detail/loss_pass.hpp) against a hand-computed
+// reference and across thread counts, the graph front end's cut from input to output (nn/graph.hpp), and the part
+// of every optimizer that is not its rule (nn/optimizers/optimizer_base.hpp): clipping, weight decay, the serial
+// part path and the refusals; and the fast convolution (nn/kernels/conv2d_direct.hpp) called directly: its tile
+// plans, its padded copy, and its three passes against their definitions.
+#include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/loss_pass.hpp>
+#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/window_2d.hpp>
+#include <mwstrat/nn/graph.hpp>
+#include <mwstrat/nn/graph_model.hpp>
+#include <mwstrat/nn/kernels/conv2d_direct.hpp>
+#include <mwstrat/nn/optimizers/optimizer_base.hpp>
+
+#include <gtest/gtest.h>
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace nn = mwstrat::nn;
+namespace d = mwstrat::detail;
+
+namespace {
+
+// The message of the config_error `f` throws ("" when it throws none).
+template <class F>
+std::string config_error_of(F&& f) {
+  try {
+    f();
+  } catch (const mwstrat::config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------- window_2d
+
+TEST(NnWindow2d, ValidAndSameFollowKerasForEveryExtentKernelAndStride) {
+  for (std::size_t h = 1; h <= 9; ++h)
+    for (std::size_t k = 1; k <= 4; ++k)
+      for (std::size_t s = 1; s <= 3; ++s) {
+        SCOPED_TRACE("h=" + std::to_string(h) + " k=" + std::to_string(k) + " s=" + std::to_string(s));
+        // same: ceil(h / s) outputs; TensorFlow pads max((out - 1) * s + k - h, 0), the smaller half on top.
+        const auto same = d::window_2d::make("conv2d", {h, h + 1, 2}, {k, k}, {s, s}, nn::padding::same);
+        EXPECT_EQ(same.oh, ceil_div(h, s));
+        EXPECT_EQ(same.ow, ceil_div(h + 1, s));
+        const std::size_t need = (same.oh - 1) * s + k;
+        EXPECT_EQ(same.pad_top, need > h ? (need - h) / 2 : 0);
+        // Every window of `same` starts at most pad_top above the image and ends inside image + bottom padding.
+        EXPECT_EQ(same.in_row(0, 0), -static_cast<std::ptrdiff_t>(same.pad_top));
+        const std::size_t bottom = (need > h ? need - h : 0) - same.pad_top;
+        EXPECT_LE(same.in_row(same.oh - 1, k - 1), static_cast<std::ptrdiff_t>(h - 1 + bottom));
+        if (h < k) {
+          EXPECT_NE(config_error_of([&] { (void)d::window_2d::make("conv2d", {h, h, 1}, {k, k}, {s, s}, nn::padding::valid); }),
+                    "");
+          continue;
+        }
+        const auto valid = d::window_2d::make("conv2d", {h, h, 1}, {k, k}, {s, s}, nn::padding::valid);
+        EXPECT_EQ(valid.oh, (h - k) / s + 1);
+        EXPECT_EQ(valid.pad_top, 0u);
+        EXPECT_EQ(valid.pad_left, 0u);
+        // The last window of `valid` ends inside the image, and one more stride would not fit.
+        EXPECT_LE(valid.in_row(valid.oh - 1, k - 1), static_cast<std::ptrdiff_t>(h - 1));
+        EXPECT_GT(valid.oh * s + k - 1, h - 1);
+      }
+}
+
+TEST(NnWindow2d, RefusalsNameTheLayerAndTheShape) {
+  const std::string big =
+      config_error_of([] { (void)d::window_2d::make("max_pool2d", {2, 2, 1}, {3, 3}, {1, 1}, nn::padding::valid); });
+  EXPECT_NE(big.find("max_pool2d: window 3x3 larger than input (2, 2, 1)"), std::string::npos) << big;
+  const std::string flat = config_error_of([] { (void)d::window_2d::make("conv2d", {4, 4}, {3, 3}, {1, 1}, nn::padding::same); });
+  EXPECT_NE(flat.find("conv2d: input shape (4, 4) is not (height, width, channels)"), std::string::npos) << flat;
+  const std::string zero = config_error_of([] { (void)d::window_2d::make("conv2d", {4, 4, 1}, {3, 3}, {0, 1}, nn::padding::same); });
+  EXPECT_NE(zero.find("window and strides must be positive"), std::string::npos) << zero;
+  const std::string empty = config_error_of([] { (void)d::window_2d::make("conv2d", {4, 4, 0}, {3, 3}, {1, 1}, nn::padding::same); });
+  EXPECT_NE(empty.find("conv2d: empty output for input (4, 4, 0)"), std::string::npos) << empty;
+}
+
+// ---------------------------------------------------------------------------------------------------- layer_impl
+
+TEST(NnLayerImpl, ShapesPrintAsPythonTuples) {
+  EXPECT_EQ(d::shape_size({}), 1u);
+  EXPECT_EQ(d::shape_size({2, 3, 4}), 24u);
+  EXPECT_EQ(d::shape_size({5, 0}), 0u);
+  EXPECT_EQ(d::shape_string({3}), "(3,)");  // a 1-tuple keeps its comma, as Python prints it
+  EXPECT_EQ(d::shape_string({32, 32, 3}), "(32, 32, 3)");
+  EXPECT_EQ(d::shape_string({}), "()");
+  EXPECT_EQ(d::json_list({}), "[]");
+  EXPECT_EQ(d::json_list({32, 32, 3}), "[32, 32, 3]");
+}
+
+TEST(NnLayerImpl, L2GradientIsTheDerivativeOfTheL2Penalty) {
+  const std::vector<double> w = {0.5, -1.25, 3.0, 0.0, -0.003};
+  const double lambda = 2e-3;
+  EXPECT_DOUBLE_EQ(d::l2_penalty(lambda, w.data(), w.size()), lambda * (0.25 + 1.5625 + 9.0 + 0.0 + 9e-6));
+  std::vector<double> g(w.size(), 1.0);
+  d::add_l2_gradient(lambda, w.data(), g.data(), g.size());  // adds, does not overwrite
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    std::vector<double> up = w, down = w;
+    up[i] += 1e-4;
+    down[i] -= 1e-4;
+    const double numeric =
+        (d::l2_penalty(lambda, up.data(), up.size()) - d::l2_penalty(lambda, down.data(), down.size())) / 2e-4;
+    EXPECT_NEAR(g[i] - 1.0, numeric, 1e-9) << i;
+  }
+  // λ = 0: no term and nothing added.
+  EXPECT_EQ(d::l2_penalty(0.0, w.data(), w.size()), 0.0);
+  std::vector<double> untouched(w.size(), 7.0);
+  d::add_l2_gradient(0.0, w.data(), untouched.data(), untouched.size());
+  EXPECT_EQ(untouched, std::vector<double>(w.size(), 7.0));
+}
+
+TEST(NnLayerImpl, JsonNumbersRoundTripAndRegularizersReadAsKeras) {
+  for (double v : {0.1, 2e-4, 5e-5, 1.0 / 3.0, 0.997, 1e-300, 12345.0})
+    EXPECT_EQ(std::stod(d::json_number(v)), v) << d::json_number(v);
+  EXPECT_EQ(d::json_number(0.5), "0.5");
+  EXPECT_EQ(d::regularizer_json(0), "null");
+  EXPECT_EQ(d::regularizer_json(0.5), "{\"class_name\": \"L2\", \"config\": {\"l2\": 0.5}}");
+  EXPECT_EQ(d::activation_name(nn::activation::linear), "linear");
+  EXPECT_EQ(d::activation_name(nn::activation::relu), "relu");
+  EXPECT_EQ(d::activation_name(nn::activation::softmax), "softmax");
+}
+
+// ---------------------------------------------------------------------------------------------------- loss_pass
+
+TEST(NnLossPass, WeightedCrossEntropyGradientAndHitsAgainstAHandComputedReference) {
+  constexpr std::size_t batch = 3, k = 4;
+  const std::vector<double> logits = {1.0, 2.0, 0.5, -1.0,   //
+                                      0.0, 0.0, 0.0, 0.0,    // a tie: arg-max is the first
+                                      -3.0, 4.0, 1.0, 2.0};
+  const std::vector<std::int64_t> labels = {1, 2, 3};
+  const std::vector<float> weights = {0.5f, 0.0f, 2.0f};
+  std::vector<double> dlogits(batch * k, -99.0), losses(batch);
+  std::vector<std::uint8_t> hits(batch);
+  const auto st = d::weighted_loss_pass<double>(logits.data(), dlogits.data(), k, labels, weights, batch,
+                                                losses.data(), hits.data());
+  double expected_sum = 0;
+  for (std::size_t s = 0; s < batch; ++s) {
+    double z = 0;
+    for (std::size_t j = 0; j < k; ++j) z += std::exp(logits[s * k + j]);
+    const double ce = std::log(z) - logits[s * k + static_cast<std::size_t>(labels[s])];
+    expected_sum += weights[s] * ce;
+    EXPECT_NEAR(losses[s], weights[s] * ce, 1e-12) << s;
+    for (std::size_t j = 0; j < k; ++j) {
+      const double p = std::exp(logits[s * k + j]) / z;
+      const double onehot = static_cast<std::int64_t>(j) == labels[s] ? 1.0 : 0.0;
+      EXPECT_NEAR(dlogits[s * k + j], static_cast<double>(weights[s]) / batch * (p - onehot), 1e-12) << s << "," << j;
+    }
+  }
+  EXPECT_NEAR(st.loss_sum, expected_sum, 1e-12);
+  EXPECT_EQ(st.count, batch);
+  EXPECT_EQ(st.correct, 1u);  // sample 0 (argmax 1 == label 1); sample 1's tie picks class 0, sample 2 picks 1
+  EXPECT_EQ(hits, (std::vector<std::uint8_t>{1, 0, 0}));
+
+  // No weights: every example weighs 1. No gradient buffer: none is written.
+  const auto plain = d::weighted_loss_pass<double>(logits.data(), nullptr, k, labels, {}, batch, losses.data(),
+                                                   hits.data());
+  double unweighted = 0;
+  for (std::size_t s = 0; s < batch; ++s) {
+    double z = 0;
+    for (std::size_t j = 0; j < k; ++j) z += std::exp(logits[s * k + j]);
+    unweighted += std::log(z) - logits[s * k + static_cast<std::size_t>(labels[s])];
+  }
+  EXPECT_NEAR(plain.loss_sum, unweighted, 1e-12);
+  EXPECT_EQ(plain.correct, st.correct);
+}
+
+TEST(NnLossPass, SameBitsOnOneAndFourThreads) {
+  constexpr std::size_t batch = 333, k = 10;  // more than one chunk of 64, and a ragged last one
+  std::vector<float> logits(batch * k), weights(batch);
+  std::vector<std::int64_t> labels(batch);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(8.0 * d::random_unit(3, 1, i) - 4.0);
+  for (std::size_t s = 0; s < batch; ++s) {
+    labels[s] = static_cast<std::int64_t>(d::random_bits(3, 2, s) % k);
+    weights[s] = static_cast<float>(2.0 * d::random_unit(3, 3, s));
+  }
+  auto run = [&](int threads, std::vector<float>& grad) {
+    std::vector<float> losses(batch);
+    std::vector<std::uint8_t> hits(batch);
+    grad.assign(batch * k, 0.0f);
+    tbb::task_arena arena(threads);
+    return arena.execute([&] {
+      return d::weighted_loss_pass<float>(logits.data(), grad.data(), k, labels, weights, batch, losses.data(),
+                                          hits.data());
+    });
+  };
+  std::vector<float> g1, g4;
+  const auto a = run(1, g1);
+  const auto b = run(4, g4);
+  EXPECT_EQ(std::memcmp(&a.loss_sum, &b.loss_sum, sizeof(double)), 0);
+  EXPECT_EQ(a.correct, b.correct);
+  EXPECT_EQ(std::memcmp(g1.data(), g4.data(), g1.size() * sizeof(float)), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------- graph plan
+
+TEST(NnGraphPlan, KeepsOnlyWhatTheOutputDependsOnWithModelNodeIndices) {
+  auto x = nn::input_tensor({4, 4, 1});
+  auto flat = nn::flatten{}(x);
+  auto a = nn::dense{6, nn::activation::relu}(flat);
+  auto unused = nn::dense{3}(a);  // applied, but not on the way to the output
+  auto out = nn::dense{2, nn::activation::softmax}(nn::add{}({a, nn::dense{6}(flat)}));
+  EXPECT_EQ(unused.layer_name(), "dense_1");
+  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  EXPECT_EQ(plan.input_shape, (nn::shape_t{4, 4, 1}));
+  ASSERT_EQ(plan.layers.size(), 5u);  // flatten, dense, dense_2, add, dense_3
+  std::vector<std::string> names;
+  for (const auto& l : plan.layers) names.push_back(l.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"flatten", "dense", "dense_2", "add", "dense_3"}));
+  EXPECT_EQ(plan.layers[0].inputs, (std::vector<std::size_t>{0}));      // the input
+  EXPECT_EQ(plan.layers[2].inputs, (std::vector<std::size_t>{1}));      // flatten, model node 1
+  EXPECT_EQ(plan.layers[3].inputs, (std::vector<std::size_t>{2, 3}));   // dense and dense_2
+  EXPECT_EQ(plan.layers[3].inbound, (std::vector<std::string>{"dense", "dense_2"}));
+  EXPECT_EQ(plan.layers[3].input_shapes, (std::vector<nn::shape_t>{{6}, {6}}));
+  EXPECT_TRUE(plan.output_softmax);
+  // The model built from it lists the same layers.
+  nn::graph_model m(x, out);
+  ASSERT_EQ(m.layers().size(), 5u);
+  EXPECT_EQ(m.layers()[3].inbound, plan.layers[3].inbound);
+}
+
+TEST(NnGraphPlan, RefusesASoftmaxDenseBeforeTheOutputAndOutputsOfAnotherInput) {
+  auto x = nn::input_tensor({3});
+  auto hidden = nn::dense{4, nn::activation::softmax}(x);
+  auto out = nn::dense{2}(hidden);
+  const std::string inner = config_error_of([&] { (void)nn::graph_detail::plan_model(*out.graph(), x.node(), out.node()); });
+  EXPECT_NE(inner.find("graph_model: layer dense (Dense) has a softmax activation but is not the output"),
+            std::string::npos) << inner;
+  EXPECT_EQ(config_error_of([&] { nn::graph_model m(x, out); }), inner);
+
+  auto other = nn::input_tensor({3});
+  const std::string foreign = config_error_of([&] { nn::graph_model m(x, nn::dense{2}(other)); });
+  EXPECT_NE(foreign.find("the inputs must be the input_tensor the outputs were built from"), std::string::npos) << foreign;
+  const std::string none = config_error_of([&] { (void)nn::graph_detail::plan_model(*x.graph(), x.node(), x.node()); });
+  EXPECT_NE(none.find("graph_model: no layers between the inputs and the outputs"), std::string::npos) << none;
+}
+
+// ---------------------------------------------------------------------------------------------------- optimizer_base
+
+namespace {
+
+// The smallest rule on top of optimizer_base: plain descent, w -= lr * g.
+class descent : public nn::detail_opt::optimizer_base<double> {
+ public:
+  explicit descent(double lr, const nn::detail_opt::common_options& c = {}) : optimizer_base("descent", lr, c) {}
+  void apply(std::span<double> w, std::span<const double> g) {
+    run(w, g, [&](std::size_t i, double gi, double lr) { w[i] -= lr * gi; });
+  }
+  void apply_part(std::span<double> w, std::span<const double> g) const {
+    run_part(w, g, [&](std::size_t i, double gi, double lr) { w[i] -= lr * gi; });
+  }
+};
+
+}  // namespace
+
+TEST(NnOptimizerBase, ClipValueAndWeightDecayAreTheSameOnTheWholeAndOnParts) {
+  const std::vector<double> g = {3.0, -0.2, 0.05, -7.0, 0.0};
+  std::vector<double> whole = {1.0, 2.0, -1.0, 0.5, -4.0};
+  std::vector<double> parts = whole;
+  descent a(0.1, {.weight_decay = 0.01, .clipvalue = 1.0});
+  const descent b(0.1, {.weight_decay = 0.01, .clipvalue = 1.0});
+  const std::vector<double> start = whole;
+  a.apply(whole, g);
+  b.apply_part(std::span(parts).first(2), std::span(g).first(2));
+  b.apply_part(std::span(parts).subspan(2), std::span(g).subspan(2));
+  EXPECT_EQ(whole, parts);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double decayed = start[i] - start[i] * 0.01 * 0.1;
+    EXPECT_DOUBLE_EQ(whole[i], decayed - 0.1 * std::clamp(g[i], -1.0, 1.0)) << i;
+  }
+  EXPECT_EQ(a.iterations(), 1u);
+  EXPECT_EQ(b.iterations(), 0u);  // parts do not count a step: the caller does (count_step)
+}
+
+TEST(NnOptimizerBase, GlobalNormClippingScalesTheWholeGradient) {
+  const std::vector<double> g = {3.0, 4.0};  // norm 5
+  std::vector<double> w = {0.0, 0.0};
+  descent clipped(1.0, {.global_clipnorm = 1.0});
+  clipped.apply(w, g);
+  EXPECT_NEAR(w[0], -0.6, 1e-12);
+  EXPECT_NEAR(w[1], -0.8, 1e-12);
+  std::vector<double> v = {0.0, 0.0};
+  descent loose(1.0, {.clipnorm = 10.0});  // under the threshold: unchanged
+  loose.apply(v, g);
+  EXPECT_NEAR(v[0], -3.0, 1e-12);
+  EXPECT_NEAR(v[1], -4.0, 1e-12);
+  const std::string part = config_error_of([&] { loose.apply_part(v, g); });
+  EXPECT_NE(part.find("descent: apply_part cannot clip by the global norm of a part"), std::string::npos) << part;
+}
+
+TEST(NnOptimizerBase, RefusalsNameTheOptimizer) {
+  using opts = nn::detail_opt::common_options;
+  EXPECT_NE(config_error_of([] { descent o(0.1, opts{.weight_decay = -1}); }).find("descent: weight_decay"),
+            std::string::npos);
+  EXPECT_NE(config_error_of([] { descent o(0.1, opts{.clipnorm = 1, .global_clipnorm = 1}); })
+                .find("descent: set clipnorm or global_clipnorm, not both"),
+            std::string::npos);
+  EXPECT_NE(config_error_of([] { descent o(0.1, opts{.clipnorm = 1, .clipvalue = 1}); })
+                .find("descent: set a norm clipping or clipvalue, not both"),
+            std::string::npos);
+  EXPECT_NE(config_error_of([] { descent o(0.1, opts{.clipvalue = -1}); }).find("must not be negative"),
+            std::string::npos);
+  descent o(0.1);
+  std::vector<double> w(3), g(2);
+  EXPECT_NE(config_error_of([&] { o.apply(w, g); }).find("descent: 3 parameters but 2 gradients"), std::string::npos);
+  EXPECT_EQ(o.iterations(), 0u);
+  o.set_learning_rate(0.5);
+  EXPECT_DOUBLE_EQ(o.learning_rate(), 0.5);
+}
+
+// ---------------------------------------------------------------------------------------------------- conv2d_direct
+
+namespace direct = mwstrat::nn::kernels::direct;
+
+TEST(NnConv2dDirect, PlansTileTheExtentWithinTheRegisterBudget) {
+  for (std::size_t extent = 1; extent <= 40; ++extent)
+    for (std::size_t vectors = 1; vectors <= 8; ++vectors)
+      for (std::size_t tap_bytes : {std::size_t{64}, std::size_t{1} << 20}) {
+        SCOPED_TRACE(std::to_string(extent) + " x " + std::to_string(vectors) + ", " + std::to_string(tap_bytes));
+        for (const auto b : {direct::plan(extent, vectors, tap_bytes), direct::filter_plan(extent, vectors)}) {
+          ASSERT_GE(b.nv, 1);
+          ASSERT_GE(b.mr, 1);
+          EXPECT_EQ(vectors % static_cast<std::size_t>(b.nv), 0u);  // whole tiles of output channels
+          EXPECT_LE(static_cast<std::size_t>(b.mr), extent);
+          EXPECT_LE(b.nv, direct::max_nv);
+          EXPECT_LE(b.mr * b.nv, direct::accumulator_budget);  // the accumulators fit the register file
+        }
+      }
+}
+
+TEST(NnConv2dDirect, PaddedImageIsZeroOutsideAndTransformedInside) {
+  constexpr std::size_t h = 2, w = 3, ch = 2, rows = 5, cols = 6, top = 1, left = 2;
+  std::vector<float> src(h * w * ch);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) - 5.0f;
+  const float scale[ch] = {2.0f, -1.0f}, shift[ch] = {0.5f, 1.0f};
+  const mwstrat::nn::kernels::conv2d_input_transform relu{scale, shift, true};
+  for (const auto* transform : {static_cast<const mwstrat::nn::kernels::conv2d_input_transform*>(nullptr), &relu}) {
+    std::vector<float> dst(rows * cols * ch, 42.0f);
+    direct::pad_image(src.data(), h, w, ch, dst.data(), rows, cols, top, left, transform);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c)
+        for (std::size_t k = 0; k < ch; ++k) {
+          const bool inside = r >= top && r < top + h && c >= left && c < left + w;
+          float expected = 0.0f;
+          if (inside) {
+            expected = src[((r - top) * w + (c - left)) * ch + k];
+            if (transform != nullptr) expected = std::max(0.0f, expected * scale[k] + shift[k]);
+          }
+          EXPECT_EQ(dst[(r * cols + c) * ch + k], expected) << r << "," << c << "," << k;
+        }
+  }
+  EXPECT_EQ(direct::padded_extent(8, 1, 3, 2, 3), 9u);  // the input after its top pad
+  EXPECT_EQ(direct::padded_extent(4, 0, 4, 2, 3), 9u);  // what the last window reads
+}
+
+// The three passes called directly (not through conv2d.hpp's dispatch) against their definitions, in double.
+TEST(NnConv2dDirect, ForwardAndBothGradientsMatchTheDefinition) {
+  const std::size_t L = static_cast<std::size_t>(direct::lanes);
+  using geometry = mwstrat::nn::kernels::conv2d_geometry;
+  // {batch, in_h, in_w, in_c, out_c, kh, kw, sh, sw, pad_top, pad_left, out_h, out_w}: Keras same, stride 2 (one
+  // row and column of zeros on each side), and valid, stride 1, a non-square kernel.
+  for (const geometry& g : {geometry{2, 5, 7, L, 2 * L, 3, 3, 2, 2, 1, 1, 3, 4},
+                           geometry{3, 6, 5, L, L, 2, 3, 1, 1, 0, 0, 5, 3}}) {
+    ASSERT_TRUE(direct::applies(g.out_c));
+    ASSERT_TRUE(direct::backward_data_applies(g));
+    const std::size_t nx = g.batch * g.in_h * g.in_w * g.in_c, ny = g.batch * g.out_h * g.out_w * g.out_c;
+    const std::size_t nk = g.kernel_h * g.kernel_w * g.in_c * g.out_c;
+    std::vector<float> x(nx), k(nk), b(g.out_c), dy(ny);
+    for (std::size_t i = 0; i < nx; ++i) x[i] = static_cast<float>(2 * d::random_unit(9, 1, i) - 1);
+    for (std::size_t i = 0; i < nk; ++i) k[i] = static_cast<float>(2 * d::random_unit(9, 2, i) - 1);
+    for (std::size_t i = 0; i < g.out_c; ++i) b[i] = static_cast<float>(d::random_unit(9, 3, i));
+    for (std::size_t i = 0; i < ny; ++i) dy[i] = static_cast<float>(2 * d::random_unit(9, 4, i) - 1);
+    std::vector<double> y_ref(ny), dx_ref(nx, 0.0), dk_ref(nk, 0.0), db_ref(g.out_c, 0.0);
+    for (std::size_t n = 0; n < g.batch; ++n)
+      for (std::size_t oy = 0; oy < g.out_h; ++oy)
+        for (std::size_t ox = 0; ox < g.out_w; ++ox)
+          for (std::size_t o = 0; o < g.out_c; ++o) {
+            const std::size_t yi = ((n * g.out_h + oy) * g.out_w + ox) * g.out_c + o;
+            double s = b[o];
+            for (std::size_t ky = 0; ky < g.kernel_h; ++ky)
+              for (std::size_t kx = 0; kx < g.kernel_w; ++kx) {
+                const auto iy = static_cast<std::ptrdiff_t>(oy * g.stride_h + ky) - static_cast<std::ptrdiff_t>(g.pad_top);
+                const auto ix = static_cast<std::ptrdiff_t>(ox * g.stride_w + kx) - static_cast<std::ptrdiff_t>(g.pad_left);
+                if (iy < 0 || ix < 0 || iy >= static_cast<std::ptrdiff_t>(g.in_h) || ix >= static_cast<std::ptrdiff_t>(g.in_w))
+                  continue;
+                for (std::size_t c = 0; c < g.in_c; ++c) {
+                  const std::size_t xi = ((n * g.in_h + static_cast<std::size_t>(iy)) * g.in_w + static_cast<std::size_t>(ix)) * g.in_c + c;
+                  const std::size_t ki = ((ky * g.kernel_w + kx) * g.in_c + c) * g.out_c + o;
+                  s += static_cast<double>(x[xi]) * k[ki];
+                  dx_ref[xi] += static_cast<double>(dy[yi]) * k[ki];
+                  dk_ref[ki] += static_cast<double>(dy[yi]) * x[xi];
+                }
+              }
+            y_ref[yi] = s;
+            db_ref[o] += dy[yi];
+          }
+    mwstrat::nn::kernels::conv2d_workspace ws;
+    std::vector<float> y(ny, -1.0f), dx(nx, -1.0f), dk(nk, -1.0f), db(g.out_c, -1.0f);
+    direct::forward(g, x.data(), nullptr, k.data(), b.data(), y.data(), ws);
+    direct::backward_data(g, dy.data(), k.data(), dx.data(), ws);
+    direct::backward_filter(g, x.data(), dy.data(), dk.data(), db.data(), ws);
+    const auto near = [](const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << what << " " << i;
+    };
+    near(y, y_ref, "output");
+    near(dx, dx_ref, "input gradient");
+    near(dk, dk_ref, "kernel gradient");
+    near(db, db_ref, "bias gradient");
+  }
+}
