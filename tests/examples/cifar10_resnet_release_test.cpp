@@ -154,7 +154,7 @@ TEST(cifar10_resnet_example_release, same_seed_gives_byte_identical_models_for_a
                read_file(dir.path() / "plain-a" / "model.safetensors"));
 }
 
-TEST(cifar10_resnet_example_release, a_worker_killed_mid_epoch_is_restarted_and_resumes_to_the_same_bytes) {
+TEST(cifar10_resnet_example_release, a_worker_killed_or_preempted_mid_epoch_resumes_to_the_same_bytes) {
   if (!have_cifar()) GTEST_SKIP() << "no CIFAR-10 in " << cifar_dir << " (scripts/fetch-cifar10 puts it there)";
   scratch_dir dir;
   // Two epochs of 8 global steps, a backup every 3 (global steps 3, 6, 9, 12, 15). Batch norm momentum 0.9, so
@@ -163,52 +163,73 @@ TEST(cifar10_resnet_example_release, a_worker_killed_mid_epoch_is_restarted_and_
   std::string reference_output;
   const auto reference =
       resnet_job(dir, "reference", resumable + " --backup-dir " + (dir / "backup-reference"), &reference_output);
-
-  // The same job under a launcher that may restart the group once; its output goes to a file read as it grows.
-  const fs::path log = dir.path() / "job.log";
-  const fs::path backup = dir.path() / "backup";
-  const fs::path model = dir.path() / "model" / "model.safetensors";
-  process job(launcher + " -n 2 --max-restarts 1 -- " + resnet_example + " --data-dir " + cifar_dir + short_job +
-                  resumable + " --backup-dir " + backup.string() + " --model-dir " + (dir / "model") + " > " +
-                  log.string() + " 2>&1",
-              600);
-  // Once the chief's backup of global step 6 is on disk (written in the background, renamed into place when
-  // complete), worker 1 is SIGKILLed: a lost machine mid epoch 1, two steps before its end.
-  long victim = -1;
-  bool killed = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(400);
-  while (!killed && std::chrono::steady_clock::now() < deadline) {
-    const std::string out = read_file(log);
-    if (victim <= 0) victim = static_cast<long>(number_after(out, "mwstrat-launch: worker 1: pid "));
-    if (victim > 0 && fs::exists(backup / "backup-6.safetensors")) {
-      killed = ::kill(static_cast<pid_t>(victim), SIGKILL) == 0;
-      break;
-    }
-    // The job ended (or failed) before that backup: nothing to wait for.
-    if (out.find("[worker 0] saved ") != std::string::npos || out.find(") was killed") != std::string::npos ||
-        out.find(") exited") != std::string::npos) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  const auto r = job.finish();
-  const std::string out = read_file(log);
-  ASSERT_TRUE(killed) << "worker 1 (pid " << victim << ") was not killed after the step-6 backup\n" << out;
-  EXPECT_EQ(r.exit_code, 0) << out;
-  const std::string pid = std::to_string(victim);
-  EXPECT_NE(out.find("worker 1 (pid " + pid + ") was killed by signal 9"), std::string::npos) << out;
-  EXPECT_NE(out.find("restarting the group (restart 1 of 1)"), std::string::npos) << out;
-  // The restarted group resumed from that backup (mid epoch 1, so it then crossed the epoch boundary itself); the
-  // next backup (step 9) is three steps after the kill, so it cannot be on disk yet.
-  EXPECT_NE(out.find("resuming at epoch 1, step 6 (global step 6)"), std::string::npos) << out;
-  ASSERT_TRUE(fs::exists(model)) << out;
-  EXPECT_TRUE(read_file(model) == read_file(reference))
-      << "the resumed job's model differs from the uninterrupted one's:\n" << differences(reference, model);
-  EXPECT_FALSE(fs::exists(backup / "backup-15.safetensors")) << "removed after the successful fit";
-  // Both epochs report what the uninterrupted job reported: the resumed epoch's sums came back with the backup.
   const auto expected = epoch_results(reference_output);
   ASSERT_EQ(expected.size(), 2u) << reference_output;
-  EXPECT_EQ(epoch_results(out), expected) << out;
+
+  // The same job under a launcher that may restart the group once; its output goes to a file read as it grows.
+  // Once the chief's backup of global step 6 is on disk (written in the background, renamed into place when
+  // complete), worker 1 gets `signal`, mid epoch 1, two steps before its end. Returns the job's output.
+  auto interrupted_job = [&](const std::string& name, int signal) {
+    const fs::path log = dir.path() / (name + ".log");
+    const fs::path backup = dir.path() / (name + "-backup");
+    process job(launcher + " -n 2 --max-restarts 1 -- " + resnet_example + " --data-dir " + cifar_dir + short_job +
+                    resumable + " --backup-dir " + backup.string() + " --model-dir " + (dir / name) + " > " +
+                    log.string() + " 2>&1",
+                600);
+    long victim = -1;
+    bool sent = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(400);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string out = read_file(log);
+      if (victim <= 0) victim = static_cast<long>(number_after(out, "mwstrat-launch: worker 1: pid "));
+      if (victim > 0 && fs::exists(backup / "backup-6.safetensors")) {
+        sent = ::kill(static_cast<pid_t>(victim), signal) == 0;
+        break;
+      }
+      // The job ended (or failed) before that backup: nothing to wait for.
+      if (out.find("[worker 0] saved ") != std::string::npos || out.find(") was killed") != std::string::npos ||
+          out.find(") exited") != std::string::npos) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const auto r = job.finish();
+    const std::string out = read_file(log);
+    EXPECT_TRUE(sent) << "worker 1 (pid " << victim << ") got no signal after the step-6 backup\n" << out;
+    EXPECT_EQ(r.exit_code, 0) << out;
+    const fs::path model = dir.path() / name / "model.safetensors";
+    EXPECT_TRUE(fs::exists(model)) << out;
+    if (fs::exists(model)) {
+      EXPECT_TRUE(read_file(model) == read_file(reference))
+          << "the resumed job's model differs from the uninterrupted one's:\n" << differences(reference, model);
+    }
+    EXPECT_FALSE(fs::exists(backup / "backup.index.json")) << "removed after the successful fit";
+    // Both epochs report what the uninterrupted job reported: the resumed epoch's sums came back with the backup,
+    // and every worker's own batch norm statistics (which its validation uses).
+    EXPECT_EQ(epoch_results(out), expected) << out;
+    return "worker 1 (pid " + std::to_string(victim) + ") ";  // how the launcher names it
+  };
+
+  {
+    SCOPED_TRACE("SIGKILL: a lost machine");
+    const std::string worker = interrupted_job("killed", SIGKILL);
+    const std::string out = read_file(dir.path() / "killed.log");
+    EXPECT_NE(out.find(worker + "was killed by signal 9"), std::string::npos) << out;
+    EXPECT_NE(out.find("restarting the group (restart 1 of 1)"), std::string::npos) << out;
+    // The restarted group resumed from that backup (mid epoch 1, so it then crossed the epoch boundary itself);
+    // the next backup (step 9) is three steps after the kill, so it cannot be on disk yet.
+    EXPECT_NE(out.find("resuming at epoch 1, step 6 (global step 6)"), std::string::npos) << out;
+  }
+  {
+    SCOPED_TRACE("SIGTERM: a preemption notice");
+    const std::string worker = interrupted_job("preempted", SIGTERM);
+    const std::string out = read_file(dir.path() / "preempted.log");
+    EXPECT_NE(out.find(worker + "stopped for preemption (exit 75)"), std::string::npos) << out;
+    EXPECT_NE(out.find("restarting the preempted group (not counted against --max-restarts)"), std::string::npos)
+        << out;
+    // Every worker stopped after the same step, where the chief wrote a backup; the group resumed there.
+    EXPECT_NE(out.find("resuming at epoch 1, step "), std::string::npos) << out;
+  }
 }
 
 TEST(cifar10_resnet_example_release, two_workers_train_resnet20_well_above_chance) {
