@@ -23,6 +23,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -187,6 +189,56 @@ TEST(backup_and_restore, changing_the_world_size_with_the_same_global_batch_stay
   for (std::size_t i = 0; i < reference.params.size(); ++i) {
     EXPECT_NEAR(resumed.params[i], reference.params[i], 1e-5 * std::max(1.0f, std::abs(reference.params[i])));
   }
+}
+
+// A model with state of each replica's own, as plain batch norm's moving statistics: a running mean of the
+// first feature of the replica's own batches, and a count of them.
+struct replica_state_regression : softmax_regression {
+  using softmax_regression::softmax_regression;
+  std::vector<float> state{0.0f, 0.0f};
+  std::span<float> model_state() { return state; }
+  template <class OnReady>
+  batch_stats train_batch(const data::image_batch& b, OnReady&& on_ready) {
+    if (b.size > 0) state[0] = 0.75f * state[0] + 0.25f * b.inputs[0];
+    state[1] += 1.0f;
+    return softmax_regression::train_batch(b, std::forward<OnReady>(on_ready));
+  }
+};
+
+// Every rank's model state after 3 epochs of 2 workers (with a backup every 4 steps, dying after `die_at`).
+std::vector<std::vector<float>> replica_states(const std::optional<fs::path>& backup_dir,
+                                               std::optional<std::uint64_t> die_at_step) {
+  std::vector<std::vector<float>> states(2);
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    replica_state_regression model(features, classes, 1);
+    momentum_sgd sgd(model.parameters().size());
+    blob_batches data(examples, features, classes, 24, c.size(), c.rank(), 9);
+    fit_options fo;
+    fo.epochs = 3;
+    std::ostringstream silent;
+    die_at die{die_at_step.value_or(~std::uint64_t{0})};
+    if (backup_dir) {
+      backup_options bo{*backup_dir, save_frequency::every(4)};
+      bo.log = &silent;
+      backup_and_restore backup(bo);
+      fit(strategy, model, sgd, data, fo, backup, die);
+    } else {
+      fit(strategy, model, sgd, data, fo, die);
+    }
+    states[static_cast<std::size_t>(c.rank())] = model.state;
+  });
+  return states;
+}
+
+TEST(backup_and_restore, every_replica_gets_its_own_model_state_back) {
+  const auto reference = replica_states(std::nullopt, std::nullopt);
+  ASSERT_NE(reference[0], reference[1]) << "the replicas' states differ (each sees its own batches)";
+  temp_dir dir;
+  EXPECT_THROW((void)replica_states(dir.path(), 23), std::exception);  // mid-epoch 2; the backup of step 20 stays
+  const auto resumed = replica_states(dir.path(), std::nullopt);
+  EXPECT_EQ(resumed[0], reference[0]);
+  EXPECT_EQ(resumed[1], reference[1]) << "rank 1 resumed with its own state, not the chief's";
 }
 
 TEST(backup_and_restore, a_backup_of_another_model_fails_every_worker_clearly) {

@@ -22,6 +22,11 @@
 /// save point or at `on_train_end` (the destructor, which cannot throw, logs it). Since every write is atomic, a
 /// crash at any instant still leaves the previous complete backup, and a restart resumes from the newest backup
 /// complete on disk, which may be one save point earlier than the last one started.
+///
+/// A model's state (batch normalization's moving statistics) may differ between replicas: plain batch norm
+/// averages each worker's own batches. The weights hold the chief's; every other replica's goes in the metadata
+/// (`train.replica_state.<rank>`, gathered at each save point), and a resumed job gives each its own back, so
+/// that what every worker evaluates (validation) is what the uninterrupted run evaluated.
 
 #include <mwstrat/checkpoint/background_writer.hpp>
 #include <mwstrat/checkpoint/concepts.hpp>
@@ -35,6 +40,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -162,9 +168,9 @@ class basic_backup_and_restore {
       }
     }
     // Header, broadcast from the chief: [status, epoch, step, iterations, loss_sum, correct, count, model step,
-    // learning rate (NaN: not saved)].
+    // learning rate (NaN: not saved), replica states follow (1) or not (0)].
     // status: 1 restored, 0 nothing to restore, -1 the chief failed (every worker then fails too).
-    std::array<double, 9> head{};
+    std::array<double, 10> head{};
     std::optional<training_state> state;
     std::string failure;
     if (ctx.strategy.is_chief()) {
@@ -186,6 +192,7 @@ class basic_backup_and_restore {
           head[7] = parse_double(*state, "train.model_step");
           head[8] = state->extra.contains("train.learning_rate") ? parse_double(*state, "train.learning_rate")
                                                                  : std::numeric_limits<double>::quiet_NaN();
+          head[9] = parse_replica_states(ctx, *state) ? 1.0 : 0.0;
         }
       } catch (const std::exception& e) {
         failure = e.what();
@@ -211,7 +218,19 @@ class basic_backup_and_restore {
       }
     }
     ctx.strategy.mirror(ctx.model.parameters());
-    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) ctx.strategy.mirror(ctx.model.model_state());
+    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
+      ctx.strategy.mirror(ctx.model.model_state());
+      if (head[9] == 1.0) {
+        // Every replica's own state (the chief's is the weights'): from the chief, then each takes its part.
+        const std::span<float> st = ctx.model.model_state();
+        replica_states_.resize(static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync()) * st.size());
+        ctx.strategy.mirror(std::span<double>(replica_states_));
+        const std::size_t at = static_cast<std::size_t>(rank) * st.size();
+        for (std::size_t i = 0; rank != 0 && i < st.size(); ++i) {
+          st[i] = std::bit_cast<float>(static_cast<std::uint32_t>(replica_states_[at + i]));
+        }
+      }
+    }
     if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
       ctx.strategy.mirror(optimizer_slots(ctx.optimizer, ctx.model.parameters().size()));
       ctx.optimizer.set_iterations(static_cast<decltype(ctx.optimizer.iterations())>(head[3]));
@@ -263,9 +282,10 @@ class basic_backup_and_restore {
 
   template <class Ctx>
   void on_train_end(Ctx& ctx, const history& h) {
-    if (!ctx.strategy.is_chief()) return;
     // Preempted: back up where every worker stopped (fit agreed on the step), so the restarted job resumes there.
+    // Every worker takes part (the replicas' states are gathered); the chief writes.
     if (ctx.preempted) save(ctx, ctx.epoch, ctx.step);
+    if (!ctx.strategy.is_chief()) return;
     wait_for_backup();  // the last backup is on disk, or its failure is thrown, before fit returns or deletes it
     if (!options_.delete_checkpoint || h.stopped_early || ctx.preempted) return;
     if (ctx.epoch < ctx.epochs) return;  // not finished: keep the backup
@@ -273,8 +293,10 @@ class basic_backup_and_restore {
   }
 
  private:
+  // Called on every worker at the same save points.
   template <class Ctx>
   void save(Ctx& ctx, int epoch, std::size_t step) {
+    gather_replica_states(ctx);
     if (!ctx.strategy.is_chief()) return;
     wait_for_backup();  // one write in flight at most; a failed one surfaces here
     training_state_view s;
@@ -306,6 +328,7 @@ class basic_backup_and_restore {
         s.extra["train.learning_rate"] = exact(static_cast<double>(ctx.optimizer.learning_rate()));
       }
     }
+    put_replica_states(s, static_cast<std::size_t>(s.world_size));
     if (!options_.write_in_background) {
       checkpointer_->save(s, s.step);
       return;
@@ -314,6 +337,76 @@ class basic_backup_and_restore {
     snapshot_into(s, snapshot_);
     pending_step_ = s.step;
     writer_.submit([this] { checkpointer_->save(view_of(snapshot_), snapshot_.step); });
+  }
+
+  // Every replica's model state on every worker (rank r's at r × its size), each float's bits as a whole number
+  // in a double: summed with the other replicas' zeros, they come back exactly. Nothing for one replica or a model
+  // without state.
+  template <class Ctx>
+  void gather_replica_states(Ctx& ctx) {
+    replica_states_.clear();
+    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
+      const std::span<const float> st = ctx.model.model_state();
+      const auto world = static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync());
+      if (st.empty() || world < 2) return;
+      replica_states_.assign(world * st.size(), 0.0);
+      const std::size_t at = static_cast<std::size_t>(ctx.strategy.replica_id()) * st.size();
+      for (std::size_t i = 0; i < st.size(); ++i) {
+        replica_states_[at + i] = static_cast<double>(std::bit_cast<std::uint32_t>(st[i]));
+      }
+      ctx.strategy.sum_metrics(std::span<double>(replica_states_));
+    }
+  }
+
+  // The gathered states of ranks 1.. into the backup's metadata, 8 hex digits a float.
+  void put_replica_states(training_state_view& s, std::size_t world) const {
+    if (replica_states_.empty() || world < 2) return;
+    const std::size_t n = replica_states_.size() / world;
+    static constexpr char digits[] = "0123456789abcdef";
+    for (std::size_t r = 1; r < world; ++r) {
+      std::string text(8 * n, '0');
+      for (std::size_t i = 0; i < n; ++i) {
+        auto bits = static_cast<std::uint32_t>(replica_states_[r * n + i]);
+        for (std::size_t d = 8; d-- > 0; bits >>= 4) text[8 * i + d] = digits[bits & 0xfu];
+      }
+      s.extra["train.replica_state." + std::to_string(r)] = std::move(text);
+    }
+  }
+
+  // On the chief: the backup's replica states into `replica_states_` (rank 0's part left zero: it has its own);
+  // false when the backup has none (one replica, no state, or an older backup) or another world size.
+  template <class Ctx>
+  bool parse_replica_states(Ctx& ctx, const training_state& state) {
+    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
+      const std::size_t n = ctx.model.model_state().size();
+      const auto world = static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync());
+      if (n == 0 || world < 2 || state.world_size != static_cast<std::int64_t>(world)) return false;
+      replica_states_.assign(world * n, 0.0);
+      for (std::size_t r = 1; r < world; ++r) {
+        const std::string key = "train.replica_state." + std::to_string(r);
+        const auto it = state.extra.find(key);
+        if (it == state.extra.end()) return false;
+        const std::string& text = it->second;
+        if (text.size() != 8 * n || text.find_first_not_of("0123456789abcdef") != std::string::npos) {
+          throw checkpoint_error({"train.backup"}, source_,
+                                 source_ + ": metadata " + key + " is not " + std::to_string(n) +
+                                     " floats in hexadecimal (" + std::to_string(text.size()) + " characters)");
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          std::uint32_t bits = 0;
+          for (std::size_t d = 0; d < 8; ++d) {
+            const char c = text[8 * i + d];
+            bits = (bits << 4) | static_cast<std::uint32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+          }
+          replica_states_[r * n + i] = static_cast<double>(bits);
+        }
+      }
+      return true;
+    } else {
+      (void)ctx;
+      (void)state;
+      return false;
+    }
   }
 
   /// What to say about a failed background write.
@@ -392,6 +485,7 @@ class basic_backup_and_restore {
   std::optional<std::uint64_t> resumed_at_;
   int rank_ = 0;
   training_state snapshot_;        // the state being written in the background (its storage is reused)
+  std::vector<double> replica_states_;  // every replica's model state, gathered or restored (see gather_replica_states)
   std::int64_t pending_step_ = 0;  // the global step of the last background write, for messages
   // Last, so that it is destroyed (its thread joined) before what the thread uses.
   background_writer writer_;
