@@ -439,6 +439,8 @@ TEST(ring_collective, bad_options_are_config_errors) {
   o.spin = std::chrono::microseconds(0);
   o.liveness_timeout = std::chrono::milliseconds(-1);
   EXPECT_THROW(ring_collective{o}, config_error);
+  o.liveness_timeout = std::chrono::milliseconds(20);  // two beats per timeout: noise would decide
+  EXPECT_THROW(ring_collective{o}, config_error);
 }
 
 // With or without spinning, operations give the same results. (The environment's MWSTRAT_RING_SPIN_US is read

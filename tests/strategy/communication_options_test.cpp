@@ -148,13 +148,13 @@ TEST(communication_options, the_liveness_timeout_comes_from_the_code_the_environ
   EXPECT_EQ(mwstrat::with_environment_defaults(o, mwstrat::environment{{"MWSTRAT_RING_LIVENESS_MS", "soon"}})
                 .liveness_timeout,
             700ms);
-  for (const char* bad : {"-1", "soon", "3600001", "5s", ""}) {
+  for (const char* bad : {"-1", "soon", "3600001", "5s", "", "99"}) {
     try {
       (void)mwstrat::with_environment_defaults({}, mwstrat::environment{{"MWSTRAT_RING_LIVENESS_MS", bad}}, 1);
       ADD_FAILURE() << "'" << bad << "' was accepted";
     } catch (const mwstrat::config_error& e) {
       EXPECT_EQ(std::string(e.what()), "[mwstrat.strategy] rank 1: MWSTRAT_RING_LIVENESS_MS is '" + std::string(bad) +
-                                           "', expected milliseconds in 0..3600000");
+                                           "', expected 0 (never judged) or milliseconds in 100..3600000");
     }
   }
 }

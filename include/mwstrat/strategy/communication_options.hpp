@@ -8,7 +8,7 @@
 /// never overridden by the environment.
 ///   - `transport`: `MWSTRAT_RING_TRANSPORT` (`tcp` or `auto`), else `ring_transport::automatic`;
 ///   - `spin`: `MWSTRAT_RING_SPIN_US` (microseconds in 0..1000000), else 200 µs;
-///   - `liveness_timeout`: `MWSTRAT_RING_LIVENESS_MS` (milliseconds in 0..3600000, 0 = silence never judged), else 5 s;
+///   - `liveness_timeout`: `MWSTRAT_RING_LIVENESS_MS` (0 = silence never judged, or milliseconds in 100..3600000), else 5 s;
 ///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token);
 ///   - `topology`: `MWSTRAT_RING_TOPOLOGY` (`flat` or `hierarchical`), else flat;
 ///   - `compression`: `MWSTRAT_RING_COMPRESSION` (`none`, `bf16` or `fp16`), else none;
@@ -92,9 +92,10 @@ struct communication_options {
     if (const auto v = env.get("MWSTRAT_RING_LIVENESS_MS")) {
       long long ms = -1;
       const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), ms);
-      if (ec != std::errc{} || end != v->data() + v->size() || ms < 0 || ms > 3'600'000)
+      // Below 100 ms a heartbeat every timeout/5 would be judged by scheduling noise, not by the peer.
+      if (ec != std::errc{} || end != v->data() + v->size() || (ms != 0 && ms < 100) || ms > 3'600'000)
         throw config_error({"strategy", rank},
-                           "MWSTRAT_RING_LIVENESS_MS is '" + *v + "', expected milliseconds in 0..3600000");
+                           "MWSTRAT_RING_LIVENESS_MS is '" + *v + "', expected 0 (never judged) or milliseconds in 100..3600000");
       options.liveness_timeout = std::chrono::milliseconds(ms);
     }
   }

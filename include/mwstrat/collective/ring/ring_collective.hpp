@@ -179,8 +179,12 @@ class ring_collective : public detail::front_end<ring_collective> {
     id.listener = listener.release();
     id.quiet = sub != nullptr;
     id.liveness = sub == nullptr;
-    if (options_.liveness_timeout < std::chrono::milliseconds::zero())
-      throw config_error({"ring", rank_}, "ring_options.liveness_timeout is negative");
+    if (options_.liveness_timeout < std::chrono::milliseconds::zero() ||
+        (options_.liveness_timeout.count() != 0 && options_.liveness_timeout < std::chrono::milliseconds(100)))
+      throw config_error({"ring", rank_}, "ring_options.liveness_timeout is " +
+                                              std::to_string(options_.liveness_timeout.count()) +
+                                              " ms: expected 0 (never judged) or at least 100 ms (heartbeats every "
+                                              "fifth of it must outrun scheduling noise)");
     if (n_ > 1) {
       auto links = detail::ring_startup(options_, id).run();  // connected links (link.hpp)
       out_ = std::move(links.out);
