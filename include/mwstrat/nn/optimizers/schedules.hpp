@@ -21,6 +21,7 @@
 #include <functional>
 #include <numbers>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -123,9 +124,11 @@ class learning_rate {
  public:
   /// A constant rate.
   learning_rate(double value) : constant_(value) {}  // NOLINT(google-explicit-constructor): reads like Keras
-  /// A schedule of the step count.
-  template <learning_rate_schedule_fn S>
-    requires(!std::convertible_to<S, double>)
+  /// A schedule of the step count. (`learning_rate` itself is excluded first: checking the schedule concept on it
+  /// would ask whether it is copy-constructible, which asks this constructor again — clang refuses the recursion.)
+  template <class S>
+    requires(!std::same_as<std::remove_cvref_t<S>, learning_rate> && !std::convertible_to<S, double> &&
+             learning_rate_schedule_fn<S>)
   learning_rate(S schedule)  // NOLINT(google-explicit-constructor)
       : schedule_([s = std::move(schedule)](std::int64_t step) { return static_cast<double>(s(step)); }) {}
 
