@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -48,6 +49,10 @@ class simulated_hosts {
     name_ += std::to_string(::getpid());
     name_ += '_';
     name_ += std::to_string(counter++);
+    // And the time: a set left by an earlier process with the same (reused) id would otherwise block this name,
+    // since its "owner" is alive again.
+    name_ += '_';
+    name_ += std::to_string(std::chrono::steady_clock::now().time_since_epoch().count() % 1'000'000'000);
     run("'" + simhosts_script + "' gc", 60);  // sets of test runs that were killed
     const auto r = run("'" + simhosts_script + "' --name " + name_ + " up " + std::to_string(hosts) + " --rate " +
                            rate + " --owner " + std::to_string(::getpid()),
