@@ -6,10 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <exception>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -142,7 +148,9 @@ TEST(mpi_resolver, a_rank_that_never_comes_is_named_and_nobody_waits_past_the_de
   EXPECT_NE(w.errors[0].find("MPI rendezvous at " + rendezvous + ": rank(s) 2 did not register within the deadline"),
             std::string::npos)
       << w.errors[0];
-  EXPECT_NE(w.errors[1].find("MPI rendezvous at " + rendezvous), std::string::npos) << w.errors[1];
+  EXPECT_NE(w.errors[1].find("MPI rendezvous at " + rendezvous + ": rank 0 refused: rank(s) 2 did not register"),
+            std::string::npos)
+      << "the rank that came hears the cause from rank 0: " << w.errors[1];
 }
 
 TEST(mpi_resolver, ranks_that_disagree_on_the_world_are_refused_on_both_sides) {
@@ -151,6 +159,94 @@ TEST(mpi_resolver, ranks_that_disagree_on_the_world_are_refused_on_both_sides) {
   EXPECT_NE(w.errors[0].find("rank 1 says the world has 3 ranks, rank 0 says 2"), std::string::npos) << w.errors[0];
   EXPECT_NE(w.errors[1].find("rank 0 refused: rank 1 says the world has 3 ranks, rank 0 says 2"), std::string::npos)
       << w.errors[1];
+}
+
+// A plain TCP connection to 127.0.0.1:`port`, retried for up to 10 s while nobody listens yet; -1 if never.
+int connect_to_rendezvous(int port) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    ::close(fd);
+    std::this_thread::sleep_for(50ms);
+  }
+  return -1;
+}
+
+// Rank r's resolution in a thread of its own, into w.results[r] / w.errors[r].
+std::thread resolve_in_thread(world& w, int r, int size, const std::string& rendezvous,
+                              std::chrono::milliseconds timeout = 20s) {
+  return std::thread([&w, r, size, rendezvous, timeout] {
+    mpi_resolver_options o;
+    o.timeout = timeout;
+    try {
+      w.results[static_cast<std::size_t>(r)] = mpi_resolver(open_mpi(r, size, size, rendezvous), o).resolve();
+    } catch (const std::exception& e) {
+      w.errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+}
+
+TEST(mpi_resolver, a_connection_that_says_nothing_delays_nobody) {
+  const int port = test::free_ports(1)[0];
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(port);
+  world w;
+  w.results.resize(3);
+  w.errors.resize(3);
+  std::thread rank0 = resolve_in_thread(w, 0, 3, rendezvous);
+  const int silent = connect_to_rendezvous(port);  // in before the real ranks, and never says a word
+  std::thread rank1 = resolve_in_thread(w, 1, 3, rendezvous);
+  std::thread rank2 = resolve_in_thread(w, 2, 3, rendezvous);
+  rank0.join();
+  rank1.join();
+  rank2.join();
+  ASSERT_GE(silent, 0) << "the silent connection never got in";
+  ::close(silent);
+  for (std::size_t r = 0; r < 3; ++r) EXPECT_TRUE(w.results[r]) << "rank " << r << ": " << w.errors[r];
+}
+
+TEST(mpi_resolver, a_rank_gone_after_registering_is_named_by_rank_0) {
+  const int port = test::free_ports(1)[0];
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(port);
+  world w;
+  w.results.resize(2);
+  w.errors.resize(2);
+  std::thread rank0 = resolve_in_thread(w, 0, 3, rendezvous);
+  // "Rank 2" registers by hand and hangs up; the real rank 1 comes half a second later.
+  // (No ASSERT while rank 0's thread runs: its 20 s deadline ends it either way.)
+  const int fd = connect_to_rendezvous(port);
+  EXPECT_GE(fd, 0) << "rank 0 never listened";
+  const std::string registration = "mwstrat-rendezvous/1 2 3 127.0.0.1:1\n";
+  if (fd >= 0) {
+    EXPECT_EQ(::send(fd, registration.data(), registration.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(registration.size()));
+    ::close(fd);
+  }
+  std::this_thread::sleep_for(500ms);
+  // Rank 0 has given up by now, so rank 1 finds nobody listening: a short deadline of its own.
+  std::thread rank1 = resolve_in_thread(w, 1, 3, rendezvous, 2s);
+  rank0.join();
+  rank1.join();
+  EXPECT_FALSE(w.results[0]);
+  EXPECT_FALSE(w.results[1]);
+  // Seen either while waiting for rank 1 (the usual case) or when the answer could not reach it.
+  const bool named = w.errors[0].find("rank 2 closed its connection after registering") != std::string::npos ||
+                     w.errors[0].find("rank(s) 2 could not be sent the addresses") != std::string::npos;
+  EXPECT_TRUE(named) << w.errors[0];
+}
+
+TEST(mpi_resolver, ranks_on_one_host_are_given_different_ports) {
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(test::free_ports(1)[0]);
+  std::vector<environment> envs;
+  for (int r = 0; r < 8; ++r) envs.push_back(open_mpi(r, 8, 8, rendezvous));
+  const auto w = resolve_all(envs, 20s);
+  ASSERT_TRUE(w.results[0]) << w.errors[0];
+  const auto addresses = w.results[0]->spec().training_addresses();
+  const std::set<std::string> distinct(addresses.begin(), addresses.end());
+  EXPECT_EQ(distinct.size(), 8u) << "two ranks were given the same port";
 }
 
 }  // namespace

@@ -4,7 +4,11 @@
 // POSIX sockets and text lines ("mwstrat-rendezvous/1 ..."); every wait is bounded by one deadline.
 //
 // A rank's ring address uses the IP its connection to rank 0 came from (so it is the address rank 0's host
-// routes to, not a guess among the interfaces), and a port that was free a moment ago on that IP.
+// routes to, not a guess among the interfaces), and a port each rank holds bound until the exchange ends, so two
+// ranks on one host never pick the same port (the ring binds it a moment after it is released).
+//
+// Rank 0 serves every connection at once (poll): a connection that says nothing, or reads its answer slowly,
+// delays nobody else, and a rank that registered and then went away is named instead of being answered.
 
 #include <mwstrat/error.hpp>
 
@@ -91,16 +95,23 @@ inline std::string ipv4_text(const sockaddr_in& a) {
   return text;
 }
 
-/// A port on `ip` that is free now (bound, read, released; the ring binds it a moment later).
-inline std::uint16_t free_port_on(const rendezvous_context& ctx, const std::string& ip) {
-  rendezvous_socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+/// A port on `ip`, held bound by `socket` (not listening) until the caller lets it go.
+struct reserved_port {
+  rendezvous_socket socket;
+  std::uint16_t port = 0;
+};
+
+/// Binds a fresh port on `ip` and keeps it: while held, no other rank (or process) on the host is given it.
+inline reserved_port reserve_port(const rendezvous_context& ctx, const std::string& ip) {
+  reserved_port r{rendezvous_socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)), 0};
   sockaddr_in a = ipv4_socket_address(ip, 0);
   socklen_t len = sizeof a;
-  if (s.fd() < 0 || ::bind(s.fd(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+  if (r.socket.fd() < 0 || ::bind(r.socket.fd(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(r.socket.fd(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     ctx.fail_io("cannot find a free port on " + ip, errno);
   }
-  return ntohs(a.sin_port);
+  r.port = ntohs(a.sin_port);
+  return r;
 }
 
 /// Sends `line` whole before the deadline.
@@ -135,10 +146,54 @@ inline std::optional<std::string> read_line(const rendezvous_context& ctx, int f
   }
 }
 
+/// Sends every (fd, text) whole, to all at once (poll), before the deadline: a slow reader delays nobody else.
+/// Returns the positions in `out` that could not be sent to (closed, failed, or out of time).
+inline std::vector<std::size_t> send_to_all(const rendezvous_context& ctx,
+                                            const std::vector<std::pair<int, std::string>>& out) {
+  std::vector<std::size_t> sent(out.size(), 0);
+  std::vector<std::size_t> failed;
+  std::vector<std::size_t> busy;  // positions still sending
+  for (std::size_t i = 0; i < out.size(); ++i) busy.push_back(i);
+  while (!busy.empty()) {
+    std::vector<pollfd> p;
+    for (const std::size_t i : busy) p.push_back({out[i].first, POLLOUT, 0});
+    if (::poll(p.data(), p.size(), ctx.millis_left()) <= 0) {
+      failed.insert(failed.end(), busy.begin(), busy.end());  // out of time (or poll failed): give up on them
+      break;
+    }
+    std::vector<std::size_t> still;
+    for (std::size_t k = 0; k < busy.size(); ++k) {
+      const std::size_t i = busy[k];
+      if (p[k].revents == 0) {
+        still.push_back(i);
+        continue;
+      }
+      const std::string& text = out[i].second;
+      const ssize_t n = ::send(out[i].first, text.data() + sent[i], text.size() - sent[i], MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        failed.push_back(i);
+        continue;
+      }
+      if (n > 0) sent[i] += static_cast<std::size_t>(n);
+      if (sent[i] < text.size()) still.push_back(i);
+    }
+    busy = std::move(still);
+  }
+  std::sort(failed.begin(), failed.end());
+  return failed;
+}
+
+/// A connection rank 0 serves: the bytes of its registration line so far, and its rank once registered.
+struct rendezvous_peer {
+  rendezvous_socket socket;
+  std::string received;
+  int rank = -1;
+};
+
 /// Rank 0: listens on `ip:port`, collects every other rank's address, answers all. Returns the addresses.
 inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, const std::string& ip,
                                                  std::uint16_t port) {
-  rendezvous_socket listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  rendezvous_socket listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   const int on = 1;
   ::setsockopt(listener.fd(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
   sockaddr_in a = ipv4_socket_address(ip, port);
@@ -146,57 +201,124 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
       ::listen(listener.fd(), 128) != 0) {
     ctx.fail_io("rank 0 cannot listen (is this rank on the first host, and the port free?)", errno);
   }
+  const reserved_port own = reserve_port(ctx, ip);  // held until the answer is out
   std::vector<std::string> addresses(static_cast<std::size_t>(ctx.size));
-  addresses[0] = ip + ':' + std::to_string(free_port_on(ctx, ip));
-  std::map<int, rendezvous_socket> peers;  // rank -> its connection, waiting for the answer
-  // Tells every rank that registered, and the one that just came (`current`), why the rendezvous failed.
+  addresses[0] = ip + ':' + std::to_string(own.port);
+  std::vector<rendezvous_peer> pending;       // connected, registration line not complete yet
+  std::map<int, rendezvous_peer> registered;  // rank -> its connection, waiting for the answer
+  // Tells every rank that registered, and `current` (a connection that just broke the rules, or -1), why the
+  // rendezvous failed, then fails here too.
   auto fail_all = [&](int current, const std::string& why) {
-    std::vector<int> fds{current};
-    for (auto& [rank, s] : peers) fds.push_back(s.fd());
-    for (const int fd : fds) {
-      try {
-        send_line(ctx, fd, std::string("error ") + why + "\n");
-      } catch (const error&) {
-        // that rank is gone too; the others still hear why
-      }
+    std::vector<std::pair<int, std::string>> out;
+    if (current >= 0) out.emplace_back(current, "error " + why + "\n");
+    for (auto& [rank, peer] : registered) {
+      if (peer.socket.fd() != current) out.emplace_back(peer.socket.fd(), "error " + why + "\n");
     }
+    (void)send_to_all(ctx, out);  // a rank that is gone already cannot be told; the others are
     throw config_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": " + why);
   };
-  while (static_cast<int>(peers.size()) + 1 < ctx.size) {
-    pollfd p{listener.fd(), POLLIN, 0};
-    if (::poll(&p, 1, ctx.millis_left()) != 1) {
-      std::string missing;
-      for (int r = 1; r < ctx.size; ++r) {
-        if (!peers.count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      }
-      ctx.fail_timeout("rank(s) " + missing + " did not register within the deadline");
-    }
-    rendezvous_socket s(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (s.fd() < 0) continue;
-    const auto line = read_line(ctx, s.fd(), "a registering rank");
-    if (!line) continue;
-    std::istringstream in(*line);
+  // A complete registration line from `peer`: checked, then the peer moves to `registered`.
+  auto take_registration = [&](rendezvous_peer& peer, const std::string& line) {
+    std::istringstream in(line);
     std::string magic, endpoint;
     int rank = -1, size = -1;
     in >> magic >> rank >> size >> endpoint;
+    const int fd = peer.socket.fd();
     if (magic != rendezvous_magic || endpoint.empty()) {
-      fail_all(s.fd(), "a peer sent '" + line->substr(0, 80) + "', not a registration");
+      fail_all(fd, "a peer sent '" + line.substr(0, 80) + "', not a registration");
     }
     if (size != ctx.size) {
-      fail_all(s.fd(), "rank " + std::to_string(rank) + " says the world has " + std::to_string(size) +
-                           " ranks, rank 0 says " + std::to_string(ctx.size));
+      fail_all(fd, "rank " + std::to_string(rank) + " says the world has " + std::to_string(size) +
+                       " ranks, rank 0 says " + std::to_string(ctx.size));
     }
-    if (rank < 1 || rank >= ctx.size) {
-      fail_all(s.fd(), "a peer registered as rank " + std::to_string(rank) + ", out of range");
-    }
-    if (peers.count(rank)) fail_all(s.fd(), "rank " + std::to_string(rank) + " registered twice");
+    if (rank < 1 || rank >= ctx.size) fail_all(fd, "a peer registered as rank " + std::to_string(rank) + ", out of range");
+    if (registered.count(rank)) fail_all(fd, "rank " + std::to_string(rank) + " registered twice");
     addresses[static_cast<std::size_t>(rank)] = endpoint;
-    peers.emplace(rank, std::move(s));
+    peer.rank = rank;
+    registered.emplace(rank, std::move(peer));
+  };
+  auto missing_ranks = [&] {
+    std::string missing;
+    for (int r = 1; r < ctx.size; ++r) {
+      if (!registered.count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    return missing;
+  };
+  while (static_cast<int>(registered.size()) + 1 < ctx.size) {
+    // Watched: the listener, every pending connection, and every registered one (which must stay silent: a
+    // readable registered connection has closed, or broken the protocol).
+    std::vector<pollfd> p{{listener.fd(), POLLIN, 0}};
+    for (const auto& peer : pending) p.push_back({peer.socket.fd(), POLLIN, 0});
+    for (const auto& [rank, peer] : registered) p.push_back({peer.socket.fd(), POLLIN, 0});
+    const int ready = ::poll(p.data(), p.size(), ctx.millis_left());
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) fail_all(-1, "rank(s) " + missing_ranks() + " did not register within the deadline");
+    std::size_t k = 1;
+    std::vector<rendezvous_peer> still_pending;
+    for (auto& peer : pending) {
+      const short revents = p[k++].revents;
+      if (revents == 0) {
+        still_pending.push_back(std::move(peer));
+        continue;
+      }
+      char buffer[4096];
+      const ssize_t n = ::recv(peer.socket.fd(), buffer, sizeof buffer, 0);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        still_pending.push_back(std::move(peer));
+        continue;
+      }
+      if (n <= 0) continue;  // closed (or failed) before registering: not a rank, forget it
+      peer.received.append(buffer, static_cast<std::size_t>(n));
+      const auto newline = peer.received.find('\n');
+      if (newline == std::string::npos && peer.received.size() > (1u << 16)) {
+        fail_all(peer.socket.fd(), "a peer sent 64 KiB without a line end, not a registration");
+      }
+      still_pending.push_back(std::move(peer));
+    }
+    for (auto& [rank, peer] : registered) {
+      if (p[k++].revents == 0) continue;
+      char c = 0;
+      const ssize_t n = ::recv(peer.socket.fd(), &c, 1, MSG_PEEK);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      fail_all(-1, n == 0 || n < 0 ? "rank " + std::to_string(rank) + " closed its connection after registering"
+                                   : "rank " + std::to_string(rank) + " sent more than its registration");
+    }
+    // Registrations completed in this round are checked and taken; the rest wait for more bytes.
+    pending.clear();
+    for (auto& peer : still_pending) {
+      const auto newline = peer.received.find('\n');
+      if (newline == std::string::npos) {
+        pending.push_back(std::move(peer));
+      } else {
+        const std::string line = peer.received.substr(0, newline);
+        take_registration(peer, line);
+      }
+    }
+    if (p[0].revents != 0) {
+      for (;;) {
+        rendezvous_socket s(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+        if (s.fd() < 0) break;  // EAGAIN: nobody else is waiting (or a connection that failed: theirs to retry)
+        pending.push_back(rendezvous_peer{std::move(s), {}, -1});
+      }
+    }
   }
   std::string answer = "ok";
   for (const auto& address : addresses) answer += ' ' + address;
   answer += '\n';
-  for (auto& [rank, s] : peers) send_line(ctx, s.fd(), answer);
+  std::vector<std::pair<int, std::string>> out;
+  std::vector<int> ranks;
+  for (auto& [rank, peer] : registered) {
+    out.emplace_back(peer.socket.fd(), answer);
+    ranks.push_back(rank);
+  }
+  const auto failed = send_to_all(ctx, out);
+  if (!failed.empty()) {
+    std::string who;
+    for (const std::size_t i : failed) who += (who.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    // The ranks that got the answer go on and meet the missing one's absence at the ring's start-up.
+    throw io_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": rank(s) " + who +
+                                     " could not be sent the addresses (gone after registering?)");
+  }
   return addresses;
 }
 
@@ -231,11 +353,16 @@ inline std::vector<std::string> rendezvous_join(const rendezvous_context& ctx, c
   socklen_t len = sizeof self;
   if (::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&self), &len) != 0) ctx.fail_io("getsockname", errno);
   const std::string my_ip = ipv4_text(self);
-  const std::string mine = my_ip + ':' + std::to_string(free_port_on(ctx, my_ip));
+  const reserved_port own = reserve_port(ctx, my_ip);  // held until the answer is in
+  const std::string mine = my_ip + ':' + std::to_string(own.port);
   send_line(ctx, s.fd(),
             std::string(rendezvous_magic) + ' ' + std::to_string(ctx.rank) + ' ' + std::to_string(ctx.size) + ' ' +
                 mine + '\n');
-  const auto line = read_line(ctx, s.fd(), "rank 0");
+  // Rank 0 answers by the same deadline, with the addresses or with why not (ranks that never came): a little
+  // grace lets its answer arrive, so this rank reports the cause instead of its own time-out.
+  rendezvous_context answer_ctx = ctx;
+  answer_ctx.deadline += std::chrono::seconds(2);
+  const auto line = read_line(answer_ctx, s.fd(), "rank 0");
   if (!line) throw io_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": rank 0 closed the connection");
   if (line->rfind("error ", 0) == 0) {
     throw config_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": rank 0 refused: " + line->substr(6));
