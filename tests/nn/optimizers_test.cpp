@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -217,4 +218,52 @@ TEST(NnOptimizers, ApplyPartMatchesApplyWithDecayAndValueClipping) {
   EXPECT_EQ(whole, parts);
   EXPECT_EQ(a.iterations(), b.iterations());
   EXPECT_THROW(nn::sgd({.momentum = 0.9}).apply_part(p, gs), mwstrat::config_error);
+}
+
+// The rules with a square root run a whole vector at a time (nn/detail/elementwise.hpp) and the arena's tail one
+// element at a time. Each element of a 1031-element arena must get the bits it gets alone in an arena of one
+// (which is all tail), with clipping by value and weight decay on.
+template <class Make>
+void expect_vector_and_tail_agree(const char* name, Make make) {
+  constexpr std::size_t n = 1031;  // not a multiple of any vector width
+  std::vector<float> w(n), g(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    w[i] = std::sin(0.37f * static_cast<float>(i)) * 0.5f;
+    g[i] = std::cos(0.11f * static_cast<float>(i)) * (i % 5 == 0 ? 3.0f : 0.2f);  // some beyond the clip value
+  }
+  auto whole_w = w;
+  auto whole = make();
+  for (int step = 0; step < 3; ++step) whole.apply(whole_w, g);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<float> one_w{w[i]};
+    const std::vector<float> one_g{g[i]};
+    auto alone = make();
+    for (int step = 0; step < 3; ++step) alone.apply(one_w, one_g);
+    ASSERT_EQ(std::memcmp(&one_w[0], &whole_w[i], sizeof(float)), 0)
+        << name << ": element " << i << " is " << whole_w[i] << " in the arena, " << one_w[0] << " alone";
+  }
+}
+
+TEST(NnOptimizers, VectorisedRulesGiveEachElementTheBitsOfTheScalarPath) {
+  expect_vector_and_tail_agree("adam", [] { return nn::adam(); });
+  expect_vector_and_tail_agree("adamw+clipvalue", [] {
+    nn::adamw_options o;
+    o.learning_rate = 0.01;
+    o.clipvalue = 1.0;
+    return nn::adamw(o);
+  });
+  expect_vector_and_tail_agree("rmsprop centered+momentum+clipvalue+decay", [] {
+    nn::rmsprop_options o;
+    o.momentum = 0.9;
+    o.centered = true;
+    o.clipvalue = 1.0;
+    o.weight_decay = 0.01;
+    return nn::rmsprop(o);
+  });
+  expect_vector_and_tail_agree("adagrad+decay", [] {
+    nn::adagrad_options o;
+    o.learning_rate = 0.1;
+    o.weight_decay = 0.004;
+    return nn::adagrad(o);
+  });
 }

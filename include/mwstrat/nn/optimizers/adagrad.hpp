@@ -5,6 +5,7 @@
 /// epsilon instead; with the default epsilon 1e-7 the two differ in the last bits only.)
 
 #include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/elementwise.hpp>
 #include <mwstrat/nn/optimizers/optimizer_base.hpp>
 
 #include <cmath>
@@ -47,9 +48,13 @@ class basic_adagrad : public detail_opt::optimizer_base<T> {
     const T eps = static_cast<T>(epsilon_);
     T* w = params.data();
     T* acc = accumulators_.data();
-    this->run(params, grads, [=](std::size_t i, T g, T lr) {
-      acc[i] += g * g;
-      w[i] -= (lr * g) / std::sqrt(acc[i] + eps);
+    this->run(params, grads, [=](std::size_t i, auto g, T lr) {  // g: one gradient, or a vector of them from i on
+      using V = decltype(g);
+      V ai = detail::load_lanes<V>(acc + i), wi = detail::load_lanes<V>(w + i);
+      ai += g * g;
+      wi -= (lr * g) / detail::sqrt_lanes(V(ai + eps));
+      detail::store_lanes(acc + i, ai);
+      detail::store_lanes(w + i, wi);
     });
   }
 

@@ -6,6 +6,7 @@
 /// before the rule as w -= w * weight_decay * lr (optimizer_base.hpp), as in Keras.
 
 #include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/elementwise.hpp>
 #include <mwstrat/nn/optimizers/optimizer_base.hpp>
 
 #include <cmath>
@@ -67,10 +68,15 @@ class basic_adam : public detail_opt::optimizer_base<T> {
     T* w = params.data();
     T* m = slots_.data();
     T* v = slots_.data() + n;
-    this->run(params, grads, [=](std::size_t i, T g, T) {
-      m[i] += (g - m[i]) * one_minus_b1;
-      v[i] += (g * g - v[i]) * one_minus_b2;
-      w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + eps);
+    this->run(params, grads, [=](std::size_t i, auto g, T) {  // g: one gradient, or a vector of them from i on
+      using V = decltype(g);
+      V mi = detail::load_lanes<V>(m + i), vi = detail::load_lanes<V>(v + i), wi = detail::load_lanes<V>(w + i);
+      mi += (g - mi) * one_minus_b1;
+      vi += (g * g - vi) * one_minus_b2;
+      wi -= (mi * alpha) / (detail::sqrt_lanes(vi) + eps);
+      detail::store_lanes(m + i, mi);
+      detail::store_lanes(v + i, vi);
+      detail::store_lanes(w + i, wi);
     });
   }
 

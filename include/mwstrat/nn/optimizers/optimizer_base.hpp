@@ -13,6 +13,7 @@
 /// ignore all but one).
 
 #include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/elementwise.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/optimizers/schedules.hpp>
 
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -83,6 +85,8 @@ class optimizer_base {
  protected:
   // Runs rule(i, g, lr) for every element, g being the clipped gradient, after the weight decay of params[i]; then
   // counts the step. The plain path (no clipping, no decay) is a loop of its own so it vectorises as before.
+  // A rule generic in g's type (a lambda taking `auto g`) is run a whole vector at a time, g then being a
+  // vec_t<T> of the gradients from i on (detail/elementwise.hpp): rules with a square root need that to vectorise.
   template <class Rule>
   void run(std::span<T> params, std::span<const T> grads, Rule&& rule) {
     check_sizes(name_, params.size(), grads.size());
@@ -90,7 +94,9 @@ class optimizer_base {
     const std::size_t n = params.size();
     const T* g = grads.data();
     T* w = params.data();
-    if (clipnorm_ == 0 && clipvalue_ == 0 && weight_decay_ == 0) {
+    if constexpr (std::is_invocable_v<Rule&, std::size_t, detail::vec_t<T>, T>) {
+      run_lane_blocks(params, grads, lr, rule);
+    } else if (clipnorm_ == 0 && clipvalue_ == 0 && weight_decay_ == 0) {
       detail::parallel_chunks(n, grain, [&](std::size_t b, std::size_t e) {
         for (std::size_t i = b; i < e; ++i) rule(i, g[i], lr);
       });
@@ -135,6 +141,35 @@ class optimizer_base {
   [[nodiscard]] const char* name() const noexcept { return name_; }
 
  private:
+  // run() for a rule generic in the lane type: the same steps per element, a whole vector at a time.
+  template <class Rule>
+  void run_lane_blocks(std::span<T> params, std::span<const T> grads, T lr, Rule& rule) {
+    const T* g = grads.data();
+    T* w = params.data();
+    if (clipnorm_ == 0 && clipvalue_ == 0 && weight_decay_ == 0) {
+      detail::parallel_chunks(params.size(), grain, [&](std::size_t b, std::size_t e) {
+        detail::for_each_lane_block<T>(b, e, [&]<class V>(std::size_t i) { rule(i, detail::load_lanes<V>(g + i), lr); });
+      });
+      return;
+    }
+    const bool by_norm = clipnorm_ > 0, by_value = clipvalue_ > 0, decay = weight_decay_ > 0;
+    const T scale = by_norm ? norm_scale(grads) : T{1};
+    const T v = static_cast<T>(clipvalue_);
+    const T wd = static_cast<T>(weight_decay_);
+    detail::parallel_chunks(params.size(), grain, [&](std::size_t b, std::size_t e) {
+      detail::for_each_lane_block<T>(b, e, [&]<class V>(std::size_t i) {
+        V gi = detail::load_lanes<V>(g + i);
+        if (by_norm) gi *= scale;
+        if (by_value) gi = detail::clamp_lanes(gi, -v, v);
+        if (decay) {
+          const V wi = detail::load_lanes<V>(w + i);
+          detail::store_lanes(w + i, V(wi - wi * wd * lr));
+        }
+        rule(i, gi, lr);
+      });
+    });
+  }
+
   // Keras's clip_by_global_norm factor, clip * min(1 / norm, 1 / clip) (NaN for a non-finite norm, as there).
   T norm_scale(std::span<const T> grads) {
     const std::size_t chunks = detail::ceil_div(grads.size(), grain);

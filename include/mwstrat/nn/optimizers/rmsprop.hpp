@@ -6,6 +6,7 @@
 /// momentum_slot = momentum * momentum_slot + increment and w -= momentum_slot, else w -= increment.
 
 #include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/elementwise.hpp>
 #include <mwstrat/nn/optimizers/optimizer_base.hpp>
 
 #include <cmath>
@@ -56,22 +57,30 @@ class basic_rmsprop : public detail_opt::optimizer_base<T> {
     T* vel = slots_.data();
     T* mslot = with_momentum ? vel + n : nullptr;
     T* avg = centered ? vel + (with_momentum ? 2 : 1) * n : nullptr;
-    this->run(params, grads, [=](std::size_t i, T g, T lr) {
-      vel[i] = rho * vel[i] + one_minus_rho * (g * g);
-      T denominator;
+    this->run(params, grads, [=](std::size_t i, auto g, T lr) {  // g: one gradient, or a vector of them from i on
+      using V = decltype(g);
+      V vi = detail::load_lanes<V>(vel + i), wi = detail::load_lanes<V>(w + i);
+      vi = rho * vi + one_minus_rho * (g * g);
+      detail::store_lanes(vel + i, vi);
+      V denominator;
       if (centered) {
-        avg[i] = rho * avg[i] + one_minus_rho * g;
-        denominator = vel[i] - avg[i] * avg[i] + eps;
+        V ai = detail::load_lanes<V>(avg + i);
+        ai = rho * ai + one_minus_rho * g;
+        detail::store_lanes(avg + i, ai);
+        denominator = vi - ai * ai + eps;
       } else {
-        denominator = vel[i] + eps;
+        denominator = vi + eps;
       }
-      const T increment = (lr * g) / std::sqrt(denominator);
+      const V increment = (lr * g) / detail::sqrt_lanes(denominator);
       if (with_momentum) {
-        mslot[i] = mom * mslot[i] + increment;
-        w[i] -= mslot[i];
+        V mi = detail::load_lanes<V>(mslot + i);
+        mi = mom * mi + increment;
+        detail::store_lanes(mslot + i, mi);
+        wi -= mi;
       } else {
-        w[i] -= increment;
+        wi -= increment;
       }
+      detail::store_lanes(w + i, wi);
     });
   }
 
