@@ -67,10 +67,15 @@ inline ring_failure read_abort(int fd, const frame_header& h, int from, const st
                           " during " + where + " (reported by rank " + std::to_string(from) + ": " + a->text + ")"};
 }
 
-// Tells both neighbours about `f` (those not already known dead), first completing `inflight` towards the next
-// rank, then shuts both sending halves. `op` names the operation (kind, element type, sequence number).
-inline void send_abort(int next, int prev, bool next_dead, bool prev_dead, const inflight_frame& inflight,
-                       const frame_header& op, const ring_failure& f) {
+// One abort frame, ready to write: its header, then the notice of `f`.
+struct abort_frame {
+  std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text> bytes{};
+  std::size_t size = 0;
+};
+
+// The abort frame for `f`. `op` names the operation it ends (kind, element type, sequence number); the liveness
+// connections, which carry no operation, pass the default.
+inline abort_frame make_abort_frame(const ring_failure& f, const frame_header& op = {}) {
   abort_notice notice;
   notice.kind = static_cast<std::uint8_t>(f.kind);
   notice.culprit = f.culprit;
@@ -84,9 +89,18 @@ inline void send_abort(int next, int prev, bool next_dead, bool prev_dead, const
   h.type_of_elements = op.type_of_elements;
   h.seq = op.seq;
   h.payload = len;
-  std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text> frame{};
-  encode(h, std::span<std::uint8_t, frame_header_size>(frame.data(), frame_header_size));
-  std::memcpy(frame.data() + frame_header_size, body.data(), len);
+  abort_frame frame;
+  encode(h, std::span<std::uint8_t, frame_header_size>(frame.bytes.data(), frame_header_size));
+  std::memcpy(frame.bytes.data() + frame_header_size, body.data(), len);
+  frame.size = frame_header_size + len;
+  return frame;
+}
+
+// Tells both neighbours about `f` (those not already known dead), first completing `inflight` towards the next
+// rank, then shuts both sending halves. `op` names the operation (kind, element type, sequence number).
+inline void send_abort(int next, int prev, bool next_dead, bool prev_dead, const inflight_frame& inflight,
+                       const frame_header& op, const ring_failure& f) {
+  const abort_frame frame = make_abort_frame(f, op);
   const auto limit = steady::now() + abort_send_grace;
   if (!next_dead) {
     bool ok = true;
@@ -99,9 +113,9 @@ inline void send_abort(int next, int prev, bool next_dead, bool prev_dead, const
         ok = write_all(next, inflight.payload + body_sent, inflight.total - hs - body_sent, limit).status ==
              io_status::ok;
     }
-    if (ok) (void)write_all(next, frame.data(), frame_header_size + len, limit);
+    if (ok) (void)write_all(next, frame.bytes.data(), frame.size, limit);
   }
-  if (!prev_dead) (void)write_all(prev, frame.data(), frame_header_size + len, limit);
+  if (!prev_dead) (void)write_all(prev, frame.bytes.data(), frame.size, limit);
   ::shutdown(next, SHUT_WR);
   ::shutdown(prev, SHUT_WR);
 }

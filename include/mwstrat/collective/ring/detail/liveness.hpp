@@ -294,18 +294,7 @@ class liveness_monitor {
   void decide(ring_failure f, int from) {
     const std::lock_guard lock(write_mutex_);  // the monitor's thread, or the data path's (publish)
     if (fired()) return;
-    abort_notice notice;
-    notice.kind = static_cast<std::uint8_t>(f.kind);
-    notice.culprit = f.culprit;
-    notice.text = f.text;
-    std::array<std::uint8_t, abort_fixed_size + max_abort_text> body{};
-    const auto len = encode(notice, body);
-    frame_header h;
-    h.type = frame_type::abort;
-    h.payload = len;
-    std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text> frame{};
-    encode(h, std::span<std::uint8_t, frame_header_size>(frame.data(), frame_header_size));
-    std::memcpy(frame.data() + frame_header_size, body.data(), len);
+    const abort_frame frame = make_abort_frame(f);
     const auto limit = steady::now() + abort_send_grace;
     for (int k = 0; k < 2; ++k)
       if (k != from && links_[k].open) {  // the culprit too: if it was only stopped, it learns it was given up
@@ -315,7 +304,7 @@ class liveness_monitor {
                     .status != io_status::ok)
           continue;
         l.partial_sent = 0;
-        (void)write_all(l.socket.get(), frame.data(), frame_header_size + len, limit);
+        (void)write_all(l.socket.get(), frame.bytes.data(), frame.size, limit);
       }
     if (log_) log_(f.text + (from < 0 ? " [verdict of this rank]" : " [verdict heard from rank " + std::to_string(links_[from].peer) + "]"));
     {
