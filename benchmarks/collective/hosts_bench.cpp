@@ -6,6 +6,7 @@
 //
 //   mwstrat_bench_hosts --rank R --addresses H:P,H:P,... [--host-id ID] [--compression none|bf16|fp16]
 //                       [--topology hierarchical|flat] [--sizes 4096,11534336:8] [--reps 20] [--transport auto|tcp]
+//                       [--streams N]   (TCP connections per link between hosts: ring_options::streams_per_peer)
 // A size may carry its own repetitions ("11534336:8": large buffers on a slow link take long).
 
 #include <mwstrat/collective.hpp>
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
                       : v == "fp16" ? mwstrat::wire_compression::fp16 : mwstrat::wire_compression::none;
     else if (k == "--topology") o.topology = v == "flat" ? mwstrat::ring_topology::flat : mwstrat::ring_topology::hierarchical;
     else if (k == "--transport") o.transport = v == "tcp" ? mwstrat::ring_transport::tcp : mwstrat::ring_transport::automatic;
+    else if (k == "--streams") o.streams_per_peer = std::stoi(v);
     else if (k == "--reps") reps = std::stoi(v);
     else if (k == "--sizes") size_args = split(v);
     else {

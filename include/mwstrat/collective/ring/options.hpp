@@ -2,7 +2,8 @@
 /// \file
 /// `ring_options`: everything a `ring_collective` needs, as plain values. The ring reads no environment: the
 /// configuration layer fills these from a cluster spec and from the environment (`MWSTRAT_JOB_TOKEN`,
-/// `MWSTRAT_RING_TRANSPORT`, `MWSTRAT_RING_SPIN_US`, `MWSTRAT_RING_LIVENESS_MS`), never overriding a value set in code.
+/// `MWSTRAT_RING_TRANSPORT`, `MWSTRAT_RING_SPIN_US`, `MWSTRAT_RING_LIVENESS_MS`, `MWSTRAT_RING_STREAMS`), never
+/// overriding a value set in code.
 
 #include <chrono>
 #include <cstddef>
@@ -87,6 +88,12 @@ struct ring_options {
   /// The inter-host leg of float sum/mean all-reduces: the ring between hosts of a hierarchical all-reduce, or the
   /// whole ring when it is flat and spans several hosts. Never used within one host.
   wire_compression compression = wire_compression::none;
+  /// TCP data connections on each link between ranks on different hosts (1..16; links within a host have one).
+  /// Each chunk of an operation travels on connection (chunk index mod streams), so the results are the same bits
+  /// whatever the value; several streams can carry more than one on a link whose limit is per flow, or where one
+  /// flow's window or one core's copying is the bottleneck. Give every rank the same value (a link whose ends
+  /// differ is refused at start-up). Other values are refused (`config_error`).
+  int streams_per_peer = 1;
   /// How long a rank with nothing to do keeps polling its sockets before it sleeps in poll(): a wake-up from sleep
   /// costs tens to hundreds of microseconds (more in a virtual machine) on every hop of an operation, polling costs
   /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.
