@@ -57,6 +57,10 @@ int run_worker(int argc, char** argv) {
   o.topology = get("topology", "hierarchical") == "flat" ? ring_topology::flat : ring_topology::hierarchical;
   if (get("compression", "none") == "bf16") o.compression = wire_compression::bf16;
   if (get("compression", "none") == "fp16") o.compression = wire_compression::fp16;
+  // "2", or one value per rank ("2,1"): TCP connections per link between hosts.
+  if (kv.count("streams"))
+    o.streams_per_peer = std::stoi(kv["streams"].find(',') == std::string::npos ? kv["streams"]
+                                                                                 : test::nth_field(kv["streams"], rank));
   try {
     ring_collective ring(o);
     std::printf("transport=%s\n", ring.uses_shared_memory() ? "shm" : "tcp");
