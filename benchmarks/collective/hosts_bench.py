@@ -132,14 +132,15 @@ class Runner:
             return argv
         return [SIMHOSTS, "--name", self.name, "exec", self.host(rank, per_host), "--"] + argv
 
-    def mwstrat(self, per_host, compression, streams=1):
+    def mwstrat(self, per_host, compression, streams=1, topology="hierarchical"):
         n = HOSTS * per_host
         ports = self.next_ports(n)
         addresses = ",".join(f"{self.addr(r, per_host)}:{ports[r]}" for r in range(n))
         bench = os.path.join(self.build, "benchmarks", "collective", "mwstrat_bench_hosts")
         return [self.in_host(r, per_host, [bench, "--rank", str(r), "--addresses", addresses, "--host-id",
                                            self.host(r, per_host), "--compression", compression,
-                                           "--sizes", self.sizes, "--streams", str(streams)]) for r in range(n)]
+                                           "--sizes", self.sizes, "--streams", str(streams),
+                                           "--topology", topology]) for r in range(n)]
 
     def gloo(self, per_host):
         n = HOSTS * per_host
@@ -166,9 +167,11 @@ class Runner:
             "--sizes", self.sizes])]
 
     def commands(self, impl, per_host):
-        m = re.fullmatch(r"mwstrat-(fp32|bf16)(?:-s(\d+))?", impl)  # "-sN": N TCP streams per link between hosts
+        # "-flat": one flat ring through every rank (default: hierarchical); "-sN": N TCP streams per link between hosts
+        m = re.fullmatch(r"mwstrat-(fp32|bf16)(-flat)?(?:-s(\d+))?", impl)
         if m:
-            return self.mwstrat(per_host, "none" if m.group(1) == "fp32" else "bf16", int(m.group(2) or 1))
+            return self.mwstrat(per_host, "none" if m.group(1) == "fp32" else "bf16", int(m.group(3) or 1),
+                                "flat" if m.group(2) else "hierarchical")
         return getattr(self, impl)(per_host)
 
 

@@ -10,7 +10,7 @@
 ///   - `spin`: `MWSTRAT_RING_SPIN_US` (microseconds in 0..1000000), else 200 µs;
 ///   - `liveness_timeout`: `MWSTRAT_RING_LIVENESS_MS` (0 = silence never judged, or milliseconds in 100..3600000), else 5 s;
 ///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token);
-///   - `topology`: `MWSTRAT_RING_TOPOLOGY` (`flat` or `hierarchical`), else flat;
+///   - `topology`: `MWSTRAT_RING_TOPOLOGY` (`flat` or `hierarchical`), else hierarchical;
 ///   - `compression`: `MWSTRAT_RING_COMPRESSION` (`none`, `bf16` or `fp16`), else none;
 ///   - `host_identity`: `MWSTRAT_HOST_ID`, else derived from the kernel's boot id (an empty value is no value);
 ///   - `streams_per_peer`: `MWSTRAT_RING_STREAMS` (1..16), else the ring's default.
@@ -54,7 +54,8 @@ struct communication_options {
   /// nullopt: the environment's MWSTRAT_RING_COMPRESSION, else none.
   std::optional<wire_compression> compression;
   /// Flat or hierarchical all-reduce across hosts (`ring_options::topology`); nullopt: the environment's
-  /// MWSTRAT_RING_TOPOLOGY, else flat.
+  /// MWSTRAT_RING_TOPOLOGY, else hierarchical (which is flat unless several hosts each run the same number, at least
+  /// two, of workers).
   std::optional<ring_topology> topology;
   /// TCP data connections per link between hosts (`ring_options::streams_per_peer`); nullopt: the environment's
   /// MWSTRAT_RING_STREAMS, else the ring's default.
@@ -105,10 +106,11 @@ struct communication_options {
     }
   }
   if (!options.topology) {
-    options.topology = ring_topology::flat;
+    options.topology = ring_options{}.topology;
     if (const auto v = env.get("MWSTRAT_RING_TOPOLOGY")) {
       if (*v == "hierarchical") options.topology = ring_topology::hierarchical;
-      else if (*v != "flat")
+      else if (*v == "flat") options.topology = ring_topology::flat;
+      else
         throw config_error({"strategy", rank}, "MWSTRAT_RING_TOPOLOGY is '" + *v + "', expected flat or hierarchical");
     }
   }

@@ -236,7 +236,8 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   template <class T>
   void all_reduce_now(std::span<T> data, reduce_op op, op_options options) {
-    if (local_) return detail::ring_hierarchy::all_reduce(*this, data, op, options);
+    if (local_ && data.size_bytes() >= options_.hierarchical_min_bytes)
+      return detail::ring_hierarchy::all_reduce(*this, data, op, options);
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
                                                    chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), data.data());
@@ -256,7 +257,8 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (!gradients.empty()) update(std::size_t{0}, gradients.size());
       return;
     }
-    if (local_) return detail::ring_hierarchy::all_reduce_update(*this, gradients, op, params, update, options);
+    if (local_ && gradients.size_bytes() >= options_.hierarchical_min_bytes)
+      return detail::ring_hierarchy::all_reduce_update(*this, gradients, op, params, update, options);
     flat_all_reduce_update(gradients, op, params, update, options);
   }
 
