@@ -64,7 +64,7 @@ TEST(mnist_hosts, two_workers_on_each_of_two_hosts_default_to_the_hierarchical_a
     }
   std::printf("hierarchical vs flat: %zu of %zu weights differ, worst |difference| / (|w| + 1e-3) = %.3g\n", differ,
               count, worst);
-  EXPECT_LE(worst, 1e-4);
+  EXPECT_LE(worst, 1e-5);  // measured: 8.9e-8 (313 of 2770634 weights differ)
 }
 
 }  // namespace
