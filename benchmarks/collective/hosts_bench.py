@@ -26,12 +26,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
+from common import procs  # noqa: E402
 
 SIZES = [4096, 65536, 1 << 20, 11 << 20, 64 << 20]
 HOSTS = 2
@@ -66,33 +66,8 @@ def parse_rows(text):
 def run_ranks(commands, timeout, env=None):
     """Starts every rank's command at once (rank 0 first); the rows rank 0 printed, after all exited 0. When one
     fails or the deadline passes the others are killed (a peer would otherwise wait for its own timeout)."""
-    import tempfile
-    files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
-    procs = [subprocess.Popen(c, stdout=o, stderr=e, text=True, env=env, start_new_session=True)
-             for c, (o, e) in zip(commands, files)]
-    deadline = time.monotonic() + timeout
-    problem = None
-    while any(p.poll() is None for p in procs):
-        bad = [p for p in procs if p.returncode not in (None, 0)]
-        if bad or time.monotonic() > deadline:
-            problem = f"a rank exited {bad[0].returncode}" if bad else f"not finished within {timeout} s"
-            break
-        time.sleep(0.05)
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, 9)
-            except ProcessLookupError:
-                pass
-    codes = [p.wait() for p in procs]
-    texts = []
-    for o, e in files:
-        o.seek(0)
-        e.seek(0)
-        texts.append((o.read(), e.read()))
-        o.close()
-        e.close()
-    if problem is None and any(codes):
+    codes, texts, problem = procs.run_together([(c, env) for c in commands], timeout, session=True)
+    if not problem and any(codes):
         problem = f"exit codes {codes}"
     if problem:
         err = "".join(e for _, e in texts).strip()
@@ -110,14 +85,7 @@ class Runner:
 
     def next_ports(self, n):
         if self.setting == "loopback":
-            import socket
-            socks = [socket.socket() for _ in range(n)]
-            for s in socks:
-                s.bind(("127.0.0.1", 0))
-            ports = [s.getsockname()[1] for s in socks]
-            for s in socks:
-                s.close()
-            return ports
+            return procs.free_ports(n)
         self.port += 10
         return [self.port + i for i in range(n)]
 
