@@ -11,9 +11,12 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -90,6 +93,24 @@ TEST(ring_streams, the_typed_sweep_passes_where_the_two_links_have_different_con
   for (const auto& w : ring.workers) {
     EXPECT_EQ(w.exit_code, 0) << ring.report();
     EXPECT_NE(w.stdout_text().find("OK"), std::string::npos) << ring.report();
+  }
+  EXPECT_NE(ring.workers[0].stderr_text().find("3 tcp streams per link between hosts"), std::string::npos)
+      << ring.report();
+}
+
+// A rank killed mid-all-reduce while every link carries 3 connections (each rank on a host of its own): every other
+// rank reports peer_lost naming it, well inside the 60 s operation deadline (found, not timed out).
+TEST(ring_streams, sigkill_of_one_rank_mid_all_reduce_gives_every_other_rank_peer_lost_naming_it) {
+  test::ring_run ring(4, "loop", {"timeout_ms=60000", "hosts=a,b,c,d", "topology=flat", "streams=3"});
+  ASSERT_TRUE(test::wait_for_output(ring.workers[2], "ready", 30s)) << ring.report();
+  std::this_thread::sleep_for(20ms);
+  ::kill(ring.workers[2].pid, SIGKILL);
+  ASSERT_TRUE(ring.wait_all(30s)) << ring.report();
+  EXPECT_EQ(ring.workers[2].signal, SIGKILL);
+  for (int r : {0, 1, 3}) {
+    const auto& w = ring.workers[static_cast<std::size_t>(r)];
+    EXPECT_NE(w.exit_code, 0) << ring.report();
+    EXPECT_NE(w.stdout_text().find("ERROR peer_lost 2"), std::string::npos) << "rank " << r << ":\n" << ring.report();
   }
   EXPECT_NE(ring.workers[0].stderr_text().find("3 tcp streams per link between hosts"), std::string::npos)
       << ring.report();
