@@ -26,12 +26,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
+from common import procs  # noqa: E402
 
 SIZES = [4096, 65536, 1 << 20, 11 << 20, 64 << 20]
 HOSTS = 2
@@ -46,11 +46,11 @@ def rate_bytes(rate):
     return int(m.group(1)) * scale / 8
 
 
-def size_args(reps):
+def size_args(reps, sizes=None):
     """"4096:20,...": fewer repetitions for the large buffers (64 MiB takes over half a second at 1 Gbit/s)."""
     def n(size):
         return reps if size <= (1 << 20) else max(5, reps // 2) if size <= (16 << 20) else max(3, reps // 4)
-    return ",".join(f"{s}:{n(s)}" for s in SIZES)
+    return ",".join(f"{s}:{n(s)}" for s in (sizes or SIZES))
 
 
 def parse_rows(text):
@@ -66,33 +66,8 @@ def parse_rows(text):
 def run_ranks(commands, timeout, env=None):
     """Starts every rank's command at once (rank 0 first); the rows rank 0 printed, after all exited 0. When one
     fails or the deadline passes the others are killed (a peer would otherwise wait for its own timeout)."""
-    import tempfile
-    files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
-    procs = [subprocess.Popen(c, stdout=o, stderr=e, text=True, env=env, start_new_session=True)
-             for c, (o, e) in zip(commands, files)]
-    deadline = time.monotonic() + timeout
-    problem = None
-    while any(p.poll() is None for p in procs):
-        bad = [p for p in procs if p.returncode not in (None, 0)]
-        if bad or time.monotonic() > deadline:
-            problem = f"a rank exited {bad[0].returncode}" if bad else f"not finished within {timeout} s"
-            break
-        time.sleep(0.05)
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, 9)
-            except ProcessLookupError:
-                pass
-    codes = [p.wait() for p in procs]
-    texts = []
-    for o, e in files:
-        o.seek(0)
-        e.seek(0)
-        texts.append((o.read(), e.read()))
-        o.close()
-        e.close()
-    if problem is None and any(codes):
+    codes, texts, problem = procs.run_together([(c, env) for c in commands], timeout, session=True)
+    if not problem and any(codes):
         problem = f"exit codes {codes}"
     if problem:
         err = "".join(e for _, e in texts).strip()
@@ -103,21 +78,14 @@ def run_ranks(commands, timeout, env=None):
 class Runner:
     """Builds each implementation's commands for one setting (loopback, or a simhosts set)."""
 
-    def __init__(self, build, setting, name, reps):
+    def __init__(self, build, setting, name, reps, sizes=None):
         self.build, self.setting, self.name = build, setting, name
-        self.sizes = size_args(reps)
+        self.sizes = size_args(reps, sizes)
         self.port = 20000  # inside a set's namespaces no one else listens; a fresh port per run all the same
 
     def next_ports(self, n):
         if self.setting == "loopback":
-            import socket
-            socks = [socket.socket() for _ in range(n)]
-            for s in socks:
-                s.bind(("127.0.0.1", 0))
-            ports = [s.getsockname()[1] for s in socks]
-            for s in socks:
-                s.close()
-            return ports
+            return procs.free_ports(n)
         self.port += 10
         return [self.port + i for i in range(n)]
 
@@ -132,14 +100,15 @@ class Runner:
             return argv
         return [SIMHOSTS, "--name", self.name, "exec", self.host(rank, per_host), "--"] + argv
 
-    def mwstrat(self, per_host, compression):
+    def mwstrat(self, per_host, compression, streams=1, topology="hierarchical"):
         n = HOSTS * per_host
         ports = self.next_ports(n)
         addresses = ",".join(f"{self.addr(r, per_host)}:{ports[r]}" for r in range(n))
         bench = os.path.join(self.build, "benchmarks", "collective", "mwstrat_bench_hosts")
         return [self.in_host(r, per_host, [bench, "--rank", str(r), "--addresses", addresses, "--host-id",
                                            self.host(r, per_host), "--compression", compression,
-                                           "--sizes", self.sizes]) for r in range(n)]
+                                           "--sizes", self.sizes, "--streams", str(streams),
+                                           "--topology", topology]) for r in range(n)]
 
     def gloo(self, per_host):
         n = HOSTS * per_host
@@ -166,10 +135,11 @@ class Runner:
             "--sizes", self.sizes])]
 
     def commands(self, impl, per_host):
-        if impl == "mwstrat-fp32":
-            return self.mwstrat(per_host, "none")
-        if impl == "mwstrat-bf16":
-            return self.mwstrat(per_host, "bf16")
+        # "-flat": one flat ring through every rank (default: hierarchical); "-sN": N TCP streams per link between hosts
+        m = re.fullmatch(r"mwstrat-(fp32|bf16)(-flat)?(?:-s(\d+))?", impl)
+        if m:
+            return self.mwstrat(per_host, "none" if m.group(1) == "fp32" else "bf16", int(m.group(3) or 1),
+                                "flat" if m.group(2) else "hierarchical")
         return getattr(self, impl)(per_host)
 
 
@@ -235,7 +205,11 @@ def main():
     ap.add_argument("--settings", default="simhosts,loopback")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--ranks-per-host", default="1,2")
+    ap.add_argument("--sizes", help="bytes, comma-separated (default: %s)" % ",".join(map(str, SIZES)))
+    ap.add_argument("--sysctl", action="append", default=[],
+                    help="KEY=VALUE set in every simulated host's network namespace after it is made (repeatable)")
     a = ap.parse_args()
+    sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else SIZES
     a.build = os.path.abspath(a.build)
     reps, rounds = (5, 1) if a.quick else (a.reps, a.rounds)
     started = benchlib.start()
@@ -246,7 +220,7 @@ def main():
     rows, failures, commands, skipped = [], [], [], None
 
     def run_setting(setting, rate, name):
-        runner = Runner(a.build, setting, name, reps)
+        runner = Runner(a.build, setting, name, reps, sizes)
         for rnd in range(1, rounds + 1):
             for per_host in per_hosts:
                 for impl in impls:
@@ -257,8 +231,8 @@ def main():
                     load = benchlib.loadavg()
                     try:
                         got = run_ranks(cmds, 900 if setting == "simhosts" else 300)
-                        if set(got) != set(SIZES):
-                            raise RuntimeError(f"rank 0 reported sizes {sorted(got)}, expected {SIZES}")
+                        if set(got) != set(sizes):
+                            raise RuntimeError(f"rank 0 reported sizes {sorted(got)}, expected {sizes}")
                     except (RuntimeError, OSError) as e:
                         failures.append(f"{setting} {rate or ''} {HOSTS}x{per_host} {impl} round {rnd}: {e}")
                         print("FAILED " + failures[-1], flush=True)
@@ -286,6 +260,9 @@ def main():
             for rate in a.rates.split(","):
                 name = subprocess.run([SIMHOSTS, "up", str(HOSTS), "--rate", rate, "--owner", str(os.getpid())],
                                       capture_output=True, text=True, check=True).stdout.strip()
+                for h in range(1, 3):  # --sysctl: e.g. net.ipv4.tcp_congestion_control=cubic in every simulated host
+                    for kv in a.sysctl:
+                        subprocess.run([SIMHOSTS, "--name", name, "exec", f"h{h}", "--", "sysctl", "-qw", kv], check=True)
                 try:
                     run_setting("simhosts", rate, name)
                 finally:
@@ -305,10 +282,12 @@ def main():
             argv += ["--impls", a.impls]
         if a.ranks_per_host != "1,2":
             argv += ["--ranks-per-host", a.ranks_per_host]
+        if a.sizes:
+            argv += ["--sizes", a.sizes]
         rec = benchlib.meta("collective_hosts", [" ".join(argv)] + commands, a.quick, started)
         rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
                             "the ranks of one command line start together ('&')", rows=rows, summary=summary,
-                   failures=failures, missing=missing, simhosts_skipped=skipped, reps=reps, rounds=rounds, sizes=SIZES, impls=impls,
+                   failures=failures, missing=missing, simhosts_skipped=skipped, reps=reps, rounds=rounds, sizes=sizes, impls=impls,
                    link_limit="2*(H-1)/H*bytes/rate, H=2 hosts, rate = the tbf rate of each host's link")
         benchlib.write_json(a.json_out, rec)
     return 1 if failures and not rows else 0

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -206,13 +205,9 @@ def worker(a):
 
 
 def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+    from common import procs
+    return procs.free_ports(n)
 
 
 def launch(a):

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
+from common import procs  # noqa: E402
 
 
 def openblas_coretype():
@@ -44,16 +44,7 @@ def openblas_coretype():
     return None
 
 
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
+free_ports = procs.free_ports
 
 
 def json_line(text, impl):
@@ -76,30 +67,8 @@ def run_group(commands, timeout):
     When one process fails, or the deadline passes, the others are killed (a peer left waiting on a dead rank would
     otherwise wait for its framework's own timeout); their return codes then read -9.
     """
-    import tempfile
-    files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
-    procs = [subprocess.Popen(argv, env=env, stdout=o, stderr=e, text=True)
-             for (argv, env), (o, e) in zip(commands, files)]
-    deadline = time.monotonic() + timeout
-    note = ""
-    while any(p.poll() is None for p in procs):
-        failed = any(p.returncode not in (None, 0) for p in procs)
-        if failed or time.monotonic() > deadline:
-            note = "a worker failed; the others were killed\n" if failed else f"timed out after {timeout}s\n"
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            break
-        time.sleep(0.05)
-    codes = [p.wait() for p in procs]  # -9 for the killed ones
-    texts = []
-    for o, e in files:
-        o.seek(0)
-        e.seek(0)
-        texts.append((o.read(), e.read()))
-        o.close()
-        e.close()
-    return codes, texts[0][0], note + "".join(e for _, e in texts)
+    codes, texts, note = procs.run_together(commands, timeout)
+    return codes, texts[0][0], (note + "\n" if note else "") + "".join(e for _, e in texts)
 
 
 def base_env(threads):

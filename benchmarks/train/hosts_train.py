@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Training the tutorial CNN on MNIST across 2 simulated hosts × 1 worker: mwstrat (fp32, and bf16 on the wire
-between hosts) vs PyTorch DDP (gloo), at each link rate, next to one worker alone for the scaling efficiency.
+"""Training the tutorial CNN on MNIST across 2 simulated hosts × 1 worker (and 2 hosts × 2 workers): mwstrat (fp32,
+and bf16 on the wire between hosts) vs PyTorch DDP (gloo) on the same layout, at each link rate, next to one worker
+alone for the scaling efficiency. With 2 workers per host mwstrat's workers share their host's /dev/shm and identity
+(simhosts exec), so its default topology is the hierarchical all-reduce (shared memory within a host, TCP between).
 
 The programs are compare.py's: train_throughput (mwstrat, TF_CONFIG naming the hosts' addresses) and
 ddp_throughput.py (Debian's python3-torch, init over tcp://<h1's address>), per-worker batch 64, 1 thread, the same
 --warmup/--steps span timed inside one run. Every worker runs inside its host (`scripts/simhosts exec`: its own
 network namespace and /dev/shm, links shaped with tbf at the rate); the one-worker runs run inside h1 (no link).
 Within a rate the configurations take turns for --rounds rounds (mwstrat 1, torch 1, mwstrat 2 fp32, mwstrat 2
-bf16, mwstrat 2 bf16 with --update mirrored, torch 2; see RUNS), so a slow spell of the shared machine hits all;
-ratios are taken within a round, median over rounds.
+bf16, mwstrat 2 bf16 with --update mirrored, torch 2, then mwstrat 2x2 and torch 2x2; see RUNS), so a slow spell
+of the shared machine hits all; ratios are taken within a round, median over rounds. Scaling is samples/s over
+(workers × one worker's).
 
   hosts_train.py --build BUILD [--data-dir .cache/mnist] [--rates 10gbit,1gbit] [--rounds 3] [--steps 100]
-                 [--quick] [--json-out FILE]
+                 [--workers-per-host 1,2] [--quick] [--json-out FILE]
 """
 import argparse
 import json
@@ -48,39 +51,43 @@ class Configs:
             env.pop(k, None)
         return env
 
-    def in_host(self, k, argv):
-        return [SIMHOSTS, "--name", self.name, "exec", f"h{k + 1}", "--"] + argv
+    def in_host(self, h, argv):
+        return [SIMHOSTS, "--name", self.name, "exec", f"h{h + 1}", "--"] + argv
 
-    def mwstrat(self, n, compression, update):
-        self.port += 1
-        workers = [f"10.77.0.{k + 1}:{self.port}" for k in range(n)]
+    def mwstrat(self, n, compression, update, per_host=1):
+        """n workers, worker k on host k // per_host (ranks of a host consecutive), each on a port of its own."""
+        self.port += 10
+        workers = [f"10.77.0.{k // per_host + 1}:{self.port + k}" for k in range(n)]
         prog = os.path.join(self.a.build, "benchmarks", "train", "train_throughput")
         cmds = []
         for k in range(n):
             tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": k}},
                                    separators=(",", ":"))
-            cmds.append((self.in_host(k, ["env", f"TF_CONFIG={tf_config}", f"MWSTRAT_RING_COMPRESSION={compression}",
-                                          prog] + self.args() + (["--update", update] if update else [])), self.env()))
+            cmds.append((self.in_host(k // per_host, [
+                "env", f"TF_CONFIG={tf_config}", f"MWSTRAT_RING_COMPRESSION={compression}", prog] + self.args()
+                + (["--update", update] if update else [])), self.env()))
         return cmds
 
-    def torch(self, n):
-        self.port += 1
+    def torch(self, n, per_host=1):
+        self.port += 10
         script = os.path.join(HERE, "ddp_throughput.py")
-        return [(self.in_host(k, ["env", f"RANK={k}", f"WORLD_SIZE={n}", "MASTER_ADDR=10.77.0.1",
-                                  f"MASTER_PORT={self.port}", "GLOO_SOCKET_IFNAME=eth0", TORCH_PYTHON, script]
-                              + self.args()), self.env()) for k in range(n)]
+        return [(self.in_host(k // per_host, ["env", f"RANK={k}", f"WORLD_SIZE={n}", "MASTER_ADDR=10.77.0.1",
+                                              f"MASTER_PORT={self.port}", "GLOO_SOCKET_IFNAME=eth0", TORCH_PYTHON,
+                                              script] + self.args()), self.env()) for k in range(n)]
 
 
-# (implementation, workers, wire compression, train_throughput's --update). With the default update placement the
-# fit's gradient all-reduce is all_reduce_update: its reduce-scatter goes bf16 but the parameters it gathers travel
-# exact (fp32), so bf16 saves a quarter of the bytes; `--update mirrored` all-reduces the gradients (both halves
-# bf16) and every worker applies the whole update.
-RUNS = [("mwstrat", 1, "none", None), ("torch-ddp", 1, None, None), ("mwstrat", 2, "none", None),
-        ("mwstrat", 2, "bf16", None), ("mwstrat", 2, "bf16", "mirrored"), ("torch-ddp", 2, None, None)]
+# (implementation, workers, wire compression, train_throughput's --update, workers per host). With the default update
+# placement the fit's gradient all-reduce is all_reduce_update: its reduce-scatter goes bf16 but the parameters it
+# gathers travel exact (fp32), so bf16 saves a quarter of the bytes; `--update mirrored` all-reduces the gradients
+# (both halves bf16) and every worker applies the whole update. One worker (per_host 1, 1 worker) is the baseline.
+RUNS = [("mwstrat", 1, "none", None, 1), ("torch-ddp", 1, None, None, 1), ("mwstrat", 2, "none", None, 1),
+        ("mwstrat", 2, "bf16", None, 1), ("mwstrat", 2, "bf16", "mirrored", 1), ("torch-ddp", 2, None, None, 1),
+        ("mwstrat", 4, "none", None, 2), ("torch-ddp", 4, None, None, 2)]
 
 
-def label(impl, n, compression, update=None):
-    return impl + (" bf16" if compression == "bf16" else "") + (f" --update {update}" if update else "") + f" × {n}"
+def label(impl, n, compression, update=None, per_host=1):
+    layout = f"{HOSTS}x{per_host}" if per_host > 1 else str(n)
+    return impl + (" bf16" if compression == "bf16" else "") + (f" --update {update}" if update else "") + f" × {layout}"
 
 
 def main():
@@ -95,7 +102,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="1 round of 30 steps")
     ap.add_argument("--json-out")
+    ap.add_argument("--workers-per-host", default="1,2",
+                    help="layouts to run besides the one-worker baselines: 1 (2 hosts x 1), 2 (2 hosts x 2)")
     a = ap.parse_args()
+    per_hosts = {int(x) for x in a.workers_per_host.split(",")}
+    runs = [r for r in RUNS if r[1] == 1 or r[4] in per_hosts]
     a.build, a.data_dir = os.path.abspath(a.build), os.path.abspath(a.data_dir)
     if a.quick:
         a.rounds, a.steps = 1, 30
@@ -113,9 +124,9 @@ def main():
         try:
             c = Configs(a, name)
             for rnd in range(1, a.rounds + 1):
-                for impl, n, compression, update in RUNS:
-                    lab = label(impl, n, compression, update)
-                    cmds = c.mwstrat(n, compression, update) if impl == "mwstrat" else c.torch(n)
+                for impl, n, compression, update, per_host in runs:
+                    lab = label(impl, n, compression, update, per_host)
+                    cmds = c.mwstrat(n, compression, update, per_host) if impl == "mwstrat" else c.torch(n, per_host)
                     if rnd == 1 and rate == a.rates.split(",")[0]:
                         commands.append(f"[{lab}] " + " & ".join(
                             shlex.join(benchlib.rel(x) if x.startswith("/") else x for x in argv).replace(name, "$SET")
@@ -129,9 +140,9 @@ def main():
                         print("FAILED " + failures[-1], flush=True)
                         continue
                     rec.update(rate=rate, round=rnd, label=lab, compression=compression, update_option=update,
-                               hosts=n, load_at_start=load)
+                               hosts=min(n, HOSTS), workers=n, workers_per_host=per_host, load_at_start=load)
                     rows.append(rec)
-                    print(f"round {rnd} {rate:7s} {rec['label']:20s} {rec['steps_per_s']:7.2f} steps/s "
+                    print(f"round {rnd} {rate:7s} {rec['label']:24s} {rec['steps_per_s']:7.2f} steps/s "
                           f"{rec['samples_per_s']:8.1f} samples/s  {rec['cpu_s_per_step'] * 1e3:6.1f} CPU ms/step "
                           f"(load {load})", flush=True)
         finally:
@@ -142,35 +153,36 @@ def main():
 
     summary = []
     for rate in ([] if skipped else a.rates.split(",")):
-        for impl, n, compression, update in RUNS:
-            lab = label(impl, n, compression, update)
-            runs = [r for r in rows if r["rate"] == rate and r["label"] == lab]
-            if not runs:
+        for impl, n, compression, update, per_host in runs:
+            lab = label(impl, n, compression, update, per_host)
+            done = [r for r in rows if r["rate"] == rate and r["label"] == lab]
+            if not done:
                 continue
             vs_ddp, scaling = [], []
-            for r in runs:
-                ddp = find(rate, label("torch-ddp", n, None), r["round"])
+            for r in done:
+                ddp = find(rate, label("torch-ddp", n, None, None, per_host), r["round"])
                 one = find(rate, label(impl, 1, None), r["round"])
                 if ddp:
                     vs_ddp.append(r["steps_per_s"] / ddp["steps_per_s"])
                 if one and n > 1:
                     scaling.append(r["samples_per_s"] / (n * one["samples_per_s"]))
-            summary.append({"rate": rate, "label": lab, "impl": impl, "workers": n, "hosts": n,
-                            "compression": compression, "rounds": len(runs),
-                            "steps_per_s": statistics.median(r["steps_per_s"] for r in runs),
-                            "samples_per_s": statistics.median(r["samples_per_s"] for r in runs),
-                            "cpu_ms_per_step": 1e3 * statistics.median(r["cpu_s_per_step"] for r in runs),
+            summary.append({"rate": rate, "label": lab, "impl": impl, "workers": n, "hosts": min(n, HOSTS),
+                            "workers_per_host": per_host, "compression": compression, "rounds": len(done),
+                            "steps_per_s": statistics.median(r["steps_per_s"] for r in done),
+                            "samples_per_s": statistics.median(r["samples_per_s"] for r in done),
+                            "cpu_ms_per_step": 1e3 * statistics.median(r["cpu_s_per_step"] for r in done),
                             "over_ddp": statistics.median(vs_ddp) if vs_ddp else None,
                             "scaling": statistics.median(scaling) if scaling else None,
                             "over_ddp_per_round": vs_ddp, "scaling_per_round": scaling})
             s = summary[-1]
-            print(f"{rate:7s} {lab:20s} {s['steps_per_s']:7.2f} steps/s"
+            print(f"{rate:7s} {lab:24s} {s['steps_per_s']:7.2f} steps/s"
                   + (f"  {s['over_ddp']:.2f}x DDP's" if s["over_ddp"] else "")
                   + (f"  scaling {100 * s['scaling']:.0f}%" if s["scaling"] else ""), flush=True)
     if a.json_out:
         argv = ["benchmarks/train/hosts_train.py", "--build", benchlib.rel(a.build), "--data-dir",
                 benchlib.rel(a.data_dir), "--rates", a.rates] + (
-            ["--quick"] if a.quick else ["--rounds", str(a.rounds), "--steps", str(a.steps)])
+            ["--quick"] if a.quick else ["--rounds", str(a.rounds), "--steps", str(a.steps)]) + (
+            ["--workers-per-host", a.workers_per_host] if a.workers_per_host != "1,2" else [])
         rec = benchlib.meta("train_hosts", [" ".join(argv)] + commands, a.quick, started)
         rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
                             "the workers of one command line start together ('&')", rows=rows, summary=summary,

@@ -112,7 +112,9 @@ TEST(host_identity, topology_and_compression_come_from_the_environment_when_unse
   EXPECT_EQ(o.topology, std::optional<ring_topology>(ring_topology::hierarchical));
   EXPECT_EQ(o.compression, std::optional<wire_compression>(wire_compression::bf16));
   const auto d = with_environment_defaults({}, environment(environment_map{}));
-  EXPECT_EQ(d.topology, std::optional<ring_topology>(ring_topology::flat));
+  EXPECT_EQ(d.topology, std::optional<ring_topology>(ring_topology::hierarchical));  // the default
+  EXPECT_EQ(with_environment_defaults({}, environment{{"MWSTRAT_RING_TOPOLOGY", "flat"}}).topology,
+            std::optional<ring_topology>(ring_topology::flat));
   EXPECT_EQ(d.compression, std::optional<wire_compression>(wire_compression::none));
   EXPECT_THROW((void)with_environment_defaults({}, environment{{"MWSTRAT_RING_COMPRESSION", "int8"}}), config_error);
   EXPECT_THROW((void)with_environment_defaults({}, environment{{"MWSTRAT_RING_TOPOLOGY", "tree"}}), config_error);

@@ -54,9 +54,17 @@ int run_worker(int argc, char** argv) {
   if (kv.count("host")) o.host_identity = kv["host"];
   if (kv.count("hosts")) o.host_identity = test::nth_field(kv["hosts"], rank);  // "a,a,b,b": rank r's host
   // Hierarchical unless told (the ring's own default is flat); identical to flat while every rank is on one host.
-  o.topology = get("topology", "hierarchical") == "flat" ? ring_topology::flat : ring_topology::hierarchical;
+  // "default": the ring's own topology and size threshold; otherwise every all-reduce (any size) as told.
+  if (get("topology", "hierarchical") != "default") {
+    o.topology = get("topology", "hierarchical") == "flat" ? ring_topology::flat : ring_topology::hierarchical;
+    o.hierarchical_min_bytes = 0;
+  }
   if (get("compression", "none") == "bf16") o.compression = wire_compression::bf16;
   if (get("compression", "none") == "fp16") o.compression = wire_compression::fp16;
+  // "2", or one value per rank ("2,1"): TCP connections per link between hosts.
+  if (kv.count("streams"))
+    o.streams_per_peer = std::stoi(kv["streams"].find(',') == std::string::npos ? kv["streams"]
+                                                                                 : test::nth_field(kv["streams"], rank));
   try {
     ring_collective ring(o);
     std::printf("transport=%s\n", ring.uses_shared_memory() ? "shm" : "tcp");

@@ -73,8 +73,20 @@ TEST(ring_wire, hello_round_trips_and_is_judged) {
   EXPECT_EQ(back->rank, 2u);
   EXPECT_EQ(back->nonce, h.nonce);
   EXPECT_EQ(back->host, h.host);
-  EXPECT_EQ(back->version, 4);
+  EXPECT_EQ(back->version, 5);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true), refusal::none);
+  // streams_per_peer travels in the flags (with the connection's index) and must match.
+  EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true, 2), refusal::streams_mismatch);
+  hello striped = *back;
+  striped.flags = static_cast<std::uint16_t>(striped.flags | lane_flags(3, 4));
+  encode(striped, raw);
+  const auto striped_back = decode_hello(raw);
+  ASSERT_TRUE(striped_back);
+  EXPECT_EQ(lane_of_flags(striped_back->flags), 3u);
+  EXPECT_EQ(streams_of_flags(striped_back->flags), 4u);
+  EXPECT_EQ(judge_hello(*striped_back, 4, 2, sha256("c"), sha256("m"), true, 4), refusal::none);
+  EXPECT_EQ(judge_hello(*striped_back, 4, 2, sha256("c"), sha256("m"), true, 1), refusal::streams_mismatch);
+  EXPECT_EQ(streams_of_flags(lane_flags(0, max_streams_per_peer)), max_streams_per_peer);
   EXPECT_EQ(judge_hello(*back, 5, 2, sha256("c"), sha256("m"), true), refusal::wrong_world);
   EXPECT_EQ(judge_hello(*back, 4, 1, sha256("c"), sha256("m"), true), refusal::wrong_rank);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("x"), sha256("m"), true), refusal::cluster_mismatch);

@@ -10,9 +10,10 @@
 ///   - `spin`: `MWSTRAT_RING_SPIN_US` (microseconds in 0..1000000), else 200 µs;
 ///   - `liveness_timeout`: `MWSTRAT_RING_LIVENESS_MS` (0 = silence never judged, or milliseconds in 100..3600000), else 5 s;
 ///   - `job_token`: `MWSTRAT_JOB_TOKEN`, else no token (an empty token is no token);
-///   - `topology`: `MWSTRAT_RING_TOPOLOGY` (`flat` or `hierarchical`), else flat;
+///   - `topology`: `MWSTRAT_RING_TOPOLOGY` (`flat` or `hierarchical`), else hierarchical;
 ///   - `compression`: `MWSTRAT_RING_COMPRESSION` (`none`, `bf16` or `fp16`), else none;
-///   - `host_identity`: `MWSTRAT_HOST_ID`, else derived from the kernel's boot id (an empty value is no value).
+///   - `host_identity`: `MWSTRAT_HOST_ID`, else derived from the kernel's boot id (an empty value is no value);
+///   - `streams_per_peer`: `MWSTRAT_RING_STREAMS` (1..16), else the ring's default.
 
 #include <mwstrat/cluster/environment.hpp>
 #include <mwstrat/collective/ring/options.hpp>
@@ -53,15 +54,20 @@ struct communication_options {
   /// nullopt: the environment's MWSTRAT_RING_COMPRESSION, else none.
   std::optional<wire_compression> compression;
   /// Flat or hierarchical all-reduce across hosts (`ring_options::topology`); nullopt: the environment's
-  /// MWSTRAT_RING_TOPOLOGY, else flat.
+  /// MWSTRAT_RING_TOPOLOGY, else hierarchical (which is flat unless several hosts each run the same number, at least
+  /// two, of workers).
   std::optional<ring_topology> topology;
+  /// TCP data connections per link between hosts (`ring_options::streams_per_peer`); nullopt: the environment's
+  /// MWSTRAT_RING_STREAMS, else the ring's default.
+  std::optional<int> streams_per_peer;
   std::string model_fingerprint;         ///< checked in the handshake when set (fit also checks it)
   std::function<void(std::string_view)> log;  ///< where the ring logs; default: standard error
   gradient_sync_options gradient_sync;   ///< buckets, overlap and where the update runs
 };
 
 /// `options` with every field the code left unset (nullopt) filled from `env` (the file comment lists them), so
-/// that afterwards `job_token`, `transport`, `spin`, `liveness_timeout`, `topology` and `compression` all hold values
+/// that afterwards `job_token`, `transport`, `spin`, `liveness_timeout`, `topology`, `compression` and
+/// `streams_per_peer` all hold values
 /// (`host_identity` only when its variable is set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of
 /// those listed.
 [[nodiscard]] inline communication_options with_environment_defaults(communication_options options,
@@ -100,10 +106,11 @@ struct communication_options {
     }
   }
   if (!options.topology) {
-    options.topology = ring_topology::flat;
+    options.topology = ring_options{}.topology;
     if (const auto v = env.get("MWSTRAT_RING_TOPOLOGY")) {
       if (*v == "hierarchical") options.topology = ring_topology::hierarchical;
-      else if (*v != "flat")
+      else if (*v == "flat") options.topology = ring_topology::flat;
+      else
         throw config_error({"strategy", rank}, "MWSTRAT_RING_TOPOLOGY is '" + *v + "', expected flat or hierarchical");
     }
   }
@@ -114,6 +121,16 @@ struct communication_options {
       else if (*v == "fp16") options.compression = wire_compression::fp16;
       else if (*v != "none")
         throw config_error({"strategy", rank}, "MWSTRAT_RING_COMPRESSION is '" + *v + "', expected none, bf16 or fp16");
+    }
+  }
+  if (!options.streams_per_peer) {
+    options.streams_per_peer = ring_options{}.streams_per_peer;
+    if (const auto v = env.get("MWSTRAT_RING_STREAMS")) {
+      int streams = 0;
+      const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), streams);
+      if (ec != std::errc{} || end != v->data() + v->size() || streams < 1 || streams > 16)
+        throw config_error({"strategy", rank}, "MWSTRAT_RING_STREAMS is '" + *v + "', expected 1..16 connections");
+      options.streams_per_peer = streams;
     }
   }
   if (!options.host_identity)

@@ -60,6 +60,7 @@ inline multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(const 
   ring.host_identity = std::move(options.host_identity);
   ring.compression = *options.compression;
   ring.topology = *options.topology;
+  ring.streams_per_peer = *options.streams_per_peer;
   ring.model_fingerprint = std::move(options.model_fingerprint);
   if (options.log) ring.log = std::move(options.log);
   return multi_worker_mirrored_strategy(std::make_unique<ring_collective>(std::move(ring)),

@@ -94,10 +94,7 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// ranks fail fast (`peer_lost_error` naming this rank) instead of waiting for their deadline.
   ~ring_collective() {
     const bool failing = std::uncaught_exceptions() > uncaught_;
-    if (failing) {
-      if (out_.socket) ::shutdown(out_.socket.get(), SHUT_RDWR);
-      if (in_.socket) ::shutdown(in_.socket.get(), SHUT_RDWR);
-    }
+    if (failing) shutdown_links();
     queue_.stop();  // the worker is joined before the sockets close
     // Leaving normally, this rank says goodbye, so its neighbours do not take its silence for a loss; destroyed by
     // an exception (or after the ring failed) it just closes, and they find it lost.
@@ -170,6 +167,11 @@ class ring_collective : public detail::front_end<ring_collective> {
     spin_ = options_.spin;
     if (spin_ < std::chrono::microseconds::zero())
       throw config_error({"ring", rank_}, "ring_options.spin is negative");
+    if (options_.streams_per_peer < 1 || options_.streams_per_peer > static_cast<int>(detail::max_streams_per_peer))
+      throw config_error({"ring", rank_}, "ring_options.streams_per_peer is " + std::to_string(options_.streams_per_peer) +
+                                              ": expected 1.." + std::to_string(detail::max_streams_per_peer) +
+                                              " connections per link between hosts");
+    id.streams = static_cast<unsigned>(options_.streams_per_peer);
     if (options_.host_identity && options_.host_identity->empty())
       throw config_error({"ring", rank_}, "ring_options.host_identity is empty (leave it unset to derive it)");
     if (n_ > 1) id.host = options_.host_identity ? detail::explicit_host_identity(*options_.host_identity)
@@ -190,6 +192,9 @@ class ring_collective : public detail::front_end<ring_collective> {
       out_ = std::move(links.out);
       in_ = std::move(links.in);
       in_.make_scratch(chunk_bytes_);
+      more_out_ = std::move(links.more_out);
+      more_in_ = std::move(links.more_in);
+      for (auto& lane : more_in_) lane.make_scratch(chunk_bytes_);
       if (!sub) {
         const ring_options* o = &options_;
         const int me = rank_;
@@ -231,7 +236,8 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   template <class T>
   void all_reduce_now(std::span<T> data, reduce_op op, op_options options) {
-    if (local_) return detail::ring_hierarchy::all_reduce(*this, data, op, options);
+    if (local_ && data.size_bytes() >= options_.hierarchical_min_bytes)
+      return detail::ring_hierarchy::all_reduce(*this, data, op, options);
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
                                                    chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), data.data());
@@ -251,7 +257,8 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (!gradients.empty()) update(std::size_t{0}, gradients.size());
       return;
     }
-    if (local_) return detail::ring_hierarchy::all_reduce_update(*this, gradients, op, params, update, options);
+    if (local_ && gradients.size_bytes() >= options_.hierarchical_min_bytes)
+      return detail::ring_hierarchy::all_reduce_update(*this, gradients, op, params, update, options);
     flat_all_reduce_update(gradients, op, params, update, options);
   }
 
@@ -381,12 +388,15 @@ class ring_collective : public detail::front_end<ring_collective> {
       text += !narrowed ? ", compression off (a flat ring through ranks of one host)"
               : options_.compression == wire_compression::bf16 ? ", bf16 on the wire" : ", fp16 on the wire";
     }
+    if (hosts_ > 1 && options_.streams_per_peer > 1)
+      text += ", " + std::to_string(options_.streams_per_peer) + " tcp streams per link between hosts";
     announce(text);
   }
 
   void compress(wire_compression c) {
     compression_ = c;
-    if (c != wire_compression::none) wire_stage_.assign(chunk_bytes_, 0);  // a chunk's float32 bytes: room to spare
+    // A chunk's float32 bytes per connection to the next rank: room to spare.
+    if (c != wire_compression::none) wire_stage_.assign(chunk_bytes_ * out_lanes(), 0);
   }
 
   void join_host_rings(const detail::ring_identity& id, const std::vector<std::vector<int>>& members,
@@ -449,12 +459,30 @@ class ring_collective : public detail::front_end<ring_collective> {
     if (f) fail(p, *f);
   }
 
-  // The progress of an operation's send stream (to the next rank) and receive stream (from the previous one).
+  // The data connections of the two links: the first (out_, in_) and, to or from a rank on another host, the others
+  // (streams_per_peer). Chunk j of a segment travels on connection j mod (the link's connections).
+  std::size_t out_lanes() const { return 1 + more_out_.size(); }
+  std::size_t in_lanes() const { return 1 + more_in_.size(); }
+  detail::send_link& out_lane(std::size_t k) { return k == 0 ? out_ : more_out_[k - 1]; }
+  detail::recv_link& in_lane(std::size_t k) { return k == 0 ? in_ : more_in_[k - 1]; }
+  static std::size_t lane_of(const plan& p, std::size_t t, std::size_t lanes) { return t % p.sched.chunks % lanes; }
+
+  // Shuts every data connection down, so that the neighbours (and queued operations) fail fast.
+  void shutdown_links() {
+    for (std::size_t k = 0; k < out_lanes(); ++k)
+      if (out_lane(k).socket) ::shutdown(out_lane(k).socket.get(), SHUT_RDWR);
+    for (std::size_t k = 0; k < in_lanes(); ++k)
+      if (in_lane(k).socket) ::shutdown(in_lane(k).socket.get(), SHUT_RDWR);
+  }
+
+  // The progress of one data connection's send stream (to the next rank) or receive stream (from the previous one):
+  // the items whose chunk is its own, in the schedule's order.
   struct send_stream {
     std::size_t t = 0;         // next item to send
     item it;                   // the item being sent
     bool active = false;       // its frame is on its way
     bool credit_wait = false;  // the next frame waits for a shared-memory slot to come back
+    bool want_out = false;     // the socket was full: wait until it can take more
     std::size_t payload = 0;   // bytes of the item that go on the socket (0 through a slot)
     const std::uint8_t* src = nullptr;  // where they are: the buffer, or the narrowed copy when compressed
     std::size_t sent = 0;      // bytes of the frame (header, then payload) sent so far
@@ -469,53 +497,86 @@ class ring_collective : public detail::front_end<ring_collective> {
     std::size_t combined = 0;     // elements of a reduced payload already combined
     std::array<std::uint8_t, detail::frame_header_size> header{};
   };
+  // Every stream of one operation.
+  struct streams {
+    std::array<send_stream, detail::max_streams_per_peer> send;
+    std::array<recv_stream, detail::max_streams_per_peer> recv;
+    std::size_t sends = 1, recvs = 1;  // connections of the two links
 
-  // Drives both streams of one operation with non-blocking calls until both are done, sleeping in poll() only when
-  // neither can move; the failure to report, if any.
+    // Receive item x is complete (each stream receives its items in order).
+    [[nodiscard]] bool received(const plan& p, std::size_t x) const {
+      return x < p.sched.begin || recv[lane_of(p, x, recvs)].t > x;
+    }
+    [[nodiscard]] bool sends_left(const plan& p) const {
+      for (std::size_t k = 0; k < sends; ++k)
+        if (send[k].t < p.sched.items) return true;
+      return false;
+    }
+  };
+
+  // Drives every stream of one operation with non-blocking calls until all are done, sleeping in poll() only when
+  // none can move; the failure to report, if any.
   template <class T>
   std::optional<failure> pump(const plan& p, steady::time_point deadline, std::chrono::milliseconds timeout) {
-    send_stream s;
-    recv_stream r;
-    s.t = r.t = p.sched.begin;
+    streams st;
+    st.sends = out_lanes();
+    st.recvs = in_lanes();
+    for (std::size_t k = 0; k < st.sends; ++k) st.send[k].t = p.sched.begin;
+    for (std::size_t k = 0; k < st.recvs; ++k) st.recv[k].t = p.sched.begin;
     out_.inflight = {};
     steady::time_point idle_since{};  // when the current wait began (zero: not waiting)
     for (;;) {
-      if (auto f = start_send(p, s, r.t)) return f;
-      start_receive(p, r);
-      if (!s.active && !r.active && !s.credit_wait) {
-        if (s.t >= p.sched.items) break;
+      bool busy = false;
+      for (std::size_t k = 0; k < st.sends; ++k) {
+        if (auto f = start_send(p, st, k)) return f;
+        busy = busy || st.send[k].active || st.send[k].credit_wait;
+      }
+      for (std::size_t k = 0; k < st.recvs; ++k) {
+        start_receive(p, st.recv[k], k, st.recvs);
+        busy = busy || st.recv[k].active;
+      }
+      if (!busy) {
+        if (!st.sends_left(p)) break;
         // A send waits for a receive that is not coming: only possible if the plan is inconsistent.
         return failure{error_kind::protocol, rank_, "internal: ring schedule stalled during " + detail::where_of(p)};
       }
-      bool progress = false, want_out = false;
-      if (s.active)
-        if (auto f = send_some(p, s, progress, want_out)) return f;
-      if (r.active)
-        if (auto f = receive_some<T>(p, r, deadline, progress)) return f;
+      bool progress = false;
+      for (std::size_t k = 0; k < st.sends; ++k) {
+        st.send[k].want_out = false;
+        if (st.send[k].active)
+          if (auto f = send_some(p, st.send[k], k, progress)) return f;
+      }
+      for (std::size_t k = 0; k < st.recvs; ++k)
+        if (st.recv[k].active)
+          if (auto f = receive_some<T>(p, st.recv[k], k, deadline, progress)) return f;
       if (progress) {
         idle_since = steady::time_point{};
         continue;
       }
-      if (auto f = wait_ready(p, s, r, want_out, idle_since, deadline, timeout)) return f;
+      if (auto f = wait_ready(p, st, idle_since, deadline, timeout)) return f;
     }
     return std::nullopt;
   }
 
   std::string peer(int r) const { return detail::ring_peer(options_.addresses, r); }
 
-  // Starts the next send item once what it forwards has been received (`received` receive items are complete)
-  // and, through shared memory, a slot is free.
-  std::optional<failure> start_send(const plan& p, send_stream& s, std::size_t received) {
+  // Starts the next send item of connection k once what it forwards has been received and, through shared memory,
+  // a slot is free.
+  std::optional<failure> start_send(const plan& p, streams& st, std::size_t k) {
+    send_stream& s = st.send[k];
     s.credit_wait = false;
     if (s.active) return std::nullopt;
     const std::size_t total = p.sched.items;
-    while (s.t < total && !detail::send_item(p, s.t, s.it)) ++s.t;
-    if (s.t >= total || received < detail::send_dependency(p.sched, s.t)) return std::nullopt;
+    while (s.t < total && (lane_of(p, s.t, st.sends) != k || !detail::send_item(p, s.t, s.it))) ++s.t;
+    if (s.t >= total) return std::nullopt;
+    if (const std::size_t need = detail::send_dependency(p.sched, s.t); need > 0 && !st.received(p, need - 1))
+      return std::nullopt;
+    detail::send_link& out = out_lane(k);
     // Through shared memory a send needs a free slot: collect the credits that have come back.
-    if (out_.waits_for_credit() && !out_.eof)
+    if (out.waits_for_credit() && !out.eof)
       if (auto f = read_back_channel(true, p)) return f;
-    if (out_.waits_for_credit()) {
-      if (out_.eof)
+    if (out.waits_for_credit()) {
+      if (out.eof)
         return failure{error_kind::peer_lost, next(),
                        "send to " + peer(next()) + ": connection closed during " + detail::where_of(p)};
       s.credit_wait = true;
@@ -523,20 +584,21 @@ class ring_collective : public detail::front_end<ring_collective> {
     }
     s.src = s.it.ptr;
     if (s.it.narrowed) {
-      detail::narrow_into(reinterpret_cast<std::uint16_t*>(wire_stage_.data()), reinterpret_cast<const float*>(s.it.ptr),
+      std::uint8_t* stage = wire_stage_.data() + k * chunk_bytes_;
+      detail::narrow_into(reinterpret_cast<std::uint16_t*>(stage), reinterpret_cast<const float*>(s.it.ptr),
                           s.it.bytes / sizeof(float), p.wire);
-      s.src = wire_stage_.data();
+      s.src = stage;
     }
-    s.payload = out_.stage(s.src, s.it.wire_bytes);
-    detail::encode(detail::header_for(p, s.it, out_.data_frame()), std::span<std::uint8_t, detail::frame_header_size>(s.header));
+    s.payload = out.stage(s.src, s.it.wire_bytes);
+    detail::encode(detail::header_for(p, s.it, out.data_frame()), std::span<std::uint8_t, detail::frame_header_size>(s.header));
     s.active = true;
     s.sent = 0;
     return std::nullopt;
   }
 
-  void start_receive(const plan& p, recv_stream& r) const {
+  void start_receive(const plan& p, recv_stream& r, std::size_t k, std::size_t lanes) const {
     if (r.active) return;
-    while (r.t < p.sched.items && !detail::recv_item(p, r.t, r.it)) ++r.t;
+    while (r.t < p.sched.items && (lane_of(p, r.t, lanes) != k || !detail::recv_item(p, r.t, r.it))) ++r.t;
     if (r.t < p.sched.items) {
       r.active = true;
       r.reading_header = true;
@@ -545,40 +607,44 @@ class ring_collective : public detail::front_end<ring_collective> {
     }
   }
 
-  // One non-blocking send of what is left of the current frame (header and payload in one call).
-  std::optional<failure> send_some(const plan& p, send_stream& s, bool& progress, bool& want_out) {
-    const auto n = out_.send_some(s.header, s.sent, s.src, s.payload);
+  // One non-blocking send of what is left of connection k's current frame (header and payload in one call).
+  std::optional<failure> send_some(const plan& p, send_stream& s, std::size_t k, bool& progress) {
+    detail::send_link& out = out_lane(k);
+    const auto n = out.send_some(s.header, s.sent, s.src, s.payload);
     if (n > 0) {
       s.sent += static_cast<std::size_t>(n);
       progress = true;
-      out_.inflight = {s.src, s.header.size() + s.payload, s.sent, s.header};
+      // An abort goes on the first connection, after the frame in flight there (the others are just closed).
+      if (k == 0) out_.inflight = {s.src, s.header.size() + s.payload, s.sent, s.header};
       if (s.sent == s.header.size() + s.payload) {
         s.active = false;
-        out_.inflight = {};
+        if (k == 0) out_.inflight = {};
         ++s.t;
       }
       return std::nullopt;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      want_out = true;
+      s.want_out = true;
       return std::nullopt;
     }
     const int err = errno;
     // The next rank may have said why before it closed: an abort waiting on the back channel names the real
     // culprit (it is readable even after a reset).
     if (auto told = read_back_channel(true, p)) return told;
-    out_.dead = true;
+    out.dead = true;
     const detail::io_result res{err == ECONNRESET || err == EPIPE ? detail::io_status::closed : detail::io_status::failed,
                                 err};
     return failure{error_kind::peer_lost, next(),
                    "send to " + peer(next()) + ": " + res.describe() + " during " + detail::where_of(p)};
   }
 
-  // Non-blocking receives of the current frame: its header (checked against the schedule before any payload byte
-  // is read), then its payload — from the link's next slot, or from the socket, combined as it arrives.
+  // Non-blocking receives of connection k's current frame: its header (checked against the schedule before any
+  // payload byte is read), then its payload — from the link's next slot, or from the socket, combined as it arrives.
   template <class T>
-  std::optional<failure> receive_some(const plan& p, recv_stream& r, steady::time_point deadline, bool& progress) {
-    const int in = in_.socket.get();
+  std::optional<failure> receive_some(const plan& p, recv_stream& r, std::size_t k, steady::time_point deadline,
+                                      bool& progress) {
+    detail::recv_link& link = in_lane(k);
+    const int in = link.socket.get();
     if (r.reading_header) {
       const auto n = ::recv(in, r.header.data() + r.got, r.header.size() - r.got, MSG_DONTWAIT);
       if (n > 0) {
@@ -594,12 +660,12 @@ class ring_collective : public detail::front_end<ring_collective> {
             in_.dead = true;  // it gave up; do not wait on it again
             return detail::read_abort(in, *h, prev(), detail::where_of(p), options_.addresses);
           }
-          if (auto bad = detail::frame_mismatch(*h, detail::header_for(p, r.it, in_.data_frame())))
+          if (auto bad = detail::frame_mismatch(*h, detail::header_for(p, r.it, link.data_frame())))
             return failure{error_kind::protocol, prev(),
                            "recv from " + peer(prev()) + ": " + *bad + " during " + detail::where_of(p)};
           r.reading_header = false;
           r.got = 0;
-          if (in_.through_shm()) {
+          if (link.through_shm()) {
             if (auto f = take_slot<T>(p, r.it, deadline)) return f;
             r.active = false;
             ++r.t;
@@ -612,7 +678,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     if (r.active && !r.reading_header) {
       const item& it = r.it;
       const bool narrowed = it.narrowed;
-      std::uint8_t* dest = it.reduce || narrowed ? in_.scratch() : it.ptr;
+      std::uint8_t* dest = it.reduce || narrowed ? link.scratch() : it.ptr;
       ssize_t n = 0;
       if (r.got < it.wire_bytes) n = ::recv(in, dest + r.got, it.wire_bytes - r.got, MSG_DONTWAIT);
       if (n > 0) {
@@ -620,7 +686,7 @@ class ring_collective : public detail::front_end<ring_collective> {
         progress = true;
         if (it.reduce || narrowed) {
           const std::size_t ready = r.got / (narrowed ? p.wire_esize : p.esize);
-          combine<T>(p, it, in_.scratch(), r.combined, ready - r.combined);
+          combine<T>(p, it, link.scratch(), r.combined, ready - r.combined);
           r.combined = ready;
         }
       } else if (r.got < it.wire_bytes) {
@@ -639,18 +705,24 @@ class ring_collective : public detail::front_end<ring_collective> {
   // Nothing moved: waits until a socket is ready, the next rank speaks on its back channel, or the deadline —
   // polling without sleeping (but yielding) for the first `spin_` of the wait (a sleeping rank's wake-up is the
   // slow part of a small operation), then sleeping in poll().
-  std::optional<failure> wait_ready(const plan& p, const send_stream& s, const recv_stream& r, bool want_out,
-                                    steady::time_point& idle_since, steady::time_point deadline,
-                                    std::chrono::milliseconds timeout) {
+  std::optional<failure> wait_ready(const plan& p, const streams& st, steady::time_point& idle_since,
+                                    steady::time_point deadline, std::chrono::milliseconds timeout) {
     const auto now = steady::now();
     if (idle_since == steady::time_point{}) idle_since = now;
     const bool spinning = now - idle_since < spin_ && now < deadline;
     if (monitor_ && monitor_->fired()) return monitor_->verdict();
-    pollfd fds[3];
+    std::array<pollfd, 2 * detail::max_streams_per_peer + 1> fds{};
     nfds_t count = 0;
     const bool watch_next = !out_.eof;
-    if (watch_next) fds[count++] = {out_.socket.get(), static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0};
-    if (r.active) fds[count++] = {in_.socket.get(), POLLIN, 0};
+    if (watch_next) fds[count++] = {out_.socket.get(), static_cast<short>(POLLIN | (st.send[0].want_out ? POLLOUT : 0)), 0};
+    for (std::size_t k = 1; k < st.sends; ++k)
+      if (st.send[k].want_out) fds[count++] = {more_out_[k - 1].socket.get(), POLLOUT, 0};
+    bool receiving = false;
+    for (std::size_t k = 0; k < st.recvs; ++k)
+      if (st.recv[k].active) {
+        receiving = true;
+        fds[count++] = {(k == 0 ? in_ : more_in_[k - 1]).socket.get(), POLLIN, 0};
+      }
     const bool sending_or_receiving = count > 0;
     if (monitor_) fds[count++] = {monitor_->wake_fd(), POLLIN, 0};  // a verdict ends the wait at once
     if (!sending_or_receiving) {
@@ -658,22 +730,25 @@ class ring_collective : public detail::front_end<ring_collective> {
       return failure{error_kind::peer_lost, next(),
                      "send to " + peer(next()) + ": connection closed during " + detail::where_of(p)};
     }
-    const int rc = ::poll(fds, count, spinning ? 0 : detail::poll_ms(deadline));
+    const int rc = ::poll(fds.data(), count, spinning ? 0 : detail::poll_ms(deadline));
     // A spinning rank still lets other runnable threads have its CPU (more ranks or threads than cores).
     if (spinning && rc == 0) std::this_thread::yield();
     if (rc < 0 && errno != EINTR)
       return failure{error_kind::io, rank_, std::string("poll: ") + std::strerror(errno) + " during " + detail::where_of(p)};
     if (monitor_ && monitor_->fired()) return monitor_->verdict();
     if (rc == 0 && steady::now() >= deadline) {
-      const int waited = r.active ? prev() : next();
+      const int waited = receiving ? prev() : next();
+      std::size_t sent = p.sched.items, got = p.sched.items;  // the slowest connection's place
+      for (std::size_t k = 0; k < st.sends; ++k) sent = std::min(sent, st.send[k].t);
+      for (std::size_t k = 0; k < st.recvs; ++k) got = std::min(got, st.recv[k].t);
       return failure{error_kind::timeout, waited,
-                     (r.active ? "no data from " : "could not send to ") + peer(waited) + " within " +
+                     (receiving ? "no data from " : "could not send to ") + peer(waited) + " within " +
                          std::to_string(timeout.count()) + " ms: " + detail::where_of(p) + " timed out (sent " +
-                         std::to_string(s.t) + " of " + std::to_string(p.sched.items) + " chunks, received " +
-                         std::to_string(r.t) + ")"};
+                         std::to_string(sent) + " of " + std::to_string(p.sched.items) + " chunks, received " +
+                         std::to_string(got) + ")"};
     }
     if (watch_next && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0)
-      if (auto f = read_back_channel(s.t < p.sched.items, p)) return f;
+      if (auto f = read_back_channel(st.sends_left(p), p)) return f;
     return std::nullopt;
   }
 
@@ -847,6 +922,8 @@ class ring_collective : public detail::front_end<ring_collective> {
   std::size_t chunk_bytes_ = 0;
   detail::send_link out_;  // to the next rank
   detail::recv_link in_;   // from the previous rank
+  std::vector<detail::send_link> more_out_;  // more data connections to the next rank (another host: streams_per_peer)
+  std::vector<detail::recv_link> more_in_;   // more data connections from the previous rank
   std::chrono::microseconds spin_{0};  // ring_options::spin
   std::uint64_t next_seq_ = 0;
   std::exception_ptr broken_;
@@ -857,7 +934,7 @@ class ring_collective : public detail::front_end<ring_collective> {
   std::unique_ptr<ring_collective> local_;  // hierarchical: this host's ranks
   std::unique_ptr<ring_collective> cross_;  // hierarchical: this rank's index on every host
   wire_compression compression_ = wire_compression::none;  // set on the ring that carries the inter-host leg
-  std::vector<std::uint8_t> wire_stage_;  // a chunk narrowed for the wire (allocated once, when compression is on)
+  std::vector<std::uint8_t> wire_stage_;  // a chunk per connection narrowed for the wire (allocated once, when compression is on)
 };
 
 static_assert(collective<ring_collective>);

@@ -87,10 +87,7 @@ struct ring_hierarchy {
   template <class Ring>
   static void break_all(Ring& ring) {
     ring.broken_ = std::current_exception();
-    for (Ring* r : {ring.local_.get(), ring.cross_.get(), &ring}) {
-      if (r->out_.socket) ::shutdown(r->out_.socket.get(), SHUT_RDWR);
-      if (r->in_.socket) ::shutdown(r->in_.socket.get(), SHUT_RDWR);
-    }
+    for (Ring* r : {ring.local_.get(), ring.cross_.get(), &ring}) r->shutdown_links();
   }
 };
 

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <vector>
 
 namespace mwstrat::detail {
 
@@ -122,10 +123,14 @@ struct recv_link {
 };
 
 // The two links of one rank, as start-up leaves them, and beside each its liveness connection (liveness.hpp; none
-// in a ring inside a hierarchical ring, whose parent watches the same ranks).
+// in a ring inside a hierarchical ring, whose parent watches the same ranks). A link to a rank on another host may
+// have more data connections (ring_options::streams_per_peer): `out`/`in` are the first of them, which alone carries
+// the back channel, aborts and shared memory; the others (TCP only) carry payload frames of their own chunks.
 struct ring_links {
   send_link out;
   recv_link in;
+  std::vector<send_link> more_out;  // data connections 1.. to the next rank
+  std::vector<recv_link> more_in;   // data connections 1.. from the previous rank
   unique_socket liveness_out;  // to the next rank
   unique_socket liveness_in;   // from the previous rank
 };

@@ -70,6 +70,7 @@ struct ring_identity {
   int listener = -1;   // a socket already listening on this rank's address (a ring inside a ring), else -1
   bool quiet = false;  // no start-up lines (a ring inside a ring: its parent logs the topology)
   bool liveness = true;  // a liveness connection beside each link (not in a ring inside a ring)
+  unsigned streams = 1;  // data connections per link between hosts (ring_options::streams_per_peer)
 };
 
 // A socket listening on `here`'s host at a port the kernel picks (the rings inside a hierarchical ring); its port in
@@ -100,7 +101,7 @@ class ring_startup {
   ring_startup(const ring_options& options, const ring_identity& id)
       : options_(options), n_(id.world), rank_(id.rank), parsed_(id.hosts), token_(id.token),
         chunk_bytes_(id.chunk_bytes), cluster_digest_(id.cluster), model_digest_(id.model), want_shm_(id.want_shm),
-        host_(id.host), listener_(id.listener), quiet_(id.quiet), liveness_(id.liveness) {}
+        host_(id.host), listener_(id.listener), quiet_(id.quiet), liveness_(id.liveness), streams_(id.streams) {}
 
   // Listens, connects and accepts; throws what ring_collective's constructor documents.
   ring_links run() {
@@ -208,7 +209,8 @@ class ring_startup {
       const auto who = peer_name(from);
       const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
       bool liveness = false;
-      if (auto refused = serve_handshake(conn.get(), limit, liveness)) {
+      unsigned lane = 0;
+      if (auto refused = serve_handshake(conn.get(), limit, liveness, lane)) {
         last_refusal = who + ": " + *refused;
         log("refused connection from " + last_refusal);
         {
@@ -221,17 +223,22 @@ class ring_startup {
         const int one = 1;
         ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         links_.liveness_in = std::move(conn);  // a retried connection replaces one the peer gave up on
-      } else {
+      } else if (lane == 0) {
         detail::tune_socket(conn.get(), options_.socket_buffer_bytes);
         links_.in.socket = std::move(conn);
+      } else {  // serve_handshake checked that the first connection is in and that the link has this one
+        detail::tune_socket(conn.get(), options_.socket_buffer_bytes);
+        links_.more_in[lane - 1].socket = std::move(conn);
       }
-      if (links_.in.socket && (links_.liveness_in || !liveness_)) return;
+      const bool lanes_in = std::all_of(links_.more_in.begin(), links_.more_in.end(),
+                                        [](const detail::recv_link& l) { return static_cast<bool>(l.socket); });
+      if (links_.in.socket && lanes_in && (links_.liveness_in || !liveness_)) return;
     }
   }
 
   // The server side of the handshake; a reason when the connection is refused. `liveness`: the client says this
-  // is the link's liveness connection (no shared memory there).
-  std::optional<std::string> serve_handshake(int fd, steady::time_point limit, bool& liveness) {
+  // is the link's liveness connection (no shared memory there); `lane`: which data connection of the link it is.
+  std::optional<std::string> serve_handshake(int fd, steady::time_point limit, bool& liveness, unsigned& lane) {
     std::array<std::uint8_t, detail::hello_size> raw{};
     if (auto r = detail::read_exact(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
       return "no hello (" + r.describe() + ")";
@@ -239,10 +246,16 @@ class ring_startup {
     if (!h) return std::string("not an mwstrat ring peer (bad magic)");
     liveness = (h->flags & detail::flag_liveness) != 0;
     if (liveness && !liveness_) return std::string("a liveness connection where none is expected");
+    lane = liveness ? 0 : detail::lane_of_flags(h->flags);
+    // The client opens the first data connection, and only after it the others, as many as the hosts call for.
+    if (lane > 0 && (!links_.in.socket || lane > links_.more_in.size()))
+      return "data connection " + std::to_string(lane) + " of a link that has " +
+             std::to_string(links_.in.socket ? links_.more_in.size() + 1 : 0) + " (expected: first connection 0, and "
+             "more only between hosts)";
     const bool have_token = !token_.empty();
     detail::hello_reply reply;
     reply.status = detail::judge_hello(*h, static_cast<std::uint32_t>(n_), static_cast<std::uint32_t>(prev()),
-                                       cluster_digest_, model_digest_, have_token);
+                                       cluster_digest_, model_digest_, have_token, streams_);
     reply.flags = static_cast<std::uint8_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0));
     reply.world = static_cast<std::uint32_t>(n_);
     reply.rank = static_cast<std::uint32_t>(rank_);
@@ -260,6 +273,9 @@ class ring_startup {
         why += " (peer says " + std::to_string(h->world) + ", ours is " + std::to_string(n_) + ")";
       if (reply.status == detail::refusal::wrong_rank)
         why += " (peer says rank " + std::to_string(h->rank) + ", expected " + std::to_string(prev()) + ")";
+      if (reply.status == detail::refusal::streams_mismatch)
+        why += " (peer says " + std::to_string(detail::streams_of_flags(h->flags)) + ", ours is " +
+               std::to_string(streams_) + ")";
       return why;
     }
     if (sent.status != detail::io_status::ok) return "reply failed (" + sent.describe() + ")";
@@ -280,7 +296,14 @@ class ring_startup {
     const auto told = detail::write_all(fd, fin.data(), fin.size(), limit);
     if (verdict.status != detail::refusal::none) return std::string(detail::refusal_text(verdict.status));
     if (told.status != detail::io_status::ok) return "verdict failed (" + told.describe() + ")";
-    if (!liveness && same_host(h->flags, h->host)) return accept_shm(fd, limit);
+    if (!liveness && lane == 0) {
+      // A new first connection (also one retried): the link's other connections follow it, one per stream when the
+      // previous rank is on another host.
+      links_.in.adopt({});
+      links_.more_in.clear();
+      links_.more_in.resize(detail::digest_equal(h->host, host_) ? 0 : streams_ - 1);
+      if (same_host(h->flags, h->host)) return accept_shm(fd, limit);
+    }
     return std::nullopt;
   }
 
@@ -387,13 +410,19 @@ class ring_startup {
     return std::nullopt;
   }
 
-  // The data connection to the next rank, then (unless this ring has none) its liveness connection.
+  // The data connection to the next rank, then its others when it is on another host (streams_per_peer), then
+  // (unless this ring has none) its liveness connection.
   void connect_next(steady::time_point deadline) {
-    links_.out.socket = connect_one(deadline, false);
-    if (liveness_) links_.liveness_out = connect_one(deadline, true);
+    links_.out.socket = connect_one(deadline, false, 0);
+    for (unsigned lane = 1; lane < out_lanes_; ++lane) {
+      detail::send_link more;
+      more.socket = connect_one(deadline, false, lane);
+      links_.more_out.push_back(std::move(more));
+    }
+    if (liveness_) links_.liveness_out = connect_one(deadline, true, 0);
   }
 
-  detail::unique_socket connect_one(steady::time_point deadline, bool liveness) {
+  detail::unique_socket connect_one(steady::time_point deadline, bool liveness, unsigned lane) {
     const int to = next();
     std::string last = "not tried";
     auto backoff = connect_backoff_first;
@@ -422,7 +451,7 @@ class ring_startup {
       }
       if (rc == 0) {
         const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
-        auto outcome = client_handshake(fd.get(), limit, liveness);
+        auto outcome = client_handshake(fd.get(), limit, liveness, lane);
         if (!outcome) return fd;
         last = *outcome;
       } else {
@@ -439,7 +468,11 @@ class ring_startup {
       if (!last_refusal_.empty()) refused = "; meanwhile refused a connection from " + last_refusal_;
     }
     throw timeout_error({"ring", rank_},
-                        "could not connect " + std::string(liveness ? "the liveness connection " : "") + "to rank " +
+                        "could not connect " +
+                            std::string(liveness ? "the liveness connection "
+                                        : lane > 0 ? "data connection " + std::to_string(lane) + " "
+                                                   : "") +
+                            "to rank " +
                             std::to_string(to) + " (" + address(to) + ") within " +
                             std::to_string(options_.connect_timeout.count()) + " ms: " + last + refused,
                         to);
@@ -447,14 +480,14 @@ class ring_startup {
 
   // The client side; nullopt on success, a reason for transient failures (retried); throws when the peer
   // answers but refuses us or is not an mwstrat peer (retrying cannot help).
-  std::optional<std::string> client_handshake(int fd, steady::time_point limit, bool liveness) {
+  std::optional<std::string> client_handshake(int fd, steady::time_point limit, bool liveness, unsigned lane) {
     const int to = next();
     const auto who = "rank " + std::to_string(to) + " (" + address(to) + ")";
     const bool have_token = !token_.empty();
     detail::hello h;
     h.flags = static_cast<std::uint16_t>((have_token ? detail::flag_token : 0) |
                                          (want_shm_ && !liveness ? detail::flag_shm : 0) |
-                                         (liveness ? detail::flag_liveness : 0));
+                                         (liveness ? detail::flag_liveness : 0) | detail::lane_flags(lane, streams_));
     h.world = static_cast<std::uint32_t>(n_);
     h.rank = static_cast<std::uint32_t>(rank_);
     h.cluster = cluster_digest_;
@@ -498,7 +531,9 @@ class ring_startup {
     if (!verdict) throw protocol_error({"ring", rank_}, who + " is not an mwstrat ring peer (bad verdict)");
     if (verdict->status != detail::refusal::none)
       throw protocol_error({"ring", rank_}, who + " refused this rank: " + detail::refusal_text(verdict->status));
-    if (!liveness && same_host(reply->flags, reply->host)) return offer_shm(fd, limit);
+    if (liveness || lane > 0) return std::nullopt;
+    out_lanes_ = detail::digest_equal(reply->host, host_) ? 1 : streams_;  // more only to another host
+    if (same_host(reply->flags, reply->host)) return offer_shm(fd, limit);
     return std::nullopt;
   }
 
@@ -514,6 +549,8 @@ class ring_startup {
   int listener_ = -1;
   bool quiet_ = false;
   bool liveness_ = true;
+  unsigned streams_ = 1;
+  unsigned out_lanes_ = 1;  // data connections to the next rank: streams_ when it is on another host
   std::mutex refusal_mutex_;
   std::string last_refusal_;  // the acceptor's latest refusal, for the connector's error
   ring_links links_;

@@ -65,11 +65,21 @@ inline digest random_nonce() {
 
 inline constexpr std::array<std::uint8_t, 8> hello_magic = {'M', 'W', 'S', 'R', 'I', 'N', 'G', '1'};
 // 2: host identity, shm offer, slot/credit frames; 3: shm proof; 4: a liveness connection beside each link
-// (flag_liveness), heartbeat and goodbye frames.
-inline constexpr std::uint16_t protocol_version = 4;
+// (flag_liveness), heartbeat and goodbye frames; 5: several data connections per link between hosts (lane_flags).
+inline constexpr std::uint16_t protocol_version = 5;
 inline constexpr std::uint16_t flag_token = 1;     // the sender holds a job token and will prove it
 inline constexpr std::uint16_t flag_shm = 2;       // the sender would carry payloads through shared memory
 inline constexpr std::uint16_t flag_liveness = 4;  // this connection is the link's liveness connection (liveness.hpp)
+// A hello's top byte (protocol v5): which data connection of the link this is (bits 8-11, 0 for the first, which
+// also carries the back channel, aborts and shared memory) and how many the sender opens to a peer on another host
+// (bits 12-15, minus one: ring_options::streams_per_peer). Both ends must be configured alike.
+inline constexpr unsigned lane_shift = 8, streams_shift = 12;
+inline constexpr unsigned max_streams_per_peer = 16;
+inline constexpr std::uint16_t lane_flags(unsigned lane, unsigned streams) {
+  return static_cast<std::uint16_t>(((lane & 0xFu) << lane_shift) | (((streams - 1) & 0xFu) << streams_shift));
+}
+inline constexpr unsigned lane_of_flags(std::uint16_t flags) { return (flags >> lane_shift) & 0xFu; }
+inline constexpr unsigned streams_of_flags(std::uint16_t flags) { return ((flags >> streams_shift) & 0xFu) + 1; }
 
 // Why a server refused a client, sent back in the reply so both sides log the same reason.
 enum class refusal : std::uint8_t {
@@ -82,11 +92,12 @@ enum class refusal : std::uint8_t {
   token_required = 6,
   token_unexpected = 7,
   bad_proof = 8,
+  streams_mismatch = 9,
 };
 
 template <>
 struct enum_range<refusal> {
-  static constexpr refusal first = refusal::none, last = refusal::bad_proof;
+  static constexpr refusal first = refusal::none, last = refusal::streams_mismatch;
   static constexpr const char* unknown = "unknown refusal";
 };
 
@@ -101,6 +112,7 @@ inline const char* refusal_text(refusal r) {
     case refusal::token_required: return "a job token is required (MWSTRAT_JOB_TOKEN) but the peer has none";
     case refusal::token_unexpected: return "the peer holds a job token but this side has none";
     case refusal::bad_proof: return "job token proof (HMAC-SHA256) does not verify: wrong MWSTRAT_JOB_TOKEN";
+    case refusal::streams_mismatch: return "streams per peer differ (ring_options::streams_per_peer, MWSTRAT_RING_STREAMS)";
   }
   return "unknown refusal";
 }
@@ -196,8 +208,9 @@ inline std::optional<hello_finish> decode_hello_finish(std::span<const std::uint
 
 // What the server checks in a client's hello, given what it expects; refusal::none when acceptable.
 inline refusal judge_hello(const hello& h, std::uint32_t world, std::uint32_t expected_rank, const digest& cluster,
-                           const digest& model, bool have_token) {
+                           const digest& model, bool have_token, unsigned streams = 1) {
   if (h.version != protocol_version) return refusal::bad_version;
+  if (streams_of_flags(h.flags) != streams) return refusal::streams_mismatch;
   if (h.world != world) return refusal::wrong_world;
   if (h.rank != expected_rank) return refusal::wrong_rank;
   if (!digest_equal(h.cluster, cluster)) return refusal::cluster_mismatch;
