@@ -2,6 +2,11 @@
 // The graph model's executor: makes the layers of a graph plan, lays their parameters, gradients and non-trained
 // state out in arenas, and runs the forward, loss and backward passes over the activation and gradient buffers.
 // It checks nothing a caller passes (nn::basic_graph_model does) and runs in whatever task arena it is called from.
+//
+// ReLU fusion: a plain ReLU (an Activation or ReLU layer) whose input is the output of a layer that can apply it
+// itself (batch norm, Add) and is read by nothing else runs inside that layer's passes (layer_impl::fuse_relu):
+// the producer writes max(output, 0) into the ReLU's buffer and differentiates through the mask, the ReLU layer is
+// skipped, and the producer's own output and output-gradient buffers are never made. The bits are the two layers'.
 
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/graph_layer_factory.hpp>
@@ -30,7 +35,9 @@ class graph_executor {
  public:
   using layer_ptr = std::unique_ptr<mwstrat::detail::layer_impl<T>>;
 
-  explicit graph_executor(const graph_plan& plan) : input_shape_(plan.input_shape), output_softmax_(plan.output_softmax) {
+  // `fuse`: fuse ReLUs into their producers (above); off only to compare with the unfused passes.
+  explicit graph_executor(const graph_plan& plan, bool fuse = true)
+      : input_shape_(plan.input_shape), output_softmax_(plan.output_softmax) {
     std::size_t offset = 0, state_offset = 0;
     for (const auto& p : plan.layers) {
       auto layer = make_graph_layer<T>(p.spec, p.input_shapes, layers_.size() + 1);
@@ -65,6 +72,9 @@ class graph_executor {
     written_.assign(layers_.size() + 1, 0);
     xs_.resize(arity);
     dxs_.resize(arity);
+    relu_of_.assign(layers_.size(), no_layer);
+    fused_away_.assign(layers_.size(), 0);
+    if (fuse) plan_relu_fusion();
   }
 
   // ---------------------------------------------------------------------------------------- layout
@@ -76,6 +86,10 @@ class graph_executor {
   [[nodiscard]] std::size_t input_size() const { return mwstrat::detail::shape_size(input_shape_); }
   [[nodiscard]] std::size_t output_size() const { return layers_.back()->output_size(); }
   [[nodiscard]] bool output_softmax() const noexcept { return output_softmax_; }
+  // How many ReLU layers run inside their producers (above).
+  [[nodiscard]] std::size_t fused_relus() const {
+    return static_cast<std::size_t>(std::count(fused_away_.begin(), fused_away_.end(), std::uint8_t{1}));
+  }
 
   // ---------------------------------------------------------------------------------------- arenas
   [[nodiscard]] std::size_t parameter_count() const noexcept { return count_; }
@@ -143,8 +157,10 @@ class graph_executor {
     std::size_t widest = 0;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       layers_[i]->reserve(batch);
-      acts_[i].assign(batch * layers_[i]->output_size(), T{});
-      if (grad_needed_[i + 1] || i + 1 == layers_.size()) grads_[i].assign(batch * layers_[i]->output_size(), T{});
+      if (relu_of_[i] == no_layer) {  // a fused producer writes into its ReLU's buffers only
+        acts_[i].assign(batch * layers_[i]->output_size(), T{});
+        if (grad_needed_[i + 1] || i + 1 == layers_.size()) grads_[i].assign(batch * layers_[i]->output_size(), T{});
+      }
       for (std::size_t in : inputs_[i]) widest = std::max(widest, node_size(in));
     }
     for (auto& s : scratch_) s.assign(batch * widest, T{});
@@ -159,6 +175,7 @@ class graph_executor {
     last_batch_ = batch;
     const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (fused_away_[i]) continue;  // its producer applied it
       for (std::size_t k = 0; k < inputs_[i].size(); ++k) xs_[k] = node_values(inputs_[i][k]);
       T* state = info_[i].state_count != 0 && update_state ? state_.data() + info_[i].state_offset : nullptr;
       if (info_[i].state_count != 0 && !training) state = state_.data() + info_[i].state_offset;
@@ -166,8 +183,8 @@ class graph_executor {
         std::copy(xs_[0], xs_[0] + batch * layers_[i]->output_size(), acts_[i].data());
         continue;
       }
-      layers_[i]->forward({batch, xs_[0], acts_[i].data(), pbase_ + info_[i].offset, training, step_, state, sum,
-                           xs_.data()});
+      T* y = relu_of_[i] == no_layer ? acts_[i].data() : acts_[relu_of_[i]].data();
+      layers_[i]->forward({batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()});
     }
   }
 
@@ -189,6 +206,7 @@ class graph_executor {
     std::fill(written_.begin(), written_.end(), 0);
     written_.back() = 1;  // the output's gradient is the loss's
     for (std::size_t i = layers_.size(); i-- > 0;) {
+      if (fused_away_[i]) continue;  // its producer differentiates through it
       auto& l = *layers_[i];
       const std::size_t n = l.param_count();
       const auto& ins = inputs_[i];
@@ -207,7 +225,8 @@ class graph_executor {
         if (l.aliases_input()) {
           if (dxs_[0] != nullptr) std::copy(grads_[i].data(), grads_[i].data() + batch * l.output_size(), dxs_[0]);
         } else {
-          l.backward({batch, xs_[0], acts_[i].data(), grads_[i].data(), dxs_[0], pbase_ + info_[i].offset,
+          const std::size_t o = relu_of_[i] == no_layer ? i : relu_of_[i];  // whose output and gradient
+          l.backward({batch, xs_[0], acts_[o].data(), grads_[o].data(), dxs_[0], pbase_ + info_[i].offset,
                       gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0});
         }
         for (std::size_t k = 0; k < ins.size(); ++k) {
@@ -238,6 +257,26 @@ class graph_executor {
   }
 
  private:
+  static constexpr std::size_t no_layer = static_cast<std::size_t>(-1);
+
+  // Pairs each plain ReLU with the producer of its only input when that producer can fuse it and nothing else
+  // reads the producer's output (the model's output is read by the loss: never fused away).
+  void plan_relu_fusion() {
+    std::vector<std::size_t> readers(layers_.size() + 1, 0);
+    for (const auto& ins : inputs_)
+      for (std::size_t in : ins) ++readers[in];
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (!layers_[i]->is_plain_relu() || inputs_[i].size() != 1) continue;
+      const std::size_t node = inputs_[i][0];
+      if (node == 0 || readers[node] != 1) continue;
+      const std::size_t p = node - 1;
+      if (relu_of_[p] != no_layer || !layers_[p]->can_fuse_relu()) continue;
+      layers_[p]->fuse_relu();
+      relu_of_[p] = i;
+      fused_away_[i] = 1;
+    }
+  }
+
   // node 0 is the input; node i + 1 is layer i.
   std::size_t node_size(std::size_t node) const {
     return node == 0 ? input_size() : layers_[node - 1]->output_size();
@@ -259,6 +298,8 @@ class graph_executor {
   std::vector<mwstrat::detail::aligned_vector<T>> grads_;   // per layer: gradient w.r.t. its output
   std::vector<mwstrat::detail::aligned_vector<T>> scratch_; // per input slot: a second consumer's gradient
   std::vector<std::uint8_t> written_;                       // per node: its gradient has a first part this step
+  std::vector<std::size_t> relu_of_;      // per layer: the ReLU layer fused into it, or no_layer
+  std::vector<std::uint8_t> fused_away_;  // per layer: a ReLU its producer applies
   std::vector<const T*> xs_;
   std::vector<T*> dxs_;
   std::vector<T> probs_;
