@@ -5,7 +5,7 @@
 // of every optimizer that is not its rule (nn/optimizers/optimizer_base.hpp): clipping, weight decay, the serial
 // part path and the refusals; and the fast convolution (nn/kernels/conv2d_direct.hpp) called directly: its tile
 // plans, its padded copy, and its three passes against their definitions; the graph executor's ReLU fusion against
-// the unfused passes.
+// the unfused passes, and its shared gradient buffers against one buffer per layer.
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/graph_executor.hpp>
 #include <mwstrat/nn/detail/loss_pass.hpp>
@@ -431,14 +431,15 @@ TEST(NnConv2dDirect, ForwardAndBothGradientsMatchTheDefinition) {
 namespace {
 
 // The bits of one training pass (outputs, gradients, moving statistics) and of one inference pass of `plan`, with or
-// without ReLU fusion (nn/detail/graph_executor.hpp); `fused` says how many ReLUs ran inside their producers.
+// without ReLU fusion and shared gradient buffers (nn/detail/graph_executor.hpp); `fused` says how many ReLUs ran
+// inside their producers, `buffers` how many gradient buffers there were.
 struct pass_bits {
   std::vector<float> train_out, grads, state, infer_out;
-  std::size_t fused = 0;
+  std::size_t fused = 0, buffers = 0;
 };
 
-pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, std::size_t batch) {
-  nn::graph_detail::graph_executor<float> exec(plan, fuse);
+pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool optimised, std::size_t batch) {
+  nn::graph_detail::graph_executor<float> exec(plan, optimised, optimised);
   exec.initialize(7);
   exec.reserve(batch);
   std::vector<float> x(batch * exec.input_size());
@@ -448,6 +449,7 @@ pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, std::s
   const std::vector<float> weights(batch, 1.0f);
   pass_bits b;
   b.fused = exec.fused_relus();
+  b.buffers = exec.gradient_buffers();
   exec.forward_pass(x.data(), batch, true, true);
   (void)exec.loss_pass(labels, weights, batch, true);
   auto ready = [](std::size_t, std::size_t) {};
@@ -466,7 +468,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST(NnGraphExecutor, FusedReluGivesTheBitsOfTheSeparateLayers) {
+TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPasses) {
   // A residual block as resnet_cifar builds it (BN → Activation(relu), Add → ReLU), plus the cases that must not be
   // fused: a batch norm whose output is also read by another layer, and a ReLU after a layer that cannot fuse one.
   auto x = nn::input_tensor({6, 6, 3});
@@ -485,6 +487,7 @@ TEST(NnGraphExecutor, FusedReluGivesTheBitsOfTheSeparateLayers) {
     const pass_bits plain = run_passes(plan, false, batch);
     EXPECT_EQ(fused.fused, 3u);
     EXPECT_EQ(plain.fused, 0u);
+    EXPECT_LT(fused.buffers, plain.buffers / 2);  // 13 layers' gradients in a few buffers
     EXPECT_TRUE(same_bits(fused.train_out, plain.train_out));
     EXPECT_TRUE(same_bits(fused.grads, plain.grads));
     EXPECT_TRUE(same_bits(fused.state, plain.state));
