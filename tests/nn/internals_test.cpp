@@ -4,8 +4,10 @@
 // reference and across thread counts, the graph front end's cut from input to output (nn/graph.hpp), and the part
 // of every optimizer that is not its rule (nn/optimizers/optimizer_base.hpp): clipping, weight decay, the serial
 // part path and the refusals; and the fast convolution (nn/kernels/conv2d_direct.hpp) called directly: its tile
-// plans, its padded copy, and its three passes against their definitions.
+// plans, its padded copy, and its three passes against their definitions; the graph executor's ReLU fusion against
+// the unfused passes, and its shared gradient buffers against one buffer per layer.
 #include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/graph_executor.hpp>
 #include <mwstrat/nn/detail/loss_pass.hpp>
 #include <mwstrat/nn/detail/random.hpp>
 #include <mwstrat/nn/detail/window_2d.hpp>
@@ -421,5 +423,77 @@ TEST(NnConv2dDirect, ForwardAndBothGradientsMatchTheDefinition) {
     near(dx, dx_ref, "input gradient");
     near(dk, dk_ref, "kernel gradient");
     near(db, db_ref, "bias gradient");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------- ReLU fusion
+
+namespace {
+
+// The bits of one training pass (outputs, gradients, moving statistics) and of one inference pass of `plan`, with or
+// without ReLU fusion and shared gradient buffers (nn/detail/graph_executor.hpp); `fused` says how many ReLUs ran
+// inside their producers, `buffers` how many gradient buffers there were.
+struct pass_bits {
+  std::vector<float> train_out, grads, state, infer_out;
+  std::size_t fused = 0, buffers = 0;
+};
+
+pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool optimised, std::size_t batch) {
+  nn::graph_detail::graph_executor<float> exec(plan, optimised, optimised);
+  exec.initialize(7);
+  exec.reserve(batch);
+  std::vector<float> x(batch * exec.input_size());
+  std::vector<std::int64_t> labels(batch);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(2 * d::random_unit(11, 0, i) - 1);
+  for (std::size_t i = 0; i < batch; ++i) labels[i] = static_cast<std::int64_t>(i % exec.output_size());
+  const std::vector<float> weights(batch, 1.0f);
+  pass_bits b;
+  b.fused = exec.fused_relus();
+  b.buffers = exec.gradient_buffers();
+  exec.forward_pass(x.data(), batch, true, true);
+  (void)exec.loss_pass(labels, weights, batch, true);
+  auto ready = [](std::size_t, std::size_t) {};
+  exec.backward_pass(batch, ready);
+  b.train_out.assign(exec.outputs().begin(), exec.outputs().end());
+  b.grads.assign(exec.gradients(), exec.gradients() + exec.parameter_count());
+  b.state.assign(exec.state().begin(), exec.state().end());
+  exec.forward_pass(x.data(), batch, false, false);
+  b.infer_out.assign(exec.outputs().begin(), exec.outputs().end());
+  return b;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPasses) {
+  // A residual block as resnet_cifar builds it (BN → Activation(relu), Add → ReLU), plus the cases that must not be
+  // fused: a batch norm whose output is also read by another layer, and a ReLU after a layer that cannot fuse one.
+  auto x = nn::input_tensor({6, 6, 3});
+  auto conv = [](std::size_t f) { return nn::conv2d{f, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same}; };
+  auto relu = [](const nn::symbolic_tensor& t) { return nn::activation_layer{nn::activation::relu}(t); };
+  auto stem = relu(nn::batch_normalization{0.9, 1e-3}(conv(8)(x)));                  // fused
+  auto y = relu(nn::batch_normalization{0.9, 1e-3}(conv(8)(stem)));                  // fused
+  auto shared_bn = nn::batch_normalization{0.9, 1e-3}(conv(8)(y));                   // two readers: not fused
+  auto z = nn::relu{}(nn::add{}({relu(shared_bn), shared_bn, stem}));                // the Add's ReLU: fused
+  auto tail = relu(conv(4)(z));                                                       // after a Conv2D: not fused
+  auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(tail));
+  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  for (std::size_t batch : {std::size_t{5}, std::size_t{16}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const pass_bits fused = run_passes(plan, true, batch);
+    const pass_bits plain = run_passes(plan, false, batch);
+    EXPECT_EQ(fused.fused, 3u);
+    EXPECT_EQ(plain.fused, 0u);
+    EXPECT_LT(fused.buffers, plain.buffers / 2);  // 13 layers' gradients in a few buffers
+    EXPECT_TRUE(same_bits(fused.train_out, plain.train_out));
+    EXPECT_TRUE(same_bits(fused.grads, plain.grads));
+    EXPECT_TRUE(same_bits(fused.state, plain.state));
+    EXPECT_TRUE(same_bits(fused.infer_out, plain.infer_out));
+    // Not vacuous: the pass moved the statistics and left non-zero gradients everywhere.
+    EXPECT_GT(std::count_if(fused.grads.begin(), fused.grads.end(), [](float g) { return g != 0.0f; }),
+              static_cast<std::ptrdiff_t>(fused.grads.size() * 9 / 10));
   }
 }

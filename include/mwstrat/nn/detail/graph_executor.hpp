@@ -2,6 +2,15 @@
 // The graph model's executor: makes the layers of a graph plan, lays their parameters, gradients and non-trained
 // state out in arenas, and runs the forward, loss and backward passes over the activation and gradient buffers.
 // It checks nothing a caller passes (nn::basic_graph_model does) and runs in whatever task arena it is called from.
+//
+// ReLU fusion: a plain ReLU (an Activation or ReLU layer) whose input is the output of a layer that can apply it
+// itself (batch norm, Add) and is read by nothing else runs inside that layer's passes (layer_impl::fuse_relu):
+// the producer writes max(output, 0) into the ReLU's buffer and differentiates through the mask, the ReLU layer is
+// skipped, and the producer's own output and output-gradient buffers are never made. The bits are the two layers'.
+//
+// Gradient buffers are shared: the gradient w.r.t. a node's output lives only from the backward step of its last
+// reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
+// overlap use one slot (ResNet-56 at batch 128 keeps a few slots per stage instead of one buffer per layer).
 
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/graph_layer_factory.hpp>
@@ -30,7 +39,10 @@ class graph_executor {
  public:
   using layer_ptr = std::unique_ptr<mwstrat::detail::layer_impl<T>>;
 
-  explicit graph_executor(const graph_plan& plan) : input_shape_(plan.input_shape), output_softmax_(plan.output_softmax) {
+  // `fuse`: fuse ReLUs into their producers; `share`: share gradient buffers (above). Off only to compare with the
+  // plain passes.
+  explicit graph_executor(const graph_plan& plan, bool fuse = true, bool share = true)
+      : input_shape_(plan.input_shape), output_softmax_(plan.output_softmax), share_gradients_(share) {
     std::size_t offset = 0, state_offset = 0;
     for (const auto& p : plan.layers) {
       auto layer = make_graph_layer<T>(p.spec, p.input_shapes, layers_.size() + 1);
@@ -61,10 +73,13 @@ class graph_executor {
     for (const auto& ins : inputs_) arity = std::max(arity, ins.size());
     scratch_.resize(arity);
     acts_.resize(layers_.size());
-    grads_.resize(layers_.size());
+    grads_.assign(layers_.size(), nullptr);
     written_.assign(layers_.size() + 1, 0);
     xs_.resize(arity);
     dxs_.resize(arity);
+    relu_of_.assign(layers_.size(), no_layer);
+    fused_away_.assign(layers_.size(), 0);
+    if (fuse) plan_relu_fusion();
   }
 
   // ---------------------------------------------------------------------------------------- layout
@@ -76,6 +91,12 @@ class graph_executor {
   [[nodiscard]] std::size_t input_size() const { return mwstrat::detail::shape_size(input_shape_); }
   [[nodiscard]] std::size_t output_size() const { return layers_.back()->output_size(); }
   [[nodiscard]] bool output_softmax() const noexcept { return output_softmax_; }
+  // How many gradient buffers the passes use (after reserve()).
+  [[nodiscard]] std::size_t gradient_buffers() const noexcept { return grad_slots_.size(); }
+  // How many ReLU layers run inside their producers (above).
+  [[nodiscard]] std::size_t fused_relus() const {
+    return static_cast<std::size_t>(std::count(fused_away_.begin(), fused_away_.end(), std::uint8_t{1}));
+  }
 
   // ---------------------------------------------------------------------------------------- arenas
   [[nodiscard]] std::size_t parameter_count() const noexcept { return count_; }
@@ -143,11 +164,11 @@ class graph_executor {
     std::size_t widest = 0;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       layers_[i]->reserve(batch);
-      acts_[i].assign(batch * layers_[i]->output_size(), T{});
-      if (grad_needed_[i + 1] || i + 1 == layers_.size()) grads_[i].assign(batch * layers_[i]->output_size(), T{});
+      if (relu_of_[i] == no_layer) acts_[i].assign(batch * layers_[i]->output_size(), T{});  // fused: the ReLU's
       for (std::size_t in : inputs_[i]) widest = std::max(widest, node_size(in));
     }
     for (auto& s : scratch_) s.assign(batch * widest, T{});
+    share_gradient_buffers(batch);
     probs_.assign(batch * output_size(), T{});
     losses_.assign(batch, T{});
     hits_.assign(batch, 0);
@@ -159,6 +180,7 @@ class graph_executor {
     last_batch_ = batch;
     const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (fused_away_[i]) continue;  // its producer applied it
       for (std::size_t k = 0; k < inputs_[i].size(); ++k) xs_[k] = node_values(inputs_[i][k]);
       T* state = info_[i].state_count != 0 && update_state ? state_.data() + info_[i].state_offset : nullptr;
       if (info_[i].state_count != 0 && !training) state = state_.data() + info_[i].state_offset;
@@ -166,8 +188,8 @@ class graph_executor {
         std::copy(xs_[0], xs_[0] + batch * layers_[i]->output_size(), acts_[i].data());
         continue;
       }
-      layers_[i]->forward({batch, xs_[0], acts_[i].data(), pbase_ + info_[i].offset, training, step_, state, sum,
-                           xs_.data()});
+      T* y = relu_of_[i] == no_layer ? acts_[i].data() : acts_[relu_of_[i]].data();
+      layers_[i]->forward({batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()});
     }
   }
 
@@ -176,7 +198,7 @@ class graph_executor {
   step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
                        bool with_grad) {
     step_stats st = mwstrat::detail::weighted_loss_pass<T>(acts_.back().data(),
-                                                           with_grad ? grads_.back().data() : nullptr, output_size(),
+                                                           with_grad ? grads_.back() : nullptr, output_size(),
                                                            labels, weights, batch, losses_.data(), hits_.data());
     st.loss_sum += static_cast<double>(batch) * regularization_loss();
     return st;
@@ -189,6 +211,7 @@ class graph_executor {
     std::fill(written_.begin(), written_.end(), 0);
     written_.back() = 1;  // the output's gradient is the loss's
     for (std::size_t i = layers_.size(); i-- > 0;) {
+      if (fused_away_[i]) continue;  // its producer differentiates through it
       auto& l = *layers_[i];
       const std::size_t n = l.param_count();
       const auto& ins = inputs_[i];
@@ -200,21 +223,22 @@ class graph_executor {
           continue;
         }
         any_input = true;
-        dxs_[k] = written_[in] ? scratch_[k].data() : grads_[in - 1].data();  // a second consumer adds its part
+        dxs_[k] = written_[in] ? scratch_[k].data() : grads_[in - 1];  // a second consumer adds its part
       }
       if (n > 0 || any_input) {
         for (std::size_t k = 0; k < ins.size(); ++k) xs_[k] = node_values(ins[k]);
         if (l.aliases_input()) {
-          if (dxs_[0] != nullptr) std::copy(grads_[i].data(), grads_[i].data() + batch * l.output_size(), dxs_[0]);
+          if (dxs_[0] != nullptr) std::copy(grads_[i], grads_[i] + batch * l.output_size(), dxs_[0]);
         } else {
-          l.backward({batch, xs_[0], acts_[i].data(), grads_[i].data(), dxs_[0], pbase_ + info_[i].offset,
+          const std::size_t o = relu_of_[i] == no_layer ? i : relu_of_[i];  // whose output and gradient
+          l.backward({batch, xs_[0], acts_[o].data(), grads_[o], dxs_[0], pbase_ + info_[i].offset,
                       gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0});
         }
         for (std::size_t k = 0; k < ins.size(); ++k) {
           if (dxs_[k] == nullptr) continue;
           const std::size_t in = ins[k];
           if (written_[in]) {
-            T* to = grads_[in - 1].data();
+            T* to = grads_[in - 1];
             const T* from = dxs_[k];
             mwstrat::detail::parallel_chunks(batch * node_size(in), 1 << 16, [&](std::size_t b, std::size_t e) {
               for (std::size_t j = b; j < e; ++j) to[j] += from[j];
@@ -238,6 +262,70 @@ class graph_executor {
   }
 
  private:
+  static constexpr std::size_t no_layer = static_cast<std::size_t>(-1);
+
+  // Pairs each plain ReLU with the producer of its only input when that producer can fuse it and nothing else
+  // reads the producer's output (the model's output is read by the loss: never fused away).
+  void plan_relu_fusion() {
+    std::vector<std::size_t> readers(layers_.size() + 1, 0);
+    for (const auto& ins : inputs_)
+      for (std::size_t in : ins) ++readers[in];
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (!layers_[i]->is_plain_relu() || inputs_[i].size() != 1) continue;
+      const std::size_t node = inputs_[i][0];
+      if (node == 0 || readers[node] != 1) continue;
+      const std::size_t p = node - 1;
+      if (relu_of_[p] != no_layer || !layers_[p]->can_fuse_relu()) continue;
+      layers_[p]->fuse_relu();
+      relu_of_[p] = i;
+      fused_away_[i] = 1;
+    }
+  }
+
+  // Points grads_[i] at a slot for every layer whose output gradient is made: the layer's own backward step reads it
+  // (time i) and its last reader's writes it first (time = that reader's index; the loss's, past every layer, for
+  // the output); the backward pass runs time down, and two gradients share a slot when their lifetimes
+  // [own, last reader] are disjoint. A fused producer reads its ReLU's gradient, so that one lives down to it.
+  void share_gradient_buffers(std::size_t batch) {
+    const std::size_t n = layers_.size();
+    std::vector<std::size_t> last_reader(n, 0);
+    for (std::size_t c = 0; c < n; ++c)
+      for (std::size_t in : inputs_[c])
+        if (in > 0) last_reader[in - 1] = std::max(last_reader[in - 1], c);
+    struct life {
+      std::size_t layer, lo, hi;
+    };
+    std::vector<life> lives;
+    for (std::size_t i = 0; i < n; ++i) {
+      grads_[i] = nullptr;
+      if (relu_of_[i] != no_layer || (!grad_needed_[i + 1] && i + 1 != n)) continue;
+      std::size_t lo = i;
+      for (std::size_t p = 0; p < n; ++p)
+        if (relu_of_[p] == i) lo = p;
+      lives.push_back({i, lo, i + 1 == n ? n : std::max(last_reader[i], i)});
+    }
+    std::sort(lives.begin(), lives.end(), [](const life& a, const life& b) { return a.hi > b.hi; });
+    std::vector<std::size_t> slot_free_below;  // per slot: its holder is read at this time (free below it)
+    std::vector<std::size_t> slot_size;
+    std::vector<std::size_t> slot_of(n, no_layer);
+    for (const life& l : lives) {
+      std::size_t s = no_layer;
+      for (std::size_t k = 0; share_gradients_ && k < slot_size.size() && s == no_layer; ++k)
+        if (slot_free_below[k] > l.hi) s = k;
+      if (s == no_layer) {
+        s = slot_size.size();
+        slot_size.push_back(0);
+        slot_free_below.push_back(0);
+      }
+      slot_free_below[s] = l.lo;
+      slot_size[s] = std::max(slot_size[s], batch * layers_[l.layer]->output_size());
+      slot_of[l.layer] = s;
+    }
+    grad_slots_.resize(slot_size.size());
+    for (std::size_t k = 0; k < slot_size.size(); ++k) grad_slots_[k].assign(slot_size[k], T{});
+    for (const life& l : lives) grads_[l.layer] = grad_slots_[slot_of[l.layer]].data();
+  }
+
   // node 0 is the input; node i + 1 is layer i.
   std::size_t node_size(std::size_t node) const {
     return node == 0 ? input_size() : layers_[node - 1]->output_size();
@@ -250,15 +338,19 @@ class graph_executor {
   std::vector<graph_layer_info> info_;
   std::vector<bool> grad_needed_;                  // per model node
   bool output_softmax_ = false;
+  bool share_gradients_ = true;
   std::size_t count_ = 0;
   mwstrat::detail::aligned_vector<T> arena_;  // [parameters | gradients]
   T* pbase_ = nullptr;
   T* gbase_ = nullptr;
   std::vector<T> state_;                                // moving statistics
   std::vector<mwstrat::detail::aligned_vector<T>> acts_;    // per layer: its output
-  std::vector<mwstrat::detail::aligned_vector<T>> grads_;   // per layer: gradient w.r.t. its output
+  std::vector<T*> grads_;                                   // per layer: gradient w.r.t. its output (a slot's)
+  std::vector<mwstrat::detail::aligned_vector<T>> grad_slots_;  // the gradient buffers, shared (above)
   std::vector<mwstrat::detail::aligned_vector<T>> scratch_; // per input slot: a second consumer's gradient
   std::vector<std::uint8_t> written_;                       // per node: its gradient has a first part this step
+  std::vector<std::size_t> relu_of_;      // per layer: the ReLU layer fused into it, or no_layer
+  std::vector<std::uint8_t> fused_away_;  // per layer: a ReLU its producer applies
   std::vector<const T*> xs_;
   std::vector<T*> dxs_;
   std::vector<T> probs_;

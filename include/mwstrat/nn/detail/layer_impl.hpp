@@ -112,6 +112,14 @@ class layer_impl {
   virtual void forward(const forward_args<T>& a) = 0;
   virtual void backward(const backward_args<T>& a) = 0;
 
+  // ReLU fusion (the graph executor's, nn/detail/graph_executor.hpp): a layer that is y = max(x, 0) and nothing
+  // else says so, and a layer that can apply that ReLU to its own output in the same pass accepts it. Once
+  // fuse_relu() is called, forward writes max(output, 0), and backward gets that as `y` and the gradient with
+  // respect to it as `dy` (the ReLU's mask is y > 0): the same bits as the two layers, one memory pass fewer.
+  [[nodiscard]] virtual bool is_plain_relu() const { return false; }
+  [[nodiscard]] virtual bool can_fuse_relu() const { return false; }
+  virtual void fuse_relu() {}
+
   [[nodiscard]] const nn_shape& input_shape() const noexcept { return in_; }
   [[nodiscard]] const nn_shape& output_shape() const noexcept { return out_; }
   [[nodiscard]] std::size_t input_size() const { return shape_size(in_); }

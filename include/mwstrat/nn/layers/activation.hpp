@@ -23,6 +23,7 @@ class activation_layer final : public layer_impl<T> {
   std::string base_name() const override { return "activation"; }
   std::string config() const override { return "activation(" + activation_name(spec_.activation) + ")"; }
   std::string keras_config() const override { return "\"activation\": \"" + activation_name(spec_.activation) + "\""; }
+  bool is_plain_relu() const override { return spec_.activation == nn::activation::relu; }
   void forward(const forward_args<T>& a) override {
     const bool relu = spec_.activation == nn::activation::relu;
     parallel_chunks(a.batch * this->input_size(), 1 << 16, [&](std::size_t b, std::size_t e) {

@@ -1,9 +1,12 @@
 #pragma once
-// Add (`nn::add`): the element-wise sum of two or more tensors of one shape, the merge of a residual block.
+// Add (`nn::add`): the element-wise sum of two or more tensors of one shape, the merge of a residual block
+// (with the ReLU that follows it fused in, where the graph executor finds one).
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/detail/relu_backward.hpp>
+#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/layers.hpp>
 
 #include <algorithm>
@@ -21,20 +24,32 @@ class add_layer final : public layer_impl<T> {
   std::string base_name() const override { return "add"; }
   std::string config() const override { return "add(" + std::to_string(inputs_) + ")"; }
   std::size_t input_count() const override { return inputs_; }
+  bool can_fuse_relu() const override { return true; }
+  void fuse_relu() override { relu_ = true; }
   void forward(const forward_args<T>& a) override {
-    parallel_chunks(a.batch * this->output_size(), 1 << 16, [&](std::size_t b, std::size_t e) {
-      for (std::size_t i = b; i < e; ++i) {
-        T s = a.xs[0][i];
-        for (std::size_t k = 1; k < inputs_; ++k) s += a.xs[k][i];
-        a.y[i] = s;
-      }
-    });
+    const T* const* xs = a.xs;
+    T* y = a.y;
+    const std::size_t m = inputs_;
+    const bool relu = relu_;
+    parallel_chunks(a.batch * this->output_size(), 1 << 16,
+                    [xs, y, m, relu](std::size_t b, std::size_t e) { add_range(b, e, xs, m, y, relu); });
   }
-  // Each input's gradient is the output's.
+  // Each input's gradient is the output's (through the fused ReLU's mask, if any).
   void backward(const backward_args<T>& a) override {
     const std::size_t n = a.batch * this->output_size();
-    for (std::size_t k = 0; k < inputs_; ++k)
-      if (a.dxs[k] != nullptr) std::copy(a.dy, a.dy + n, a.dxs[k]);
+    const T* first = nullptr;
+    for (std::size_t k = 0; k < inputs_; ++k) {
+      if (a.dxs[k] == nullptr) continue;
+      if (first != nullptr) {
+        std::copy(first, first + n, a.dxs[k]);
+      } else if (relu_) {
+        relu_backward(n, a.y, a.dy, a.dxs[k]);
+        first = a.dxs[k];
+      } else {
+        std::copy(a.dy, a.dy + n, a.dxs[k]);
+        first = a.dxs[k];
+      }
+    }
   }
 
  private:
@@ -45,7 +60,33 @@ class add_layer final : public layer_impl<T> {
         nn_config_error("add: inputs of different shapes " + shape_string(ins.front()) + " and " + shape_string(s));
     return ins.front();
   }
+  // y[i] = ((xs[0][i] + xs[1][i]) + ...), then max(·, 0) with a fused ReLU, for i in [b, e): whole vectors (the
+  // inputs are read through memcpy, so the compiler need not fear that y aliases them), in the inputs' order.
+  static void add_range(std::size_t b, std::size_t e, const T* const* xs, std::size_t m, T* y, bool relu) noexcept {
+    using V = vec_t<T>;
+    constexpr std::size_t L = lanes_v<T>;
+    const V zero = {};
+    std::size_t i = b;
+    for (; i + L <= e; i += L) {
+      V s;
+      V v;
+      vload(s, xs[0] + i);
+      for (std::size_t k = 1; k < m; ++k) {
+        vload(v, xs[k] + i);
+        s += v;
+      }
+      if (relu) s = s > zero ? s : zero;
+      vstore(y + i, s);
+    }
+    for (; i < e; ++i) {
+      T s = xs[0][i];
+      for (std::size_t k = 1; k < m; ++k) s += xs[k][i];
+      y[i] = relu ? (s > T{} ? s : T{}) : s;
+    }
+  }
+
   std::size_t inputs_;
+  bool relu_ = false;  // a following ReLU is fused (layer_impl::fuse_relu)
 };
 
 }  // namespace mwstrat::detail

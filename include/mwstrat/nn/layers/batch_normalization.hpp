@@ -10,6 +10,7 @@
 #include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/initializers.hpp>
 #include <mwstrat/nn/layers.hpp>
 
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +60,8 @@ class batch_normalization_layer final : public layer_impl<T> {
     nn::zeros(s.first(channels_));
     nn::ones(s.subspan(channels_));
   }
+  bool can_fuse_relu() const override { return true; }
+  void fuse_relu() override { relu_ = true; }
   void reserve(std::size_t batch) override {
     chunks_ = std::max<std::size_t>(1, ceil_div(batch, chunk_samples()));
     partial_.assign(chunks_ * 2 * channels_, 0.0);
@@ -65,6 +69,7 @@ class batch_normalization_layer final : public layer_impl<T> {
     sums_.assign(2 * channels_ + 1, 0.0);
     mean_.assign(channels_, 0.0);
     inv_std_.assign(channels_, 0.0);
+    coef_.assign(5 * channels_, T{});
   }
 
   void forward(const forward_args<T>& a) override {
@@ -81,9 +86,18 @@ class batch_normalization_layer final : public layer_impl<T> {
       }
     } else {
       // Σx and Σx² per channel (over this replica's rows, then over all replicas).
-      channel_sums(rows, [&](std::size_t r, std::size_t j) {
-        const double v = static_cast<double>(a.x[r * c + j]);
-        return std::pair<double, double>{v, v * v};
+      const T* x = a.x;
+      channel_sums(rows, [=](std::size_t r0, std::size_t r1, double* part) {
+        double* __restrict s1 = part;
+        double* __restrict s2 = part + c;
+        for (std::size_t r = r0; r < r1; ++r) {
+          const T* __restrict xr = x + r * c;
+          for (std::size_t j = 0; j < c; ++j) {
+            const double v = static_cast<double>(xr[j]);
+            s1[j] += v;
+            s2[j] += v * v;
+          }
+        }
       });
       sums_[2 * c] = static_cast<double>(rows);
       if (sync_ && a.replicas != nullptr && *a.replicas) (*a.replicas)(std::span<double>(sums_));
@@ -101,26 +115,115 @@ class batch_normalization_layer final : public layer_impl<T> {
         }
       }
     }
-    parallel_chunks(rows, 256, [&](std::size_t b, std::size_t e) {
-      for (std::size_t r = b; r < e; ++r)
-        for (std::size_t j = 0; j < c; ++j) {
-          const double xhat = (static_cast<double>(a.x[r * c + j]) - mean_[j]) * inv_std_[j];
-          a.y[r * c + j] = static_cast<T>(static_cast<double>(gamma[j]) * xhat + static_cast<double>(beta[j]));
-        }
-    });
+    if (relu_) normalize<true>(a.x, a.y, gamma, beta, rows);
+    else normalize<false>(a.x, a.y, gamma, beta, rows);
   }
 
   // Training mode (the statistics of the last forward pass in training).
   void backward(const backward_args<T>& a) override {
+    if (relu_) backward_through<true>(a);
+    else backward_through<false>(a);
+  }
+
+ private:
+  // y = (x − mean)·(γ·inv_std) + β (then max(·, 0) with a fused ReLU): per-channel factors rounded to T once, the
+  // element-wise work in T, so that it vectorises at T's width.
+  template <bool Relu>
+  void normalize(const T* x, T* y, const T* gamma, const T* beta, std::size_t rows) {
+    const std::size_t c = channels_;
+    T* mean = coef_.data();
+    T* scale = mean + c;
+    for (std::size_t j = 0; j < c; ++j) {
+      mean[j] = static_cast<T>(mean_[j]);
+      scale[j] = static_cast<T>(static_cast<double>(gamma[j]) * inv_std_[j]);
+    }
+    parallel_chunks(rows, 256, [=](std::size_t b, std::size_t e) {
+      for (std::size_t r = b; r < e; ++r) {
+        const T* xr = x + r * c;
+        T* yr = y + r * c;
+        for (std::size_t j = 0; j < c; ++j) {
+          const T v = (xr[j] - mean[j]) * scale[j] + beta[j];
+          yr[j] = Relu ? (v > T{} ? v : T{}) : v;
+        }
+      }
+    });
+  }
+
+  // The gradient w.r.t. the batch norm's output: dy, or with a fused ReLU dy where y > 0, else 0 (both loaded
+  // unconditionally, so that the select vectorises).
+  template <bool Relu>
+  static T output_gradient(const T* y, const T* dy, std::size_t i) noexcept {
+    const T g = dy[i];
+    if constexpr (Relu) {
+      const T v = y[i];
+      return v > T{} ? g : T{};
+    } else {
+      return g;
+    }
+  }
+
+  // One vector of channels of one row: s1 += dy, s2 += dy·x in double, dy masked by y > 0 with a fused ReLU
+  // (explicit vectors: compilers leave the masked, widened sum scalar).
+  static constexpr std::size_t L = lanes_v<T>;
+  typedef double wide_t __attribute__((vector_size(L * sizeof(double))));
+  template <bool Relu>
+  static void add_gradient_products(const T* x, const T* y, const T* dy, double* s1, double* s2) noexcept {
+    using V = vec_t<T>;
+    V g;
+    V xv;
+    vload(g, dy);
+    vload(xv, x);
+    if constexpr (Relu) {
+      V yv;
+      vload(yv, y);
+      const V zero = {};
+      g = yv > zero ? g : zero;
+    }
+    const wide_t gd = __builtin_convertvector(g, wide_t);
+    const wide_t xd = __builtin_convertvector(xv, wide_t);
+    wide_t a1;
+    wide_t a2;
+    std::memcpy(&a1, s1, sizeof a1);
+    std::memcpy(&a2, s2, sizeof a2);
+    a1 += gd;
+    a2 += gd * xd;
+    std::memcpy(s1, &a1, sizeof a1);
+    std::memcpy(s2, &a2, sizeof a2);
+  }
+
+  template <bool Relu>
+  void backward_through(const backward_args<T>& a) {
     const std::size_t c = channels_;
     const std::size_t rows = a.batch * per_sample_rows_;
-    // Σdy and Σdy·x̂ per channel: beta's and gamma's gradients on this replica's rows. The gradients are summed
-    // in T from the chunks' double sums, as the replicas' mean will add them, so that their tree goes on there.
-    channel_sums(rows, [&](std::size_t r, std::size_t j) {
-      const double dy = static_cast<double>(a.dy[r * c + j]);
-      const double xhat = (static_cast<double>(a.x[r * c + j]) - mean_[j]) * inv_std_[j];
-      return std::pair<double, double>{dy, dy * xhat};
-    }, true);
+    const T* x = a.x;
+    const T* y = a.y;
+    const T* dyp = a.dy;
+    // Σdy and Σdy·x̂ per channel: beta's and gamma's gradients on this replica's rows. A chunk sums dy and dy·x in
+    // double and turns the second into Σdy·x̂ = inv_std·(Σdy·x − mean·Σdy) (x̂ is not formed per element). The
+    // gradients are summed in T from the chunks' sums, as the replicas' mean will add them, so that their tree goes
+    // on there.
+    const double* mean = mean_.data();
+    const double* inv_std = inv_std_.data();
+    channel_sums(
+        rows,
+        [=](std::size_t r0, std::size_t r1, double* part) {
+          double* __restrict s1 = part;
+          double* __restrict s2 = part + c;
+          for (std::size_t r = r0; r < r1; ++r) {
+            const T* __restrict xr = x + r * c;
+            const T* __restrict yr = y + r * c;
+            const T* __restrict dyr = dyp + r * c;
+            std::size_t j = 0;
+            for (; j + L <= c; j += L) add_gradient_products<Relu>(xr + j, yr + j, dyr + j, s1 + j, s2 + j);
+            for (; j < c; ++j) {
+              const double dy = static_cast<double>(output_gradient<Relu>(yr, dyr, j));
+              s1[j] += dy;
+              s2[j] += dy * static_cast<double>(xr[j]);
+            }
+          }
+          for (std::size_t j = 0; j < c; ++j) s2[j] = inv_std[j] * (s2[j] - mean[j] * s1[j]);
+        },
+        true);
     for (std::size_t j = 0; j < c; ++j) {
       a.grads[j] = grad_partial_[c + j];  // dgamma
       a.grads[c + j] = grad_partial_[j];  // dbeta
@@ -132,20 +235,32 @@ class batch_normalization_layer final : public layer_impl<T> {
       (*a.replicas)(std::span<double>(sums_));
       count = sums_[2 * c];
     }
+    // dx = γ/σ · (dy − mean(dy) − x̂·mean(dy·x̂)), the means over the whole (global) batch; per-channel factors
+    // rounded to T once, the element-wise work in T.
     const T* gamma = a.params;
-    // dx = γ/σ · (dy − mean(dy) − x̂·mean(dy·x̂)), the means over the whole (global) batch.
-    parallel_chunks(rows, 256, [&](std::size_t b, std::size_t e) {
+    T* mu = coef_.data();
+    T* inv = mu + c;
+    T* k = inv + c;
+    T* mean_dy = k + c;
+    T* mean_dyx = mean_dy + c;
+    for (std::size_t j = 0; j < c; ++j) {
+      mu[j] = static_cast<T>(mean_[j]);
+      inv[j] = static_cast<T>(inv_std_[j]);
+      k[j] = static_cast<T>(static_cast<double>(gamma[j]) * inv_std_[j]);
+      mean_dy[j] = static_cast<T>(sums_[j] / count);
+      mean_dyx[j] = static_cast<T>(sums_[c + j] / count);
+    }
+    T* dx = a.dx;
+    parallel_chunks(rows, 256, [=](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r)
         for (std::size_t j = 0; j < c; ++j) {
-          const double xhat = (static_cast<double>(a.x[r * c + j]) - mean_[j]) * inv_std_[j];
-          const double dy = static_cast<double>(a.dy[r * c + j]);
-          a.dx[r * c + j] = static_cast<T>(static_cast<double>(gamma[j]) * inv_std_[j] *
-                                           (dy - sums_[j] / count - xhat * sums_[c + j] / count));
+          const std::size_t i = r * c + j;
+          const T xhat = (x[i] - mu[j]) * inv[j];
+          dx[i] = k[j] * ((output_gradient<Relu>(y, dyp, i) - mean_dy[j]) - xhat * mean_dyx[j]);
         }
     });
   }
 
- private:
   // Rows per chunk at the most: about 1024 (one 32×32 image), as whole samples, and at most 8 samples.
   static constexpr std::size_t chunk_rows = 1024;
   static constexpr std::size_t max_chunk_samples = 8;
@@ -156,12 +271,13 @@ class batch_normalization_layer final : public layer_impl<T> {
     return power_of_two_floor(std::clamp<std::size_t>(chunk_rows / per_sample_rows_, 1, max_chunk_samples));
   }
 
-  // sums_[j] = Σ_r f(r, j).first, sums_[c + j] = Σ_r f(r, j).second: fixed chunks of samples in parallel, combined
-  // by the aligned tree of nn/detail/batch_sum.hpp (so a replica's sums are a node of the whole batch's tree).
-  // With `in_t`: also the same sums in T, each chunk's rounded to T and combined by the tree in T (left in
+  // sums_[0, 2C): per-channel sums over the rows, taken by fixed chunks of samples in parallel and combined by the
+  // aligned tree of nn/detail/batch_sum.hpp (so a replica's sums are a node of the whole batch's tree);
+  // `add_rows(r0, r1, part)` adds rows [r0, r1) of one chunk into its 2C zeroed sums (and may finish them). With
+  // `in_t`: also the same sums in T, each chunk's rounded to T and combined by the tree in T (left in
   // grad_partial_[0, 2C)).
   template <class F>
-  void channel_sums(std::size_t rows, F&& f, bool in_t = false) {
+  void channel_sums(std::size_t rows, F&& add_rows, bool in_t = false) {
     const std::size_t c = channels_;
     const std::size_t rows_per_chunk = chunk_samples() * per_sample_rows_;
     const std::size_t chunks = std::max<std::size_t>(1, ceil_div(rows, rows_per_chunk));
@@ -172,13 +288,7 @@ class batch_normalization_layer final : public layer_impl<T> {
     parallel_tasks(chunks, [&](std::size_t ch) {
       double* part = partial_.data() + ch * 2 * c;
       std::fill(part, part + 2 * c, 0.0);
-      const std::size_t r1 = std::min(rows, (ch + 1) * rows_per_chunk);
-      for (std::size_t r = ch * rows_per_chunk; r < r1; ++r)
-        for (std::size_t j = 0; j < c; ++j) {
-          const auto [u, v] = f(r, j);
-          part[j] += u;
-          part[c + j] += v;
-        }
+      add_rows(ch * rows_per_chunk, std::min(rows, (ch + 1) * rows_per_chunk), part);
     });
     if (in_t) {
       for (std::size_t i = 0; i < chunks * 2 * c; ++i) grad_partial_[i] = static_cast<T>(partial_[i]);
@@ -191,6 +301,7 @@ class batch_normalization_layer final : public layer_impl<T> {
   double momentum_;
   double epsilon_;
   bool sync_;
+  bool relu_ = false;  // a following ReLU is fused (layer_impl::fuse_relu): y = max(BN(x), 0)
   std::size_t channels_ = 0;
   std::size_t per_sample_rows_ = 1;
   std::size_t chunks_ = 1;
@@ -199,6 +310,7 @@ class batch_normalization_layer final : public layer_impl<T> {
   std::vector<double> sums_;     // [Σ first (C) | Σ second (C) | count]
   std::vector<double> mean_;     // of the last forward pass
   std::vector<double> inv_std_;  // 1 / sqrt(var + ε)
+  std::vector<T> coef_;          // per-channel factors of the element-wise passes, in T
 };
 
 }  // namespace mwstrat::detail

@@ -26,6 +26,7 @@ class relu_layer final : public layer_impl<T> {
   std::string keras_type() const override { return "ReLU"; }
   std::string base_name() const override { return "re_lu"; }
   std::string config() const override { return "relu"; }
+  bool is_plain_relu() const override { return true; }
   void forward(const forward_args<T>& a) override {
     parallel_chunks(a.batch * this->input_size(), 1 << 16, [&](std::size_t b, std::size_t e) {
       for (std::size_t i = b; i < e; ++i) a.y[i] = a.x[i] > T{} ? a.x[i] : T{};
