@@ -28,8 +28,11 @@ def run_together(commands, timeout, session=False):
              for (argv, env), (o, e) in zip(commands, files)]
     deadline = time.monotonic() + timeout
     note = ""
-    while any(p.poll() is None for p in procs):
-        failed = next((p for p in procs if p.returncode not in (None, 0)), None)
+    while True:
+        states = [p.poll() for p in procs]  # every process polled each round (any() would stop at the first running)
+        if all(code is not None for code in states):
+            break
+        failed = next((p for p, code in zip(procs, states) if code not in (None, 0)), None)
         if failed or time.monotonic() > deadline:
             note = f"a process exited {failed.returncode}; the others were killed" if failed \
                 else f"not finished within {timeout} s"

@@ -11,7 +11,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -97,11 +99,21 @@ TEST(mpi_resolver, the_rendezvous_is_given_or_derived_from_the_job_on_one_host) 
 struct world {
   std::vector<std::optional<cluster_config>> results;
   std::vector<std::string> errors;
+  std::vector<std::string> kinds;  // "timeout", "config", "io" or "other" where a rank failed
 };
+
+// The kind of mwstrat error `e` is, for the rendezvous's promise that every rank throws the same kind.
+std::string kind_of(const std::exception& e) {
+  if (dynamic_cast<const timeout_error*>(&e)) return "timeout";
+  if (dynamic_cast<const config_error*>(&e)) return "config";
+  if (dynamic_cast<const io_error*>(&e)) return "io";
+  return "other";
+}
 world resolve_all(const std::vector<environment>& envs, std::chrono::milliseconds timeout) {
   world w;
   w.results.resize(envs.size());
   w.errors.resize(envs.size());
+  w.kinds.resize(envs.size());
   std::vector<std::thread> threads;
   for (std::size_t r = 0; r < envs.size(); ++r) {
     threads.emplace_back([&, r] {
@@ -111,6 +123,7 @@ world resolve_all(const std::vector<environment>& envs, std::chrono::millisecond
         w.results[r] = mpi_resolver(envs[r], o).resolve();
       } catch (const std::exception& e) {
         w.errors[r] = e.what();
+        w.kinds[r] = kind_of(e);
       }
     });
   }
@@ -151,6 +164,8 @@ TEST(mpi_resolver, a_rank_that_never_comes_is_named_and_nobody_waits_past_the_de
   EXPECT_NE(w.errors[1].find("MPI rendezvous at " + rendezvous + ": rank 0 refused: rank(s) 2 did not register"),
             std::string::npos)
       << "the rank that came hears the cause from rank 0: " << w.errors[1];
+  EXPECT_EQ(w.kinds[0], "timeout");
+  EXPECT_EQ(w.kinds[1], "timeout") << "the rank that came throws the kind of error rank 0 threw";
 }
 
 TEST(mpi_resolver, ranks_that_disagree_on_the_world_are_refused_on_both_sides) {
@@ -159,6 +174,8 @@ TEST(mpi_resolver, ranks_that_disagree_on_the_world_are_refused_on_both_sides) {
   EXPECT_NE(w.errors[0].find("rank 1 says the world has 3 ranks, rank 0 says 2"), std::string::npos) << w.errors[0];
   EXPECT_NE(w.errors[1].find("rank 0 refused: rank 1 says the world has 3 ranks, rank 0 says 2"), std::string::npos)
       << w.errors[1];
+  EXPECT_EQ(w.kinds[0], "config");
+  EXPECT_EQ(w.kinds[1], "config");
 }
 
 // A plain TCP connection to 127.0.0.1:`port`, retried for up to 10 s while nobody listens yet; -1 if never.
@@ -186,6 +203,7 @@ std::thread resolve_in_thread(world& w, int r, int size, const std::string& rend
       w.results[static_cast<std::size_t>(r)] = mpi_resolver(open_mpi(r, size, size, rendezvous), o).resolve();
     } catch (const std::exception& e) {
       w.errors[static_cast<std::size_t>(r)] = e.what();
+      w.kinds[static_cast<std::size_t>(r)] = kind_of(e);
     }
   });
 }
@@ -196,6 +214,7 @@ TEST(mpi_resolver, a_connection_that_says_nothing_delays_nobody) {
   world w;
   w.results.resize(3);
   w.errors.resize(3);
+  w.kinds.resize(3);
   std::thread rank0 = resolve_in_thread(w, 0, 3, rendezvous);
   const int silent = connect_to_rendezvous(port);  // in before the real ranks, and never says a word
   std::thread rank1 = resolve_in_thread(w, 1, 3, rendezvous);
@@ -214,6 +233,7 @@ TEST(mpi_resolver, a_rank_gone_after_registering_is_named_by_rank_0) {
   world w;
   w.results.resize(2);
   w.errors.resize(2);
+  w.kinds.resize(2);
   std::thread rank0 = resolve_in_thread(w, 0, 3, rendezvous);
   // "Rank 2" registers by hand and hangs up; the real rank 1 comes half a second later.
   // (No ASSERT while rank 0's thread runs: its 20 s deadline ends it either way.)
@@ -236,6 +256,24 @@ TEST(mpi_resolver, a_rank_gone_after_registering_is_named_by_rank_0) {
   const bool named = w.errors[0].find("rank 2 closed its connection after registering") != std::string::npos ||
                      w.errors[0].find("rank(s) 2 could not be sent the addresses") != std::string::npos;
   EXPECT_TRUE(named) << w.errors[0];
+  EXPECT_EQ(w.kinds[0], "io") << w.errors[0];
+}
+
+TEST(mpi_resolver, a_reserved_port_is_held_until_released) {
+  const detail::rendezvous_context ctx{"test", 0, 1, std::chrono::steady_clock::now() + 5s};
+  std::optional<detail::reserved_port> held = detail::reserve_port(ctx, "127.0.0.1");
+  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(held->port);
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  EXPECT_NE(::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << "another socket got the held port";
+  EXPECT_EQ(errno, EADDRINUSE);
+  ::close(probe);
+  held.reset();  // released: the ring can bind it now
+  const int ring = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_EQ(::bind(ring, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  ::close(ring);
 }
 
 TEST(mpi_resolver, ranks_on_one_host_are_given_different_ports) {

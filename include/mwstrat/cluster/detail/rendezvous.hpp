@@ -8,7 +8,8 @@
 // ranks on one host never pick the same port (the ring binds it a moment after it is released).
 //
 // Rank 0 serves every connection at once (poll): a connection that says nothing, or reads its answer slowly,
-// delays nobody else, and a rank that registered and then went away is named instead of being answered.
+// delays nobody else, and a rank seen to go away after registering (before rank 0 answers) is named. When rank 0
+// gives up, every rank that registered hears why and throws the same kind of error.
 
 #include <mwstrat/error.hpp>
 
@@ -80,6 +81,28 @@ struct rendezvous_context {
     throw timeout_error(origin(), "MPI rendezvous at " + endpoint + ": " + what);
   }
 };
+
+// Why rank 0 gave up, sent to every rank as the first word of its answer so each throws the same kind of error:
+// bad registrations (config_error), ranks that never came (timeout_error), a rank gone after registering
+// (io_error).
+enum class rendezvous_refusal { config, timeout, lost };
+
+inline const char* refusal_word(rendezvous_refusal kind) {
+  switch (kind) {
+    case rendezvous_refusal::timeout: return "timeout";
+    case rendezvous_refusal::lost: return "lost";
+    default: return "error";
+  }
+}
+
+[[noreturn]] inline void throw_refusal(const rendezvous_context& ctx, rendezvous_refusal kind, const std::string& why) {
+  const std::string text = "MPI rendezvous at " + ctx.endpoint + ": " + why;
+  switch (kind) {
+    case rendezvous_refusal::timeout: throw timeout_error(ctx.origin(), text);
+    case rendezvous_refusal::lost: throw io_error(ctx.origin(), text);
+    default: throw config_error(ctx.origin(), text);
+  }
+}
 
 inline sockaddr_in ipv4_socket_address(const std::string& ip, std::uint16_t port) {
   sockaddr_in a{};
@@ -157,7 +180,9 @@ inline std::vector<std::size_t> send_to_all(const rendezvous_context& ctx,
   while (!busy.empty()) {
     std::vector<pollfd> p;
     for (const std::size_t i : busy) p.push_back({out[i].first, POLLOUT, 0});
-    if (::poll(p.data(), p.size(), ctx.millis_left()) <= 0) {
+    const int ready = ::poll(p.data(), p.size(), ctx.millis_left());
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
       failed.insert(failed.end(), busy.begin(), busy.end());  // out of time (or poll failed): give up on them
       break;
     }
@@ -207,15 +232,16 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
   std::vector<rendezvous_peer> pending;       // connected, registration line not complete yet
   std::map<int, rendezvous_peer> registered;  // rank -> its connection, waiting for the answer
   // Tells every rank that registered, and `current` (a connection that just broke the rules, or -1), why the
-  // rendezvous failed, then fails here too.
-  auto fail_all = [&](int current, const std::string& why) {
+  // rendezvous failed, then fails here too, with the error of `kind` (rendezvous_refusal) on every rank.
+  auto fail_all = [&](int current, const std::string& why, rendezvous_refusal kind = rendezvous_refusal::config) {
+    const std::string line = std::string(refusal_word(kind)) + ' ' + why + '\n';
     std::vector<std::pair<int, std::string>> out;
-    if (current >= 0) out.emplace_back(current, "error " + why + "\n");
+    if (current >= 0) out.emplace_back(current, line);
     for (auto& [rank, peer] : registered) {
-      if (peer.socket.fd() != current) out.emplace_back(peer.socket.fd(), "error " + why + "\n");
+      if (peer.socket.fd() != current) out.emplace_back(peer.socket.fd(), line);
     }
     (void)send_to_all(ctx, out);  // a rank that is gone already cannot be told; the others are
-    throw config_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": " + why);
+    throw_refusal(ctx, kind, why);
   };
   // A complete registration line from `peer`: checked, then the peer moves to `registered`.
   auto take_registration = [&](rendezvous_peer& peer, const std::string& line) {
@@ -252,7 +278,10 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
     for (const auto& [rank, peer] : registered) p.push_back({peer.socket.fd(), POLLIN, 0});
     const int ready = ::poll(p.data(), p.size(), ctx.millis_left());
     if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) fail_all(-1, "rank(s) " + missing_ranks() + " did not register within the deadline");
+    if (ready < 0) ctx.fail_io("poll", errno);
+    if (ready == 0) {
+      fail_all(-1, "rank(s) " + missing_ranks() + " did not register within the deadline", rendezvous_refusal::timeout);
+    }
     std::size_t k = 1;
     std::vector<rendezvous_peer> still_pending;
     for (auto& peer : pending) {
@@ -280,8 +309,8 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
       char c = 0;
       const ssize_t n = ::recv(peer.socket.fd(), &c, 1, MSG_PEEK);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      fail_all(-1, n == 0 || n < 0 ? "rank " + std::to_string(rank) + " closed its connection after registering"
-                                   : "rank " + std::to_string(rank) + " sent more than its registration");
+      if (n > 0) fail_all(-1, "rank " + std::to_string(rank) + " sent more than its registration");
+      fail_all(-1, "rank " + std::to_string(rank) + " closed its connection after registering", rendezvous_refusal::lost);
     }
     // Registrations completed in this round are checked and taken; the rest wait for more bytes.
     pending.clear();
@@ -299,6 +328,26 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
         rendezvous_socket s(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
         if (s.fd() < 0) break;  // EAGAIN: nobody else is waiting (or a connection that failed: theirs to retry)
         pending.push_back(rendezvous_peer{std::move(s), {}, -1});
+      }
+    }
+  }
+  // One last look before answering: a rank that went away while the others were still coming is named here.
+  {
+    std::vector<pollfd> p;
+    std::vector<int> ranks;
+    for (const auto& [rank, peer] : registered) {
+      p.push_back({peer.socket.fd(), POLLIN, 0});
+      ranks.push_back(rank);
+    }
+    if (::poll(p.data(), p.size(), 0) > 0) {
+      for (std::size_t k = 0; k < p.size(); ++k) {
+        if (p[k].revents == 0) continue;
+        char c = 0;
+        const ssize_t n = ::recv(p[k].fd, &c, 1, MSG_PEEK);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        const std::string who = "rank " + std::to_string(ranks[k]);
+        if (n > 0) fail_all(-1, who + " sent more than its registration");
+        fail_all(-1, who + " closed its connection after registering", rendezvous_refusal::lost);
       }
     }
   }
@@ -364,8 +413,9 @@ inline std::vector<std::string> rendezvous_join(const rendezvous_context& ctx, c
   answer_ctx.deadline += std::chrono::seconds(2);
   const auto line = read_line(answer_ctx, s.fd(), "rank 0");
   if (!line) throw io_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": rank 0 closed the connection");
-  if (line->rfind("error ", 0) == 0) {
-    throw config_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": rank 0 refused: " + line->substr(6));
+  for (const auto kind : {rendezvous_refusal::config, rendezvous_refusal::timeout, rendezvous_refusal::lost}) {
+    const std::string word = std::string(refusal_word(kind)) + ' ';
+    if (line->rfind(word, 0) == 0) throw_refusal(ctx, kind, "rank 0 refused: " + line->substr(word.size()));
   }
   std::istringstream in(*line);
   std::string ok;
