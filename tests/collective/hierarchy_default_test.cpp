@@ -71,6 +71,8 @@ TEST(hierarchical_default, two_hosts_of_two_workers_go_hierarchical_and_say_so) 
     EXPECT_TRUE(by_default[r] == asked[0]) << "rank " << r << ": the default differs from asking for hierarchical";
     EXPECT_TRUE(flat[r] == flat[0]) << "rank " << r << ": flat ranks disagree";
   }
+  EXPECT_FALSE(asked[0] == flat[0]) << "the two schedules sum in different orders: equal bits would mean the "
+                                       "hierarchical run was not hierarchical";
   expect_near_exact(by_default[0], "default topology, 2 hosts x 2");
   expect_near_exact(flat[0], "flat ring, 2 hosts x 2");
 }
@@ -80,8 +82,12 @@ TEST(hierarchical_default, small_all_reduces_take_the_flat_ring) {
   ASSERT_LT(count * sizeof(float), mwstrat::ring_options{}.hierarchical_min_bytes);
   const auto by_default = run_topology("default", count);
   const auto flat = run_topology("flat", count);
+  const auto hierarchical = run_topology("hierarchical", count);  // forced at any size
   ASSERT_EQ(by_default.size(), 4u);
   ASSERT_EQ(flat.size(), 4u);
+  ASSERT_EQ(hierarchical.size(), 4u);
+  // Without this the test would pass even if the threshold did nothing, wherever the two schedules agree.
+  ASSERT_FALSE(hierarchical[0] == flat[0]) << "at this size the schedules' bits must differ for the test to mean anything";
   for (std::size_t r = 0; r < 4; ++r)
     EXPECT_TRUE(by_default[r] == flat[0]) << "rank " << r << ": a small all-reduce did not take the flat ring";
   expect_near_exact(by_default[0], "default topology, 4000 bytes");

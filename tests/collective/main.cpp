@@ -53,7 +53,7 @@ int run_worker(int argc, char** argv) {
   o.transport = get("transport", "auto") == "tcp" ? ring_transport::tcp : ring_transport::automatic;
   if (kv.count("host")) o.host_identity = kv["host"];
   if (kv.count("hosts")) o.host_identity = test::nth_field(kv["hosts"], rank);  // "a,a,b,b": rank r's host
-  // Hierarchical unless told (the ring's own default is flat); identical to flat while every rank is on one host.
+  // Hierarchical unless told (the ring's default too); identical to flat while every rank is on one host.
   // "default": the ring's own topology and size threshold; otherwise every all-reduce (any size) as told.
   if (get("topology", "hierarchical") != "default") {
     o.topology = get("topology", "hierarchical") == "flat" ? ring_topology::flat : ring_topology::hierarchical;

@@ -475,6 +475,15 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (in_lane(k).socket) ::shutdown(in_lane(k).socket.get(), SHUT_RDWR);
   }
 
+  // After an abort on the first connection: the others are shut too, so a neighbour waiting only on one of them
+  // sees it end at once (and reads the abort on the first) instead of waiting for the liveness verdict.
+  void shutdown_extra_lanes() {
+    for (std::size_t k = 1; k < out_lanes(); ++k)
+      if (out_lane(k).socket) ::shutdown(out_lane(k).socket.get(), SHUT_RDWR);
+    for (std::size_t k = 1; k < in_lanes(); ++k)
+      if (in_lane(k).socket) ::shutdown(in_lane(k).socket.get(), SHUT_RDWR);
+  }
+
   // The progress of one data connection's send stream (to the next rank) or receive stream (from the previous one):
   // the items whose chunk is its own, in the schedule's order.
   struct send_stream {
@@ -614,7 +623,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     if (n > 0) {
       s.sent += static_cast<std::size_t>(n);
       progress = true;
-      // An abort goes on the first connection, after the frame in flight there (the others are just closed).
+      // An abort goes on the first connection, after the frame in flight there (the others are shut).
       if (k == 0) out_.inflight = {s.src, s.header.size() + s.payload, s.sent, s.header};
       if (s.sent == s.header.size() + s.payload) {
         s.active = false;
@@ -873,11 +882,13 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (sub_) told.culprit = -1;
       detail::send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, detail::op_header(p),
                          told);
+      shutdown_extra_lanes();
       broken_ = detail::ring_error(sub_ ? sub_->global_rank : rank_, *verdict, sub_ ? sub_->addresses : options_.addresses);
       std::rethrow_exception(broken_);
     }
     const failure& f = found;  // a world without liveness (none is started in a world of one)
     detail::send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, detail::op_header(p), f);
+    shutdown_extra_lanes();
     if (sub_) {  // name the parent's ranks and addresses
       failure mapped = f;
       if (f.culprit >= 0 && f.culprit < n_) mapped.culprit = sub_->global[static_cast<std::size_t>(f.culprit)];
