@@ -26,6 +26,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nn = mwstrat::nn;
@@ -430,16 +431,17 @@ TEST(NnConv2dDirect, ForwardAndBothGradientsMatchTheDefinition) {
 
 namespace {
 
-// The bits of one training pass (outputs, gradients, moving statistics) and of one inference pass of `plan`, with or
-// without ReLU fusion and shared gradient buffers (nn/detail/graph_executor.hpp); `fused` says how many ReLUs ran
-// inside their producers, `buffers` how many gradient buffers there were.
+// The bits of two training passes on different inputs (outputs, gradients, moving statistics: the second pass
+// catches a layer that reads what the first left in a shared gradient buffer) and of one inference pass of `plan`,
+// with or without ReLU fusion and shared gradient buffers (nn/detail/graph_executor.hpp); `fused` says how many
+// ReLUs ran inside their producers, `buffers` how many gradient buffers there were.
 struct pass_bits {
   std::vector<float> train_out, grads, state, infer_out;
   std::size_t fused = 0, buffers = 0;
 };
 
-pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool optimised, std::size_t batch) {
-  nn::graph_detail::graph_executor<float> exec(plan, optimised, optimised);
+pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, bool share, std::size_t batch) {
+  nn::graph_detail::graph_executor<float> exec(plan, fuse, share);
   exec.initialize(7);
   exec.reserve(batch);
   std::vector<float> x(batch * exec.input_size());
@@ -450,10 +452,14 @@ pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool optimised, s
   pass_bits b;
   b.fused = exec.fused_relus();
   b.buffers = exec.gradient_buffers();
-  exec.forward_pass(x.data(), batch, true, true);
-  (void)exec.loss_pass(labels, weights, batch, true);
   auto ready = [](std::size_t, std::size_t) {};
-  exec.backward_pass(batch, ready);
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1)
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(2 * d::random_unit(12, 0, i) - 1);
+    exec.forward_pass(x.data(), batch, true, true);
+    (void)exec.loss_pass(labels, weights, batch, true);
+    exec.backward_pass(batch, ready);
+  }
   b.train_out.assign(exec.outputs().begin(), exec.outputs().end());
   b.grads.assign(exec.gradients(), exec.gradients() + exec.parameter_count());
   b.state.assign(exec.state().begin(), exec.state().end());
@@ -483,8 +489,15 @@ TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPass
   const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
   for (std::size_t batch : {std::size_t{5}, std::size_t{16}}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
-    const pass_bits fused = run_passes(plan, true, batch);
-    const pass_bits plain = run_passes(plan, false, batch);
+    const pass_bits fused = run_passes(plan, true, true, batch);
+    const pass_bits plain = run_passes(plan, false, false, batch);
+    // Each optimisation alone too: a fault in one must not hide behind the other.
+    for (const auto& [fuse, share] : {std::pair{true, false}, std::pair{false, true}}) {
+      const pass_bits one = run_passes(plan, fuse, share, batch);
+      EXPECT_TRUE(same_bits(one.grads, plain.grads)) << "fuse " << fuse << ", share " << share;
+      EXPECT_TRUE(same_bits(one.state, plain.state)) << "fuse " << fuse << ", share " << share;
+      EXPECT_TRUE(same_bits(one.infer_out, plain.infer_out)) << "fuse " << fuse << ", share " << share;
+    }
     EXPECT_EQ(fused.fused, 3u);
     EXPECT_EQ(plain.fused, 0u);
     EXPECT_LT(fused.buffers, plain.buffers / 2);  // 13 layers' gradients in a few buffers
