@@ -106,12 +106,15 @@ inline V clamp_lanes(V x, T lo, T hi) noexcept {
   return high < x ? high : x;
 }
 
-/// body.template operator()<V>(i) for i in [begin, end): V = vec_t<T> over whole vectors, then V = T for the tail.
-template <class T, class Body>
+/// body.template operator()<V>(i) for i in [begin, end): V = vec_t<T> over whole vectors, then V = T for the tail;
+/// with `vectors` false, V = T throughout (a body that only takes scalars).
+template <class T, bool vectors = true, class Body>
 inline void for_each_lane_block(std::size_t begin, std::size_t end, Body&& body) {
-  constexpr std::size_t lanes = static_cast<std::size_t>(lanes_v<T>);
   std::size_t i = begin;
-  for (; i + lanes <= end; i += lanes) body.template operator()<vec_t<T>>(i);
+  if constexpr (vectors) {
+    constexpr std::size_t lanes = static_cast<std::size_t>(lanes_v<T>);
+    for (; i + lanes <= end; i += lanes) body.template operator()<vec_t<T>>(i);
+  }
   for (; i < end; ++i) body.template operator()<T>(i);
 }
 

@@ -84,94 +84,80 @@ class optimizer_base {
 
  protected:
   // Runs rule(i, g, lr) for every element, g being the clipped gradient, after the weight decay of params[i]; then
-  // counts the step. The plain path (no clipping, no decay) is a loop of its own so it vectorises as before.
-  // A rule generic in g's type (a lambda taking `auto g`) is run a whole vector at a time, g then being a
-  // vec_t<T> of the gradients from i on (detail/elementwise.hpp): rules with a square root need that to vectorise.
+  // counts the step. A rule generic in g's type (a lambda taking `auto g`) is run a whole vector at a time, g then
+  // being a vec_t<T> of the gradients from i on (detail/elementwise.hpp): rules with a square root need that to
+  // vectorise. Other rules run element by element (the compiler vectorises those that can be).
   template <class Rule>
   void run(std::span<T> params, std::span<const T> grads, Rule&& rule) {
     check_sizes(name_, params.size(), grads.size());
-    const T lr = static_cast<T>(learning_rate());
-    const std::size_t n = params.size();
+    const elementwise_prelude prelude = prelude_for(grads, true);
+    constexpr bool vectors = std::is_invocable_v<Rule&, std::size_t, detail::vec_t<T>, T>;
     const T* g = grads.data();
     T* w = params.data();
-    if constexpr (std::is_invocable_v<Rule&, std::size_t, detail::vec_t<T>, T>) {
-      run_lane_blocks(params, grads, lr, rule);
-    } else if (clipnorm_ == 0 && clipvalue_ == 0 && weight_decay_ == 0) {
-      detail::parallel_chunks(n, grain, [&](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) rule(i, g[i], lr);
+    if (prelude.plain()) {  // a loop of its own, free of the per-element tests
+      detail::parallel_chunks(params.size(), grain, [&](std::size_t b, std::size_t e) {
+        detail::for_each_lane_block<T, vectors>(
+            b, e, [&]<class V>(std::size_t i) { rule(i, detail::load_lanes<V>(g + i), prelude.lr); });
       });
     } else {
-      const bool by_norm = clipnorm_ > 0, by_value = clipvalue_ > 0;
-      const T scale = by_norm ? norm_scale(grads) : T{1};
-      const T v = static_cast<T>(clipvalue_);
-      const T wd = static_cast<T>(weight_decay_);
-      const bool decay = weight_decay_ > 0;
-      detail::parallel_chunks(n, grain, [&](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) {
-          T gi = g[i];
-          if (by_norm) gi *= scale;
-          if (by_value) gi = std::clamp(gi, -v, v);
-          if (decay) w[i] = w[i] - w[i] * wd * lr;
-          rule(i, gi, lr);
-        }
+      detail::parallel_chunks(params.size(), grain, [&](std::size_t b, std::size_t e) {
+        detail::for_each_lane_block<T, vectors>(
+            b, e, [&]<class V>(std::size_t i) { rule(i, prelude.template gradient<V>(w, g, i), prelude.lr); });
       });
     }
     ++iterations_;
   }
 
-  // One part, serially, without counting a step: the same per-element operations as `run`. Only for elementwise
-  // options (no norm clipping: the norm would be the part's).
+  // One part, serially, without counting a step: the same per-element operations as `run`, element by element.
+  // Only for elementwise options (no norm clipping: the norm would be the part's).
   template <class Rule>
   void run_part(std::span<T> params, std::span<const T> grads, Rule&& rule) const {
     check_sizes(name_, params.size(), grads.size());
     if (clipnorm_ > 0)
       throw config_error({"nn"}, std::string(name_) + ": apply_part cannot clip by the global norm of a part");
-    const T lr = static_cast<T>(learning_rate());
-    const T v = static_cast<T>(clipvalue_);
-    const T wd = static_cast<T>(weight_decay_);
-    T* w = params.data();
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      T gi = grads[i];
-      if (clipvalue_ > 0) gi = std::clamp(gi, -v, v);
-      if (weight_decay_ > 0) w[i] = w[i] - w[i] * wd * lr;
-      rule(i, gi, lr);
-    }
+    const elementwise_prelude prelude = prelude_for(grads, false);
+    for (std::size_t i = 0; i < params.size(); ++i)
+      rule(i, prelude.template gradient<T>(params.data(), grads.data(), i), prelude.lr);
   }
 
   [[nodiscard]] const char* name() const noexcept { return name_; }
 
  private:
-  // run() for a rule generic in the lane type: the same steps per element, a whole vector at a time.
-  template <class Rule>
-  void run_lane_blocks(std::span<T> params, std::span<const T> grads, T lr, Rule& rule) {
-    const T* g = grads.data();
-    T* w = params.data();
-    if (clipnorm_ == 0 && clipvalue_ == 0 && weight_decay_ == 0) {
-      detail::parallel_chunks(params.size(), grain, [&](std::size_t b, std::size_t e) {
-        detail::for_each_lane_block<T>(b, e, [&]<class V>(std::size_t i) { rule(i, detail::load_lanes<V>(g + i), lr); });
-      });
-      return;
+  // What comes before an optimizer's rule for each element, in Keras's order: clip the gradient (by the global
+  // norm's factor, or by value), then decay the weight. One definition for `run` and `run_part`, scalar or vector
+  // (V is T or vec_t<T>), so they cannot drift apart in their bits.
+  struct elementwise_prelude {
+    bool by_norm, by_value, decay;
+    T scale, clip, wd, lr;
+    [[nodiscard]] bool plain() const noexcept { return !by_norm && !by_value && !decay; }
+    // The gradient the rule gets at i (decaying params[i] on the way).
+    template <class V>
+    V gradient(T* w, const T* g, std::size_t i) const noexcept {
+      V gi = detail::load_lanes<V>(g + i);
+      if (by_norm) gi *= scale;
+      if (by_value) gi = detail::clamp_lanes(gi, -clip, clip);
+      if (decay) {
+        const V wi = detail::load_lanes<V>(w + i);
+        detail::store_lanes(w + i, V(wi - wi * wd * lr));
+      }
+      return gi;
     }
-    const bool by_norm = clipnorm_ > 0, by_value = clipvalue_ > 0, decay = weight_decay_ > 0;
-    const T scale = by_norm ? norm_scale(grads) : T{1};
-    const T v = static_cast<T>(clipvalue_);
-    const T wd = static_cast<T>(weight_decay_);
-    detail::parallel_chunks(params.size(), grain, [&](std::size_t b, std::size_t e) {
-      detail::for_each_lane_block<T>(b, e, [&]<class V>(std::size_t i) {
-        V gi = detail::load_lanes<V>(g + i);
-        if (by_norm) gi *= scale;
-        if (by_value) gi = detail::clamp_lanes(gi, -v, v);
-        if (decay) {
-          const V wi = detail::load_lanes<V>(w + i);
-          detail::store_lanes(w + i, V(wi - wi * wd * lr));
-        }
-        rule(i, gi, lr);
-      });
-    });
+  };
+
+  // The prelude of this step; `with_norm`: take the global norm (`run`), or not (`run_part` refuses it).
+  elementwise_prelude prelude_for(std::span<const T> grads, bool with_norm) const {
+    const bool by_norm = with_norm && clipnorm_ > 0;
+    return {by_norm,
+            clipvalue_ > 0,
+            weight_decay_ > 0,
+            by_norm ? norm_scale(grads) : T{1},
+            static_cast<T>(clipvalue_),
+            static_cast<T>(weight_decay_),
+            static_cast<T>(learning_rate())};
   }
 
   // Keras's clip_by_global_norm factor, clip * min(1 / norm, 1 / clip) (NaN for a non-finite norm, as there).
-  T norm_scale(std::span<const T> grads) {
+  T norm_scale(std::span<const T> grads) const {
     const std::size_t chunks = detail::ceil_div(grads.size(), grain);
     if (partial_.size() < chunks) partial_.resize(chunks);  // once per arena size: no allocation once warm
     detail::parallel_chunks(grads.size(), grain, [&](std::size_t b, std::size_t e) {
@@ -193,7 +179,7 @@ class optimizer_base {
   double clipnorm_;
   double clipvalue_;
   std::uint64_t iterations_ = 0;
-  std::vector<double> partial_;
+  mutable std::vector<double> partial_;  // the norm's per-chunk sums: scratch, kept to avoid allocating
 };
 
 }  // namespace mwstrat::nn::detail_opt
