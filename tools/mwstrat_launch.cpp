@@ -363,7 +363,9 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
   auto read_reports = [&] {
     if (report[0] < 0) return;
     char buf[4096];
-    for (ssize_t got; (got = ::read(report[0], buf, sizeof buf)) > 0;) reports.append(buf, static_cast<std::size_t>(got));
+    for (ssize_t got; (got = ::read(report[0], buf, sizeof buf)) > 0;) {
+      reports.append(buf, static_cast<std::size_t>(got));
+    }
     for (std::size_t nl; (nl = reports.find('\n')) != std::string::npos; reports.erase(0, nl + 1)) {
       int rank = -1;
       unsigned long long gen = 0;
@@ -404,8 +406,8 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
         if (status == 0) continue;
         // --replace-lost: this worker alone is started again, and the others (waiting for it) go on.
         const int code = exit_code(status);
-        if (o.replace_lost && !failure && !forwarded && !preempted && code != preempted_code && code != peer_lost_code &&
-            restarts < o.max_restarts) {
+        const bool was_lost = code != preempted_code && code != peer_lost_code;  // not a stop, not a survivor giving up
+        if (o.replace_lost && was_lost && !failure && !forwarded && !preempted && restarts < o.max_restarts) {
           ++restarts;
           ++generation;
           std::fprintf(stderr,

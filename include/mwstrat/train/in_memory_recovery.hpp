@@ -121,7 +121,9 @@ class training_snapshot {
       header_[iterations] = static_cast<double>(ctx.optimizer.iterations());
     }
     if constexpr (model_with_step<Model>) header_[model_step] = static_cast<double>(ctx.model.step());
-    if constexpr (has_learning_rate<Optimizer>) header_[learning_rate] = static_cast<double>(ctx.optimizer.learning_rate());
+    if constexpr (has_learning_rate<Optimizer>) {
+      header_[learning_rate] = static_cast<double>(ctx.optimizer.learning_rate());
+    }
     const auto parts = state_parts(ctx);
     std::size_t total = 0;
     for (const auto& p : parts) total += p.size();
