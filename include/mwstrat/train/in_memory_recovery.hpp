@@ -29,7 +29,6 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
-#include <mwstrat/train/model_state.hpp>
 
 #include <algorithm>
 #include <array>
@@ -183,7 +182,15 @@ class training_snapshot {
     using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
     std::array<std::span<float>, 3> parts{ctx.model.parameters(), std::span<float>(), std::span<float>()};
     if constexpr (stateful_model<Model>) parts[1] = ctx.model.model_state();
-    if constexpr (checkpointable_optimizer<Optimizer>) parts[2] = optimizer_slots(ctx.optimizer, parts[0].size());
+    if constexpr (checkpointable_optimizer<Optimizer>) {
+      // As BackupAndRestore's optimizer_slots (train/model_state.hpp), without the checkpoint headers it brings.
+      if constexpr (resizable_optimizer<Optimizer>) ctx.optimizer.resize(parts[0].size());
+      if constexpr (requires { { ctx.optimizer.state() } -> std::convertible_to<std::span<float>>; }) {
+        parts[2] = ctx.optimizer.state();
+      } else {
+        parts[2] = ctx.optimizer.slots();
+      }
+    }
     return parts;
   }
 
