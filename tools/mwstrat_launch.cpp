@@ -193,6 +193,9 @@ options parse(int argc, char** argv) {
   resolve_hosts(o);
   if (o.workers == 0) usage("-n N is required");
   if (o.command.empty()) usage("no program given after --");
+  if (o.replace_lost && o.max_restarts == 0) {
+    usage("--replace-lost needs --max-restarts K (K >= 1): each replacement counts as a restart");
+  }
   if (o.base_port != 0 && o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
   return o;
 }

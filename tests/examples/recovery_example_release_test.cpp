@@ -16,7 +16,8 @@ namespace {
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
 
-const std::string job = " --data-dir " + mnist_dir + " --seed 3 --no-test --epochs 3 --steps-per-epoch 40 --op-timeout 30";
+const std::string job =
+    " --data-dir " + mnist_dir + " --seed 3 --no-test --epochs 3 --steps-per-epoch 40 --op-timeout 30";
 
 std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
@@ -26,7 +27,8 @@ std::size_t count(const std::string& text, const std::string& what) {
 
 // Shell: waits (bounded, 120 s) until `log` holds `text`.
 std::string wait_for(const std::string& log, const std::string& text) {
-  return "i=0; while ! grep -qF '" + text + "' " + log + " 2>/dev/null && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; ";
+  return "i=0; while ! grep -qF '" + text + "' " + log +
+         " 2>/dev/null && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; ";
 }
 
 // Shell: the process group of worker `w`'s first pid line.
@@ -58,7 +60,8 @@ TEST(recovery_example_release, two_workers_killed_from_outside_mid_step_are_repl
   EXPECT_EQ(count(r.output, " sent from rank "), 2u) << r.output;
   EXPECT_EQ(r.output.find("restarting the group"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[mwstrat.train.backup]"), std::string::npos) << r.output;
-  EXPECT_EQ(read_file(dir.path() / "model" / "model.safetensors"), read_file(dir.path() / "reference" / "model.safetensors"))
+  EXPECT_EQ(read_file(dir.path() / "model" / "model.safetensors"),
+            read_file(dir.path() / "reference" / "model.safetensors"))
       << "the recovered model is byte-identical to the uninterrupted one";
 }
 

@@ -22,7 +22,8 @@ std::string short_job(const std::string& optimizer) {
 }
 
 std::string reference_model(const scratch_dir& dir, const std::string& optimizer) {
-  const auto r = run(launcher + " -n 3 -- " + example + short_job(optimizer) + " --model-dir " + (dir / "reference"), 600);
+  const auto r =
+      run(launcher + " -n 3 -- " + example + short_job(optimizer) + " --model-dir " + (dir / "reference"), 600);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return read_file(dir.path() / "reference" / "model.safetensors");
 }
