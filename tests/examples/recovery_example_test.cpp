@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstddef>
 #include <filesystem>
 #include <string>
@@ -102,9 +103,16 @@ TEST(recovery_example, without_a_replacement_the_survivors_exit_69_within_the_bo
   const auto ports = free_ports(3);
   const std::string job = example + short_job("sgd") + " --kill-at-step 2 --in-memory-recovery --recovery-timeout 3";
   std::string script;
-  for (int w = 0; w < 3; ++w) {
-    script += "TF_CONFIG='" + tf_config(ports, w) + "' " + job + " > " + (dir / ("w" + std::to_string(w) + ".log")) +
-              " 2>&1 & p" + std::to_string(w) + "=$!; ";
+  const std::array<std::string, 3> logs{dir / "w0.log", dir / "w1.log", dir / "w2.log"};
+  const std::array<std::string, 3> pids{"p0", "p1", "p2"};
+  for (int w = 0; w < 3; ++w) {  // (appended piece by piece: GCC 12 -O3 misjudges "literal" + string as overlapping)
+    script += "TF_CONFIG='";
+    script += tf_config(ports, w);
+    script += "' " + job + " > ";
+    script += logs[static_cast<std::size_t>(w)];
+    script += " 2>&1 & ";
+    script += pids[static_cast<std::size_t>(w)];
+    script += "=$!; ";
   }
   script += "wait $p1; e1=$?; t0=$(date +%s.%N); wait $p0; e0=$?; wait $p2; e2=$?; t1=$(date +%s.%N); "
             "echo \"codes $e0 $e1 $e2\"; echo \"survivors exited within $(awk \"BEGIN{print $t1 - $t0}\") s\"; "
