@@ -142,8 +142,8 @@ class mirrored_strategy {
   /// connected (at most `timeout`). Throws what the collective's constructor throws (a `timeout_error` when no
   /// replacement came); the strategy must not be used for collectives after that.
   void rejoin_collective(std::chrono::milliseconds timeout)
-    requires requires(const collective_type& c) { collective_type(c.next_generation(timeout)); } &&
-             std::same_as<Collective, std::unique_ptr<collective_type>>
+    requires std::same_as<Collective, std::unique_ptr<collective_type>> &&
+             requires(const collective_type& c, std::chrono::milliseconds t) { collective_type(c.next_generation(t)); }
   {
     auto options = collective().next_generation(timeout);
     held_.reset();  // its sockets and threads go first: the new one listens on the same address
