@@ -17,6 +17,12 @@
 // faults are spread over the first half of the job or so (a loaded machine's timing varies; K must all land).
 // The schedule (kinds, gap draws, worker draws) is a pure function of --seed.
 //
+// --replace-lost passes --replace-lost to the launcher (COMMAND must then start with mwstrat-launch): a killed or
+// stopped worker is replaced alone and gets the training state from the survivors' memory (in-memory recovery)
+// instead of the whole group restarting from its backup. A fault then counts as recovered once the state has been
+// handed over (the source's "[mwstrat.recovery] ... sent from" line), or once a new group started (the survivors
+// gave up waiting).
+//
 // Exit status: 0 when all K faults were injected, every one survived and the model is byte-identical; 1 when not;
 // 2 for a usage error.
 #include <mwstrat/version.hpp>
@@ -71,6 +77,7 @@ struct options {
   std::vector<std::string> cut_hosts;
   std::optional<double> timeout;
   bool print_schedule = false;
+  bool replace_lost = false;
   std::vector<std::string> command;
 };
 
@@ -79,7 +86,7 @@ struct options {
   std::fprintf(stderr,
                "usage: mwstrat-fault-campaign --faults K --model FILE [--seed S] [--kinds kill,stop,term,cut,disk]\n"
                "  [--reference-model FILE --reference-seconds T] [--clean DIR]... [--work-dir DIR]\n"
-               "  [--gap-min S] [--gap-max S] [--stop-hold S] [--timeout S]\n"
+               "  [--gap-min S] [--gap-max S] [--stop-hold S] [--timeout S] [--replace-lost]\n"
                "  [--disk DIR [--disk-tmpfs SIZE] [--disk-hold S]]\n"
                "  [--simhosts SET --cut-hosts H1,H2... [--simhosts-script PATH] [--cut-hold S]]\n"
                "  -- COMMAND [ARGS...]\n"
@@ -148,6 +155,7 @@ options parse(int argc, char** argv) {
     else if (a == "--cut-hosts") o.cut_hosts = split(value());
     else if (a == "--timeout") o.timeout = parse_seconds(a, value());
     else if (a == "--print-schedule") o.print_schedule = true;
+    else if (a == "--replace-lost") o.replace_lost = true;
     else if (a == "--version") { std::printf("mwstrat-fault-campaign %s\n", mwstrat::version_string); std::exit(0); }
     else if (a == "-h" || a == "--help") usage("");
     else usage("unknown option '" + a + "'");
@@ -155,6 +163,12 @@ options parse(int argc, char** argv) {
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
 
   if (o.faults < 0) usage("--faults K is required");
+  if (o.replace_lost) {
+    if (o.command.empty() || fs::path(o.command[0]).filename() != "mwstrat-launch") {
+      usage("--replace-lost: the job must be mwstrat-launch (COMMAND starts with it), which gets --replace-lost");
+    }
+    o.command.insert(o.command.begin() + 1, "--replace-lost");
+  }
   if (o.kinds.empty()) {
     o.kinds = {"kill", "stop", "term"};
     if (!o.disk.empty()) o.kinds.push_back("disk");
@@ -249,6 +263,7 @@ struct run_result {
   int status = -1;  // the job's exit status (128 + signal), or -1 when it timed out
   double seconds = 0;
   int groups = 0;   // worker groups the launcher started
+  int replacements = 0;  // workers the launcher replaced alone (--replace-lost)
   std::vector<fault_record> faults;
 };
 
@@ -362,12 +377,14 @@ class job_runner {
     r.status = timed_out ? -1 : *status;
     r.seconds = seconds_since(start_);
     r.groups = static_cast<int>(groups_.size());
+    r.replacements = replacements_;
     r.faults = std::move(done_);
     return r;
   }
 
  private:
-  enum class phase { waiting_gap, stop_hold, cut_hold, disk_hold, waiting_restart, finished };
+  // waiting_transfer: a replacement was started (--replace-lost); recovered once the survivors hand it the state.
+  enum class phase { waiting_gap, stop_hold, cut_hold, disk_hold, waiting_restart, waiting_transfer, finished };
 
   void read_output() {
     char buf[65536];
@@ -388,7 +405,28 @@ class job_runner {
     log_ << text << '\n';
     log_.flush();
     int index = -1, pid = -1;
+    // --replace-lost: the launcher starts one worker again, in the same group (its next pid line).
+    if (text.rfind("mwstrat-launch: worker ", 0) == 0 && text.find("starting a replacement") != std::string::npos) {
+      replacing_ = true;
+      return;
+    }
+    if (phase_ == phase::waiting_transfer && text.find("[mwstrat.recovery]") != std::string::npos &&
+        text.find(" sent from rank ") != std::string::npos) {
+      recovered(clock_type::now());
+      return;
+    }
     if (std::sscanf(text.c_str(), "mwstrat-launch: worker %d: pid %d", &index, &pid) == 2 && index >= 0) {
+      if (replacing_ && !groups_.empty()) {
+        replacing_ = false;
+        ++replacements_;
+        auto& g = groups_.back().pids;
+        if (static_cast<std::size_t>(index) < g.size()) g[static_cast<std::size_t>(index)] = pid;
+        if (phase_ == phase::waiting_restart || phase_ == phase::stop_hold) {
+          if (phase_ == phase::stop_hold) current_.detail = "the launcher ended it on the survivors' report";
+          phase_ = phase::waiting_transfer;
+        }
+        return;
+      }
       if (index == 0) groups_.emplace_back();
       if (!groups_.empty()) {
         auto& g = groups_.back().pids;
@@ -466,6 +504,7 @@ class job_runner {
         }
         return;
       case phase::waiting_restart:
+      case phase::waiting_transfer:
         if (groups_.size() > fault_group_) recovered(now);
         return;
     }
@@ -548,6 +587,8 @@ class job_runner {
   int drain_ticks_ = 0;
   std::string pending_;
   std::vector<group> groups_;
+  bool replacing_ = false;  // the launcher said it starts a replacement: its next pid line is one
+  int replacements_ = 0;
   std::size_t next_ = 0;
   phase phase_ = phase::finished;
   std::size_t fault_group_ = 0;
@@ -706,6 +747,7 @@ int main(int argc, char** argv) {
   say("faults survived: " + std::to_string(survived));
   say("job exit status: " + (r.status < 0 ? std::string("timed out") : std::to_string(r.status)));
   say("worker groups started: " + std::to_string(r.groups));
+  if (o.replace_lost) say("workers replaced alone (in-memory recovery): " + std::to_string(r.replacements));
   say("fault-free run: " + fixed(reference_seconds) + " s; campaign run: " + fixed(r.seconds) + " s");
   say("time lost: " + fixed(lost) + " s; per fault: " + (injected > 0 ? fixed(lost / injected, 2) + " s" : "n/a"));
   say(std::string("final model byte-identical to the fault-free run: ") +

@@ -18,6 +18,17 @@
 // themselves, and the group is restarted without counting against --max-restarts (at most --max-preemptions
 // times, default 100). SIGTERM or SIGINT to the
 // launcher is forwarded to every worker (as SIGTERM); the launcher then waits for them and does not restart.
+// In-memory recovery (--replace-lost, with --max-restarts K): a worker that fails (killed, or exits with a status
+// other than 0, 69 and 75) is replaced alone, while the others keep running: the replacement gets the same TF_CONFIG
+// and MWSTRAT_RECOVERY_GENERATION = the ring generation it joins (one more per replacement), and the survivors, which
+// waited for it (fit_options::recovery, enabled in every worker by MWSTRAT_REPLACE_LOST=1), hand it the training
+// state from memory. A worker that hangs (SIGSTOP, a frozen machine) never exits: the survivors write
+// "lost RANK GENERATION" lines to the descriptor MWSTRAT_LAUNCH_REPORT_FD names, and the launcher ends that worker's
+// process group (SIGKILL) and replaces it. When the survivors give up waiting they exit with 69
+// (mwstrat::peer_lost_exit_code), and the whole group is restarted as without --replace-lost (from its last backup).
+// Each replacement counts against --max-restarts. Two workers lost at once cannot be replaced this way (their
+// replacements join different generations): the survivors time out and the group restarts.
+//
 // Exit status: 0 when every worker succeeded; 75 when the workers stopped for preemption (and the launcher itself
 // was signalled); otherwise the first failure's (128 + signal for a signal).
 #include <mwstrat/version.hpp>
@@ -35,6 +46,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +64,7 @@ struct options {
   int max_restarts = 0;
   int max_preemptions = 100;  // a program that always exits 75 must not restart forever
   int grace_ms = 5000;
+  bool replace_lost = false;  // --replace-lost: replace a lost worker alone (in-memory recovery)
   std::vector<std::string> command;
   // --hosts: one entry per worker (filled by resolve_hosts); empty without --hosts.
   std::string hosts_spec;
@@ -64,8 +77,8 @@ struct options {
 [[noreturn]] void usage(const std::string& problem) {
   if (!problem.empty()) std::fprintf(stderr, "mwstrat-launch: %s\n", problem.c_str());
   std::fprintf(stderr,
-               "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K] [--max-preemptions P]\n"
-               "       [--grace-ms G] -- PROGRAM [ARGS...]\n"
+               "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K [--replace-lost]]\n"
+               "       [--max-preemptions P] [--grace-ms G] -- PROGRAM [ARGS...]\n"
                "       mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- "
                "PROGRAM [ARGS...]\n");
   std::exit(2);
@@ -168,6 +181,7 @@ options parse(int argc, char** argv) {
     else if (a == "--max-restarts") o.max_restarts = parse_int(a, value(), 0, 1000);
     else if (a == "--max-preemptions") o.max_preemptions = parse_int(a, value(), 0, 100000);
     else if (a == "--grace-ms") o.grace_ms = parse_int(a, value(), 0, 600000);
+    else if (a == "--replace-lost") o.replace_lost = true;
     else if (a == "--hosts") o.hosts_spec = value();
     else if (a == "--simhosts") o.simhosts_set = value();
     else if (a == "--simhosts-script") o.simhosts_script = value();
@@ -179,6 +193,9 @@ options parse(int argc, char** argv) {
   resolve_hosts(o);
   if (o.workers == 0) usage("-n N is required");
   if (o.command.empty()) usage("no program given after --");
+  if (o.replace_lost && o.max_restarts == 0) {
+    usage("--replace-lost needs --max-restarts K (K >= 1): each replacement counts as a restart");
+  }
   if (o.base_port != 0 && o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
   return o;
 }
@@ -220,6 +237,7 @@ struct worker {
   int out = -1;          // read end of the worker's stdout+stderr
   std::string pending;   // a partial line
   std::optional<int> status;
+  bool ended = false;    // the launcher killed it on the survivors' report
 };
 
 void emit(worker& w, bool flush_partial) {
@@ -237,7 +255,9 @@ void emit(worker& w, bool flush_partial) {
   std::fflush(stdout);
 }
 
-worker start(const options& o, const std::vector<int>& ports, int index, int attempt) {
+// `report_fd`: the write end of the survivors' report channel (--replace-lost), inherited by the worker; -1: none.
+worker start(const options& o, const std::vector<int>& ports, int index, int attempt, std::uint64_t generation,
+             int report_fd) {
   int fds[2];
   if (::pipe(fds) != 0) {
     std::perror("mwstrat-launch: pipe");
@@ -257,6 +277,11 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
     ::close(fds[1]);
     ::setenv("TF_CONFIG", config.c_str(), 1);
     ::setenv("MWSTRAT_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
+    if (o.replace_lost) {
+      ::setenv("MWSTRAT_REPLACE_LOST", "1", 1);
+      ::setenv("MWSTRAT_RECOVERY_GENERATION", std::to_string(generation).c_str(), 1);
+      ::setenv("MWSTRAT_LAUNCH_REPORT_FD", std::to_string(report_fd).c_str(), 1);
+    }
     if (!o.worker_host.empty()) ::setenv("MWSTRAT_HOST_ID", o.worker_host[static_cast<std::size_t>(index)].c_str(), 1);
     const std::vector<std::string> command = worker_argv(o, index);
     std::vector<char*> argv;
@@ -287,10 +312,35 @@ void on_signal(int sig) { interrupted = sig; }
 
 // Runs one attempt of the whole group; returns 0, preempted_code when the workers stopped for preemption (none
 // failed otherwise), or the first failure's exit code.
-int run_group(const options& o, const std::vector<int>& ports, int attempt) {
+// Reads what is left of a finished worker's output (a replaced worker's) and closes it.
+void drain(worker& w) {
+  if (w.out < 0) return;
+  char buf[65536];
+  for (ssize_t got; (got = ::read(w.out, buf, sizeof buf)) > 0;) w.pending.append(buf, static_cast<std::size_t>(got));
+  ::close(w.out);
+  w.out = -1;
+  emit(w, true);
+}
+
+constexpr int peer_lost_code = 69;  // mwstrat::peer_lost_exit_code: a survivor that gave up waiting
+
+// `restarts` counts failures restarted so far (replacements included), against --max-restarts.
+int run_group(const options& o, const std::vector<int>& ports, int attempt, int& restarts) {
+  // The survivors' report channel (--replace-lost): its write end is every worker's, its read end the launcher's.
+  int report[2] = {-1, -1};
+  if (o.replace_lost) {
+    if (::pipe(report) != 0) {
+      std::perror("mwstrat-launch: pipe");
+      std::exit(1);
+    }
+    ::fcntl(report[0], F_SETFD, FD_CLOEXEC);
+    ::fcntl(report[0], F_SETFL, ::fcntl(report[0], F_GETFL) | O_NONBLOCK);
+  }
+  std::string reports;          // a partial report line
+  std::uint64_t generation = 0;  // the ring generation of the latest replacement (0: none yet)
   std::vector<worker> ws;
   for (int i = 0; i < o.workers; ++i) {
-    ws.push_back(start(o, ports, i, attempt));
+    ws.push_back(start(o, ports, i, attempt, 0, report[1]));
     std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
   }
   std::optional<int> failure;    // the first exit that is neither 0 nor the preemption code
@@ -311,9 +361,32 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt) {
     }
   };
   auto grace = [&] { return std::chrono::steady_clock::now() + std::chrono::milliseconds(o.grace_ms); };
+  // "lost RANK GENERATION" from a survivor: end that worker, if it still runs in that generation (a stopped one
+  // never exits by itself); its exit then gets it replaced below.
+  auto read_reports = [&] {
+    if (report[0] < 0) return;
+    char buf[4096];
+    for (ssize_t got; (got = ::read(report[0], buf, sizeof buf)) > 0;) {
+      reports.append(buf, static_cast<std::size_t>(got));
+    }
+    for (std::size_t nl; (nl = reports.find('\n')) != std::string::npos; reports.erase(0, nl + 1)) {
+      int rank = -1;
+      unsigned long long gen = 0;
+      if (std::sscanf(reports.substr(0, nl).c_str(), "lost %d %llu", &rank, &gen) != 2) continue;
+      if (rank < 0 || rank >= o.workers || gen != generation || failure || forwarded) continue;
+      worker& lost = ws[static_cast<std::size_t>(rank)];
+      if (lost.status || lost.ended) continue;
+      lost.ended = true;
+      std::fprintf(stderr, "mwstrat-launch: the survivors report worker %d (pid %d) lost; ending it\n", rank,
+                   static_cast<int>(lost.pid));
+      ::kill(-lost.pid, SIGKILL);
+      ::kill(-lost.pid, SIGCONT);
+    }
+  };
   for (;;) {
     std::vector<pollfd> pfds;
     for (auto& w : ws) if (w.out >= 0) pfds.push_back({w.out, POLLIN, 0});
+    if (report[0] >= 0) pfds.push_back({report[0], POLLIN, 0});
     if (!pfds.empty()) ::poll(pfds.data(), pfds.size(), 50);
     else std::this_thread::sleep_for(std::chrono::milliseconds(20));
     for (auto& w : ws) {
@@ -327,12 +400,29 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt) {
       }
       emit(w, false);
     }
+    read_reports();
     for (auto& w : ws) {
       if (w.status) continue;
       int status = 0;
       if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.status = status;
         if (status == 0) continue;
+        // --replace-lost: this worker alone is started again, and the others (waiting for it) go on.
+        const int code = exit_code(status);
+        const bool was_lost = code != preempted_code && code != peer_lost_code;  // not a stop, not a survivor giving up
+        if (o.replace_lost && was_lost && !failure && !forwarded && !preempted && restarts < o.max_restarts) {
+          ++restarts;
+          ++generation;
+          std::fprintf(stderr,
+                       "mwstrat-launch: worker %d (pid %d) %s; starting a replacement (restart %d of %d, ring "
+                       "generation %llu)\n",
+                       w.index, static_cast<int>(w.pid), describe(status).c_str(), restarts, o.max_restarts,
+                       static_cast<unsigned long long>(generation));
+          drain(w);
+          w = start(o, ports, w.index, attempt, generation, report[1]);
+          std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", w.index, static_cast<int>(w.pid));
+          continue;
+        }
         if (exit_code(status) == preempted_code && !failure) {
           if (!preempted && !forwarded) {
             std::fprintf(stderr,
@@ -376,6 +466,10 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt) {
     for (auto& w : ws) running = running || !w.status || w.out >= 0;
     if (!running) break;
   }
+  if (report[0] >= 0) {
+    ::close(report[0]);
+    ::close(report[1]);
+  }
   if (failure) return *failure;
   if (preempted) return preempted_code;
   return forwarded ? 128 + interrupted : 0;
@@ -398,7 +492,7 @@ int main(int argc, char** argv) {
   int restarts = 0;     // restarts after failures (preemptions are not counted)
   int preemptions = 0;  // restarts after preemptions, bounded by --max-preemptions
   for (int attempt = 0;; ++attempt) {
-    const int code = run_group(o, ports, attempt);
+    const int code = run_group(o, ports, attempt, restarts);
     if (code == 0) return 0;
     if (interrupted) return code;  // the launcher itself was told to stop: its workers have stopped too
     if (code == preempted_code) {

@@ -9,6 +9,8 @@
 // mpi_resolver and train with the ring. mnist_multiworker_mpi (built where MPI is found) also takes
 // `--collective mpi`: the gradients then go through MPI itself (mpi_collective).
 #include <mwstrat/mwstrat.hpp>
+
+#include <unistd.h>
 #ifdef MWSTRAT_EXAMPLE_WITH_MPI
 #include <mwstrat/collective/mpi/mpi_collective.hpp>
 #endif
@@ -52,6 +54,11 @@ struct flags {
   // given the same flags: they all meet at that step (see fault_injector).
   std::optional<std::uint64_t> kill_at_step;
   int kill_rank = 1;
+  bool stop_instead = false;  // --fault-signal stop: the rank SIGSTOPs itself instead (a hung machine)
+  // In-memory recovery (fit_options::recovery): a lost worker is replaced and the survivors go on. Also on when the
+  // launcher says so (mwstrat-launch --replace-lost sets MWSTRAT_REPLACE_LOST=1).
+  bool in_memory_recovery = false;
+  double recovery_timeout_s = 60;  // MWSTRAT_RECOVERY_TIMEOUT_MS overrides
   std::string collective = "ring";  // ring (TF_CONFIG or an MPI launcher's variables) or mpi
   std::size_t train_examples = 0;  // 0: the whole training set; N: its first N examples (short runs, tests)
   std::size_t test_examples = 0;   // 0: the whole test set
@@ -113,23 +120,29 @@ mwstrat::data::labeled_images first_examples(const mwstrat::data::labeled_images
 // on the timing. To make the resume point deterministic (tests assert it), the kill stands for a machine lost
 // *after* the last backup started is durable: at the kill step the chief waits for it, and every worker waits
 // for the chief (a one-value broadcast) before the chosen rank kills itself.
+//
+// With in-memory recovery the survivors run the fault's step again with the replacement: the fault fires once per
+// process (and never in a replacement, which the launcher marks).
 struct fault_injector {
   std::optional<std::uint64_t> at_step;
   int rank;
   mwstrat::backup_and_restore* backup = nullptr;
+  bool stop_instead = false;
+  bool fired = false;
   template <class Ctx>
   void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
-    if (!at_step || ctx.global_step() != *at_step) return;
+    if (!at_step || fired || ctx.global_step() != *at_step) return;
+    fired = true;
     if (backup) {
       backup->wait_for_backup();  // on the chief; other workers have nothing in flight
       std::array<double, 1> durable{};
       ctx.strategy.mirror(std::span<double>(durable));
     }
     if (ctx.strategy.replica_id() == rank) {
-      std::fprintf(stderr, "fault injection: rank %d kills itself after global step %llu\n", rank,
-                   static_cast<unsigned long long>(*at_step));
+      std::fprintf(stderr, "fault injection: rank %d %s itself after global step %llu\n", rank,
+                   stop_instead ? "stops" : "kills", static_cast<unsigned long long>(*at_step));
       std::fflush(stderr);
-      ::raise(SIGKILL);
+      ::raise(stop_instead ? SIGSTOP : SIGKILL);
     }
   }
 };
@@ -139,11 +152,15 @@ struct fault_injector {
             << "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
                "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
                "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
-               "  [--no-test] [--kill-at-step N [--kill-rank R]] [--tensorboard DIR] [--collective ring|mpi]\n"
+               "  [--no-test] [--kill-at-step N [--kill-rank R] [--fault-signal kill|stop]] [--tensorboard DIR]\n"
+               "  [--collective ring|mpi] [--in-memory-recovery [--recovery-timeout S]]\n"
                 "  [--train-examples N] [--test-examples N]\n"
                "  [--stop-at-step N] [--early-stopping PATIENCE] [--pause-at-step N (tests: 2 s there)]\n"
                "SIGTERM or SIGINT stops every worker at the next step boundary (the chief backs up when --backup-dir is\n"
-               "given); each then exits with status 75 (mwstrat::preempted_exit_code): restart the job to resume.\n";
+               "given); each then exits with status 75 (mwstrat::preempted_exit_code): restart the job to resume.\n"
+               "--in-memory-recovery (or MWSTRAT_REPLACE_LOST=1, set by mwstrat-launch --replace-lost): a lost worker's\n"
+               "survivors wait (--recovery-timeout, or MWSTRAT_RECOVERY_TIMEOUT_MS; default 60 s) for its replacement\n"
+               "and hand it the training state from memory; without one in time they exit with status 69.\n";
   std::exit(2);
 }
 
@@ -183,6 +200,13 @@ flags parse(int argc, char** argv) {
     else if (a == "--no-test") f.evaluate_test = false;
     else if (a == "--kill-at-step") f.kill_at_step = count(value());
     else if (a == "--kill-rank") f.kill_rank = static_cast<int>(count(value()));
+    else if (a == "--fault-signal") {
+      const std::string v = value();
+      if (v != "kill" && v != "stop") usage("--fault-signal: '" + v + "' is not kill or stop");
+      f.stop_instead = v == "stop";
+    }
+    else if (a == "--in-memory-recovery") f.in_memory_recovery = true;
+    else if (a == "--recovery-timeout") f.recovery_timeout_s = number(value());
     else if (a == "--collective") f.collective = value();
     else if (a == "--train-examples") f.train_examples = count(value());
     else if (a == "--test-examples") f.test_examples = count(value());
@@ -200,6 +224,15 @@ flags parse(int argc, char** argv) {
 #endif
   const char* attempt = std::getenv("MWSTRAT_LAUNCH_ATTEMPT");
   if (attempt && std::string(attempt) != "0") f.kill_at_step.reset();  // a restarted job runs clean
+  const char* generation = std::getenv("MWSTRAT_RECOVERY_GENERATION");
+  if (generation && std::string(generation) != "0") f.kill_at_step.reset();  // so does a replacement worker
+  if (const char* on = std::getenv("MWSTRAT_REPLACE_LOST"); on && std::string(on) == "1") f.in_memory_recovery = true;
+  if (const char* ms = std::getenv("MWSTRAT_RECOVERY_TIMEOUT_MS"); ms && *ms) {
+    char* end = nullptr;
+    const double v = std::strtod(ms, &end);
+    if (*end != '\0' || v < 0) usage(std::string("MWSTRAT_RECOVERY_TIMEOUT_MS: '") + ms + "' is not milliseconds");
+    f.recovery_timeout_s = v / 1000;
+  }
   return f;
 }
 
@@ -224,6 +257,18 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   mwstrat::fit_options options;
   options.epochs = f.epochs;
   options.steps_per_epoch = f.steps_per_epoch;
+  options.recovery.enabled = f.in_memory_recovery;
+  options.recovery.timeout = seconds(f.recovery_timeout_s);
+  // mwstrat-launch --replace-lost listens on this descriptor for "lost RANK GENERATION" lines: a stopped worker
+  // never exits, so the launcher learns from the survivors which one to end and replace.
+  if (const char* fd = std::getenv("MWSTRAT_LAUNCH_REPORT_FD"); fd && *fd) {
+    const int report_fd = std::atoi(fd);
+    options.recovery.on_peer_lost = [report_fd](int lost, std::uint64_t generation) {
+      const std::string line = "lost " + std::to_string(lost) + " " + std::to_string(generation) + "\n";
+      const ssize_t written = ::write(report_fd, line.data(), line.size());  // one atomic write (< PIPE_BUF)
+      (void)written;
+    };
+  }
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
   mwstrat::tensorboard board({.log_dir = f.tensorboard_dir, .update_freq = 10});
@@ -231,7 +276,7 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   if (!f.backup_dir.empty()) {
     backup.emplace(mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
   }
-  fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr};
+  fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr, f.stop_instead};
   chief_stops_at stop{f.stop_at_step};
   pause_at pause{f.pause_at_step};
   // Keras's EarlyStopping(monitor="loss", patience=P, restore_best_weights=True); every worker runs it on the same

@@ -15,6 +15,7 @@
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/distributed_input.hpp>
 #include <mwstrat/train/fit.hpp>
+#include <mwstrat/train/in_memory_recovery.hpp>
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/metrics.hpp>
 #include <mwstrat/train/model_state.hpp>

@@ -411,6 +411,44 @@ TEST(ring_collective, a_mismatched_fingerprint_or_token_fails_fast_with_a_reason
   }
 }
 
+// In-memory recovery rebuilds a ring of the next generation (ring_options::generation, folded into the handshake's
+// cluster digest): a rank of another generation is refused like a stranger, one of the same generation connects, and
+// next_generation() keeps everything else of the ring.
+TEST(ring_collective, ranks_of_different_generations_refuse_each_other_and_the_next_generation_connects) {
+  auto opts = options_for(2, 3s);
+  opts[1].generation = 1;
+  const auto mixed = start_ring(opts);
+  int protocol_errors = 0;
+  for (const auto& r : mixed) {
+    ASSERT_TRUE(r.error) << "a generation 0 rank and a generation 1 rank formed a ring";
+    std::string what;
+    if (throws_kind<protocol_error>(r.error, &what)) ++protocol_errors;
+    EXPECT_NE(what.find("cluster fingerprint differs"), std::string::npos) << what;
+  }
+  EXPECT_GE(protocol_errors, 1);
+
+  auto next = options_for(2, 10s);
+  std::vector<ring_options> rebuilt;
+  {
+    // next_generation needs a ring: a world of one of each rank's options (nothing connects).
+    for (const auto& o : next) {
+      ring_options alone = o;
+      alone.addresses = {"127.0.0.1:0"};
+      alone.rank = 0;
+      const ring_collective ring(alone);
+      EXPECT_EQ(ring.generation(), 0u);
+      ring_options n = ring.next_generation(7s);
+      EXPECT_EQ(n.generation, 1u);
+      EXPECT_EQ(n.connect_timeout, 7s);
+      EXPECT_EQ(n.cluster_fingerprint, o.cluster_fingerprint);
+      n.addresses = o.addresses;
+      n.rank = o.rank;
+      rebuilt.push_back(std::move(n));
+    }
+  }
+  for (const auto& r : start_ring(rebuilt)) EXPECT_TRUE(r.ok && !r.error);
+}
+
 TEST(ring_collective, a_missing_rank_is_a_timeout_naming_it) {
   auto opts = options_for(2, 300ms);
   try {

@@ -82,7 +82,49 @@ TEST(launch, a_killed_worker_reports_the_signal) {
   EXPECT_NE(r.output.find("was killed by signal 9"), std::string::npos) << r.output;
 }
 
+// --replace-lost: worker 1 fails in the first generation and is started again alone, in generation 1; worker 0 runs
+// once, from start to end.
+TEST(launch, replace_lost_starts_a_failed_worker_again_alone_in_the_next_generation) {
+  const auto r = launch("-n 2 --max-restarts 2 --replace-lost -- sh -c 'echo \"gen=$MWSTRAT_RECOVERY_GENERATION "
+                        "on=$MWSTRAT_REPLACE_LOST\"; case \"$TF_CONFIG\" in *\"index\\\": 1\"*) "
+                        "[ \"$MWSTRAT_RECOVERY_GENERATION\" = 0 ] && exit 3;; esac; sleep 1; echo done'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("exited with status 3; starting a replacement (restart 1 of 2, ring generation 1)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[worker 1] gen=1 on=1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 1] done"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 0] gen=0 on=1"), std::string::npos) << r.output;
+  std::size_t pid_lines = 0;
+  const std::string pid_line = "worker 0: pid";
+  for (std::size_t at = r.output.find(pid_line); at != std::string::npos; at = r.output.find(pid_line, at + 1)) {
+    ++pid_lines;
+  }
+  EXPECT_EQ(pid_lines, 1u) << "worker 0 never restarted\n" << r.output;
+  EXPECT_EQ(r.output.find("restarting the group"), std::string::npos) << r.output;
+}
+
+// A worker that stops never exits: a survivor's "lost RANK GENERATION" report makes the launcher kill it and start its
+// replacement.
+TEST(launch, replace_lost_ends_a_stopped_worker_on_a_survivors_report) {
+  const auto r = launch("-n 2 --max-restarts 1 --replace-lost -- sh -c 'case \"$TF_CONFIG\" in "
+                        "*\"index\\\": 1\"*) [ \"$MWSTRAT_RECOVERY_GENERATION\" = 0 ] && kill -STOP $$; "
+                        "echo replaced;; "
+                        "*) sleep 0.5; echo \"lost 1 0\" >&$MWSTRAT_LAUNCH_REPORT_FD; sleep 1; echo done;; esac'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("the survivors report worker 1 (pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("killed by signal 9 (Killed); starting a replacement (restart 1 of 1, ring generation 1)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[worker 1] replaced"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 0] done"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 20.0) << r.output;
+}
+
 TEST(launch, rejects_bad_arguments_clearly) {
+  const auto replace = launch("-n 2 --replace-lost -- true");
+  EXPECT_EQ(replace.status, 2);
+  EXPECT_NE(replace.output.find("--replace-lost needs --max-restarts K"), std::string::npos) << replace.output;
   EXPECT_EQ(launch("-n 0 -- true").status, 2);
   const auto r = launch("-n 2 --base-port 70000 -- true");
   EXPECT_EQ(r.status, 2);

@@ -13,7 +13,9 @@
 ///   - `topology`: `MWSTRAT_RING_TOPOLOGY` (`flat` or `hierarchical`), else hierarchical;
 ///   - `compression`: `MWSTRAT_RING_COMPRESSION` (`none`, `bf16` or `fp16`), else none;
 ///   - `host_identity`: `MWSTRAT_HOST_ID`, else derived from the kernel's boot id (an empty value is no value);
-///   - `streams_per_peer`: `MWSTRAT_RING_STREAMS` (1..16), else the ring's default.
+///   - `streams_per_peer`: `MWSTRAT_RING_STREAMS` (1..16), else the ring's default;
+///   - `ring_generation`: `MWSTRAT_RECOVERY_GENERATION` (set by `mwstrat-launch --replace-lost` for a replacement
+///     worker), else 0.
 
 #include <mwstrat/cluster/environment.hpp>
 #include <mwstrat/collective/ring/options.hpp>
@@ -22,6 +24,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -60,6 +63,10 @@ struct communication_options {
   /// TCP data connections per link between hosts (`ring_options::streams_per_peer`); nullopt: the environment's
   /// MWSTRAT_RING_STREAMS, else the ring's default.
   std::optional<int> streams_per_peer;
+  /// The ring generation this worker joins (`ring_options::generation`): 0 for a worker of the job's first ring; a
+  /// replacement of a lost worker joins the survivors' rebuilt ring (in-memory recovery). nullopt: the environment's
+  /// MWSTRAT_RECOVERY_GENERATION, else 0.
+  std::optional<std::uint64_t> ring_generation;
   std::string model_fingerprint;         ///< checked in the handshake when set (fit also checks it)
   std::function<void(std::string_view)> log;  ///< where the ring logs; default: standard error
   gradient_sync_options gradient_sync;   ///< buckets, overlap and where the update runs
@@ -137,6 +144,17 @@ struct communication_options {
   }
   if (!options.host_identity)
     if (auto v = env.get("MWSTRAT_HOST_ID"); v && !v->empty()) options.host_identity = std::move(*v);
+  if (!options.ring_generation) {
+    options.ring_generation = 0;
+    if (const auto v = env.get("MWSTRAT_RECOVERY_GENERATION")) {
+      std::uint64_t g = 0;
+      const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), g);
+      if (ec != std::errc{} || end != v->data() + v->size())
+        throw config_error({"strategy", rank},
+                           "MWSTRAT_RECOVERY_GENERATION is '" + *v + "', expected a non-negative whole number");
+      options.ring_generation = g;
+    }
+  }
   return options;
 }
 

@@ -19,6 +19,8 @@
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 
 #include <array>
+#include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -126,6 +128,27 @@ class mirrored_strategy {
 
   /// Returns once every replica has reached it.
   void barrier() { collective().barrier(); }
+
+  /// In-memory recovery (train/detail/in_memory_recovery.hpp), for a collective that can be rebuilt in place of
+  /// one that lost a peer (`next_generation`, held by `std::unique_ptr`): which ring of the job this is (0 first).
+  [[nodiscard]] std::uint64_t collective_generation() const
+    requires requires(const collective_type& c) { { c.generation() } -> std::convertible_to<std::uint64_t>; }
+  {
+    return collective().generation();
+  }
+
+  /// Collective call, on every surviving replica after a lost peer, with a replacement joining the new ring: drops
+  /// the failed collective and blocks until a new one of the same ranks and addresses, the next generation, is
+  /// connected (at most `timeout`). Throws what the collective's constructor throws (a `timeout_error` when no
+  /// replacement came); the strategy must not be used for collectives after that.
+  void rejoin_collective(std::chrono::milliseconds timeout)
+    requires std::same_as<Collective, std::unique_ptr<collective_type>> &&
+             requires(const collective_type& c, std::chrono::milliseconds t) { collective_type(c.next_generation(t)); }
+  {
+    auto options = collective().next_generation(timeout);
+    held_.reset();  // its sockets and threads go first: the new one listens on the same address
+    held_ = std::make_unique<collective_type>(std::move(options));
+  }
 
   /// The collective underneath, for custom training loops that need more (all_gather, async all_reduce); `fit`
   /// goes through `make_gradient_sync` instead.

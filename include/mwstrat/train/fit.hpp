@@ -17,6 +17,7 @@
 #include <mwstrat/strategy/gradient_sync.hpp>
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/in_memory_recovery.hpp>
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/metrics.hpp>
 #include <mwstrat/train/preemption.hpp>
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,6 +49,10 @@ struct fit_options {
   /// Catch SIGTERM and SIGINT while training: the job stops at the next step boundary on every worker and `fit`
   /// throws `preempted` (train/preemption.hpp). false: the signals keep their dispositions.
   bool catch_preemption_signals = true;
+  /// Survive a lost worker without restarting the survivors (train/in_memory_recovery.hpp): they wait for a
+  /// replacement, which receives the training state from one of them, and training goes on from the last step
+  /// boundary. Needs a `recoverable_strategy` (the multi-worker strategy); off by default.
+  in_memory_recovery_options recovery = {};
 };
 
 /// A validation set for `fit` that is never used: the default.
@@ -242,10 +248,30 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   }
   ctx.epoch = options.initial_epoch;
 
-  // Same architecture everywhere, then the chief's initial weights everywhere.
-  strategy.verify_same("model fingerprint", model.fingerprint());
-  strategy.mirror(model.parameters());
-  if constexpr (stateful_model<Model>) strategy.mirror(model.model_state());
+  // In-memory recovery: the state at the last step boundary, and whether this process replaces a lost worker (its
+  // ring is a later generation than the job's first): then it takes the state from a survivor instead of starting.
+  constexpr bool recoverable = recoverable_strategy<Strategy>;
+  const bool recovering = recoverable && options.recovery.enabled;
+  if (options.recovery.enabled && !recoverable) {
+    detail::throw_fit_error(strategy, "fit_options::recovery is enabled, but this strategy cannot rebuild its collective "
+                                      "after a lost peer (in-memory recovery needs a recoverable_strategy: the "
+                                      "multi-worker strategy over the TCP ring)");
+  }
+  detail::training_snapshot snapshot;
+  bool replacement = false;
+  if constexpr (recoverable) replacement = recovering && strategy.collective_generation() > 0;
+  bool just_restored = false;  // the snapshot already holds this position (do not take it again at the epoch's top)
+
+  if (replacement) {
+    if constexpr (recoverable) detail::exchange_state(strategy, ctx, snapshot, false);
+    ctx.rejoined = true;
+    just_restored = true;
+  } else {
+    // Same architecture everywhere, then the chief's initial weights everywhere.
+    strategy.verify_same("model fingerprint", model.fingerprint());
+    strategy.mirror(model.parameters());
+    if constexpr (stateful_model<Model>) strategy.mirror(model.model_state());
+  }
 
   // A model that reduces inside its step (SyncBatchNormalization) sums through the strategy while fit runs.
   struct cross_replica_scope {
@@ -259,11 +285,27 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
     cross_replica_scope(const cross_replica_scope&) = delete;
     cross_replica_scope& operator=(const cross_replica_scope&) = delete;
   } cross_replica(model, strategy);
-  auto sync = make_gradient_sync(strategy, model, optimizer);  // after mirroring: it may exchange facts
+  // After mirroring: it may exchange facts. Held by pointer so that a recovery can make it again over the new ring.
+  std::unique_ptr<decltype(make_gradient_sync(strategy, model, optimizer))> sync_holder(
+      new auto(make_gradient_sync(strategy, model, optimizer)));
   history hist;
   const preemption_signal_guard signals(options.catch_preemption_signals);
   int signal_number = 0;  // the signal this worker received, for the `preempted` message
   detail::fire_train_begin(ctx, callbacks...);  // BackupAndRestore may move ctx to where a backup left off
+
+  // A lost peer inside the loop, with recovery on: the survivors rebuild the ring with a replacement, take the
+  // state of the latest step boundary (in_memory_recovery.hpp) and go on from there. Anything else propagates.
+  const auto recover = [&](const peer_lost_error& lost) {
+    if constexpr (recoverable) {
+      sync_holder.reset();  // it refers to the failed ring (its model leaves any shared region first)
+      detail::recover_survivor(strategy, ctx, snapshot, lost, options.recovery);
+      hist.epochs.resize(std::min(hist.epochs.size(), snapshot.history_size()));
+      sync_holder.reset(new auto(make_gradient_sync(strategy, model, optimizer)));
+      just_restored = true;
+    } else {
+      (void)lost;
+    }
+  };
 
   for (; ctx.epoch < options.epochs && !ctx.stop_training; ++ctx.epoch) {
     const int epoch = ctx.epoch;
@@ -271,91 +313,117 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
       ctx.epoch_sums = {};
       epoch_metrics = {};
     }
-    detail::fire_epoch_begin(ctx, epoch, callbacks...);
+    if (recovering && !just_restored) snapshot.take(ctx, true, hist.epochs.size());
+    just_restored = false;
     const auto started = clock::now();
     std::size_t steps_run = 0;
-    while (ctx.step < ctx.steps_per_epoch && !ctx.stop_training) {
-      const std::size_t step = ctx.step;
-      detail::fire_batch_begin(ctx, step, callbacks...);
-      const data::data_cursor at = data::stream_position(ctx.global_step(), ctx.steps_per_pass);
-      const auto& batch = train.batch_at(static_cast<std::size_t>(at.epoch), static_cast<std::size_t>(at.step));
-      const auto result = sync.step([&](auto&& on_ready) {
-        return detail::train_step(model, train, batch, at, std::forward<decltype(on_ready)>(on_ready));
-      });
-      bool preempt = preemption_requested();
-      if (preempt && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
-      // One reduction: [loss_sum, correct, count, preemption vote, metric states...].
-      std::array<double, 4 + metric_doubles> reduced{static_cast<double>(result.loss_sum),
-                                                     static_cast<double>(result.correct),
-                                                     static_cast<double>(result.count), preempt ? 1.0 : 0.0};
-      if constexpr (metric_doubles > 0) {
-        const auto [outputs, classes] = detail::model_outputs(model);
-        using batch_type = std::remove_cvref_t<decltype(batch)>;
-        const metric_input<batch_type> in{batch, reduced[0], reduced[1], reduced[2], outputs, classes};
-        detail::update_metric_sets(std::span<double>(reduced).subspan(4), in, callbacks...);
-      }
-      strategy.sum_metrics(std::span<double>(reduced));
-      preempt = reduced[3] > 0;
-      const batch_stats global{reduced[0], reduced[1], reduced[2]};
-      for (std::size_t i = 0; i < metric_doubles; ++i) epoch_metrics[i] += reduced[4 + i];
-      ctx.epoch_sums += global;
-      ctx.step = step + 1;
-      ++steps_run;
-      if constexpr (metric_doubles > 0 && batch_hooks) {
-        batch_metric_values.clear();
-        detail::metric_set_results(std::span<const double>(epoch_metrics), batch_metric_values, "", callbacks...);
-      }
-      const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss(),
-                            std::span<const named_value>(batch_metric_values)};
-      detail::fire_batch_end(ctx, step, logs, callbacks...);
-      if constexpr (agree_every_step) {
-        const bool late = !preempt && preemption_requested();
+    bool begin_fired = false;  // on_epoch_begin once per epoch, not again after a recovery inside it
+    bool leave = false;        // the epoch ended training (stopped or preempted mid-epoch)
+    for (;;) {
+      try {
+        if (!begin_fired) {
+          detail::fire_epoch_begin(ctx, epoch, callbacks...);
+          begin_fired = true;
+        }
+        while (ctx.step < ctx.steps_per_epoch && !ctx.stop_training) {
+          const std::size_t step = ctx.step;
+          detail::fire_batch_begin(ctx, step, callbacks...);
+          const data::data_cursor at = data::stream_position(ctx.global_step(), ctx.steps_per_pass);
+          const auto& batch = train.batch_at(static_cast<std::size_t>(at.epoch), static_cast<std::size_t>(at.step));
+          const auto result = sync_holder->step([&](auto&& on_ready) {
+            return detail::train_step(model, train, batch, at, std::forward<decltype(on_ready)>(on_ready));
+          });
+          bool preempt = preemption_requested();
+          if (preempt && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
+          // One reduction: [loss_sum, correct, count, preemption vote, metric states...].
+          std::array<double, 4 + metric_doubles> reduced{static_cast<double>(result.loss_sum),
+                                                         static_cast<double>(result.correct),
+                                                         static_cast<double>(result.count), preempt ? 1.0 : 0.0};
+          if constexpr (metric_doubles > 0) {
+            const auto [outputs, classes] = detail::model_outputs(model);
+            using batch_type = std::remove_cvref_t<decltype(batch)>;
+            const metric_input<batch_type> in{batch, reduced[0], reduced[1], reduced[2], outputs, classes};
+            detail::update_metric_sets(std::span<double>(reduced).subspan(4), in, callbacks...);
+          }
+          strategy.sum_metrics(std::span<double>(reduced));
+          preempt = reduced[3] > 0;
+          const batch_stats global{reduced[0], reduced[1], reduced[2]};
+          for (std::size_t i = 0; i < metric_doubles; ++i) epoch_metrics[i] += reduced[4 + i];
+          ctx.epoch_sums += global;
+          ctx.step = step + 1;
+          ++steps_run;
+          if constexpr (metric_doubles > 0 && batch_hooks) {
+            batch_metric_values.clear();
+            detail::metric_set_results(std::span<const double>(epoch_metrics), batch_metric_values, "", callbacks...);
+          }
+          const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss(),
+                                std::span<const named_value>(batch_metric_values)};
+          detail::fire_batch_end(ctx, step, logs, callbacks...);
+          if constexpr (agree_every_step) {
+            const bool late = !preempt && preemption_requested();
+            if (late && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
+            const detail::stop_decision d = detail::agree_to_stop(strategy, ctx.stop_training, preempt || late);
+            ctx.stop_training = d.stop;
+            preempt = d.preempt;
+          }
+          if (preempt) {
+            ctx.preempted = true;
+            ctx.stop_training = true;
+          }
+          if (recovering) snapshot.take(ctx, false, hist.epochs.size());
+        }
+        // Preempted before the epoch's last step: leave it unfinished, so that the resumed run finishes it exactly as
+        // the uninterrupted run would (validation, on_epoch_end and what callbacks decide there).
+        if (ctx.preempted && ctx.step < ctx.steps_per_epoch) {
+          leave = true;
+          break;
+        }
+        epoch_logs logs;
+        logs.epoch = epoch;
+        logs.loss = ctx.epoch_sums.loss();
+        logs.accuracy = ctx.epoch_sums.accuracy();
+        logs.seconds = std::chrono::duration<double>(clock::now() - started).count();
+        logs.steps = steps_run;
+        if constexpr (has_learning_rate<Optimizer>) logs.learning_rate = static_cast<double>(optimizer.learning_rate());
+        if constexpr (metric_doubles > 0) {
+          detail::metric_set_results(std::span<const double>(epoch_metrics), logs.metrics, "", callbacks...);
+        }
+        const bool finished_epoch = ctx.step == ctx.steps_per_epoch;
+        if constexpr (batch_source<Validation>) {
+          if ((epoch + 1) % options.validation_freq == 0 && (finished_epoch || !ctx.stop_training)) {
+            detail::fire_test_begin(ctx, callbacks...);
+            const evaluation val =
+                detail::evaluate_with(strategy, model, validation, options.validation_steps, "val_", callbacks...);
+            detail::fire_test_end(ctx, val, callbacks...);
+            logs.val_loss = val.loss;
+            logs.val_accuracy = val.accuracy;
+            logs.metrics.insert(logs.metrics.end(), val.metrics.begin(), val.metrics.end());
+          }
+        }
+        if (finished_epoch) ctx.step = 0;  // a stopped epoch keeps its position
+        hist.epochs.push_back(logs);
+        detail::fire_epoch_end(ctx, epoch, logs, callbacks...);
+        // A callback's decision in on_epoch_end (EarlyStopping on the chief, say), or a signal during validation,
+        // reaches every worker before the next epoch.
+        const bool late = !ctx.preempted && preemption_requested();
         if (late && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
-        const detail::stop_decision d = detail::agree_to_stop(strategy, ctx.stop_training, preempt || late);
-        ctx.stop_training = d.stop;
-        preempt = d.preempt;
-      }
-      if (preempt) {
-        ctx.preempted = true;
-        ctx.stop_training = true;
-      }
-    }
-    // Preempted before the epoch's last step: leave it unfinished, so that the resumed run finishes it exactly as
-    // the uninterrupted run would (validation, on_epoch_end and what callbacks decide there).
-    if (ctx.preempted && ctx.step < ctx.steps_per_epoch) break;
-    epoch_logs logs;
-    logs.epoch = epoch;
-    logs.loss = ctx.epoch_sums.loss();
-    logs.accuracy = ctx.epoch_sums.accuracy();
-    logs.seconds = std::chrono::duration<double>(clock::now() - started).count();
-    logs.steps = steps_run;
-    if constexpr (has_learning_rate<Optimizer>) logs.learning_rate = static_cast<double>(optimizer.learning_rate());
-    if constexpr (metric_doubles > 0) {
-      detail::metric_set_results(std::span<const double>(epoch_metrics), logs.metrics, "", callbacks...);
-    }
-    const bool finished_epoch = ctx.step == ctx.steps_per_epoch;
-    if constexpr (batch_source<Validation>) {
-      if ((epoch + 1) % options.validation_freq == 0 && (finished_epoch || !ctx.stop_training)) {
-        detail::fire_test_begin(ctx, callbacks...);
-        const evaluation val =
-            detail::evaluate_with(strategy, model, validation, options.validation_steps, "val_", callbacks...);
-        detail::fire_test_end(ctx, val, callbacks...);
-        logs.val_loss = val.loss;
-        logs.val_accuracy = val.accuracy;
-        logs.metrics.insert(logs.metrics.end(), val.metrics.begin(), val.metrics.end());
+        const detail::stop_decision d = detail::agree_to_stop(strategy, ctx.stop_training, ctx.preempted || late);
+        ctx.stop_training = d.stop || d.preempt;
+        ctx.preempted = d.preempt;
+        if (ctx.step != 0) leave = true;  // stopped mid-epoch
+        break;
+      } catch (const peer_lost_error& lost) {
+        if (!recovering) throw;
+        recover(lost);
+        // Ranks can be one boundary apart: the state taken may be the top of the next epoch (this one's end was done
+        // elsewhere). Then this epoch is over here too: the loop's increment brings ctx.epoch back to it.
+        if (ctx.epoch != epoch) {
+          --ctx.epoch;
+          break;
+        }
       }
     }
-    if (finished_epoch) ctx.step = 0;  // a stopped epoch keeps its position
-    hist.epochs.push_back(logs);
-    detail::fire_epoch_end(ctx, epoch, logs, callbacks...);
-    // A callback's decision in on_epoch_end (EarlyStopping on the chief, say), or a signal during validation,
-    // reaches every worker before the next epoch.
-    const bool late = !ctx.preempted && preemption_requested();
-    if (late && signal_number == 0) signal_number = std::max(preemption_signal_number(), 0);
-    const detail::stop_decision d = detail::agree_to_stop(strategy, ctx.stop_training, ctx.preempted || late);
-    ctx.stop_training = d.stop || d.preempt;
-    ctx.preempted = d.preempt;
-    if (ctx.step != 0) break;  // stopped mid-epoch
+    if (leave) break;
   }
   // A preemption agreed after the last epoch came too late to stop anything: the run is complete.
   if (ctx.preempted && ctx.epoch >= options.epochs) {

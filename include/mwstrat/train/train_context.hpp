@@ -35,6 +35,10 @@ struct train_context {
   /// Set by fit on every worker when a preemption (SIGTERM, SIGINT, `request_preemption`) stopped the job: the
   /// epoch is not over, and `on_train_end` is the place to save what a restart needs (BackupAndRestore does).
   bool preempted = false;
+  /// Set by fit on a worker that replaced a lost one (in-memory recovery, train/in_memory_recovery.hpp): its state
+  /// came from a survivor's memory before `on_train_begin`, which must not restore anything else (BackupAndRestore
+  /// reads no backup then).
+  bool rejoined = false;
 
   /// Steps done since the start of training (epoch × steps_per_epoch + step), the same on every worker.
   [[nodiscard]] std::uint64_t global_step() const {

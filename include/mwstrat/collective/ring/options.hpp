@@ -6,6 +6,7 @@
 /// overriding a value set in code.
 
 #include <chrono>
+#include <cstdint>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -70,6 +71,11 @@ struct ring_options {
   std::string cluster_fingerprint;
   /// Identifies the model (e.g. its layer shapes); checked like the cluster fingerprint.
   std::string model_fingerprint;
+  /// Which ring of the job this is: 0 at the start, one more each time the surviving ranks rebuild the ring for a
+  /// replacement of a lost rank (in-memory recovery, train/detail/in_memory_recovery.hpp). Folded into the
+  /// handshake's cluster digest, so a rank of one generation refuses a connection from another (nothing stale mixes
+  /// into a new ring). Give every rank of a ring the same value.
+  std::uint64_t generation = 0;
   /// The shared secret both sides of a connection prove they know (HMAC-SHA256) before any data flows.
   /// nullopt or an empty string: no token.
   std::optional<std::string> job_token;

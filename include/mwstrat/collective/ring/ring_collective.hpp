@@ -113,6 +113,17 @@ class ring_collective : public detail::front_end<ring_collective> {
   [[nodiscard]] bool hierarchical() const noexcept { return local_ != nullptr; }
   /// The configured address of rank `r`.
   [[nodiscard]] const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
+  /// Which ring of the job this is (`ring_options::generation`).
+  [[nodiscard]] std::uint64_t generation() const noexcept { return options_.generation; }
+  /// The options of the ring that replaces this one once it has lost a rank (in-memory recovery): the same ranks,
+  /// addresses and checks, the next generation, and `timeout` for the new start-up (how long the survivors wait for
+  /// a replacement). Destroy this ring before making that one: it listens on the same address.
+  [[nodiscard]] ring_options next_generation(std::chrono::milliseconds timeout) const {
+    ring_options o = options_;
+    o.generation = options_.generation + 1;
+    o.connect_timeout = timeout;
+    return o;
+  }
 
   // all_reduce, all_reduce_async, broadcast, all_gather, barrier: see detail::front_end.
   //
@@ -176,7 +187,10 @@ class ring_collective : public detail::front_end<ring_collective> {
       throw config_error({"ring", rank_}, "ring_options.host_identity is empty (leave it unset to derive it)");
     if (n_ > 1) id.host = options_.host_identity ? detail::explicit_host_identity(*options_.host_identity)
                                                  : detail::host_identity();
-    id.cluster = detail::sha256(options_.cluster_fingerprint);
+    // A later generation (a ring rebuilt after a lost rank) has its own digest: nothing of another generation connects.
+    id.cluster = detail::sha256(options_.generation == 0 ? options_.cluster_fingerprint
+                                                         : options_.cluster_fingerprint + "\ngeneration " +
+                                                               std::to_string(options_.generation));
     id.model = detail::sha256(options_.model_fingerprint);
     id.listener = listener.release();
     id.quiet = sub != nullptr;

@@ -159,6 +159,17 @@ class basic_backup_and_restore {
                     << std::flush;
     }
     rank_ = rank;
+    if (ctx.rejoined) {  // a replacement worker: its state came from a survivor's memory; nothing to read or send
+      if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
+        if (ctx.strategy.is_chief() && !user_checkpointer_) {
+          checkpoint_manager_options mo;
+          mo.write = options_.write;
+          mo.write.rank = rank;
+          checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);
+        }
+      }
+      return;
+    }
     if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
       if (ctx.strategy.is_chief() && !user_checkpointer_) {
         checkpoint_manager_options mo;

@@ -1,0 +1,262 @@
+#pragma once
+/// \file
+/// In-memory recovery: when a worker is lost, the survivors do not exit. They rebuild the ring with a replacement
+/// (started by the launcher: `mwstrat-launch --replace-lost`), one of them sends it the full training state from
+/// memory, and `fit` goes on from the last step every rank can agree on. No backup is read and no file system is
+/// shared. See docs/fault_campaign.md ("In-memory recovery").
+///
+/// The protocol (every rank, survivors and the replacement alike, once the new ring is up):
+///   1. the model fingerprints are compared (`verify_same`);
+///   2. every rank says which step boundary its snapshot holds (a replacement: none), in one all-reduce; the source
+///      is the lowest rank with the latest one. Ranks can be one boundary apart (a rank that finished the last
+///      reduction of step k before the peer died is at k; one that had not is at k − 1): the latest is correct;
+///   3. the source's snapshot is broadcast (a header of numbers, then the floats) and every rank loads it.
+///
+/// The snapshot: `fit` copies the training state at every step boundary — after the step's reductions and its stop
+/// agreement — into memory it reuses: the parameters, the model's state, the optimizer's slots, step count and
+/// learning rate, the model's RNG position, the epoch, step and the epoch's metric sums: what BackupAndRestore
+/// saves, in memory. A fault strikes while parameters may be half-updated (the sharded update's all-gather, the
+/// shared host copy, buckets overlapping backward), so a rank's live parameters are never sent: only its snapshot,
+/// which is a complete boundary. The cost is one copy of that state per step (a memcpy; none unless recovery is on).
+///
+/// Limits: a model's per-replica state (plain batch normalization's moving statistics) cannot come from another
+/// replica's memory: every rank takes the source's. Callbacks' own state (EarlyStopping's best epoch, a progress
+/// bar) is not sent: a replacement's callbacks start afresh, as after a restart; its history lacks the epochs before
+/// it joined. Recovery covers the training loop (steps, epoch ends, validation), not the start of `fit` (before its
+/// first step boundary), `on_train_end` or what runs after `fit`. One `fit` per process: a replacement joins the
+/// first `fit` it runs.
+
+#include <mwstrat/error.hpp>
+#include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/logs.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace mwstrat {
+
+/// Options of in-memory recovery (`fit_options::recovery`).
+struct in_memory_recovery_options {
+  /// Off by default: a lost peer ends `fit` with `peer_lost_error` (and the job restarts from its backup).
+  bool enabled = false;
+  /// How long the survivors wait for the replacement to join the new ring; after that `fit` throws the
+  /// `peer_lost_error` that started it (naming the lost rank) and the worker exits as without recovery.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  /// Called on every survivor when a peer is lost, before it waits: the lost rank and the ring generation that lost
+  /// it. A launcher that must end the lost worker itself (a stopped process never exits) learns it here
+  /// (`mwstrat-launch` gives a channel: MWSTRAT_LAUNCH_REPORT_FD). Must not throw.
+  std::function<void(int lost_rank, std::uint64_t generation)> on_peer_lost;
+};
+
+/// A strategy whose collective can be rebuilt after a lost peer (`mirrored_strategy` over `ring_collective`).
+template <class S>
+concept recoverable_strategy = requires(S& s, const S& cs, std::chrono::milliseconds t, std::span<float> f,
+                                        std::span<double> d) {
+  s.rejoin_collective(t);
+  { cs.collective_generation() } -> std::convertible_to<std::uint64_t>;
+  s.collective().broadcast(f, 0);
+  s.collective().broadcast(d, 0);
+};
+
+namespace detail {
+
+// The training state at one step boundary, in memory reused from boundary to boundary.
+class training_snapshot {
+ public:
+  // Header fields (doubles; every value fits a double exactly).
+  enum field : std::size_t {
+    position,  // 0: no snapshot; else 2 × global step + (1 at the top of an epoch), increasing through the run
+    epoch,
+    step,
+    loss_sum,
+    correct,
+    count,
+    iterations,
+    model_step,
+    learning_rate,  // NaN: none
+    stop_training,
+    preempted,
+    epochs_in_history,
+    fields
+  };
+
+  [[nodiscard]] std::uint64_t at() const { return static_cast<std::uint64_t>(header_[position]); }
+  [[nodiscard]] std::size_t history_size() const { return static_cast<std::size_t>(header_[epochs_in_history]); }
+  [[nodiscard]] std::span<double> header() { return header_; }
+  [[nodiscard]] std::span<float> floats() { return floats_; }
+
+  // Copies `ctx`'s state; `top` at the top of an epoch (after the previous epoch's end).
+  template <class Ctx>
+  void take(Ctx& ctx, bool top, std::size_t history_epochs) {
+    using Model = std::remove_cvref_t<decltype(ctx.model)>;
+    using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
+    header_.resize(fields + ctx.epoch_metric_sums.size());
+    header_[position] = static_cast<double>(2 * ctx.global_step() + (top ? 1 : 0));
+    header_[epoch] = ctx.epoch;
+    header_[step] = static_cast<double>(ctx.step);
+    header_[loss_sum] = ctx.epoch_sums.loss_sum;
+    header_[correct] = ctx.epoch_sums.correct;
+    header_[count] = ctx.epoch_sums.count;
+    header_[iterations] = 0;
+    header_[model_step] = 0;
+    header_[learning_rate] = std::numeric_limits<double>::quiet_NaN();
+    header_[stop_training] = ctx.stop_training ? 1 : 0;
+    header_[preempted] = ctx.preempted ? 1 : 0;
+    header_[epochs_in_history] = static_cast<double>(history_epochs);
+    std::copy(ctx.epoch_metric_sums.begin(), ctx.epoch_metric_sums.end(), header_.begin() + fields);
+    if constexpr (checkpointable_optimizer<Optimizer>) {
+      header_[iterations] = static_cast<double>(ctx.optimizer.iterations());
+    }
+    if constexpr (model_with_step<Model>) header_[model_step] = static_cast<double>(ctx.model.step());
+    if constexpr (has_learning_rate<Optimizer>) {
+      header_[learning_rate] = static_cast<double>(ctx.optimizer.learning_rate());
+    }
+    const auto parts = state_parts(ctx);
+    std::size_t total = 0;
+    for (const auto& p : parts) total += p.size();
+    floats_.resize(total);
+    std::size_t at = 0;
+    for (const auto& p : parts) {
+      std::copy(p.begin(), p.end(), floats_.begin() + static_cast<std::ptrdiff_t>(at));
+      at += p.size();
+    }
+  }
+
+  // Puts the snapshot back into `ctx` (after a broadcast has made it the source's).
+  template <class Ctx>
+  void restore(Ctx& ctx) {
+    using Model = std::remove_cvref_t<decltype(ctx.model)>;
+    using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
+    std::size_t at = 0;
+    for (const auto& p : state_parts(ctx)) {
+      std::copy_n(floats_.begin() + static_cast<std::ptrdiff_t>(at), p.size(), p.begin());
+      at += p.size();
+    }
+    ctx.epoch = static_cast<int>(header_[epoch]);
+    ctx.step = static_cast<std::size_t>(header_[step]);
+    ctx.epoch_sums = {header_[loss_sum], header_[correct], header_[count]};
+    ctx.stop_training = header_[stop_training] != 0;
+    ctx.preempted = header_[preempted] != 0;
+    std::copy_n(header_.begin() + fields, ctx.epoch_metric_sums.size(), ctx.epoch_metric_sums.begin());
+    if constexpr (checkpointable_optimizer<Optimizer>) {
+      ctx.optimizer.set_iterations(static_cast<decltype(ctx.optimizer.iterations())>(header_[iterations]));
+    }
+    if constexpr (model_with_step<Model>) ctx.model.set_step(static_cast<std::uint64_t>(header_[model_step]));
+    if constexpr (has_learning_rate<Optimizer>) {
+      bool scheduled = false;
+      if constexpr (requires { { ctx.optimizer.scheduled() } -> std::convertible_to<bool>; }) {
+        scheduled = ctx.optimizer.scheduled();
+      }
+      if (!scheduled && !std::isnan(header_[learning_rate])) {
+        ctx.optimizer.set_learning_rate(static_cast<decltype(ctx.optimizer.learning_rate())>(header_[learning_rate]));
+      }
+    }
+  }
+
+  // Sized for `ctx` with nothing in it (a replacement before it receives the state).
+  template <class Ctx>
+  void make_room(Ctx& ctx) {
+    header_.assign(fields + ctx.epoch_metric_sums.size(), 0.0);
+    std::size_t total = 0;
+    for (const auto& p : state_parts(ctx)) total += p.size();
+    floats_.assign(total, 0.0f);
+  }
+
+ private:
+  // The float state, in a fixed order: parameters, model state, optimizer slots.
+  template <class Ctx>
+  static std::array<std::span<float>, 3> state_parts(Ctx& ctx) {
+    using Model = std::remove_cvref_t<decltype(ctx.model)>;
+    using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
+    std::array<std::span<float>, 3> parts{ctx.model.parameters(), std::span<float>(), std::span<float>()};
+    if constexpr (stateful_model<Model>) parts[1] = ctx.model.model_state();
+    if constexpr (checkpointable_optimizer<Optimizer>) {
+      // As BackupAndRestore's optimizer_slots (train/model_state.hpp), without the checkpoint headers it brings.
+      if constexpr (resizable_optimizer<Optimizer>) ctx.optimizer.resize(parts[0].size());
+      if constexpr (requires { { ctx.optimizer.state() } -> std::convertible_to<std::span<float>>; }) {
+        parts[2] = ctx.optimizer.state();
+      } else {
+        parts[2] = ctx.optimizer.slots();
+      }
+    }
+    return parts;
+  }
+
+  std::vector<double> header_ = std::vector<double>(fields, 0.0);
+  std::vector<float> floats_;
+};
+
+inline void recovery_log(int rank, const std::string& text) {
+  std::fprintf(stderr, "[mwstrat.recovery] rank %d: %s\n", rank, text.c_str());
+  std::fflush(stderr);
+}
+
+// Steps 1–3 of the protocol (file comment), on a connected ring: every rank ends holding the source's snapshot,
+// loaded into `ctx`. `have` is false on a replacement (its snapshot is empty).
+template <class Strategy, class Ctx>
+void exchange_state(Strategy& strategy, Ctx& ctx, training_snapshot& snap, bool have) {
+  using clock = std::chrono::steady_clock;
+  const auto began = clock::now();
+  strategy.verify_same("model fingerprint", ctx.model.fingerprint());
+  const int n = strategy.num_replicas_in_sync();
+  const int me = strategy.replica_id();
+  std::vector<double> positions(static_cast<std::size_t>(n), 0.0);
+  positions[static_cast<std::size_t>(me)] = have ? static_cast<double>(snap.at()) + 1 : 0.0;  // 0: nothing
+  strategy.sum_metrics(std::span<double>(positions));
+  const auto best = std::max_element(positions.begin(), positions.end());  // the first: the lowest rank
+  if (*best == 0) {
+    throw config_error({"train.recovery", me}, "no rank holds a training state to recover from (every rank joined "
+                                               "as a replacement)");
+  }
+  const int source = static_cast<int>(best - positions.begin());
+  if (!have) snap.make_room(ctx);
+  strategy.collective().broadcast(snap.header(), source);
+  strategy.collective().broadcast(snap.floats(), source);
+  snap.restore(ctx);
+  if (me == source || me == 0) {
+    const double ms = std::chrono::duration<double, std::milli>(clock::now() - began).count();
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "training state of global step %llu (epoch %d, step %zu) %s rank %d's memory: %.1f MB in %.0f ms",
+                  static_cast<unsigned long long>(ctx.global_step()), ctx.epoch + 1, ctx.step,
+                  me == source ? "sent from" : "received from", source,
+                  static_cast<double>(snap.floats().size_bytes()) / 1e6, ms);
+    recovery_log(me, line);
+  }
+}
+
+// A survivor after `lost`: says so, rebuilds the ring with the replacement (bounded), and takes part in the
+// exchange. Throws `lost` (with the reason added) when no replacement comes in time.
+template <class Strategy, class Ctx>
+void recover_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, const peer_lost_error& lost,
+                      const in_memory_recovery_options& options) {
+  const int me = strategy.replica_id();
+  const std::uint64_t generation = strategy.collective_generation();
+  recovery_log(me, "rank " + std::to_string(lost.peer_rank()) + " (" + lost.peer_address() + ") lost; waiting up to " +
+                       std::to_string(options.timeout.count()) + " ms for its replacement (ring generation " +
+                       std::to_string(generation + 1) + ")");
+  if (options.on_peer_lost) options.on_peer_lost(lost.peer_rank(), generation);
+  try {
+    strategy.rejoin_collective(options.timeout);
+  } catch (const error& why) {
+    throw peer_lost_error({"train.recovery", me}, lost.peer_rank(), lost.peer_address(),
+                          std::string(lost.detail()) + "; no replacement joined within " +
+                              std::to_string(options.timeout.count()) + " ms (" + why.what() + ")");
+  }
+  exchange_state(strategy, ctx, snap, true);
+}
+
+}  // namespace detail
+}  // namespace mwstrat
