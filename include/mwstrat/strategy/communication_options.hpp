@@ -135,7 +135,7 @@ struct communication_options {
     if (const auto v = env.get("MWSTRAT_RING_STREAMS")) {
       int streams = 0;
       const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), streams);
-      constexpr int most = static_cast<int>(detail::max_streams_per_peer);
+      constexpr int most = ring_max_streams_per_peer;
       if (ec != std::errc{} || end != v->data() + v->size() || streams < 1 || streams > most)
         throw config_error({"strategy", rank}, "MWSTRAT_RING_STREAMS is '" + *v + "', expected 1.." +
                                                    std::to_string(most) + " connections");

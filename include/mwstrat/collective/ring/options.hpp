@@ -47,6 +47,10 @@ enum class wire_compression {
   fp16,  ///< IEEE binary16: half the bytes, 11 significant bits, magnitudes up to 65504 (beyond: infinity)
 };
 
+/// The most TCP data connections per link between hosts (`ring_options::streams_per_peer`): the handshake
+/// carries the count in four bits.
+inline constexpr int ring_max_streams_per_peer = 16;
+
 /// Options of the TCP ring backend.
 struct ring_options {
   /// Every rank's listening address, "host:port" or "[v6]:port"; the index is the rank.

@@ -178,6 +178,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     spin_ = options_.spin;
     if (spin_ < std::chrono::microseconds::zero())
       throw config_error({"ring", rank_}, "ring_options.spin is negative");
+    static_assert(ring_max_streams_per_peer == static_cast<int>(detail::max_streams_per_peer));
     if (options_.streams_per_peer < 1 || options_.streams_per_peer > static_cast<int>(detail::max_streams_per_peer))
       throw config_error({"ring", rank_}, "ring_options.streams_per_peer is " + std::to_string(options_.streams_per_peer) +
                                               ": expected 1.." + std::to_string(detail::max_streams_per_peer) +
