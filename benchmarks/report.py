@@ -748,8 +748,9 @@ class Page:
             kinds = run.get("per_kind") or {}
             if len(kinds) < 2:  # one kind: the row above says it all
                 continue
-            w(f"{run['name']}: recovery by kind (from the fault to the next worker group's start, or to the link or "
-              "disk given back)")
+            measure = run.get("recovery_is", "from the fault to the next worker group's start, or to the link or "
+                                             "disk given back")
+            w(f"{run['name']}: recovery by kind ({measure})")
             w()
             w("| kind | faults | mean recovery, s | longest, s |")
             w("|---|---|---|---|")
