@@ -80,28 +80,29 @@ struct tensor_entry {
   std::span<const std::byte> data;   ///< raw little-endian elements
 };
 
-/// A `tensor_entry` viewing `values` with `shape` (a flat vector when `shape` is empty).
+/// A `tensor_entry` viewing `values` with the shape `extents` (a flat vector when `extents` is empty). (Not named
+/// `shape`: that would shadow `mwstrat::shape` of tensor/concepts.hpp.)
 template <class T>
   requires(dtype_of<T>.has_value())
 [[nodiscard]] tensor_entry make_tensor_entry(std::string name, std::span<const T> values,
-                                             std::vector<std::int64_t> shape = {}) {
-  if (shape.empty()) shape.push_back(static_cast<std::int64_t>(values.size()));
-  return {std::move(name), *dtype_of<T>, std::move(shape), std::as_bytes(values)};
+                                             std::vector<std::int64_t> extents = {}) {
+  if (extents.empty()) extents.push_back(static_cast<std::int64_t>(values.size()));
+  return {std::move(name), *dtype_of<T>, std::move(extents), std::as_bytes(values)};
 }
 
 namespace detail {
-/// A `tensor_entry` viewing `values` under `shape`; throws `checkpoint_error` naming `target` when the shape's
-/// product is not the number of values. Every writer of typed values goes through it (training states, named
+/// A `tensor_entry` viewing `values` under the shape `extents`; throws `checkpoint_error` naming `target` when the
+/// shape's product is not the number of values. Every writer of typed values goes through it (training states, named
 /// tensors of any `storable_tensor` type), so they all check the same way and give the same bytes.
 template <class E>
   requires(mwstrat::dtype_of<std::remove_cv_t<E>>.has_value())
-[[nodiscard]] tensor_entry checked_entry(std::string name, std::span<E> values, std::vector<std::int64_t> shape,
+[[nodiscard]] tensor_entry checked_entry(std::string name, std::span<E> values, std::vector<std::int64_t> extents,
                                          const std::filesystem::path& target, std::optional<int> rank) {
-  const auto count = tensor_bytes(shape, 1, std::numeric_limits<std::uint64_t>::max());
+  const auto count = tensor_bytes(extents, 1, std::numeric_limits<std::uint64_t>::max());
   if (!count || *count != values.size())
     checkpoint_fail(rank, target,
                     "tensor '" + name + "': shape does not match its " + std::to_string(values.size()) + " values");
-  return {std::move(name), *mwstrat::dtype_of<std::remove_cv_t<E>>, std::move(shape), std::as_bytes(values)};
+  return {std::move(name), *mwstrat::dtype_of<std::remove_cv_t<E>>, std::move(extents), std::as_bytes(values)};
 }
 }  // namespace detail
 

@@ -42,11 +42,11 @@ namespace mwstrat {
 /// `values`), `architecture()` (the JSON list of contract 1) and `set_keras_weight(name, shape, values)` (throws
 /// `config_error` for an unknown name or another shape).
 template <class M>
-concept keras_layout_model = requires(M& m, const M& cm, std::string_view name, std::span<const std::int64_t> shape,
+concept keras_layout_model = requires(M& m, const M& cm, std::string_view name, std::span<const std::int64_t> extents,
                                       std::span<const float> values) {
   requires std::ranges::range<decltype(cm.keras_weights())>;
   { cm.architecture() } -> std::convertible_to<std::string>;
-  m.set_keras_weight(name, shape, values);
+  m.set_keras_weight(name, extents, values);
 };
 
 /// What `save_model` writes besides the weights.
