@@ -8,6 +8,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -139,6 +142,53 @@ TEST(preemption_example, early_stopping_flag_stops_both_workers_when_the_loss_st
   const double error = number_after(r.output, "[worker 0] 2/2 [", " - error_rate: ");
   ASSERT_GE(error, 0) << r.output;
   EXPECT_NEAR(error, 1.0 - accuracy, 1.5e-4) << r.output;
+}
+
+TEST(preemption_example, tensorboard_flag_writes_event_files_of_the_chief_that_tensorboard_reads_back) {
+  // The flag's files, read with the tensorboard package's own reader (EventAccumulator checks the TFRecord CRCs)
+  // from the environment scripts/test makes; skipped, saying so, without it.
+  const std::string python = std::string(MWSTRAT_TEST_SOURCE_DIR) + "/.cache/py-venv/bin/python";
+  if (run(python + " -c 'import tensorboard'", 60).exit_code != 0)
+    GTEST_SKIP() << "SKIPPED: no tensorboard in " << python << " (scripts/test makes it)";
+  scratch_dir dir;
+  const fs::path logs = dir.path() / "tb";
+  const auto r = run(launcher + " -n 2 -- " + example + " --data-dir " + mnist_dir +
+                         " --seed 7 --no-test --batch-size 4 --train-examples 160 --epochs 2 --steps-per-epoch 10"
+                         " --tensorboard " + logs.string(),
+                     300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(logs)) files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1u) << "one train file, from the chief alone (no validation data in this run)";
+
+  const fs::path script = dir.path() / "read.py";
+  std::ofstream(script) << "import sys\n"
+                           "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
+                           "acc = EventAccumulator(sys.argv[1] + '/train', size_guidance={'scalars': 0})\n"
+                           "acc.Reload()\n"
+                           "for tag in acc.Tags()['scalars']:\n"
+                           "    for e in acc.Scalars(tag): print(tag, e.step, repr(e.value))\n";
+  const auto read = run(python + " " + script.string() + " " + logs.string(), 120);
+  ASSERT_EQ(read.exit_code, 0) << read.output;
+  std::map<std::string, std::map<long, double>> scalars;  // tag -> step -> value
+  std::istringstream lines(read.output);
+  std::string tag;
+  long step = 0;
+  double value = 0;
+  while (lines >> tag >> step >> value) scalars[tag][step] = value;
+  // Epoch scalars for epochs 0 and 1; batch scalars every 10 global steps (10 and 20).
+  for (const char* t : {"epoch_loss", "epoch_accuracy", "epoch_learning_rate", "epoch_error_rate"})
+    EXPECT_EQ(scalars[t].size(), 2u) << t << "\n" << read.output;
+  for (const char* t : {"batch_loss", "batch_accuracy", "batch_learning_rate", "batch_error_rate"}) {
+    ASSERT_EQ(scalars[t].size(), 2u) << t << "\n" << read.output;
+    EXPECT_EQ(scalars[t].begin()->first, 10) << t;
+    EXPECT_EQ(scalars[t].rbegin()->first, 20) << t;
+  }
+  for (long e = 0; e < 2; ++e)
+    EXPECT_NEAR(scalars["epoch_error_rate"][e], 1.0 - scalars["epoch_accuracy"][e], 1e-6) << read.output;
+  // The first epoch's loss is the one its progress line printed (to its 4 digits).
+  EXPECT_NEAR(scalars["epoch_loss"][0], number_after(r.output, "[worker 0] 10/10 [", " - loss: "), 6e-5)
+      << r.output << read.output;
 }
 
 }  // namespace

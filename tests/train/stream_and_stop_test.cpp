@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
@@ -391,6 +392,30 @@ TEST(fit_preemption, a_request_on_one_worker_stops_all_after_the_same_step_and_t
   EXPECT_EQ(resumed.preempted_workers, 0);
   EXPECT_EQ(resumed.params, reference.params);
   EXPECT_FALSE(fs::exists(dir.path() / "b")) << "the finished run removes its backup";
+}
+
+TEST(preemption_signals, sigterm_and_sigint_each_set_the_request_while_a_guard_lives_and_the_old_handlers_return) {
+  // A real signal delivered to this process (raise), for each of the two signals fit catches: the request records
+  // which one came, the process goes on, and once the last guard is gone the previous disposition is back.
+  for (const int sig : {SIGINT, SIGTERM}) {
+    struct sigaction before {};
+    ASSERT_EQ(::sigaction(sig, nullptr, &before), 0);
+    clear_preemption_request();
+    {
+      preemption_signal_guard outer;
+      {
+        preemption_signal_guard inner;  // replicas as threads each hold one
+      }
+      ASSERT_EQ(std::raise(sig), 0);
+      EXPECT_TRUE(preemption_requested()) << "signal " << sig;
+      EXPECT_EQ(preemption_signal_number(), sig);
+    }
+    struct sigaction after {};
+    ASSERT_EQ(::sigaction(sig, nullptr, &after), 0);
+    EXPECT_EQ(after.sa_handler, before.sa_handler) << "signal " << sig << ": the previous handler is restored";
+    clear_preemption_request();
+    EXPECT_FALSE(preemption_requested());
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/tensorboard.hpp>
 #include <mwstrat/train/fit.hpp>
+#include <mwstrat/train/metrics.hpp>
 
 #include <support/softmax_regression.hpp>
 #include <support/temp_dir.hpp>
@@ -63,9 +64,10 @@ TEST(tensorboard, the_chief_writes_event_files_that_tensorboard_reads_back) {
     nn::sgd opt({.learning_rate = nn::piecewise_constant_decay({12}, {0.2, 0.1}), .momentum = 0.5});
     test::blob_batches train(240, 6, 3, 24, 2, c.rank(), 9), validation(48, 6, 3, 24, 2, c.rank(), 10);
     tensorboard tb({.log_dir = logs, .update_freq = 4});
+    metrics ms(mean_loss{});  // a metric given to fit is written under its own name, its val_ value in validation
     fit_options fo;
     fo.epochs = 3;
-    const history h = fit(strategy, model, opt, train, validation, fo, tb);
+    const history h = fit(strategy, model, opt, train, validation, fo, ms, tb);
     EXPECT_EQ(tb.train_file().empty(), c.rank() != 0);
     if (c.rank() == 0) chief_history = h;
   });
@@ -97,12 +99,17 @@ TEST(tensorboard, the_chief_writes_event_files_that_tensorboard_reads_back) {
     EXPECT_FLOAT_EQ(static_cast<float>(at("train", "epoch_learning_rate", e)), static_cast<float>(*l.learning_rate));
     EXPECT_FLOAT_EQ(static_cast<float>(at("validation", "epoch_loss", e)), static_cast<float>(*l.val_loss));
     EXPECT_FLOAT_EQ(static_cast<float>(at("validation", "epoch_accuracy", e)), static_cast<float>(*l.val_accuracy));
+    ASSERT_EQ(l.metrics.size(), 2u) << "mean_loss and val_mean_loss";
+    EXPECT_FLOAT_EQ(static_cast<float>(at("train", "epoch_mean_loss", e)), static_cast<float>(l.metrics[0].value));
+    EXPECT_FLOAT_EQ(static_cast<float>(at("validation", "epoch_mean_loss", e)), static_cast<float>(l.metrics[1].value));
+    EXPECT_TRUE(std::isnan(at("validation", "epoch_val_mean_loss", e))) << "the val_ prefix is the run, not the tag";
   }
   // 30 steps, every 4th: global steps 4, 8, ..., 28; the rate drops after update 12 (piecewise, inclusive).
   const auto& batch_loss = read[std::make_pair(std::string("train"), std::string("batch_loss"))];
   ASSERT_EQ(batch_loss.size(), 7u) << out;
   EXPECT_EQ(batch_loss.begin()->first, 4);
   EXPECT_EQ(batch_loss.rbegin()->first, 28);
+  EXPECT_EQ(read[std::make_pair(std::string("train"), std::string("batch_mean_loss"))].size(), 7u) << out;
   EXPECT_FLOAT_EQ(static_cast<float>(at("train", "batch_learning_rate", 12)), 0.2f);
   EXPECT_FLOAT_EQ(static_cast<float>(at("train", "batch_learning_rate", 16)), 0.1f);
   EXPECT_FLOAT_EQ(static_cast<float>(chief_history.epochs.back().learning_rate.value()), 0.1f);
