@@ -352,9 +352,11 @@ TEST(collective_gradient_sync, every_update_path_adds_the_deferred_regularisatio
     b.backward(1, s);
     for (std::size_t i = 0; i < n; ++i) expected[i] -= 0.1f * ((a.g[i] + b.g[i]) * 0.5f + l2_model::two_lambda * expected[i]);
   }
-  for (const auto& [overlap, update] : {std::pair{reduction_overlap::never, replicated},
-                                        std::pair{reduction_overlap::never, sharded},
-                                        std::pair{reduction_overlap::always, replicated}}) {
+  for (const auto& path : {std::pair{reduction_overlap::never, replicated},
+                            std::pair{reduction_overlap::never, sharded},
+                            std::pair{reduction_overlap::always, replicated}}) {
+    const reduction_overlap overlap = path.first;  // named variables: clang before 16 cannot capture bindings
+    const update_placement update = path.second;
     std::vector<std::vector<float>> params(ranks);
     spawn_ranks(ranks, [&](local_collective& c) {
       mirrored_strategy<local_collective&> strategy(c, with(overlap, update));

@@ -47,8 +47,10 @@ class front_end {
   /// All-reduce fused with an elementwise update (see the backend's documentation of `all_reduce_update_now`):
   /// `update(first, count)` must update params[first, first + count) from gradients[first, first + count), touch
   /// nothing else, and not throw. Every rank ends with the same `params`.
-  template <collective_element T, class Update>
-    requires requires(Backend& c, std::span<T> g, Update& u) { c.all_reduce_update_now(g, reduce_op::sum, g, u, op_options{}); }
+  // `B` is `Backend`, named through the member template so that the constraint is checked at the call, where the
+  // backend is complete (clang 14 otherwise reports an incomplete type when `Update` is a local lambda).
+  template <collective_element T, class Update, class B = Backend>
+    requires requires(B& c, std::span<T> g, Update& u) { c.all_reduce_update_now(g, reduce_op::sum, g, u, op_options{}); }
   void all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update&& update,
                          op_options options = {}) {
     queue_.drain();
