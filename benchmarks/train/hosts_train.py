@@ -154,7 +154,10 @@ def main():
                     rows.append(rec)
                     print(f"round {rnd} {rate:7s} {rec['label']:24s} {rec['steps_per_s']:7.2f} steps/s "
                           f"{rec['samples_per_s']:8.1f} samples/s  {rec['cpu_s_per_step'] * 1e3:6.1f} CPU ms/step "
-                          f"(load {load})", flush=True)
+                          + (f"(user {rec['cpu_user_s_per_step'] * 1e3:.1f}, system "
+                             f"{rec['cpu_system_s_per_step'] * 1e3:.1f}, {rec['context_switches_per_step']:.0f} "
+                             f"switches) " if "cpu_user_s_per_step" in rec else "")
+                          + f"(load {load})", flush=True)
         finally:
             subprocess.run([SIMHOSTS, "--name", name, "down"], capture_output=True)
 
@@ -181,11 +184,14 @@ def main():
                             "steps_per_s": statistics.median(r["steps_per_s"] for r in done),
                             "samples_per_s": statistics.median(r["samples_per_s"] for r in done),
                             "cpu_ms_per_step": 1e3 * statistics.median(r["cpu_s_per_step"] for r in done),
+                            "cpu_user_ms_per_step": 1e3 * statistics.median(r.get("cpu_user_s_per_step", 0) for r in done),
+                            "cpu_system_ms_per_step":
+                                1e3 * statistics.median(r.get("cpu_system_s_per_step", 0) for r in done),
                             "over_ddp": statistics.median(vs_ddp) if vs_ddp else None,
                             "scaling": statistics.median(scaling) if scaling else None,
                             "over_ddp_per_round": vs_ddp, "scaling_per_round": scaling})
             s = summary[-1]
-            print(f"{rate:7s} {lab:24s} {s['steps_per_s']:7.2f} steps/s"
+            print(f"{rate:7s} {lab:24s} {s['steps_per_s']:7.2f} steps/s {s['cpu_ms_per_step']:6.1f} CPU ms/step"
                   + (f"  {s['over_ddp']:.2f}x DDP's" if s["over_ddp"] else "")
                   + (f"  scaling {100 * s['scaling']:.0f}%" if s["scaling"] else ""), flush=True)
     if a.json_out:
