@@ -85,9 +85,9 @@ class Configs:
 RUNS = [("mwstrat", 1, "none", None, 1), ("torch-ddp", 1, None, None, 1), ("mwstrat", 2, "none", None, 1),
         ("mwstrat", 2, "bf16", None, 1), ("mwstrat", 2, "bf16", "mirrored", 1), ("torch-ddp", 2, None, None, 1),
         ("mwstrat", 4, "none", None, 2), ("torch-ddp", 4, None, None, 2),
-        # The fastest mwstrat configuration between hosts: bf16, every worker applies the update, and the all-reduce
+        # The fastest mwstrat configuration at 1 Gbit/s: bf16, every worker applies the update, and the all-reduce
         # overlapping backward in buckets (the automatic rule does not overlap here: both simulated hosts share this
-        # machine's CPUs, so it counts them as one full host).
+        # machine's CPUs, so it counts them as one full machine; at 10 Gbit/s, CPU-bound, overlap does not pay).
         ("mwstrat", 2, "bf16", "mirrored --overlap always", 1)]
 
 
