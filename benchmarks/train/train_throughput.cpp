@@ -7,7 +7,9 @@
 // and nothing of fit's start. ddp_throughput.py and tf_throughput.py time the same span. The chief prints:
 //   {"impl":"mwstrat","workers":N,"threads":T,"batch":64,"steps":S,"seconds":...,"steps_per_s":...,
 //    "samples_per_s":... (global),"peak_rss_mib":... (max over workers),"peak_rss_mib_per_worker":[...],
-//    "cpu_s_per_step":... (CPU seconds of all workers per timed step),"loss":... (mean training loss),
+//    "cpu_s_per_step":... (CPU seconds of all workers per timed step),"cpu_user_s_per_step":...,
+//    "cpu_system_s_per_step":... (its user and kernel parts, getrusage),"context_switches_per_step":... (voluntary
+//    and involuntary, all workers),"loss":... (mean training loss),
 //    "gradients":"mean"|"local"}
 // `--gradients local` is a measurement, not training: the workers step in lockstep (the metrics are still summed
 // every step) but each applies its own gradients, so the difference to `mean` is what the gradient all-reduce costs
@@ -141,6 +143,8 @@ struct step_timer {
   clock::time_point stop{};
   double cpu_start = 0;
   double cpu_stop = 0;
+  rusage usage_start{};  // user and system CPU and context switches, to tell computing from the kernel's work
+  rusage usage_stop{};
 
   // CPU time of the whole process (every thread), to tell a busy machine from a slow program.
   static double cpu_now() {
@@ -159,11 +163,21 @@ struct step_timer {
     if (step == last) {
       stop = clock::now();
       cpu_stop = cpu_now();
+      ::getrusage(RUSAGE_SELF, &usage_stop);
     }
   }
   void mark_start() {
     start = clock::now();
     cpu_start = cpu_now();
+    ::getrusage(RUSAGE_SELF, &usage_start);
+  }
+  static double seconds_of(const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); }
+  [[nodiscard]] double user_seconds() const { return seconds_of(usage_stop.ru_utime) - seconds_of(usage_start.ru_utime); }
+  [[nodiscard]] double system_seconds() const {
+    return seconds_of(usage_stop.ru_stime) - seconds_of(usage_start.ru_stime);
+  }
+  [[nodiscard]] double context_switches() const {
+    return static_cast<double>((usage_stop.ru_nvcsw - usage_start.ru_nvcsw) + (usage_stop.ru_nivcsw - usage_start.ru_nivcsw));
   }
   [[nodiscard]] double seconds() const { return std::chrono::duration<double>(stop - start).count(); }
 };
@@ -220,13 +234,23 @@ int main(int argc, char** argv) {
     const double cpu_seconds = timer.cpu_stop - timer.cpu_start;
 
     // Every worker's peak RSS and CPU seconds, gathered (a sum over one-hot slots: the ring's double all-reduce).
-    std::vector<double> slots(2 * workers, 0.0);
-    slots[static_cast<std::size_t>(strategy.replica_id())] = peak_rss_mib();
-    slots[workers + static_cast<std::size_t>(strategy.replica_id())] = cpu_seconds;
+    std::vector<double> slots(5 * workers, 0.0);
+    const auto me = static_cast<std::size_t>(strategy.replica_id());
+    slots[me] = peak_rss_mib();
+    slots[workers + me] = cpu_seconds;
+    slots[2 * workers + me] = timer.user_seconds();
+    slots[3 * workers + me] = timer.system_seconds();
+    slots[4 * workers + me] = timer.context_switches();
     strategy.sum_metrics(std::span<double>(slots));
+    double user_total = 0, system_total = 0, switches_total = 0;
+    for (std::size_t i = 0; i < workers; ++i) {
+      user_total += slots[2 * workers + i];
+      system_total += slots[3 * workers + i];
+      switches_total += slots[4 * workers + i];
+    }
     const std::vector<double> rss(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(workers));
     double cpu_total = 0;
-    for (std::size_t i = workers; i < slots.size(); ++i) cpu_total += slots[i];
+    for (std::size_t i = workers; i < 2 * workers; ++i) cpu_total += slots[i];
     // The slowest worker's time is the job's.
     double job_seconds = seconds;
     strategy.collective().all_reduce(std::span<double>(&job_seconds, 1), mwstrat::reduce_op::max);
@@ -243,10 +267,12 @@ int main(int argc, char** argv) {
       const double steps_per_s = static_cast<double>(f.steps) / job_seconds;
       std::printf("{\"impl\":\"mwstrat\",\"workers\":%zu,\"threads\":%d,\"batch\":%zu,\"steps\":%zu,"
                   "\"seconds\":%.4f,\"steps_per_s\":%.3f,\"samples_per_s\":%.1f,\"peak_rss_mib\":%.1f,"
-                  "\"peak_rss_mib_per_worker\":[%s],\"cpu_s_per_step\":%.5f,\"loss\":%.5f,\"gradients\":\"%s\"}\n",
+                  "\"peak_rss_mib_per_worker\":[%s],\"cpu_s_per_step\":%.5f,\"cpu_user_s_per_step\":%.5f,"
+                  "\"cpu_system_s_per_step\":%.5f,\"context_switches_per_step\":%.1f,\"loss\":%.5f,\"gradients\":\"%s\"}\n",
                   workers, f.threads, f.batch, f.steps, job_seconds, steps_per_s,
                   steps_per_s * static_cast<double>(global_batch), peak, per_worker.c_str(),
-                  cpu_total / static_cast<double>(f.steps), h.epochs.empty() ? 0.0 : h.epochs.back().loss,
+                  cpu_total / static_cast<double>(f.steps), user_total / static_cast<double>(f.steps),
+                  system_total / static_cast<double>(f.steps), switches_total / static_cast<double>(f.steps), h.epochs.empty() ? 0.0 : h.epochs.back().loss,
                   f.local_gradients ? "local" : "mean");
       std::fflush(stdout);
     }

@@ -510,17 +510,40 @@ class basic_sequential {
                                          output_size(), labels, weights, batch, losses_.data(), hits_.data());
   }
 
+  // A layer may report parts of its gradient as final during its backward (before its input gradient, or a large
+  // dense kernel in chunks); they are passed on to `on_ready` at once, so a bucket can leave while the layer still
+  // runs. The model checks that they grow as a contiguous suffix of the layer's slice and reports the rest after.
+  template <class OnReady>
+  struct layer_report {
+    OnReady* on_ready;
+    std::size_t begin;     // the layer's first gradient in the arena
+    std::size_t reported;  // [reported, begin + n) is already passed on
+    static void call(void* self, std::size_t offset, std::size_t count) {
+      auto& r = *static_cast<layer_report*>(self);
+      if (count == 0) return;
+      if (r.begin + offset + count != r.reported) {
+        throw config_error({"nn"}, "a layer reported its gradient [" + std::to_string(offset) + ", " +
+                                       std::to_string(offset + count) + ") out of order (expected one ending at " +
+                                       std::to_string(r.reported - r.begin) + ")");
+      }
+      r.reported = r.begin + offset;
+      (*r.on_ready)(r.reported, count);
+    }
+  };
+
   template <class OnReady>
   void backward_pass(std::size_t batch, OnReady& on_ready) {
     for (std::size_t i = layers_.size(); i-- > 0;) {
       auto& l = *layers_[i];
       const std::size_t n = l.param_count();
+      layer_report<OnReady> report{&on_ready, offsets_[i], offsets_[i] + n};
+      const detail::gradient_ready ready{&report, &layer_report<OnReady>::call};
       if (!l.aliases_input() && (n > 0 || needs_input_grad_[i])) {
         T* dx = needs_input_grad_[i] ? grad_ptr(i) : nullptr;
         l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), dx, pbase_ + offsets_[i],
-                    gbase_ + offsets_[i], step_, nullptr, &dx, true});
+                    gbase_ + offsets_[i], step_, nullptr, &dx, true, n > 0 ? &ready : nullptr});
       }
-      if (n > 0) on_ready(offsets_[i], n);
+      if (report.reported > offsets_[i]) on_ready(offsets_[i], report.reported - offsets_[i]);
     }
   }
 

@@ -10,7 +10,14 @@
 ///
 /// `automatic` decides as follows, the same way on every replica:
 ///   1. overlap: reduce in buckets while backward runs, unless some machine runs more than one replica and their
-///      compute threads already take all its CPUs (then the reduction's copies could only steal those cores);
+///      compute threads already take all its CPUs (then the reduction's copies could only steal those cores).
+///      "Machine" is the kernel instance (boot id), not the host identity (`MWSTRAT_HOST_ID`): replicas declared
+///      on different hosts but sharing one machine's CPUs (scripts/simhosts) count as one full machine. Measured
+///      so (2026-11-24, MNIST CNN, 2 simulated hosts x 1 worker x 1 thread on 2 shared cores, overlap always vs
+///      never in the same round, benchmarks/train/hosts_train.py, a busy machine): at 10 Gbit/s overlap was slower
+///      (median 0.95x of 10 pairs, fp32 and bf16), at 1 Gbit/s it gained little (bf16 median 1.06x of 5, fp32
+///      1.01x) — the rule stays. On real separate hosts (one replica per machine) it overlaps; a job whose hosts
+///      share CPUs behind a slow link may ask for `always`;
 ///   2. without overlap, the update: one shared parameter copy per host (`shared_host_copy`) when every replica
 ///      runs on one host with shared memory, the model can adopt storage and the optimizer is elementwise without
 ///      slots; else `sharded` when the optimizer is elementwise without slots and the collective fuses the update
@@ -70,7 +77,8 @@ enum class update_placement {
 /// How a strategy synchronises gradients (see the file comment for `automatic` and the fallback rule).
 struct gradient_sync_options {
   reduction_overlap overlap = reduction_overlap::automatic;  ///< whether the reduction overlaps backward
-  std::size_t bucket_bytes = std::size_t{4} << 20;  ///< bucket size when overlapping (whole layers, never split)
+  /// Bucket size when overlapping: whole reported slices (layers, or a large dense kernel's two parts).
+  std::size_t bucket_bytes = std::size_t{4} << 20;
   update_placement update = update_placement::automatic;  ///< where the update runs
 };
 

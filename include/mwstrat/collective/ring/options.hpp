@@ -113,6 +113,7 @@ struct ring_options {
   /// How long a rank with nothing to do keeps polling its sockets before it sleeps in poll(): a wake-up from sleep
   /// costs tens to hundreds of microseconds (more in a virtual machine) on every hop of an operation, polling costs
   /// the waiting rank's CPU (it yields between polls, so other runnable threads still get it). 0: sleep at once.
+  /// Counted from the last frame finished: the bytes of a frame trickling in over a slow link do not extend it.
   /// Negative values are refused (`config_error`).
   std::chrono::microseconds spin{200};
   /// Where the ring logs (start-up, refused connections, failures); empty: standard error. A lost peer's verdict is

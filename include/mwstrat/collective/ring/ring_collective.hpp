@@ -565,6 +565,7 @@ class ring_collective : public detail::front_end<ring_collective> {
         return failure{error_kind::protocol, rank_, "internal: ring schedule stalled during " + detail::where_of(p)};
       }
       bool progress = false;
+      const std::size_t frames_before = frames_done(st);
       for (std::size_t k = 0; k < st.sends; ++k) {
         st.send[k].want_out = false;
         if (st.send[k].active)
@@ -574,7 +575,10 @@ class ring_collective : public detail::front_end<ring_collective> {
         if (st.recv[k].active)
           if (auto f = receive_some<T>(p, st.recv[k], k, deadline, progress)) return f;
       if (progress) {
-        idle_since = steady::time_point{};
+        // Only a finished frame restarts the spin: on a slow link bytes trickle in all the time, and restarting it
+        // on every one kept the rank polling for the whole transfer (a core per rank at 1 Gbit/s, taken from
+        // compute when the reduction overlaps backward). Within a frame it sleeps in poll() once spin_ is spent.
+        if (frames_done(st) != frames_before) idle_since = steady::time_point{};
         continue;
       }
       if (auto f = wait_ready(p, st, idle_since, deadline, timeout)) return f;
@@ -724,6 +728,14 @@ class ring_collective : public detail::front_end<ring_collective> {
       }
     }
     return std::nullopt;
+  }
+
+  // Frames sent and received so far by the connections of one operation.
+  static std::size_t frames_done(const streams& st) {
+    std::size_t n = 0;
+    for (std::size_t k = 0; k < st.sends; ++k) n += st.send[k].t;
+    for (std::size_t k = 0; k < st.recvs; ++k) n += st.recv[k].t;
+    return n;
   }
 
   // Nothing moved: waits until a socket is ready, the next rank speaks on its back channel, or the deadline —

@@ -54,6 +54,18 @@ struct forward_args {
   const T* const* xs;          // every input (a multi-input layer), xs[0] == x
 };
 
+// How a layer says, during its backward, that part of its parameter gradient is final (so a strategy can start
+// reducing it while the layer still computes the rest, its input gradient included): `offset` and `count` are
+// relative to the layer's own gradients, and the parts must arrive as a growing contiguous suffix of them (the
+// arena's order, which is also the order buckets leave in). Not an std::function: nothing is allocated per call.
+struct gradient_ready {
+  void* context = nullptr;
+  void (*report)(void* context, std::size_t offset, std::size_t count) = nullptr;
+  void operator()(std::size_t offset, std::size_t count) const {
+    if (report != nullptr) report(context, offset, count);
+  }
+};
+
 template <class T>
 struct backward_args {
   std::size_t batch;
@@ -67,6 +79,9 @@ struct backward_args {
   const replica_sum* replicas;
   T* const* dxs;  // per input (multi-input layers), each null when not needed; dxs[0] == dx
   bool add_regularization;  // false: the model adds the regularisation gradients itself, after the replicas' mean
+  // Where the layer may report parts of its gradient as final before it returns (null: nobody listens); what it
+  // has not reported when it returns, the model reports then. Regularisation must be added before a report.
+  const gradient_ready* ready = nullptr;
 };
 
 // An L2 term of a layer's loss: λ·Σw² over `count` parameters from `offset` in the layer's parameters.

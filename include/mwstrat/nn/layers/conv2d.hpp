@@ -116,6 +116,8 @@ class conv2d_layer final : public layer_impl<T> {
           add_l2_gradient(spec_.kernel_regularizer, a.params, a.grads, k);
           if (spec_.use_bias) add_l2_gradient(spec_.bias_regularizer, a.params + k, a.grads + k, spec_.filters);
         }
+        // Final now: its reduction can start while the input gradient is computed.
+        if (a.ready != nullptr) (*a.ready)(0, this->param_count());
         if (a.dx != nullptr) nn::kernels::conv2d_backward_data(g, a.dy, a.params, a.dx, kernels_ws_);
         return;
       }
@@ -177,6 +179,7 @@ class conv2d_layer final : public layer_impl<T> {
       add_l2_gradient(spec_.kernel_regularizer, a.params, a.grads, patch_ * f);
       if (spec_.use_bias) add_l2_gradient(spec_.bias_regularizer, a.params + patch_ * f, a.grads + patch_ * f, f);
     }
+    if (a.ready != nullptr) (*a.ready)(0, this->param_count());  // final before the input gradient
     if (a.dx == nullptr) return;
     // dcols[m][p] = sum_f dz[m][f] K[p][f], then scattered back to the input, one task per sample.
     gemm_nt<T>(positions, patch_, f, dz, f, a.params, f, cols_.data(), patch_, nullptr, false, {});

@@ -120,20 +120,35 @@ class dense_layer final : public layer_impl<T> {
       });
       combine_blocks(partial_.data(), chunks, n, n);
       std::copy_n(partial_.data(), n, a.grads);
+    } else if (a.ready != nullptr && !keras_layout_) {
+      // Someone reduces the gradient while backward runs: the bias (the slice's end) first, then the kernel's last
+      // units, then the rest of it, each reported as soon as it is final, so the first bucket leaves while the rest
+      // is computed. Each element is the same sum as in one product over all units (the GEMM forms every element
+      // over k in order whatever rows it is given), so the bits do not change. Only two products: each packs the
+      // whole input again, which costs more than a third chunk would win.
+      bias_gradient_by_unit(rows, dz, gbias);
+      if (a.add_regularization) add_l2_gradient(spec_.bias_regularizer, a.params + units * inputs_, gbias, units);
+      (*a.ready)(units * inputs_, units);
+      for (std::size_t u1 = units; u1 > 0;) {
+        const std::size_t u0 = u1 == units && u1 > report_chunk_units() ? u1 - report_chunk_units() : 0;
+        gemm_nn<T>(u1 - u0, inputs_, rows, dz + u0, 1, static_cast<std::ptrdiff_t>(units), a.x, inputs_,
+                   gkernel + u0 * inputs_, inputs_);
+        if (a.add_regularization)
+          add_l2_gradient(spec_.kernel_regularizer, a.params + u0 * inputs_, gkernel + u0 * inputs_,
+                          (u1 - u0) * inputs_);
+        (*a.ready)(u0 * inputs_, (u1 - u0) * inputs_);
+        u1 = u0;
+      }
     } else {
       kernel_gradient(rows, a.x, dz, gkernel);
-      parallel_chunks(units, 64, [&](std::size_t b, std::size_t e) {
-        for (std::size_t u = b; u < e; ++u) {
-          T s{};
-          for (std::size_t r = 0; r < rows; ++r) s += dz[r * units + u];
-          gbias[u] = s;
-        }
-      });
+      bias_gradient_by_unit(rows, dz, gbias);
     }
-    if (a.add_regularization) {
+    if (a.add_regularization && (a.ready == nullptr || keras_layout_ || split_invariant())) {
       add_l2_gradient(spec_.kernel_regularizer, a.params, gkernel, units * inputs_);
       add_l2_gradient(spec_.bias_regularizer, a.params + units * inputs_, gbias, units);
     }
+    // Final now: its reduction can start while the input gradient is computed (the chunked path reported already).
+    if (a.ready != nullptr && (keras_layout_ || split_invariant())) (*a.ready)(0, this->param_count());
     if (a.dx != nullptr && keras_layout_) {  // dx[r][f] = sum_u dz[r][u] K[f][u]
       gemm_nt<T>(rows, inputs_, units, dz, units, a.params, units, a.dx, inputs_, nullptr, false, std::span<T>(workspace_));
       return;
@@ -150,6 +165,23 @@ class dense_layer final : public layer_impl<T> {
   bool split_invariant() const noexcept { return this->param_count() <= split_invariant_params; }
   std::size_t chunk_samples() const noexcept {
     return power_of_two_floor(std::clamp<std::size_t>(split_invariant_params / this->param_count(), 1, 8));
+  }
+  // A large kernel's last units reported first: about this many elements, a bucket's worth at the strategy's
+  // default (4 MiB), so that bucket leaves early.
+  static constexpr std::size_t report_chunk_floats = std::size_t{1} << 20;
+  std::size_t report_chunk_units() const noexcept {
+    return std::max<std::size_t>(1, report_chunk_floats / std::max<std::size_t>(inputs_, 1));
+  }
+  // The bias's gradient of a large layer: per unit, the rows in order.
+  void bias_gradient_by_unit(std::size_t rows, const T* dz, T* out) const {
+    const std::size_t units = spec_.units;
+    parallel_chunks(units, 64, [&](std::size_t b, std::size_t e) {
+      for (std::size_t u = b; u < e; ++u) {
+        T s{};
+        for (std::size_t r = 0; r < rows; ++r) s += dz[r * units + u];
+        out[u] = s;
+      }
+    });
   }
   // The kernel's gradient over `rows` rows, overwriting `out`.
   void kernel_gradient(std::size_t rows, const T* x, const T* dz, T* out) const {

@@ -1,0 +1,180 @@
+// Gradients reported before a layer's backward returns (nn/detail/layer_impl.hpp's `gradient_ready`): a dense or
+// convolution layer reports its parameter gradients before it computes its input gradient, a large dense kernel in
+// chunks of units from the last, so that a strategy's buckets can leave early. What is reported must already be
+// final, arrive as a growing contiguous suffix, and every value — the parameter and the input gradients — must be the
+// same bits as the layer's backward without a listener (one product over all units).
+#include <mwstrat/nn.hpp>
+#include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/layers/conv2d.hpp>
+#include <mwstrat/nn/layers/dense.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <utility>
+#include <vector>
+
+namespace nn = mwstrat::nn;
+namespace d = mwstrat::detail;
+
+namespace {
+
+std::vector<float> random_values(std::size_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// One report: where, and the values it covered at the moment it was made.
+struct report {
+  std::size_t offset, count;
+  std::vector<float> values;
+};
+
+// Runs one layer's forward then backward, with or without a listener; returns the parameter gradients, the input
+// gradients and what was reported.
+struct backward_result {
+  std::vector<float> grads, dx;
+  std::vector<report> reports;
+};
+
+backward_result run_backward(d::layer_impl<float>& layer, std::size_t batch, bool listen) {
+  const std::size_t n = layer.param_count();
+  std::vector<float> params(n);
+  layer.initialize(params, 7, 3);
+  // A bias that is not all zeros, so that the ReLU mask is mixed on both sides of zero.
+  for (std::size_t i = 0; i < n; ++i) params[i] += 0.01f * static_cast<float>(i % 13) - 0.05f;
+  layer.reserve(batch);
+  const auto x = random_values(batch * layer.input_size(), 11);
+  std::vector<float> y(batch * layer.output_size());
+  const float* xp = x.data();
+  layer.forward({batch, x.data(), y.data(), params.data(), true, 1, nullptr, nullptr, &xp});
+  const auto dy = random_values(y.size(), 12);
+  backward_result r;
+  r.grads.assign(n, -99.0f);
+  r.dx.assign(x.size(), -99.0f);
+  struct context {
+    backward_result* r;
+    const float* grads;
+  } ctx{&r, r.grads.data()};
+  const d::gradient_ready ready{&ctx, [](void* c, std::size_t offset, std::size_t count) {
+                                  auto& k = *static_cast<context*>(c);
+                                  k.r->reports.push_back(
+                                      {offset, count, std::vector<float>(k.grads + offset, k.grads + offset + count)});
+                                }};
+  float* dx = r.dx.data();
+  layer.backward({batch, x.data(), y.data(), dy.data(), dx, params.data(), r.grads.data(), 1, nullptr, &dx, true,
+                  listen ? &ready : nullptr});
+  return r;
+}
+
+// The reports cover [end - covered, end) contiguously from the end and each held its final values.
+void expect_final_suffix(const backward_result& r, std::size_t end, std::size_t covered) {
+  std::size_t ready = end;
+  for (const auto& rep : r.reports) {
+    ASSERT_EQ(rep.offset + rep.count, ready) << "reports must grow as a contiguous suffix";
+    ASSERT_GT(rep.count, 0u);
+    ready = rep.offset;
+    EXPECT_TRUE(same_bits(rep.values, std::vector<float>(r.grads.begin() + static_cast<std::ptrdiff_t>(rep.offset),
+                                                         r.grads.begin() +
+                                                             static_cast<std::ptrdiff_t>(rep.offset + rep.count))))
+        << "gradient [" << rep.offset << ", " << rep.offset + rep.count << ") changed after it was reported";
+  }
+  EXPECT_EQ(end - ready, covered);
+}
+
+}  // namespace
+
+TEST(NnEarlyGradients, LargeDenseReportsBiasThenKernelChunksWithTheBitsOfOneProduct) {
+  // 60 units x 40 000 inputs: above the split-invariant size, so the kernel is reported in two parts (its last 26
+  // units, then the other 34), with a ReLU and both L2 terms (added before each report). Batch 7: rows no multiple
+  // of a tile.
+  nn::dense spec{60, nn::activation::relu};
+  spec.kernel_regularizer = 0.01;
+  spec.bias_regularizer = 0.02;
+  d::dense_layer<float> whole(spec, {40000});
+  d::dense_layer<float> early(spec, {40000});
+  const auto plain = run_backward(whole, 7, false);
+  const auto listened = run_backward(early, 7, true);
+  EXPECT_TRUE(plain.reports.empty());
+  EXPECT_TRUE(same_bits(plain.grads, listened.grads)) << "parameter gradients differ from the whole-layer product";
+  EXPECT_TRUE(same_bits(plain.dx, listened.dx)) << "input gradients differ";
+  const std::size_t n = whole.param_count();
+  expect_final_suffix(listened, n, n);
+  // The bias first, then the kernel in two parts.
+  ASSERT_EQ(listened.reports.size(), 3u);
+  EXPECT_EQ(listened.reports[0].offset, 60u * 40000u);
+  EXPECT_EQ(listened.reports[0].count, 60u);
+  EXPECT_EQ(listened.reports[1].count, 26u * 40000u);
+}
+
+TEST(NnEarlyGradients, SmallDenseAndConvolutionReportTheirWholeGradientBeforeTheInputGradient) {
+  {
+    d::dense_layer<float> whole(nn::dense{10}, {50});
+    d::dense_layer<float> early(nn::dense{10}, {50});
+    const auto plain = run_backward(whole, 5, false);
+    const auto listened = run_backward(early, 5, true);
+    EXPECT_TRUE(same_bits(plain.grads, listened.grads));
+    EXPECT_TRUE(same_bits(plain.dx, listened.dx));
+    ASSERT_EQ(listened.reports.size(), 1u);
+    expect_final_suffix(listened, whole.param_count(), whole.param_count());
+  }
+  {
+    nn::conv2d spec{6, {3, 3}, nn::activation::relu};
+    spec.kernel_regularizer = 0.01;
+    d::conv2d_layer<float> whole(spec, {9, 8, 3});
+    d::conv2d_layer<float> early(spec, {9, 8, 3});
+    const auto plain = run_backward(whole, 3, false);
+    const auto listened = run_backward(early, 3, true);
+    EXPECT_TRUE(same_bits(plain.grads, listened.grads));
+    EXPECT_TRUE(same_bits(plain.dx, listened.dx));
+    ASSERT_EQ(listened.reports.size(), 1u);
+    expect_final_suffix(listened, whole.param_count(), whole.param_count());
+  }
+}
+
+TEST(NnEarlyGradients, ModelPassesEveryReportOnFinalAndInOrder) {
+  // A model whose large dense layer is chunked: the model's on_ready sees slices that tile the arena from the end,
+  // several for that layer, each already final; and the gradients equal those of a model trained without a
+  // listener (the same program, the other overload).
+  auto make = [] {
+    return nn::sequential({nn::input{{28, 28}}, nn::reshape{{28, 28, 1}}, nn::conv2d{8, {3, 3}, nn::activation::relu},
+                           nn::flatten{}, nn::dense{300, nn::activation::relu}, nn::dense{10}});
+  };
+  auto a = make();
+  auto b = make();
+  const std::size_t batch = 4;
+  const auto x = random_values(batch * 784, 5);
+  const std::vector<std::int64_t> labels{1, 7, 3, 0};
+  std::vector<std::pair<std::size_t, std::size_t>> slices;
+  std::vector<std::vector<float>> at_report;
+  a.train_batch(x, labels, batch, [&](std::size_t offset, std::size_t count) {
+    slices.emplace_back(offset, count);
+    auto g = a.gradients();
+    at_report.emplace_back(g.begin() + static_cast<std::ptrdiff_t>(offset),
+                           g.begin() + static_cast<std::ptrdiff_t>(offset + count));
+  });
+  b.train_batch(x, labels, batch);
+  const auto ga = a.gradients();
+  const auto gb = b.gradients();
+  ASSERT_EQ(ga.size(), gb.size());
+  EXPECT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float)), 0);
+  std::size_t ready = ga.size();
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    ASSERT_EQ(slices[i].first + slices[i].second, ready);
+    ready = slices[i].first;
+    EXPECT_EQ(std::memcmp(at_report[i].data(), ga.data() + slices[i].first, slices[i].second * sizeof(float)), 0)
+        << "slice " << i << " changed after it was reported";
+  }
+  EXPECT_EQ(ready, 0u);
+  EXPECT_GT(slices.size(), 4u) << "the large dense kernel should be reported in chunks";
+}
