@@ -31,7 +31,7 @@ class bucketed_reduction {
       decltype(std::declval<Collective&>().all_reduce_async(std::declval<std::span<float>>(), reduce_op::mean));
 
   /// `gradients` is the whole arena; buckets hold at least `bucket_floats`: whole reported slices, which are whole
-/// layers or the parts a layer reports during its backward (a large dense kernel's last units first).
+  /// layers or the parts a layer reports during its backward (a large dense kernel's last units first).
   bucketed_reduction(Collective& c, std::span<float> gradients, std::size_t bucket_floats)
       : collective_(&c), gradients_(gradients), bucket_floats_(bucket_floats == 0 ? 1 : bucket_floats) {
     in_flight_.reserve(16);  // grows once, in the first step, if the model has more buckets
