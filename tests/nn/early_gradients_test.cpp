@@ -145,7 +145,7 @@ TEST(NnEarlyGradients, SmallDenseAndConvolutionReportTheirWholeGradientBeforeThe
 TEST(NnEarlyGradients, ModelPassesEveryReportOnFinalAndInOrder) {
   // A model whose large dense layer is chunked: the model's on_ready sees slices that tile the arena from the end,
   // several for that layer, each already final; and the gradients equal those of a model trained without a
-  // listener (the same program, the other overload).
+  // listener (the other overload passes `after_backward`: no reports wanted, the dense kernel in one product).
   auto make = [] {
     return nn::sequential({nn::input{{28, 28}}, nn::reshape{{28, 28, 1}}, nn::conv2d{8, {3, 3}, nn::activation::relu},
                            nn::flatten{}, nn::dense{300, nn::activation::relu}, nn::dense{10}});

@@ -27,6 +27,7 @@
 #include <mwstrat/nn/losses.hpp>
 #include <mwstrat/nn/model_options.hpp>
 #include <mwstrat/nn/step_stats.hpp>
+#include <mwstrat/train/after_backward.hpp>
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -296,7 +297,7 @@ class basic_sequential {
   }
   /// Forward, loss and backward on one batch (gradients overwritten, no readiness callback).
   step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
-    return train_batch(inputs, labels, batch, [](std::size_t, std::size_t) {});
+    return train_batch(inputs, labels, batch, after_backward{});
   }
 
   /// `train_batch` on a batch of the library's image pipelines (what `fit` calls: `trainable_model`).
@@ -541,7 +542,8 @@ class basic_sequential {
       if (!l.aliases_input() && (n > 0 || needs_input_grad_[i])) {
         T* dx = needs_input_grad_[i] ? grad_ptr(i) : nullptr;
         l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), dx, pbase_ + offsets_[i],
-                    gbase_ + offsets_[i], step_, nullptr, &dx, true, n > 0 ? &ready : nullptr});
+                    gbase_ + offsets_[i], step_, nullptr, &dx, true,
+                    n > 0 && reports_wanted<OnReady> ? &ready : nullptr});
       }
       if (report.reported > offsets_[i]) on_ready(offsets_[i], report.reported - offsets_[i]);
     }

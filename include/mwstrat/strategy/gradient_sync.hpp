@@ -24,6 +24,7 @@
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/strategy/detail/host_topology.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
+#include <mwstrat/train/after_backward.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -36,11 +37,6 @@
 namespace mwstrat {
 
 namespace detail {
-
-// The `on_ready` of a step whose reduction waits for the end of backward.
-struct ignore_ready {
-  void operator()(std::size_t, std::size_t) const noexcept {}
-};
 
 // A model whose regularisation gradients the synchroniser adds after the replicas' mean (the graph model): added
 // by each replica before it, they would enter the mean R times and round differently from one replica over the
@@ -108,7 +104,7 @@ class replicated_gradient_sync {
   /// Runs `backward(on_ready)`, means the gradients and applies the update; returns what `backward` returned.
   template <class Backward>
   auto step(Backward&& backward) {
-    auto result = std::forward<Backward>(backward)(detail::ignore_ready{});
+    auto result = std::forward<Backward>(backward)(after_backward{});
     strategy_.mean_gradients(model_.gradients());
     detail::apply_update(model_, optimizer_, regularization_);
     return result;
@@ -177,7 +173,7 @@ class collective_gradient_sync {
     if (placement_ == update_placement::automatic) decide_placement();
     if constexpr (shares_storage) {
       if (placement_ == update_placement::shared_host_copy) {
-        auto result = std::forward<Backward>(backward)(detail::ignore_ready{});
+        auto result = std::forward<Backward>(backward)(after_backward{});
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
         arena_->mean_and_update([&](std::size_t first, std::size_t count) {
           regularization_.add(first, count);
@@ -187,7 +183,7 @@ class collective_gradient_sync {
         return result;
       }
     }
-    auto result = std::forward<Backward>(backward)(detail::ignore_ready{});
+    auto result = std::forward<Backward>(backward)(after_backward{});
     if constexpr (can_shard) {
       if (placement_ == update_placement::sharded) {
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
