@@ -117,28 +117,30 @@ TEST(NnEarlyGradients, LargeDenseReportsBiasThenKernelChunksWithTheBitsOfOneProd
   EXPECT_EQ(listened.reports[1].count, 26u * 40000u);
 }
 
+// A layer that reports its whole gradient at once, before its input gradient: the same bits with and without a
+// listener, and one report, final when made.
+template <class Layer>
+void expect_one_report_with_the_same_bits(Layer& whole, Layer& early, std::size_t batch) {
+  const auto plain = run_backward(whole, batch, false);
+  const auto listened = run_backward(early, batch, true);
+  EXPECT_TRUE(same_bits(plain.grads, listened.grads));
+  EXPECT_TRUE(same_bits(plain.dx, listened.dx));
+  ASSERT_EQ(listened.reports.size(), 1u);
+  expect_final_suffix(listened, whole.param_count(), whole.param_count());
+}
+
 TEST(NnEarlyGradients, SmallDenseAndConvolutionReportTheirWholeGradientBeforeTheInputGradient) {
   {
     d::dense_layer<float> whole(nn::dense{10}, {50});
     d::dense_layer<float> early(nn::dense{10}, {50});
-    const auto plain = run_backward(whole, 5, false);
-    const auto listened = run_backward(early, 5, true);
-    EXPECT_TRUE(same_bits(plain.grads, listened.grads));
-    EXPECT_TRUE(same_bits(plain.dx, listened.dx));
-    ASSERT_EQ(listened.reports.size(), 1u);
-    expect_final_suffix(listened, whole.param_count(), whole.param_count());
+    expect_one_report_with_the_same_bits(whole, early, 5);
   }
   {
     nn::conv2d spec{6, {3, 3}, nn::activation::relu};
     spec.kernel_regularizer = 0.01;
     d::conv2d_layer<float> whole(spec, {9, 8, 3});
     d::conv2d_layer<float> early(spec, {9, 8, 3});
-    const auto plain = run_backward(whole, 3, false);
-    const auto listened = run_backward(early, 3, true);
-    EXPECT_TRUE(same_bits(plain.grads, listened.grads));
-    EXPECT_TRUE(same_bits(plain.dx, listened.dx));
-    ASSERT_EQ(listened.reports.size(), 1u);
-    expect_final_suffix(listened, whole.param_count(), whole.param_count());
+    expect_one_report_with_the_same_bits(whole, early, 3);
   }
 }
 
