@@ -62,6 +62,31 @@ TEST(wire_compression, rounds_to_nearest_ties_to_even_and_saturates_to_infinity)
   EXPECT_EQ(to_bf16(-0.0f), 0x8000);
 }
 
+// The bulk loops (vectorised by the compiler) give exactly the per-element conversions' bits, specials included.
+TEST(wire_compression, bulk_loops_match_the_per_element_conversions_bit_for_bit) {
+  std::vector<float> in;
+  for (std::size_t i = 0; i < 4099; ++i) in.push_back(test::varied_input(5, i) * 1e3f);
+  for (float x : {0.0f, -0.0f, 0x1p-130f, -0x1p-149f, 0x1p-25f, 65519.0f, 65520.0f, -1e30f, INFINITY, -INFINITY,
+                  NAN, 1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f})
+    in.push_back(x);
+  const auto bits = [](float f) { return detail::float_bits(f); };
+  for (auto c : {wire_compression::bf16, wire_compression::fp16}) {
+    std::vector<std::uint16_t> narrow(in.size());
+    detail::narrow_into(narrow.data(), in.data(), in.size(), c);
+    std::vector<float> rounded = in, widened(in.size()), sums(in.size(), 0.5f);
+    detail::round_to_wire(rounded.data(), rounded.size(), c);
+    detail::widen_into(widened.data(), narrow.data(), narrow.size(), c);
+    detail::widen_add(sums.data(), narrow.data(), narrow.size(), c);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const std::uint16_t one = detail::narrow(in[i], c);
+      ASSERT_EQ(narrow[i], one) << "narrow_into, element " << i;
+      ASSERT_EQ(bits(rounded[i]), bits(detail::widen(one, c))) << "round_to_wire, element " << i;
+      ASSERT_EQ(bits(widened[i]), bits(detail::widen(one, c))) << "widen_into, element " << i;
+      ASSERT_EQ(bits(sums[i]), bits(0.5f + detail::widen(one, c))) << "widen_add, element " << i;
+    }
+  }
+}
+
 TEST(wire_compression, relative_error_of_one_rounding_is_at_most_the_unit_roundoff) {
   for (std::size_t i = 0; i < 200000; ++i) {
     const float x = test::varied_input(3, i) * 37.0f;
