@@ -95,8 +95,8 @@ void expect_final_suffix(const backward_result& r, std::size_t end, std::size_t 
 }  // namespace
 
 TEST(NnEarlyGradients, LargeDenseReportsBiasThenKernelChunksWithTheBitsOfOneProduct) {
-  // 60 units x 40 000 inputs: above the split-invariant size, so the kernel is reported in two parts (its last 26
-  // units, then the other 34), with a ReLU and both L2 terms (added before each report). Batch 7: rows no multiple
+  // 60 units x 40 000 inputs: above the split-invariant size, so the kernel is reported in two parts (its last 27
+  // units, the fewest that make at least 2^20 elements, a default bucket, then the other 33), with a ReLU and both L2 terms (added before each report). Batch 7: rows no multiple
   // of a tile.
   nn::dense spec{60, nn::activation::relu};
   spec.kernel_regularizer = 0.01;
@@ -114,7 +114,7 @@ TEST(NnEarlyGradients, LargeDenseReportsBiasThenKernelChunksWithTheBitsOfOneProd
   ASSERT_EQ(listened.reports.size(), 3u);
   EXPECT_EQ(listened.reports[0].offset, 60u * 40000u);
   EXPECT_EQ(listened.reports[0].count, 60u);
-  EXPECT_EQ(listened.reports[1].count, 26u * 40000u);
+  EXPECT_EQ(listened.reports[1].count, 27u * 40000u);
 }
 
 // A layer that reports its whole gradient at once, before its input gradient: the same bits with and without a

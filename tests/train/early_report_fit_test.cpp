@@ -5,6 +5,7 @@
 #include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/nn.hpp>
 #include <mwstrat/nn/optimizers.hpp>
+#include <mwstrat/strategy/bucketed_reduction.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/fit.hpp>
 
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -53,4 +55,35 @@ TEST(fit_early_reports, overlapping_a_chunked_dense_layer_gives_the_bits_of_one_
   ASSERT_EQ(overlapped.size(), after.size());
   ASSERT_FALSE(overlapped.empty());
   EXPECT_EQ(overlapped, after);
+}
+
+// With the strategy's default bucket size, the tutorial CNN's first bucket (Dense(10), Dense(128)'s bias and the
+// last units of its kernel) leaves while the rest of that kernel's gradient is still being computed. A first part
+// a few units short of a bucket would wait for the whole kernel, and overlapping would gain nothing (it did).
+TEST(fit_early_reports, the_tutorial_cnns_first_default_bucket_leaves_before_its_dense_kernel_is_finished) {
+  spawn_ranks(1, [](local_collective& c) {
+    auto model = nn::reference_cnn();
+    bucketed_reduction<local_collective> reduction(c, model.gradients(),
+                                                   gradient_sync_options{}.bucket_bytes / sizeof(float));
+    constexpr std::size_t batch = 2;
+    std::vector<float> images(batch * 784);
+    for (std::size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(i % 251) / 251.0f;
+    const std::vector<std::int64_t> labels{3, 8};
+    std::vector<std::pair<std::size_t, std::size_t>> reports;  // (offset, buckets in flight after it)
+    model.train_batch(images, labels, batch, [&](std::size_t offset, std::size_t count) {
+      reduction.on_ready(offset, count);
+      reports.emplace_back(offset, reduction.buckets_in_flight());
+    });
+    reduction.finish();
+    // Reports from the end: Dense(10), Dense(128)'s bias, its kernel's last units, its first units (offset 320,
+    // after the convolution's 320 parameters), then the convolution.
+    std::size_t kernel_rest = reports.size();
+    for (std::size_t i = 0; i < reports.size(); ++i)
+      if (reports[i].first == 320) kernel_rest = i;
+    ASSERT_GE(kernel_rest, 1u) << "Dense(128)'s kernel was not reported in two parts";
+    ASSERT_LT(kernel_rest, reports.size());
+    EXPECT_GE(reports[kernel_rest - 1].second, 1u)
+        << "no bucket had left before the last part of Dense(128)'s kernel was computed";
+    EXPECT_GE(reduction.buckets_sent(), 2u);
+  });
 }

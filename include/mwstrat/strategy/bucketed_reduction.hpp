@@ -94,6 +94,8 @@ class bucketed_reduction {
 
   /// How many buckets the last step sent (for tests and tuning).
   [[nodiscard]] std::size_t buckets_sent() const noexcept { return buckets_sent_; }
+  /// How many buckets of this step have left so far (for tests: whether one leaves while backward still runs).
+  [[nodiscard]] std::size_t buckets_in_flight() const noexcept { return in_flight_.size(); }
 
  private:
   void send(std::size_t from, std::size_t to) {
