@@ -26,7 +26,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
-                "checkpoint", "data", "resnet", "collective_hosts", "train_hosts", "fault_campaign"]
+                "checkpoint", "data", "resnet", "resnet_tta", "collective_hosts", "train_hosts", "fault_campaign"]
 
 
 def cnn_flops_per_sample():
@@ -777,6 +777,72 @@ class Page:
                    "ratios, which were taken within one round of interleaved runs.")
             self.w()
 
+    def resnet_time_to_accuracy(self):
+        t = self.r.get("resnet_tta")
+        if not t:
+            return
+        rc = t.get("recipe", {})
+        w = self.w
+        w("### Time to accuracy: ResNet test accuracy against wall time, 2 workers")
+        w()
+        w(f"Measured: {where(t)}.  ")
+        w("Commands (one after the other): " + "; ".join(f"`{c}`" for c in t.get("commands", [])))
+        w()
+        w(f"ResNet-{rc.get('depth')} (TF's Keras resnet_cifar_model) on real CIFAR-10 with the tutorial's augmentation, "
+          f"{rc.get('workers')} workers × {rc.get('threads')} thread on this machine, per-worker batch "
+          f"{rc.get('batch_per_worker')}, SGD momentum 0.9 at {rc.get('lr')} for the global batch: linear warm-up from 0 "
+          f"over {rc.get('warmup_epochs')} epoch(s), then cosine decay to 0 by step over {rc.get('epochs')} epochs in all. "
+          "The whole test set is evaluated after every epoch; time runs from the first training step and includes "
+          f"the evaluations. Each run had the machine alone and a budget of {rc.get('budget_s', 0) / 60:.0f} min "
+          "(`benchmarks/resnet/time_to_accuracy.py`).")
+        if rc.get("steps_per_epoch") not in (None, "a full pass"):
+            w()
+            w(f"**Epochs of {rc['steps_per_epoch']} steps, not full passes**: a check of the tooling, not a result.")
+        w()
+        runs = [r for r in t.get("runs", []) if r.get("points")]
+        epochs = max((len(r["points"]) for r in runs), default=0)
+        w("| epoch | " + " | ".join(f"{r['impl']}: wall s | test accuracy" for r in runs) + " |")
+        w("|---|" + "---|---|" * len(runs))
+        for e in range(epochs):
+            cells = []
+            for r in runs:
+                p = r["points"][e] if e < len(r["points"]) else None
+                cells += [fmt(p["wall_s"]) if p else "—", f"{p['test_accuracy']:.4f}" if p else "—"]
+            w(f"| {e + 1} | " + " | ".join(cells) + " |")
+        w()
+        for r in runs:
+            last = r["points"][-1]
+            best = max(p["test_accuracy"] for p in r["points"])
+            stop = " (stopped at the budget)" if r.get("stopped_at_budget") else ""
+            w(f"- {r['impl']}: {len(r['points'])} epochs in {last['wall_s'] / 60:.1f} min{stop}, final test accuracy "
+              f"**{last['test_accuracy']:.4f}** (best {best:.4f}).")
+        if len(runs) == 2 and runs[0]["impl"] == "mwstrat":
+            a, b = runs
+            n = min(len(a["points"]), len(b["points"]))
+            if n:
+                w(f"- To the same epoch ({n}): mwstrat took {a['points'][n - 1]['wall_s'] / b['points'][n - 1]['wall_s']:.2f}× "
+                  f"{b['impl']}'s wall time.")
+        w(f"- Issue 17's goal (≥ 91% test accuracy in ≤ 30 min, ResNet-20), on this run of at most "
+          f"{rc.get('budget_s', 0) / 60:.0f} min: "
+          + ("met" if any(p["test_accuracy"] >= 0.91 and p["wall_s"] <= 1800 for r in runs if r["impl"] == "mwstrat"
+                          for p in r["points"]) else "**not met**") + ".")
+        w()
+        if self.plt and runs:
+            fig, ax = self.plt.subplots(figsize=(6.4, 4.2))
+            for r in runs:
+                ax.plot([p["wall_s"] / 60 for p in r["points"]], [100 * p["test_accuracy"] for p in r["points"]],
+                        marker="o", label=r["impl"])
+            ax.axhline(91, linestyle="--", color="grey", label="goal: 91%")
+            ax.set_xlabel("wall time since the first step (min)")
+            ax.set_ylabel("test accuracy (%)")
+            ax.set_title(f"ResNet-{rc.get('depth')} on CIFAR-10, {rc.get('workers')} workers\n{short_cpu(t)} "
+                         f"({t.get('date', '')[:10]})", fontsize=9)
+            ax.legend(fontsize=8)
+            ax.grid(alpha=0.3)
+            path = self.save_plot(fig, "resnet_time_to_accuracy.png")
+            w(f"![Test accuracy against wall time]({path})")
+            w()
+
     def hosts(self):
         c = self.r.get("collective_hosts")
         t = self.r.get("train_hosts")
@@ -1006,7 +1072,8 @@ class Page:
         machine = self.lines
         self.lines = []
         body_start = 0
-        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.resnet, self.hosts,
+        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.resnet,
+                        self.resnet_time_to_accuracy, self.hosts,
                         self.fault_campaign):
             section()
         body = self.lines[body_start:]

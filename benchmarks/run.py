@@ -18,6 +18,10 @@ Families and what each writes (RESULTS.md's sections):
   resnet      resnet.json                ResNet-56 on CIFAR-10 training samples/s: mwstrat (resnet/resnet_throughput.cpp)
                                          vs PyTorch (both layouts) and TensorFlow MWMS, 1 and 2 workers × 1 thread,
                                          interleaved rounds; mwstrat's convolutions alone (--conv-kernels)
+  tta         resnet_tta.json            time to accuracy: ResNet-20 test accuracy against wall time, 2 workers, mwstrat
+                                         (examples/cifar10_resnet: the build needs -DMWSTRAT_BUILD_EXAMPLES=ON) then
+                                         PyTorch channels_last, the same short cosine recipe, each alone for up to
+                                         --tta-budget-s (resnet/time_to_accuracy.py)
   hosts       collective_hosts.json      all-reduce between 2 simulated hosts (scripts/simhosts, tbf at 10 and 1
                                          Gbit/s; and on loopback): mwstrat fp32/bf16 vs Gloo vs Open MPI, vs the link
                                          limit (collective/hosts_bench.py)
@@ -41,7 +45,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 
-FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet", "hosts"]
+FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet", "tta", "hosts"]
 
 
 class Failed(Exception):
@@ -278,6 +282,15 @@ def family_resnet(a, log):
         raise Failed("no mwstrat run succeeded: " + "; ".join(failures))
 
 
+def family_tta(a, log):
+    # Time to accuracy: one long run per implementation, one after the other (each has the machine to itself).
+    quick = ["--epochs", "2", "--warmup-epochs", "0.5", "--steps-per-epoch", "20", "--budget-s", "600"] if a.quick else [
+        "--epochs", "16", "--warmup-epochs", "1", "--budget-s", str(a.tta_budget_s)]
+    run([sys.executable, os.path.join(HERE, "resnet", "time_to_accuracy.py"), "--build", a.build, "--data-dir",
+         a.cifar_dir, "--json-out", os.path.join(a.results, "resnet_tta.json")] + quick, log,
+        2 * (600 if a.quick else a.tta_budget_s) + 600)
+
+
 def family_hosts(a, log):
     # Across 2 simulated hosts (scripts/simhosts: network namespaces, tbf-shaped links; skipped, saying why, where
     # they cannot be made): the all-reduce (and on loopback), then training. Each writes its JSON even when one of
@@ -311,6 +324,7 @@ def main():
     ap.add_argument("--only", action="append", choices=FAMILIES, help="run only this family (repeatable)")
     ap.add_argument("--resnet-rounds", type=int, default=0, help="resnet: interleaved rounds (default 3, quick 1)")
     ap.add_argument("--resnet-steps", type=int, default=0, help="resnet: timed steps per run (default 10, quick 3)")
+    ap.add_argument("--tta-budget-s", type=int, default=1800, help="tta: wall-clock budget of each run (s)")
     ap.add_argument("--logs", default=None, help="folder for each family's log (default BUILD/bench-logs)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)

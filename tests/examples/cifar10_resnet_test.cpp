@@ -23,6 +23,15 @@ TEST(cifar10_resnet_example, refuses_an_unknown_variant) {
   EXPECT_NE(r.output.find("--variant: 'keras' is not tf or he"), std::string::npos) << r.output;
 }
 
+TEST(cifar10_resnet_example, refuses_an_unknown_schedule_and_a_warm_up_as_long_as_the_run) {
+  auto r = run(resnet_example + " --schedule linear", 60);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--schedule: 'linear' is not piecewise or cosine"), std::string::npos) << r.output;
+  r = run(resnet_example + " --schedule cosine --epochs 3 --warmup-epochs 3", 60);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--warmup-epochs must be fewer than --epochs"), std::string::npos) << r.output;
+}
+
 TEST(cifar10_resnet_example, a_missing_data_set_is_an_error_naming_the_file) {
   scratch_dir dir;
   const auto r = run(resnet_example + " --data-dir " + (dir / "nothing-here") + " --epochs 1", 60);

@@ -13,11 +13,13 @@
 ///      compute threads already take all its CPUs (then the reduction's copies could only steal those cores).
 ///      "Machine" is the kernel instance (boot id), not the host identity (`MWSTRAT_HOST_ID`): replicas declared
 ///      on different hosts but sharing one machine's CPUs (scripts/simhosts) count as one full machine. Measured
-///      so (2026-11-24, MNIST CNN, 2 simulated hosts x 1 worker x 1 thread on 2 shared cores, overlap always vs
-///      never in the same round, benchmarks/train/hosts_train.py, a busy machine): at 10 Gbit/s overlap was slower
-///      (median 0.95x of 10 pairs, fp32 and bf16), at 1 Gbit/s it gained little (bf16 median 1.06x of 5, fp32
-///      1.01x) — the rule stays. On real separate hosts (one replica per machine) it overlaps; a job whose hosts
-///      share CPUs behind a slow link may ask for `always`;
+///      so (2026-11-24, MNIST CNN, 2 simulated hosts x 1 worker x 1 thread on 2 shared cores, bf16 mirrored update,
+///      overlap always vs never alternating, 3 pairs each, a quiet machine, after Dense's first reported part was
+///      made to fill a default bucket — before, the tutorial CNN's gradient left in one bucket after backward and
+///      overlap overlapped nothing): at 10 Gbit/s overlap is slower (0.92x: the split product and the pump's copies
+///      take CPU the other replica's compute needs), at 1 Gbit/s it wins 1.10x (the link is the bottleneck). The
+///      rule stays. On real separate hosts (one replica per machine) it overlaps; a job whose hosts share CPUs
+///      behind a slow link should ask for `always`;
 ///   2. without overlap, the update: one shared parameter copy per host (`shared_host_copy`) when every replica
 ///      runs on one host with shared memory, the model can adopt storage and the optimizer is elementwise without
 ///      slots; else `sharded` when the optimizer is elementwise without slots and the collective fuses the update
