@@ -788,10 +788,11 @@ class Page:
         w(f"Measured: {where(t)}.  ")
         w("Commands (one after the other): " + "; ".join(f"`{c}`" for c in t.get("commands", [])))
         w()
-        w(f"ResNet-{rc.get('depth')} (TF's Keras resnet_cifar_model) on real CIFAR-10 with the tutorial's augmentation, "
-          f"{rc.get('workers')} workers × {rc.get('threads')} thread on this machine, per-worker batch "
-          f"{rc.get('batch_per_worker')}, SGD momentum 0.9 at {rc.get('lr')} for the global batch: linear warm-up from 0 "
-          f"over {rc.get('warmup_epochs')} epoch(s), then cosine decay to 0 by step over {rc.get('epochs')} epochs in all. "
+        w(f"ResNet-{rc.get('depth')} (TF's Keras resnet_cifar_model) on real CIFAR-10 with the tutorial's "
+          f"augmentation, {rc.get('workers')} workers × {rc.get('threads')} thread on this machine, per-worker batch "
+          f"{rc.get('batch_per_worker')}, SGD momentum 0.9 at {rc.get('lr')} for the global batch: linear warm-up "
+          f"from 0 over {rc.get('warmup_epochs')} epoch(s), then cosine decay to 0 by step over {rc.get('epochs')} "
+          "epochs in all. "
           "The whole test set is evaluated after every epoch; time runs from the first training step and includes "
           f"the evaluations. Each run had the machine alone and a budget of {rc.get('budget_s', 0) / 60:.0f} min "
           "(`benchmarks/resnet/time_to_accuracy.py`).")
@@ -820,8 +821,8 @@ class Page:
             a, b = runs
             n = min(len(a["points"]), len(b["points"]))
             if n:
-                w(f"- To the same epoch ({n}): mwstrat took {a['points'][n - 1]['wall_s'] / b['points'][n - 1]['wall_s']:.2f}× "
-                  f"{b['impl']}'s wall time.")
+                ratio = a["points"][n - 1]["wall_s"] / b["points"][n - 1]["wall_s"]
+                w(f"- To the same epoch ({n}): mwstrat took {ratio:.2f}× {b['impl']}'s wall time.")
         w(f"- Issue 17's goal (≥ 91% test accuracy in ≤ 30 min, ResNet-20), on this run of at most "
           f"{rc.get('budget_s', 0) / 60:.0f} min: "
           + ("met" if any(p["test_accuracy"] >= 0.91 and p["wall_s"] <= 1800 for r in runs if r["impl"] == "mwstrat"

@@ -162,9 +162,9 @@ def main():
             log(f"{name} failed (exit {r['exit']}):\n{r['stderr_tail']}")
         runs.append(r)
     record = benchlib.meta("resnet_tta", [r["command"] for r in runs], started=started)
-    record["recipe"] = {"steps_per_epoch": a.steps_per_epoch or "a full pass", "depth": a.depth, "epochs": a.epochs, "warmup_epochs": a.warmup_epochs, "lr": a.lr,
-                        "batch_per_worker": a.batch, "workers": a.workers, "threads": 1, "schedule": "cosine",
-                        "budget_s": a.budget_s}
+    record["recipe"] = {"depth": a.depth, "epochs": a.epochs, "steps_per_epoch": a.steps_per_epoch or "a full pass",
+                        "warmup_epochs": a.warmup_epochs, "lr": a.lr, "batch_per_worker": a.batch,
+                        "workers": a.workers, "threads": 1, "schedule": "cosine", "budget_s": a.budget_s}
     record["runs"] = runs
     print(json.dumps(record))
     if a.json_out:

@@ -5,9 +5,10 @@
 // Each trains TF's official Keras ResNet (resnet_cifar_model) on its share of every global batch (per-worker
 // batch × workers) with SGD (momentum 0.9) and the tutorial's piecewise learning rate (×1 until epoch 30, ×0.1
 // until 45, ×0.01 after; `--schedule cosine` decays it by step over --epochs instead, the short recipe of
-// benchmarks/resnet/time_to_accuracy.py; `--warmup-epochs` puts a linear warm-up from 0 in front of either); the data is augmented as in the tutorial (pad 4, random crop, flip, per-image
-// standardization). The chief logs Keras's progress and the validation on the test set after every epoch, saves
-// the model to --model-dir and prints `test: loss=<x> accuracy=<y>`.
+// benchmarks/resnet/time_to_accuracy.py; `--warmup-epochs` puts a linear warm-up from 0 in front of either); the
+// data is augmented as in the tutorial (pad 4, random crop, flip, per-image standardization). The chief logs
+// Keras's progress and the validation on the test set after every epoch, saves the model to --model-dir and prints
+// `test: loss=<x> accuracy=<y>`.
 #include <mwstrat/mwstrat.hpp>
 #include <mwstrat/data/cifar10.hpp>
 #include <mwstrat/data/image_augmentation.hpp>
@@ -167,7 +168,8 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
                              warmup_steps);
   }
   nn::sgd optimizer(nn::sgd_options{.learning_rate = rate, .momentum = 0.9});
-  mwstrat::learning_rate_scheduler by_epoch(nn::per_epoch(nn::piecewise_constant_decay({30, 45}, {lr, lr * 0.1, lr * 0.01})));
+  mwstrat::learning_rate_scheduler by_epoch(
+      nn::per_epoch(nn::piecewise_constant_decay({30, 45}, {lr, lr * 0.1, lr * 0.01})));
 
   mwstrat::fit_options options;
   options.epochs = f.epochs;
@@ -179,7 +181,8 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
     if (!f.backup_dir.empty()) {
       mwstrat::backup_and_restore backup(
           mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
-      mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule..., progress, nan_guard, backup);
+      mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule..., progress, nan_guard,
+                   backup);
     } else {
       mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule..., progress, nan_guard);
     }

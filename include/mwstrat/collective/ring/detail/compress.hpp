@@ -82,9 +82,8 @@ inline void widen_add(float* __restrict acc, const std::uint16_t* __restrict in,
     for (std::size_t i = 0; i < n; ++i) acc[i] += from_fp16(in[i]);
 }
 // Each value replaced by the one the wire would carry (what the owner of a part keeps, so that it and every rank
-// that receives the part hold the same bits).
-// One loop per format (not `widen(narrow(x, c), c)` per element) so that the bf16 loop vectorises: it runs on
-// every reduced element of a step, on the critical path after the last frame arrives.
+// that receives the part hold the same bits). One loop per format, not `widen(narrow(x, c), c)` per element, so
+// that the bf16 loop vectorises: it runs on every reduced element of a step, on the critical path.
 inline void round_to_wire(float* data, std::size_t n, wire_compression c) {
   if (c == wire_compression::bf16)
     for (std::size_t i = 0; i < n; ++i) data[i] = from_bf16(to_bf16(data[i]));
