@@ -823,6 +823,8 @@ class Page:
             if n:
                 ratio = a["points"][n - 1]["wall_s"] / b["points"][n - 1]["wall_s"]
                 w(f"- To the same epoch ({n}): mwstrat took {ratio:.2f}× {b['impl']}'s wall time.")
+        w("- The points' training losses differ in kind: mwstrat's includes the L2 term (Keras's loss += λ·Σw²), "
+          "PyTorch's is the cross-entropy alone (its L2 is the optimizer's weight decay).")
         w(f"- Issue 17's goal (≥ 91% test accuracy in ≤ 30 min, ResNet-20), on this run of at most "
           f"{rc.get('budget_s', 0) / 60:.0f} min: "
           + ("met" if any(p["test_accuracy"] >= 0.91 and p["wall_s"] <= 1800 for r in runs if r["impl"] == "mwstrat"
