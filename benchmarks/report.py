@@ -600,7 +600,8 @@ class Page:
                    for k, v in groups.items()}
         for k, s in summary.items():  # samples per CPU second of all workers: the figure a loaded machine spares
             s["per_cpu_s"] = cfg.get("batch", 128) * k[1] / s["cpu_s_per_step"] if s["cpu_s_per_step"] else None
-        kernels = [x for x in rows if x.get("impl") == "mwstrat-conv-kernels"]
+        kernels = [x for x in rows if x.get("impl") == "mwstrat-conv-kernels" and x.get("conv_path") != "direct"]
+        direct_kernels = [x for x in rows if x.get("impl") == "mwstrat-conv-kernels" and x.get("conv_path") == "direct"]
         conv_gflop = next((s["conv_gflop"] for s in summary.values() if s["conv_gflop"]), None)
         if conv_gflop is None and kernels:
             conv_gflop = kernels[0]["conv_gflop_per_step"]
@@ -685,6 +686,17 @@ class Page:
                       f"FMA peak ({fmt(peak, 1)} GFLOP/s; goal ≥ 60%)." if peak else
                       " (no FMA peak measured on this machine: `benchmarks/run.py --only peak`).") + share)
             self.w()
+            if direct_kernels:
+                d_wall = med([x["conv_seconds_per_step"] for x in direct_kernels])
+                d_gf = med([x["conv_gflops"] for x in direct_kernels])
+                self.w(f"The GFLOP are the direct convolution's multiply-adds: the default kernels run the 3×3 "
+                       f"stride-1 forward passes and data gradients by Winograd F(4×4, 3×3), whose products need "
+                       f"2.25× fewer, so their rate is an effective one and may pass the peak. The direct kernels "
+                       f"alone (`--conv-path direct`, every multiply-add done): {fmt(d_wall, 2)} s per step, "
+                       f"**{fmt(d_gf, 1)} GFLOP/s**"
+                       + (f" = **{pct(d_gf / peak)}** of the FMA peak" if peak else "")
+                       + f"; Winograd makes the convolutions **{times(d_wall / k_wall)}** faster.")
+                self.w()
         if t.get("failures"):
             self.w("Failed runs: " + "; ".join(t["failures"]))
             self.w()
@@ -815,8 +827,9 @@ class Page:
             last = r["points"][-1]
             best = max(p["test_accuracy"] for p in r["points"])
             stop = " (stopped at the budget)" if r.get("stopped_at_budget") else ""
+            when = f" (measured {r['measured']})" if r.get("measured") and r["measured"] != t.get("date") else ""
             w(f"- {r['impl']}: {len(r['points'])} epochs in {last['wall_s'] / 60:.1f} min{stop}, final test accuracy "
-              f"**{last['test_accuracy']:.4f}** (best {best:.4f}).")
+              f"**{last['test_accuracy']:.4f}** (best {best:.4f}){when}.")
         if len(runs) == 2 and runs[0]["impl"] == "mwstrat":
             a, b = runs
             n = min(len(a["points"]), len(b["points"]))

@@ -233,7 +233,7 @@ def family_resnet(a, log):
     # with it is given, 1 and 2 workers. The implementations take turns within every round (mwstrat, torch, torch,
     # [tf], then the same at 2 workers), so a slow spell of a shared machine weighs on all of them; every row keeps
     # its CPU seconds per step too. Each round also times mwstrat's convolutions alone (--conv-kernels), the figure
-    # read against the FP32 FMA peak.
+    # read against the FP32 FMA peak, with the default kernels (Winograd where it applies) and the direct ones.
     started = benchlib.start()
     warmup, steps, rounds = ("1", "3", 1) if a.quick else ("2", "10", 3)
     if a.resnet_rounds:
@@ -246,7 +246,8 @@ def family_resnet(a, log):
     prog = os.path.join(a.build, "benchmarks", "resnet", "resnet_throughput")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("TF_CONFIG", None)
-    runs = [("mwstrat-conv-kernels", 1, [prog, "--conv-kernels"], 600)]
+    runs = [("mwstrat-conv-kernels", 1, [prog, "--conv-kernels"], 600),
+            ("mwstrat-conv-kernels direct", 1, [prog, "--conv-kernels", "--conv-path", "direct"], 600)]
     for workers in ("1", "2"):
         runs.append(("mwstrat", int(workers), [launch, "-n", workers, "--", prog], 900))
         runs += [(f"torch {layout}", int(workers), ["/usr/bin/python3",  # Debian's torch
@@ -258,7 +259,7 @@ def family_resnet(a, log):
     commands, rows, failures = [], [], []
     for r in range(rounds):
         for label, workers, argv, limit in runs:
-            argv = argv + (common if label != "mwstrat-conv-kernels" else common[2:])  # kernels: no data
+            argv = argv + (common[2:] if label.startswith("mwstrat-conv-kernels") else common)  # kernels: no data
             command = " ".join([benchlib.rel(x) if os.sep in x else x for x in argv])
             if r == 0:
                 commands.append(command)

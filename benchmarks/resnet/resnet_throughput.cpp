@@ -49,12 +49,14 @@ struct flags {
   std::uint64_t seed = 42;
   std::string variant = "tf";
   bool conv_kernels = false;
+  std::string conv_path = "automatic";  // --conv-kernels: which kernels (conv2d_path)
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "resnet_throughput: " << problem << "\n"
             << "usage: resnet_throughput [--data-dir D] [--depth 6n+2 (56)] [--batch B (per worker, 128)] "
-               "[--warmup N] [--steps N] [--threads T] [--seed S] [--variant tf|he] [--conv-kernels]\n";
+               "[--warmup N] [--steps N] [--threads T] [--seed S] [--variant tf|he] [--conv-kernels "
+               "[--conv-path automatic|direct|reference]]\n";
   std::exit(2);
 }
 
@@ -81,6 +83,7 @@ flags parse(int argc, char** argv) {
     else if (a == "--seed") f.seed = count(value());
     else if (a == "--variant") f.variant = value();
     else if (a == "--conv-kernels") f.conv_kernels = true;
+    else if (a == "--conv-path") f.conv_path = value();
     else usage("unknown flag '" + a + "'");
   }
   if (f.batch == 0) usage("--batch must be at least 1");
@@ -88,6 +91,8 @@ flags parse(int argc, char** argv) {
   if (f.threads < 1) usage("--threads must be at least 1");
   if (f.depth < 8 || (f.depth - 2) % 6 != 0) usage("--depth: " + std::to_string(f.depth) + " is not 6n + 2");
   if (f.variant != "tf" && f.variant != "he") usage("--variant: '" + f.variant + "' is not tf or he");
+  if (f.conv_path != "automatic" && f.conv_path != "direct" && f.conv_path != "reference")
+    usage("--conv-path: '" + f.conv_path + "' is not automatic, direct or reference");
   return f;
 }
 
@@ -203,6 +208,9 @@ int run_conv_kernels(const flags& f) {
     return v;
   };
   std::vector<buffers> bufs;
+  const k::conv2d_path path = f.conv_path == "direct"      ? k::conv2d_path::direct
+                              : f.conv_path == "reference" ? k::conv2d_path::reference
+                                                           : k::conv2d_path::automatic;
   for (const auto& s : shapes) {
     const auto& g = s.g;
     const std::size_t in = g.batch * g.in_h * g.in_w * g.in_c, out = g.batch * g.out_h * g.out_w * g.out_c;
@@ -210,6 +218,7 @@ int run_conv_kernels(const flags& f) {
     bufs.push_back({filled(in), filled(wn), filled(g.out_c), std::vector<float>(out), filled(out),
                     std::vector<float>(s.needs_data_gradient ? in : 0), std::vector<float>(wn),
                     std::vector<float>(g.out_c), {}});
+    bufs.back().ws.path = path;
   }
   tbb::task_arena arena(f.threads);
   auto pass = [&] {
@@ -230,11 +239,11 @@ int run_conv_kernels(const flags& f) {
   const double cpu = cpu_now() - c0;
   const double gflop = conv_gflop_per_step(shapes);
   const double per_step = seconds / static_cast<double>(f.steps);
-  std::printf("{\"impl\":\"mwstrat-conv-kernels\",\"model\":\"resnet%zu\",\"variant\":\"%s\",\"threads\":%d,"
+  std::printf("{\"impl\":\"mwstrat-conv-kernels\",\"conv_path\":\"%s\",\"model\":\"resnet%zu\",\"variant\":\"%s\",\"threads\":%d,"
               "\"batch\":%zu,\"steps\":%zu,\"convolutions\":%zu,\"conv_gflop_per_step\":%.3f,"
               "\"conv_seconds_per_step\":%.4f,\"conv_cpu_s_per_step\":%.4f,\"conv_gflops\":%.2f,"
               "\"conv_gflops_per_cpu_s\":%.2f}\n",
-              f.depth, f.variant.c_str(), f.threads, f.batch, f.steps, shapes.size(), gflop, per_step,
+              f.conv_path.c_str(), f.depth, f.variant.c_str(), f.threads, f.batch, f.steps, shapes.size(), gflop, per_step,
               cpu / static_cast<double>(f.steps), gflop / per_step, gflop * static_cast<double>(f.steps) / cpu);
   std::fflush(stdout);
   return 0;

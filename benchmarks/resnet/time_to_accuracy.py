@@ -11,9 +11,12 @@ is stopped, and its curve ends where it got).
 Time is measured from training's start (mwstrat: the chief's "Epoch 1/N" line, after start-up and data loading;
 PyTorch: its own clock from the first step), and includes every epoch's evaluation.
 
+--only X --reuse FILE reruns one implementation and takes the other's curve from FILE, an earlier record of the
+same recipe (refused otherwise); the record names the date each run was measured on.
+
   time_to_accuracy.py --build BUILD [--data-dir .cache/cifar10] [--depth 20] [--epochs 16] [--warmup-epochs 1]
                       [--lr 0.1] [--batch 128] [--budget-s 1800] [--steps-per-epoch N] [--only mwstrat|torch]
-                      [--json-out FILE]
+                      [--reuse FILE] [--json-out FILE]
 """
 import argparse
 import json
@@ -143,10 +146,13 @@ def main():
     p.add_argument("--budget-s", type=float, default=1800)
     p.add_argument("--steps-per-epoch", type=int, default=0, help="0: full passes (fewer: a check of the tooling)")
     p.add_argument("--only", choices=["mwstrat", "torch"])
+    p.add_argument("--reuse", help="with --only: the other implementation's run from this earlier record")
     p.add_argument("--json-out")
     a = p.parse_args()
     if a.warmup_epochs >= a.epochs:
         p.error("--warmup-epochs must be fewer than --epochs")
+    if a.reuse and not a.only:
+        p.error("--reuse needs --only (the implementation to rerun)")
 
     def log(text):
         print(text, file=sys.stderr, flush=True)
@@ -161,10 +167,23 @@ def main():
         if r["exit"] not in (0, None):
             log(f"{name} failed (exit {r['exit']}):\n{r['stderr_tail']}")
         runs.append(r)
+    recipe = {"depth": a.depth, "epochs": a.epochs, "steps_per_epoch": a.steps_per_epoch or "a full pass",
+              "warmup_epochs": a.warmup_epochs, "lr": a.lr, "batch_per_worker": a.batch,
+              "workers": a.workers, "threads": 1, "schedule": "cosine", "budget_s": a.budget_s}
+    for r in runs:
+        r["measured"] = started[0]
+    if a.reuse:
+        with open(a.reuse) as f:
+            earlier = json.load(f)
+        if earlier.get("recipe") != recipe:
+            p.error(f"--reuse: {a.reuse} has another recipe ({earlier.get('recipe')}) than this run ({recipe})")
+        other = [dict(r, measured=r.get("measured", earlier.get("date", "?"))) for r in earlier.get("runs", [])
+                 if r["impl"] != a.only]
+        if not other:
+            p.error(f"--reuse: {a.reuse} holds no run other than {a.only}")
+        runs = sorted(runs + other, key=lambda r: r["impl"] != "mwstrat")  # mwstrat first, as in a full run
     record = benchlib.meta("resnet_tta", [r["command"] for r in runs], started=started)
-    record["recipe"] = {"depth": a.depth, "epochs": a.epochs, "steps_per_epoch": a.steps_per_epoch or "a full pass",
-                        "warmup_epochs": a.warmup_epochs, "lr": a.lr, "batch_per_worker": a.batch,
-                        "workers": a.workers, "threads": 1, "schedule": "cosine", "budget_s": a.budget_s}
+    record["recipe"] = recipe
     record["runs"] = runs
     print(json.dumps(record))
     if a.json_out:

@@ -1,5 +1,5 @@
 // The convolution kernels (nn/kernels/conv2d.hpp) against a plain double-precision loop over many geometries,
-// both implementations (the fast one and the im2col reference), and their bits under 1 and 2 TBB threads.
+// every implementation (Winograd, direct and the im2col reference), and their bits under 1 and 2 TBB threads.
 #include <mwstrat/nn/detail/random.hpp>
 #include <mwstrat/nn/kernels/conv2d.hpp>
 
@@ -139,7 +139,9 @@ std::vector<conv2d_geometry> geometries() {
       make(2, 8, 8, 32, 64, 1, 2, false),  make(2, 6, 6, 32, 32, 3, 1, true),  make(1, 4, 4, 64, 64, 3, 1, true),
       make(2, 10, 10, 64, 64, 1, 1, true), make(1, 7, 5, 16, 16, 3, 2, false), make(2, 6, 7, 5, 7, 3, 1, true),
       make(2, 6, 6, 16, 16, 2, 2, true),   make(1, 12, 12, 3, 16, 3, 1, true), make(1, 34, 34, 3, 16, 3, 1, false),
-      make(1, 6, 6, 16, 16, 4, 1, true),   make(2, 11, 9, 32, 16, 3, 2, true),
+      make(1, 6, 6, 16, 16, 4, 1, true),   make(2, 11, 9, 32, 16, 3, 2, true),  make(2, 7, 5, 16, 16, 3, 1, true),
+      make(2, 9, 7, 16, 32, 3, 1, false),  make(1, 3, 3, 32, 16, 3, 1, true),   make(1, 40, 3, 16, 16, 3, 1, true),
+      make(2, 13, 10, 16, 16, 3, 1, true), make(1, 6, 6, 16, 16, 3, 1, false),
   };
 }
 
@@ -169,6 +171,8 @@ void check_path(conv2d_path path) {
 TEST(Conv2dKernels, ReferenceMatchesDefinitionAndIsThreadInvariant) { check_path(conv2d_path::reference); }
 
 TEST(Conv2dKernels, AutomaticMatchesDefinitionAndIsThreadInvariant) { check_path(conv2d_path::automatic); }
+
+TEST(Conv2dKernels, DirectMatchesDefinitionAndIsThreadInvariant) { check_path(conv2d_path::direct); }
 
 // A larger batch than one filter-gradient chunk, so the chunked batch sum and its ordered reduction are exercised.
 TEST(Conv2dKernels, FilterGradientOverManyChunksIsThreadInvariant) {
@@ -209,6 +213,27 @@ TEST(Conv2dKernels, FastPathAgreesWithReferenceOnResNetShapes) {
     expect_near_all(fast.dx, widen(ref.dx), static_cast<double>(g.kernel_h * g.kernel_w * g.out_c), "backward data");
     expect_near_all(fast.dw, widen(ref.dw), static_cast<double>(g.batch * g.out_h * g.out_w), "backward filter");
     expect_near_all(fast.db, widen(ref.db), static_cast<double>(g.batch * g.out_h * g.out_w), "bias gradient");
+  }
+}
+
+// 3x3 stride-1 forward passes and data gradients take Winograd under the automatic path (other bits than the
+// direct kernels' for the same values), filter gradients the direct kernels (the same bits); other shapes never
+// take Winograd.
+TEST(Conv2dKernels, AutomaticTakesWinogradForThreeByThreeStrideOne) {
+  for (const conv2d_geometry& g : {make(2, 8, 8, 16, 16, 3, 1, true), make(2, 9, 9, 16, 32, 3, 2, true),
+                                   make(2, 8, 8, 16, 32, 1, 1, true)}) {
+    SCOPED_TRACE(describe(g));
+    const bool winograd = g.kernel_h == 3 && g.stride_h == 1;
+    const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, 51);
+    const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, 52);
+    const auto b = filled(g.out_c, 53);
+    const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, 54);
+    const run_result fast = run(g, conv2d_path::automatic, x, w, b, dy, 1);
+    const run_result direct = run(g, conv2d_path::direct, x, w, b, dy, 1);
+    EXPECT_EQ(same_bits(fast.y, direct.y), !winograd);
+    EXPECT_EQ(same_bits(fast.dx, direct.dx), !winograd);
+    EXPECT_TRUE(same_bits(fast.dw, direct.dw));
+    EXPECT_TRUE(same_bits(fast.db, direct.db));
   }
 }
 

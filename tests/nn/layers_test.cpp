@@ -43,6 +43,30 @@ TEST(NnLayers, Conv2dChannelsAndRelu) {
   EXPECT_EQ(run(model, {-1, -2, 0, 0}, 2), (std::vector<float>{0, 5.5f, 0.25f, 0.5f}));
 }
 
+// `algorithm`: a 3x3 stride-1 Conv2D over whole vectors of channels takes Winograd by default (other bits than the
+// direct sums, within float rounding of them) and the direct sums with conv_algorithm::direct; a model's
+// fingerprint (config) does not depend on it.
+TEST(NnLayers, Conv2dAlgorithmChoosesWinogradOrDirectSums) {
+  const std::size_t h = 8, c = 16, f = 16, batch = 2;
+  nn::conv2d spec{f, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same};
+  nn::conv2d direct_spec = spec;
+  direct_spec.algorithm = nn::conv_algorithm::direct;
+  nn::sequential fast{nn::input{{h, h, c}}, spec};
+  nn::sequential direct{nn::input{{h, h, c}}, direct_spec};
+  std::vector<float> params(3 * 3 * c * f + f);
+  for (std::size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(static_cast<int>(i % 11) - 5) / 8.0f;
+  set_params(fast, params);
+  set_params(direct, params);
+  std::vector<float> x(batch * h * h * c);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 13) - 6) / 7.0f;
+  const auto a = run(fast, x, batch);
+  const auto b = run(direct, x, batch);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_NE(a, b) << "the automatic algorithm gave the direct sums' bits: Winograd was not taken";
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1.0 + std::abs(b[i]))) << i;
+  EXPECT_EQ(fast.fingerprint(), direct.fingerprint());
+}
+
 TEST(NnLayers, Conv2dSamePaddingOnAllSidesMatchesDirectSum) {
   // 5x4 input with 2 channels, 3x3 kernel, stride 1, same: every border row and column of windows touches the
   // padding; checked against the convolution summed directly.

@@ -18,9 +18,11 @@ struct conv2d_geometry {
       out_w;
 };
 
-/// Which implementation a workspace's calls take: `automatic` (the fast kernels where the shape allows them,
-/// else the reference) or `reference` (always the im2col reference; for tests).
-enum class conv2d_path { automatic, reference };
+/// Which implementation a workspace's calls take: `automatic` (the fastest kernels the shape allows: Winograd
+/// F(2x2, 3x3) for 3x3 stride-1 forward passes and data gradients, else the direct kernels, else the reference),
+/// `direct` (never Winograd: the direct kernels where they apply, else the reference) or `reference` (always the
+/// im2col reference; for tests).
+enum class conv2d_path { automatic, direct, reference };
 
 /// Reusable scratch memory: a layer keeps one per convolution, and once it has grown to a shape's needs no call
 /// allocates again.

@@ -32,6 +32,7 @@ class conv2d_layer final : public layer_impl<T> {
   conv2d_layer(const nn::conv2d& spec, const nn_shape& in)
       : layer_impl<T>(in, geometry(spec, in).first), spec_(spec), g_(geometry(spec, in).second) {
     patch_ = g_.kh * g_.kw * g_.c;
+    if (spec.algorithm == nn::conv_algorithm::direct) kernels_ws_.path = nn::kernels::conv2d_path::direct;
   }
   std::string keras_type() const override { return "Conv2D"; }
   std::string base_name() const override { return "conv2d"; }

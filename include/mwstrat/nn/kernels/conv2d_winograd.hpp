@@ -1,0 +1,282 @@
+#pragma once
+// Winograd's minimal filtering F(m x m, 3x3) for 3x3 stride-1 convolutions (Lavin & Gray, 2016): each m x m block of
+// outputs is A^T [(G g G^T) . (B^T d B)] A over an (m+2) x (m+2) block d of the padded input. With m = 4, 36
+// multiplies per input and output channel pair give 16 outputs where direct sums need 144 (2.25x fewer); m = 2
+// (16 for 4, also 2.25x fewer, but with dearer transforms per output) serves outputs smaller than 4x4. The
+// transforms are adds and multiplies by small constants; the element-wise products over channels are (m+2)^2 small
+// GEMMs run by the direct path's register-blocked micro-kernel. The data gradient of a 3x3 stride-1 convolution is
+// itself one (of the output gradient with the flipped, transposed kernel), so it takes the same path.
+//
+// Bits: every output is a fixed sequence of operations on its own image, so they depend neither on the thread
+// count nor on how the batch is split among replicas. They differ from the direct path's: the transforms round
+// values several times the output's size, about 5x the direct sums' error (docs/nn.md has the figures;
+// tests/nn/conv2d_kernels_test.cpp bounds it against double sums).
+//
+// A task is one image, worked in chunks of tiles whose transformed inputs and products stay in about 64 KiB; the
+// transformed kernel ((m+2)^2 x in_c x out_c floats) is made once per call.
+
+#include <mwstrat/nn/kernels/conv2d_direct.hpp>
+#include <mwstrat/nn/kernels/conv2d_geometry.hpp>
+#include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/detail/simd.hpp>
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#define MWSTRAT_WINOGRAD_UNROLL _Pragma("GCC unroll 36")
+
+namespace mwstrat::nn::kernels::winograd {
+
+using direct::lanes;
+using direct::V;
+
+/// Whether a convolution's shape takes this path: a 3x3 kernel at stride 1 with whole vectors of channels on both
+/// sides (the transforms work on vectors of channels, the products' tiles on vectors of output channels).
+inline bool applies(const conv2d_geometry& g) {
+  return g.kernel_h == 3 && g.kernel_w == 3 && g.stride_h == 1 && g.stride_w == 1 &&
+         g.in_c % static_cast<std::size_t>(lanes) == 0 && g.out_c % static_cast<std::size_t>(lanes) == 0;
+}
+
+// Where element (ky, kx, i, o) of a 3x3 kernel lies: base + ky * s_ky + kx * s_kx + i * s_i + o * s_o. Negative
+// strides read it flipped (the data gradient's kernel).
+struct kernel_view {
+  const float* base;
+  std::ptrdiff_t s_ky, s_kx, s_i, s_o;
+  [[nodiscard]] float at(std::size_t ky, std::size_t kx, std::size_t i, std::size_t o) const noexcept {
+    return base[static_cast<std::ptrdiff_t>(ky) * s_ky + static_cast<std::ptrdiff_t>(kx) * s_kx +
+                static_cast<std::ptrdiff_t>(i) * s_i + static_cast<std::ptrdiff_t>(o) * s_o];
+  }
+};
+
+// The one-dimensional transforms of F(M, 3), M = 2 or 4 outputs from alpha = M + 2 inputs (Lavin & Gray's
+// interpolation points: 0, 1, -1 for M = 2; 0, 1, -1, 2, -2 for M = 4; and infinity).
+template <int M>
+struct transforms;
+
+template <>
+struct transforms<2> {
+  static constexpr int alpha = 4;
+  // u = G g, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1].
+  static void kernel(const float* g, float* u) noexcept {
+    u[0] = g[0];
+    u[1] = 0.5f * (g[0] + g[1] + g[2]);
+    u[2] = 0.5f * (g[0] - g[1] + g[2]);
+    u[3] = g[2];
+  }
+  // v[i * s] = (B^T d)[i], in place: (d0 - d2, d1 + d2, d2 - d1, d1 - d3).
+  static void input(V* v, std::size_t s) noexcept {
+    const V a = v[0] - v[2 * s], b = v[s] + v[2 * s], c = v[2 * s] - v[s], e = v[s] - v[3 * s];
+    v[0] = a;
+    v[s] = b;
+    v[2 * s] = c;
+    v[3 * s] = e;
+  }
+  // y[i * ys] = (A^T m)[i], A^T = [1 1 1 0; 0 1 -1 -1].
+  static void output(const V* m, std::size_t s, V* y, std::size_t ys) noexcept {
+    y[0] = m[0] + m[s] + m[2 * s];
+    y[ys] = m[s] - m[2 * s] - m[3 * s];
+  }
+};
+
+template <>
+struct transforms<4> {
+  static constexpr int alpha = 6;
+  // u = G g, G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1].
+  static void kernel(const float* g, float* u) noexcept {
+    u[0] = g[0] / 4.0f;
+    u[1] = -(g[0] + g[1] + g[2]) / 6.0f;
+    u[2] = -(g[0] - g[1] + g[2]) / 6.0f;
+    u[3] = g[0] / 24.0f + g[1] / 12.0f + g[2] / 6.0f;
+    u[4] = g[0] / 24.0f - g[1] / 12.0f + g[2] / 6.0f;
+    u[5] = g[2];
+  }
+  // B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1], in place.
+  static void input(V* v, std::size_t s) noexcept {
+    const V d0 = v[0], d1 = v[s], d2 = v[2 * s], d3 = v[3 * s], d4 = v[4 * s], d5 = v[5 * s];
+    const V t0 = d4 - 4.0f * d2, t1 = d3 - 4.0f * d1, t2 = d4 - d2, t3 = 2.0f * (d3 - d1);
+    v[0] = 4.0f * d0 - 5.0f * d2 + d4;
+    v[s] = t0 + t1;
+    v[2 * s] = t0 - t1;
+    v[3 * s] = t2 + t3;
+    v[4 * s] = t2 - t3;
+    v[5 * s] = 4.0f * d1 - 5.0f * d3 + d5;
+  }
+  // A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+  static void output(const V* m, std::size_t s, V* y, std::size_t ys) noexcept {
+    const V a = m[s] + m[2 * s], b = m[s] - m[2 * s], c = m[3 * s] + m[4 * s], d = m[3 * s] - m[4 * s];
+    y[0] = m[0] + a + c;
+    y[ys] = b + 2.0f * d;
+    y[2 * ys] = a + 4.0f * c;
+    y[3 * ys] = b + 8.0f * d + m[5 * s];
+  }
+};
+
+// U[xi][block][i][width] = (G g G^T)[xi] for the kernel g of input channel i and output channel block * width + ..
+template <int M>
+void transform_kernel(const kernel_view& k, std::size_t in_c, std::size_t out_c, std::size_t width, float* U) {
+  constexpr std::size_t alpha = transforms<M>::alpha;
+  const std::size_t blocks = out_c / width;
+  ::mwstrat::detail::parallel_tasks(in_c, [&](std::size_t i) {
+    for (std::size_t o = 0; o < out_c; ++o) {
+      float t[alpha][3];  // G g: the kernel's columns transformed
+      for (std::size_t x = 0; x < 3; ++x) {
+        const float g[3] = {k.at(0, x, i, o), k.at(1, x, i, o), k.at(2, x, i, o)};
+        float u[alpha];
+        transforms<M>::kernel(g, u);
+        for (std::size_t r = 0; r < alpha; ++r) t[r][x] = u[r];
+      }
+      const std::size_t blk = o / width, lane = o % width;
+      for (std::size_t r = 0; r < alpha; ++r) {
+        float u[alpha];
+        transforms<M>::kernel(t[r], u);
+        for (std::size_t c = 0; c < alpha; ++c) U[(((r * alpha + c) * blocks + blk) * in_c + i) * width + lane] = u[c];
+      }
+    }
+  });
+}
+
+// Tiles per chunk: the chunk's transformed inputs and products (alpha^2 x tiles x (in_c + out_c) floats) in about
+// 64 KiB, and at least one micro-kernel's worth of tiles.
+inline std::size_t chunk_tiles(std::size_t positions, std::size_t in_c, std::size_t out_c) {
+  const std::size_t per_tile = positions * (in_c + out_c) * sizeof(float);
+  return std::max<std::size_t>(direct::max_mr, (std::size_t{64} << 10) / per_tile);
+}
+
+// output = the 3x3 stride-1 convolution of input (after `transform`, then zero padding) with the kernel `k` plus
+// bias (nullable), by F(M x M, 3 x 3). The geometry's kernel and stride are 3x3 and 1 (applies()).
+template <int M>
+void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
+              const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws) {
+  using T = transforms<M>;
+  constexpr std::size_t alpha = T::alpha, P = alpha * alpha, m = M;
+  const std::size_t C = g.in_c, F = g.out_c;
+  const std::size_t th = (g.out_h + m - 1) / m, tw = (g.out_w + m - 1) / m, tiles = th * tw;
+  const std::size_t hp = m * th + 2, wp = m * tw + 2;
+  const direct::staged_images staged(input, g.in_h, g.in_w, C, hp, wp, g.pad_top, g.pad_left, transform, 1,
+                                     ws.buffer_a);
+
+  const std::size_t chunk = std::min(tiles, chunk_tiles(P, C, F));
+  const std::size_t vectors = F / static_cast<std::size_t>(lanes);
+  const direct::blocking b = direct::plan(chunk, vectors, C * F * sizeof(float));
+  const std::size_t width = static_cast<std::size_t>(b.nv * lanes);
+  const std::size_t blocks = vectors / static_cast<std::size_t>(b.nv);
+  const std::size_t mr = static_cast<std::size_t>(b.mr);
+  const direct::tile_fn full = direct::tiles[static_cast<std::size_t>(b.nv - 1)][mr - 1];
+
+  float* U = conv2d_workspace::ensure(ws.buffer_b, P * C * F);
+  transform_kernel<M>(k, C, F, width, U);
+
+  // Each thread's slot: the chunk's transformed inputs Vt[xi][tile][C], then its products Mt[xi][tile][F].
+  const std::size_t slot_size = P * chunk * (C + F);
+  const auto threads = static_cast<std::size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  float* slots = conv2d_workspace::ensure(ws.buffer_c, threads * slot_size);
+  static constexpr std::ptrdiff_t one_tap[1] = {0};
+  const std::size_t cv = C / static_cast<std::size_t>(lanes), fv = vectors;
+  constexpr auto L = static_cast<std::size_t>(lanes);
+
+  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
+    const float* image = staged.stage(n, 1);
+    float* out_image = output + n * g.out_h * g.out_w * F;
+    const auto slot = static_cast<std::size_t>(std::max(0, tbb::this_task_arena::current_thread_index()));
+    float* Vt = slots + slot * slot_size;
+    float* Mt = Vt + P * chunk * C;
+    for (std::size_t t0 = 0; t0 < tiles; t0 += chunk) {
+      const std::size_t count = std::min(chunk, tiles - t0);
+      // Input transform B^T d B of every tile of the chunk, a vector of channels at a time.
+      for (std::size_t t = 0; t < count; ++t) {
+        const std::size_t ty = (t0 + t) / tw, tx = (t0 + t) % tw;
+        const float* d = image + (m * ty * wp + m * tx) * C;
+        for (std::size_t c = 0; c < cv; ++c) {
+          V v[P];  // B^T d: each column of the tile transformed, then each row (into the chunk's inputs)
+          MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x) {
+            V col[alpha];
+            MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r)
+              ::mwstrat::detail::vload(col[r], d + (r * wp + x) * C + c * L);
+            T::input(col, 1);
+            MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r) v[r * alpha + x] = col[r];
+          }
+          MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r) {
+            T::input(v + r * alpha, 1);
+            MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x)
+              ::mwstrat::detail::vstore(Vt + ((r * alpha + x) * chunk + t) * C + c * L, v[r * alpha + x]);
+          }
+        }
+      }
+      // The alpha^2 element-wise products, each a (tiles x C) by (C x F) GEMM.
+      const std::size_t rem = count % mr;
+      const direct::tile_fn tail = rem != 0 ? direct::tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
+      for (std::size_t xi = 0; xi < P; ++xi)
+        for (std::size_t blk = 0; blk < blocks; ++blk) {
+          const float* w = U + (xi * blocks + blk) * C * width;
+          const float* in = Vt + xi * chunk * C;
+          float* out = Mt + xi * chunk * F + blk * width;
+          std::size_t t = 0;
+          for (; t + mr <= count; t += mr)
+            full(1, one_tap, C, in + t * C, static_cast<std::ptrdiff_t>(C), w, out + t * F,
+                 static_cast<std::ptrdiff_t>(F), nullptr, false);
+          if (tail != nullptr)
+            tail(1, one_tap, C, in + t * C, static_cast<std::ptrdiff_t>(C), w, out + t * F,
+                 static_cast<std::ptrdiff_t>(F), nullptr, false);
+        }
+      // Output transform A^T m A plus the bias; outputs past the edge are dropped.
+      for (std::size_t t = 0; t < count; ++t) {
+        const std::size_t ty = (t0 + t) / tw, tx = (t0 + t) % tw;
+        const std::size_t rows = std::min(m, g.out_h - m * ty), cols = std::min(m, g.out_w - m * tx);
+        for (std::size_t f = 0; f < fv; ++f) {
+          V s[m * alpha];  // A^T m: each column of the tile's products reduced to m rows
+          MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x) {
+            V col[alpha];
+            MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r)
+              ::mwstrat::detail::vload(col[r], Mt + ((r * alpha + x) * chunk + t) * F + f * L);
+            T::output(col, 1, s + x, alpha);
+          }
+          V bv = {};
+          if (bias != nullptr) ::mwstrat::detail::vload(bv, bias + f * L);
+          for (std::size_t r = 0; r < rows; ++r) {
+            V y[m];
+            T::output(s + r * alpha, 1, y, 1);
+            for (std::size_t x = 0; x < cols; ++x)
+              ::mwstrat::detail::vstore(out_image + ((m * ty + r) * g.out_w + m * tx + x) * F + f * L, y[x] + bv);
+          }
+        }
+      }
+    }
+  });
+}
+
+// The output tile of the shapes this path runs: F(4x4, 3x3) (2.25 multiplies per output against F(2x2)'s 4, and
+// cheaper transforms per output) wherever the output has room for whole 4x4 tiles, F(2x2, 3x3) for smaller ones.
+inline int tile_size(const conv2d_geometry& g) { return g.out_h >= 4 && g.out_w >= 4 ? 4 : 2; }
+
+inline void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
+                     const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws) {
+  if (tile_size(g) == 4) convolve<4>(g, input, transform, k, bias, output, ws);
+  else convolve<2>(g, input, transform, k, bias, output, ws);
+}
+
+/// The forward pass: output = conv(t(input), kernel) + bias, t the optional input transform.
+inline void forward(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
+                    const float* kernel, const float* bias, float* output, conv2d_workspace& ws) {
+  const auto F = static_cast<std::ptrdiff_t>(g.out_c);
+  const auto C = static_cast<std::ptrdiff_t>(g.in_c);
+  convolve(g, input, transform, kernel_view{kernel, 3 * C * F, C * F, F, 1}, bias, output, ws);
+}
+
+/// The data gradient: the output gradient convolved with the kernel flipped in both axes and transposed (input
+/// and output channels swapped), over the output gradient padded by 2 - pad on the top and left.
+inline void backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel,
+                          float* grad_input, conv2d_workspace& ws) {
+  const conv2d_geometry t{g.batch, g.out_h, g.out_w, g.out_c, g.in_c, 3, 3, 1, 1, 2 - g.pad_top, 2 - g.pad_left,
+                          g.in_h, g.in_w};
+  const auto OC = static_cast<std::ptrdiff_t>(g.out_c);
+  const auto IC = static_cast<std::ptrdiff_t>(g.in_c);
+  // (ky, kx, i = oc, o = ic) of the flipped kernel is kernel[2 - ky][2 - kx][ic][oc].
+  const kernel_view flipped{kernel + 8 * IC * OC, -3 * IC * OC, -IC * OC, 1, OC};
+  convolve(t, grad_output, nullptr, flipped, nullptr, grad_input, ws);
+}
+
+}  // namespace mwstrat::nn::kernels::winograd
+
+#undef MWSTRAT_WINOGRAD_UNROLL
