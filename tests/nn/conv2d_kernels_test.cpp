@@ -216,6 +216,45 @@ TEST(Conv2dKernels, FastPathAgreesWithReferenceOnResNetShapes) {
   }
 }
 
+// The filter gradient's transposed tile (vectors along the patch values) does, for each sum, what a register tile
+// does: one fused multiply-add (or, without FMA, a multiply then an add) per pixel, in pixel order, continued across
+// calls from its state. So its bits equal that sequence done one value at a time, whichever block of rows a call has.
+TEST(Conv2dKernels, TransposedFilterTileSumsEachPixelInOrderAcrossCalls) {
+  namespace direct = mwstrat::nn::kernels::direct;
+  constexpr std::size_t L = direct::lanes, MRC = direct::transposed_mrc;
+  for (const std::size_t nvk : {std::size_t{2}, std::size_t{3}}) {
+    SCOPED_TRACE("vectors of patch values: " + std::to_string(nvk));
+    const std::size_t K = nvk * L, rows = 5, cols = 7, a_px = K + L, a_row = cols * a_px + 3, g_px = MRC + 5;
+    const auto a = filled(rows * a_row, 61);
+    const auto g = filled(rows * cols * g_px, 62);
+    std::vector<float> state(MRC * K, 0.0f);
+    const auto tile = nvk == 3 ? &direct::filter_tile_transposed<3, MRC> : &direct::filter_tile_transposed<2, MRC>;
+    const auto ap = static_cast<std::ptrdiff_t>(a_px), ar = static_cast<std::ptrdiff_t>(a_row);
+    const auto gp = static_cast<std::ptrdiff_t>(g_px);
+    tile(2, cols, a.data(), ar, ap, g.data(), gp, state.data());  // rows 0-1, then 2-4 from the state
+    tile(3, cols, a.data() + 2 * a_row, ar, ap, g.data() + 2 * cols * g_px, gp, state.data());
+    std::size_t differ = 0;
+    for (std::size_t j = 0; j < MRC; ++j)
+      for (std::size_t k = 0; k < K; ++k) {
+        float want = 0.0f;
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t c = 0; c < cols; ++c) {
+            const float x = a[r * a_row + c * a_px + k], y = g[(r * cols + c) * g_px + j];
+#if defined(__FMA__)
+            want = std::fma(x, y, want);
+#else
+            const volatile float product = x * y;  // rounded apart, as the kernel does without FMA
+            want = want + product;
+#endif
+          }
+        const float got = state[j * K + k];
+        if (std::memcmp(&got, &want, sizeof got) != 0 && differ++ < 3)
+          ADD_FAILURE() << "patch value " << k << ", output channel " << j << ": got " << got << ", want " << want;
+      }
+    EXPECT_EQ(differ, 0U);
+  }
+}
+
 // 3x3 stride-1 forward passes and data gradients take Winograd under the automatic path (other bits than the
 // direct kernels' for the same values), filter gradients the direct kernels (the same bits); other shapes never
 // take Winograd.

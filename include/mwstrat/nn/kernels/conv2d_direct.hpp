@@ -90,11 +90,13 @@ void filter_tile(std::size_t images, std::size_t rows, std::size_t cols, const f
     for (std::size_t r = 0; r < rows; ++r) {
       const float* ar = a + static_cast<std::ptrdiff_t>(n) * a_img + static_cast<std::ptrdiff_t>(r) * a_row;
       const float* gr = g + static_cast<std::ptrdiff_t>(n) * g_img + static_cast<std::ptrdiff_t>(r * cols) * g_px;
-      for (std::size_t c = 0; c < cols; ++c) {
+      // Pointers stepped rather than indexed: a broadcast FMA from [base + disp] stays one fused uop, where an
+      // indexed address is split in two at issue on Intel cores (the front end then limits the loop).
+      const float* gc = gr;
+      const float* ac = ar;
+      for (std::size_t c = 0; c < cols; ++c, gc += g_px, ac += a_px) {
         V gv[NV];
-        const float* gc = gr + static_cast<std::ptrdiff_t>(c) * g_px;
         MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vload(gv[v], gc + v * lanes);
-        const float* ac = ar + static_cast<std::ptrdiff_t>(c) * a_px;
         MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) {
           const float s = ac[i];
           MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vfma(acc[i][v], s, gv[v]);
@@ -104,6 +106,48 @@ void filter_tile(std::size_t images, std::size_t rows, std::size_t cols, const f
   MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
     MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v)
       ::mwstrat::detail::vstore(out + static_cast<std::size_t>(i) * ldo + static_cast<std::size_t>(v * lanes), acc[i][v]);
+}
+
+// The same sums, transposed: vectors along the patch values, broadcasts of the output gradient. state[(j * NVK + v)
+// * L + l] += sum over `rows` rows of `cols` pixels of a[r * a_row + c * a_px + v * L + l] * g[(r * cols + c) * g_px
+// + j], continuing the sums the state holds, pixel by pixel in order: the same operations on each sum as filter_tile
+// (a product is exact before its one rounding, whichever factor is broadcast), so the same bits. Per pixel it loads
+// NVK vectors and MRC scalars for NVK * MRC FMAs, where filter_tile loads one scalar per FMA when the output channels
+// are one vector: 11 loads for 24 FMAs instead of 25, which on a core with two FMA units was the limit.
+template <int NVK, int MRC>
+void filter_tile_transposed(std::size_t rows, std::size_t cols, const float* a, std::ptrdiff_t a_row,
+                            std::ptrdiff_t a_px, const float* g, std::ptrdiff_t g_px, float* state) noexcept {
+  V acc[MRC][NVK];
+  MWSTRAT_CONV_UNROLL for (int j = 0; j < MRC; ++j)
+    MWSTRAT_CONV_UNROLL for (int v = 0; v < NVK; ++v) ::mwstrat::detail::vload(acc[j][v], state + (j * NVK + v) * lanes);
+  for (std::size_t r = 0; r < rows; ++r) {
+    // Pointers stepped rather than indexed: a broadcast FMA from [base + disp] stays one fused uop.
+    const float* ac = a + static_cast<std::ptrdiff_t>(r) * a_row;
+    const float* gc = g + static_cast<std::ptrdiff_t>(r * cols) * g_px;
+    for (std::size_t c = 0; c < cols; ++c, ac += a_px, gc += g_px) {
+      V av[NVK];
+      MWSTRAT_CONV_UNROLL for (int v = 0; v < NVK; ++v) ::mwstrat::detail::vload(av[v], ac + v * lanes);
+      MWSTRAT_CONV_UNROLL for (int j = 0; j < MRC; ++j) {
+        const float s = gc[j];
+        MWSTRAT_CONV_UNROLL for (int v = 0; v < NVK; ++v) ::mwstrat::detail::vfma(acc[j][v], s, av[v]);
+      }
+    }
+  }
+  MWSTRAT_CONV_UNROLL for (int j = 0; j < MRC; ++j)
+    MWSTRAT_CONV_UNROLL for (int v = 0; v < NVK; ++v) ::mwstrat::detail::vstore(state + (j * NVK + v) * lanes, acc[j][v]);
+}
+using transposed_tile_fn = void (*)(std::size_t, std::size_t, const float*, std::ptrdiff_t, std::ptrdiff_t,
+                                    const float*, std::ptrdiff_t, float*) noexcept;
+
+// The transposed tiles' shapes: three vectors of patch values (a 3-wide kernel row of whole vectors of channels) or
+// two, by as many output channels as leave the accumulators their budget (8 with AVX-512, 4 with 16 registers).
+inline constexpr int transposed_mrc = accumulator_budget / 3;
+inline std::size_t transposed_vectors(std::size_t K, std::size_t out_c) {
+  const auto L = static_cast<std::size_t>(lanes);
+  if (out_c % static_cast<std::size_t>(transposed_mrc) != 0 || K % L != 0) return 0;
+  if ((K / L) % 3 == 0) return 3;
+  if ((K / L) % 2 == 0) return 2;
+  return 0;
 }
 
 // Tables of the instantiations a plan may pick: [NV - 1][MR - 1], null where MR * NV exceeds the budget.
@@ -539,6 +583,21 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   const std::size_t rem = K % mr;
   const filter_tile_fn full = filter_tiles[static_cast<std::size_t>(b.nv - 1)][mr - 1];
   const filter_tile_fn tail = rem != 0 ? filter_tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
+  const std::size_t nvk = transposed_vectors(K, OC);
+  const transposed_tile_fn transposed = nvk == 3   ? &filter_tile_transposed<3, transposed_mrc>
+                                       : nvk == 2 ? &filter_tile_transposed<2, transposed_mrc>
+                                                  : nullptr;
+  // The transposed tiles run over blocks of output rows small enough to stay in L1 (about 24 KiB of input and output
+  // gradient), every tile of every kernel row over one block before the next, each tile's sums kept in a state of
+  // its own (its accumulators, per thread), so the chunk is read from L2 once rather than once per tile.
+  const std::size_t mrc = static_cast<std::size_t>(transposed_mrc), kw = nvk * static_cast<std::size_t>(lanes);
+  const std::size_t row_tiles = nvk != 0 ? (OC / mrc) * (K / kw) : 0;  // tiles of one kernel row
+  const std::size_t tile_floats = mrc * kw;
+  const std::size_t state_floats = g.kernel_h * row_tiles * tile_floats;
+  const std::size_t block_rows = std::clamp<std::size_t>(
+      (std::size_t{24} << 10) / ((g.stride_h * wp * C + g.out_w * OC) * sizeof(float)), 1, g.out_h);
+  const auto threads = static_cast<std::size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  float* states = transposed != nullptr ? conv2d_workspace::ensure(ws.buffer_b, threads * state_floats) : nullptr;
 
   const std::size_t wsize = g.kernel_h * K * OC;
   const std::size_t chunks = ::mwstrat::detail::ceil_div(g.batch, chunk);
@@ -555,7 +614,35 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
     const std::size_t images = std::min(g.batch, n0 + chunk) - n0;
     const float* padded = staged.stage(n0, images);
     const float* go = grad_output + n0 * g.out_h * g.out_w * OC;
-    for (std::size_t ky = 0; ky < g.kernel_h; ++ky) {
+    if (transposed != nullptr) {
+      const auto slot = static_cast<std::size_t>(std::max(0, tbb::this_task_arena::current_thread_index()));
+      float* state = states + slot * state_floats;
+      std::fill_n(state, state_floats, 0.0f);
+      for (std::size_t n = 0; n < images; ++n)
+        for (std::size_t r0 = 0; r0 < g.out_h; r0 += block_rows) {
+          const std::size_t rows = std::min(block_rows, g.out_h - r0);
+          const float* gb = go + (n * g.out_h + r0) * g.out_w * OC;
+          float* st = state;
+          for (std::size_t ky = 0; ky < g.kernel_h; ++ky) {
+            const float* ab = padded + static_cast<std::ptrdiff_t>(n) * a_img + static_cast<std::ptrdiff_t>(r0) * a_row +
+                              static_cast<std::ptrdiff_t>(ky * wp * C);
+            for (std::size_t j = 0; j < OC; j += mrc)
+              for (std::size_t k = 0; k < K; k += kw, st += tile_floats)
+                transposed(rows, g.out_w, ab + k, a_row, a_px, gb + j, g_px, st);
+          }
+        }
+      // Each tile's state, (j, v, lane) = the sum of patch value k + v * L + lane against output channel j, into
+      // the chunk's partial sums, [ky][k][oc].
+      const float* st = state;
+      for (std::size_t ky = 0; ky < g.kernel_h; ++ky)
+        for (std::size_t j = 0; j < OC; j += mrc)
+          for (std::size_t k = 0; k < K; k += kw, st += tile_floats) {
+            float* out = part + t * stride + (ky * K + k) * OC + j;
+            for (std::size_t jj = 0; jj < mrc; ++jj)
+              for (std::size_t kk = 0; kk < kw; ++kk) out[kk * OC + jj] = st[jj * kw + kk];
+          }
+    }
+    for (std::size_t ky = 0; ky < g.kernel_h && transposed == nullptr; ++ky) {
       const float* a = padded + ky * wp * C;
       float* out = part + t * stride + ky * K * OC;
       for (std::size_t blk = 0; blk < blocks; ++blk) {
@@ -569,10 +656,16 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
       }
     }
     float* bsum = part + t * stride + wsize;
-    std::fill_n(bsum, OC, 0.0f);
     const std::size_t m = images * g.out_h * g.out_w;
-    for (std::size_t r = 0; r < m; ++r)
-      for (std::size_t f = 0; f < OC; ++f) bsum[f] += go[r * OC + f];
+    for (std::size_t f = 0; f < OC; f += static_cast<std::size_t>(lanes)) {  // OC is whole vectors here
+      V sum = {};
+      for (std::size_t r = 0; r < m; ++r) {
+        V x;
+        ::mwstrat::detail::vload(x, go + r * OC + f);
+        sum += x;
+      }
+      ::mwstrat::detail::vstore(bsum + f, sum);
+    }
   });
   ::mwstrat::detail::combine_blocks(part, chunks, stride, stride);
   std::copy_n(part, wsize, grad_kernel);
