@@ -90,12 +90,14 @@ class batch_normalization_layer final : public layer_impl<T> {
       channel_sums(rows, [=](std::size_t r0, std::size_t r1, double* part) {
         double* __restrict s1 = part;
         double* __restrict s2 = part + c;
-        for (std::size_t r = r0; r < r1; ++r) {
+        std::size_t j = 0;
+        for (; j + L <= c; j += L) add_squares(x + r0 * c + j, r1 - r0, c, s1 + j, s2 + j);
+        for (std::size_t r = r0; r < r1 && j < c; ++r) {
           const T* __restrict xr = x + r * c;
-          for (std::size_t j = 0; j < c; ++j) {
-            const double v = static_cast<double>(xr[j]);
-            s1[j] += v;
-            s2[j] += v * v;
+          for (std::size_t i = j; i < c; ++i) {
+            const double v = static_cast<double>(xr[i]);
+            s1[i] += v;
+            s2[i] += v * v;
           }
         }
       });
@@ -162,33 +164,70 @@ class batch_normalization_layer final : public layer_impl<T> {
     }
   }
 
-  // One vector of channels of one row: s1 += dy, s2 += dy·x in double, dy masked by y > 0 with a fused ReLU
-  // (explicit vectors: compilers leave the masked, widened sum scalar).
+  // One vector of channels over `rows` rows `stride` apart, the sums in double and in registers from the first row
+  // to the last (not through memory row by row, where each row waited on the last one's store): the same additions
+  // in the same order, so the same bits. A vector of floats is taken as two halves, each widened to a vector of
+  // doubles the registers hold (a whole vector of doubles would be two registers, which compilers move through the
+  // stack); explicit vectors, because compilers leave the masked, widened sums scalar.
   static constexpr std::size_t L = lanes_v<T>;
-  typedef double wide_t __attribute__((vector_size(L * sizeof(double))));
+  static constexpr std::size_t H = L / 2;
+  typedef T half_t __attribute__((vector_size(H * sizeof(T))));
+  typedef double half_wide_t __attribute__((vector_size(H * sizeof(double))));
+
+  static half_wide_t widen_half(const T* p) noexcept {
+    half_t v;
+    std::memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, half_wide_t);
+  }
+  // Sums [2] of the two halves of a vector of channels, from and back to s[0, L).
+  static void load_sums(const double* s, half_wide_t (&a)[2]) noexcept {
+    std::memcpy(&a[0], s, sizeof a[0]);
+    std::memcpy(&a[1], s + H, sizeof a[1]);
+  }
+  static void store_sums(double* s, const half_wide_t (&a)[2]) noexcept {
+    std::memcpy(s, &a[0], sizeof a[0]);
+    std::memcpy(s + H, &a[1], sizeof a[1]);
+  }
+
+  // s1 += x, s2 += x·x.
+  static void add_squares(const T* x, std::size_t rows, std::size_t stride, double* s1, double* s2) noexcept {
+    half_wide_t a1[2];
+    half_wide_t a2[2];
+    load_sums(s1, a1);
+    load_sums(s2, a2);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t h = 0; h < 2; ++h) {
+        const half_wide_t xd = widen_half(x + r * stride + h * H);
+        a1[h] += xd;
+        a2[h] += xd * xd;
+      }
+    store_sums(s1, a1);
+    store_sums(s2, a2);
+  }
+
+  // s1 += dy, s2 += dy·x, dy masked by y > 0 with a fused ReLU.
   template <bool Relu>
-  static void add_gradient_products(const T* x, const T* y, const T* dy, double* s1, double* s2) noexcept {
-    using V = vec_t<T>;
-    V g;
-    V xv;
-    vload(g, dy);
-    vload(xv, x);
-    if constexpr (Relu) {
-      V yv;
-      vload(yv, y);
-      const V zero = {};
-      g = yv > zero ? g : zero;
-    }
-    const wide_t gd = __builtin_convertvector(g, wide_t);
-    const wide_t xd = __builtin_convertvector(xv, wide_t);
-    wide_t a1;
-    wide_t a2;
-    std::memcpy(&a1, s1, sizeof a1);
-    std::memcpy(&a2, s2, sizeof a2);
-    a1 += gd;
-    a2 += gd * xd;
-    std::memcpy(s1, &a1, sizeof a1);
-    std::memcpy(s2, &a2, sizeof a2);
+  static void add_gradient_products(const T* x, const T* y, const T* dy, std::size_t rows, std::size_t stride,
+                                    double* s1, double* s2) noexcept {
+    half_wide_t a1[2];
+    half_wide_t a2[2];
+    load_sums(s1, a1);
+    load_sums(s2, a2);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t h = 0; h < 2; ++h) {
+        const std::size_t at = r * stride + h * H;
+        half_wide_t gd = widen_half(dy + at);
+        if constexpr (Relu) {
+          const half_wide_t yd = widen_half(y + at);  // y > 0 in double exactly as in T
+          const half_wide_t zero = {};
+          gd = yd > zero ? gd : zero;
+        }
+        const half_wide_t xd = widen_half(x + at);
+        a1[h] += gd;
+        a2[h] += gd * xd;
+      }
+    store_sums(s1, a1);
+    store_sums(s2, a2);
   }
 
   template <bool Relu>
@@ -209,19 +248,20 @@ class batch_normalization_layer final : public layer_impl<T> {
         [=](std::size_t r0, std::size_t r1, double* part) {
           double* __restrict s1 = part;
           double* __restrict s2 = part + c;
-          for (std::size_t r = r0; r < r1; ++r) {
+          std::size_t j = 0;
+          for (; j + L <= c; j += L)
+            add_gradient_products<Relu>(x + r0 * c + j, y + r0 * c + j, dyp + r0 * c + j, r1 - r0, c, s1 + j, s2 + j);
+          for (std::size_t r = r0; r < r1 && j < c; ++r) {
             const T* __restrict xr = x + r * c;
             const T* __restrict yr = y + r * c;
             const T* __restrict dyr = dyp + r * c;
-            std::size_t j = 0;
-            for (; j + L <= c; j += L) add_gradient_products<Relu>(xr + j, yr + j, dyr + j, s1 + j, s2 + j);
-            for (; j < c; ++j) {
-              const double dy = static_cast<double>(output_gradient<Relu>(yr, dyr, j));
-              s1[j] += dy;
-              s2[j] += dy * static_cast<double>(xr[j]);
+            for (std::size_t i = j; i < c; ++i) {
+              const double dy = static_cast<double>(output_gradient<Relu>(yr, dyr, i));
+              s1[i] += dy;
+              s2[i] += dy * static_cast<double>(xr[i]);
             }
           }
-          for (std::size_t j = 0; j < c; ++j) s2[j] = inv_std[j] * (s2[j] - mean[j] * s1[j]);
+          for (std::size_t i = 0; i < c; ++i) s2[i] = inv_std[i] * (s2[i] - mean[i] * s1[i]);
         },
         true);
     for (std::size_t j = 0; j < c; ++j) {
