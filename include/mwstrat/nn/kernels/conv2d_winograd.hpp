@@ -44,7 +44,7 @@ inline bool applies(const conv2d_geometry& g) {
 struct kernel_view {
   const float* base;
   std::ptrdiff_t s_ky, s_kx, s_i, s_o;
-  [[nodiscard]] float at(std::size_t ky, std::size_t kx, std::size_t i, std::size_t o) const noexcept {
+  [[nodiscard]] const float& at(std::size_t ky, std::size_t kx, std::size_t i, std::size_t o) const noexcept {
     return base[static_cast<std::ptrdiff_t>(ky) * s_ky + static_cast<std::ptrdiff_t>(kx) * s_kx +
                 static_cast<std::ptrdiff_t>(i) * s_i + static_cast<std::ptrdiff_t>(o) * s_o];
   }
@@ -58,8 +58,9 @@ struct transforms;
 template <>
 struct transforms<2> {
   static constexpr int alpha = 4;
-  // u = G g, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1].
-  static void kernel(const float* g, float* u) noexcept {
+  // u = G g, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1] (X: a float, or a vector of them).
+  template <class X>
+  static void kernel(const X* g, X* u) noexcept {
     u[0] = g[0];
     u[1] = 0.5f * (g[0] + g[1] + g[2]);
     u[2] = 0.5f * (g[0] - g[1] + g[2]);
@@ -83,8 +84,10 @@ struct transforms<2> {
 template <>
 struct transforms<4> {
   static constexpr int alpha = 6;
-  // u = G g, G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1].
-  static void kernel(const float* g, float* u) noexcept {
+  // u = G g, G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1] (X: a float,
+  // or a vector of them).
+  template <class X>
+  static void kernel(const X* g, X* u) noexcept {
     u[0] = g[0] / 4.0f;
     u[1] = -(g[0] + g[1] + g[2]) / 6.0f;
     u[2] = -(g[0] - g[1] + g[2]) / 6.0f;
@@ -113,25 +116,37 @@ struct transforms<4> {
   }
 };
 
-// U[xi][block][i][width] = (G g G^T)[xi] for the kernel g of input channel i and output channel block * width + ..
+// U[xi][block][i][width] = (G g G^T)[xi] for the kernel g of input channel i and output channel block * width + ..,
+// a vector of output channels at a time (out_c is whole vectors: applies()).
 template <int M>
 void transform_kernel(const kernel_view& k, std::size_t in_c, std::size_t out_c, std::size_t width, float* U) {
   constexpr std::size_t alpha = transforms<M>::alpha;
+  constexpr auto L = static_cast<std::size_t>(lanes);
   const std::size_t blocks = out_c / width;
   ::mwstrat::detail::parallel_tasks(in_c, [&](std::size_t i) {
-    for (std::size_t o = 0; o < out_c; ++o) {
-      float t[alpha][3];  // G g: the kernel's columns transformed
+    for (std::size_t o = 0; o < out_c; o += L) {
+      V t[alpha][3];  // G g: the kernel's columns transformed
       for (std::size_t x = 0; x < 3; ++x) {
-        const float g[3] = {k.at(0, x, i, o), k.at(1, x, i, o), k.at(2, x, i, o)};
-        float u[alpha];
+        V g[3];
+        for (std::size_t y = 0; y < 3; ++y) {
+          if (k.s_o == 1) {  // the forward kernel: output channels adjacent
+            ::mwstrat::detail::vload(g[y], &k.at(y, x, i, o));
+          } else {  // the data gradient's flipped, transposed kernel: gathered
+            alignas(64) float lane_values[L];
+            for (std::size_t l = 0; l < L; ++l) lane_values[l] = k.at(y, x, i, o + l);
+            ::mwstrat::detail::vload(g[y], lane_values);
+          }
+        }
+        V u[alpha];
         transforms<M>::kernel(g, u);
         for (std::size_t r = 0; r < alpha; ++r) t[r][x] = u[r];
       }
       const std::size_t blk = o / width, lane = o % width;
       for (std::size_t r = 0; r < alpha; ++r) {
-        float u[alpha];
+        V u[alpha];
         transforms<M>::kernel(t[r], u);
-        for (std::size_t c = 0; c < alpha; ++c) U[(((r * alpha + c) * blocks + blk) * in_c + i) * width + lane] = u[c];
+        for (std::size_t c = 0; c < alpha; ++c)
+          ::mwstrat::detail::vstore(U + (((r * alpha + c) * blocks + blk) * in_c + i) * width + lane, u[c]);
       }
     }
   });
