@@ -19,7 +19,8 @@ namespace mwstrat::detail {
 template <class T>
 class add_layer final : public layer_impl<T> {
  public:
-  add_layer(const std::vector<nn_shape>& ins) : layer_impl<T>(check(ins), ins.front()), inputs_(ins.size()) {}
+  add_layer(const std::vector<nn_shape>& ins)
+      : layer_impl<T>(check(ins), ins.front()), inputs_(ins.size()), outs_(ins.size(), nullptr) {}
   std::string keras_type() const override { return "Add"; }
   std::string base_name() const override { return "add"; }
   std::string config() const override { return "add(" + std::to_string(inputs_) + ")"; }
@@ -34,22 +35,22 @@ class add_layer final : public layer_impl<T> {
     parallel_chunks(a.batch * this->output_size(), 1 << 16,
                     [xs, y, m, relu](std::size_t b, std::size_t e) { add_range(b, e, xs, m, y, relu); });
   }
-  // Each input's gradient is the output's (through the fused ReLU's mask, if any).
+  // Each input's gradient is the output's (through the fused ReLU's mask, if any), written to every input in one
+  // pass over the output's gradient (not written once and then copied).
   void backward(const backward_args<T>& a) override {
     const std::size_t n = a.batch * this->output_size();
-    const T* first = nullptr;
-    for (std::size_t k = 0; k < inputs_; ++k) {
-      if (a.dxs[k] == nullptr) continue;
-      if (first != nullptr) {
-        std::copy(first, first + n, a.dxs[k]);
-      } else if (relu_) {
-        relu_backward(n, a.y, a.dy, a.dxs[k]);
-        first = a.dxs[k];
-      } else {
-        std::copy(a.dy, a.dy + n, a.dxs[k]);
-        first = a.dxs[k];
-      }
-    }
+    std::size_t outs = 0;
+    for (std::size_t k = 0; k < inputs_; ++k)
+      if (a.dxs[k] != nullptr) outs_[outs++] = a.dxs[k];
+    if (outs == 0) return;
+    T* const* to = outs_.data();
+    const T* y = relu_ ? a.y : nullptr;
+    const T* dy = a.dy;
+    parallel_chunks(n, 1 << 16, [to, outs, y, dy](std::size_t b, std::size_t e) {
+      if (y != nullptr) relu_backward_range(b, e, y, dy, to[0]);
+      else std::copy(dy + b, dy + e, to[0] + b);
+      for (std::size_t k = 1; k < outs; ++k) std::copy(to[0] + b, to[0] + e, to[k] + b);  // the chunk is in cache
+    });
   }
 
  private:
@@ -86,6 +87,7 @@ class add_layer final : public layer_impl<T> {
   }
 
   std::size_t inputs_;
+  std::vector<T*> outs_;  // backward: the inputs' gradients that are wanted (sized once)
   bool relu_ = false;  // a following ReLU is fused (layer_impl::fuse_relu)
 };
 
