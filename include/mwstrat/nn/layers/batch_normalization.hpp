@@ -179,55 +179,49 @@ class batch_normalization_layer final : public layer_impl<T> {
     std::memcpy(&v, p, sizeof v);
     return __builtin_convertvector(v, half_wide_t);
   }
-  // Sums [2] of the two halves of a vector of channels, from and back to s[0, L).
-  static void load_sums(const double* s, half_wide_t (&a)[2]) noexcept {
-    std::memcpy(&a[0], s, sizeof a[0]);
-    std::memcpy(&a[1], s + H, sizeof a[1]);
-  }
-  static void store_sums(double* s, const half_wide_t (&a)[2]) noexcept {
-    std::memcpy(s, &a[0], sizeof a[0]);
-    std::memcpy(s + H, &a[1], sizeof a[1]);
+  // The loop both sums share: `add(at, a1, a2)` for each half of each row (`at` its offset from the first), a1 and
+  // a2 that half's two sums, loaded from s1 and s2 before and stored back after.
+  template <class Add>
+  static void sum_rows(std::size_t rows, std::size_t stride, double* s1, double* s2, Add&& add) noexcept {
+    half_wide_t a1[2];
+    half_wide_t a2[2];
+    std::memcpy(&a1[0], s1, sizeof a1[0]);
+    std::memcpy(&a1[1], s1 + H, sizeof a1[1]);
+    std::memcpy(&a2[0], s2, sizeof a2[0]);
+    std::memcpy(&a2[1], s2 + H, sizeof a2[1]);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t h = 0; h < 2; ++h) add(r * stride + h * H, a1[h], a2[h]);
+    std::memcpy(s1, &a1[0], sizeof a1[0]);
+    std::memcpy(s1 + H, &a1[1], sizeof a1[1]);
+    std::memcpy(s2, &a2[0], sizeof a2[0]);
+    std::memcpy(s2 + H, &a2[1], sizeof a2[1]);
   }
 
   // s1 += x, s2 += x·x.
   static void add_squares(const T* x, std::size_t rows, std::size_t stride, double* s1, double* s2) noexcept {
-    half_wide_t a1[2];
-    half_wide_t a2[2];
-    load_sums(s1, a1);
-    load_sums(s2, a2);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t h = 0; h < 2; ++h) {
-        const half_wide_t xd = widen_half(x + r * stride + h * H);
-        a1[h] += xd;
-        a2[h] += xd * xd;
-      }
-    store_sums(s1, a1);
-    store_sums(s2, a2);
+    sum_rows(rows, stride, s1, s2, [x](std::size_t at, half_wide_t& a1, half_wide_t& a2) {
+      const half_wide_t xd = widen_half(x + at);
+      a1 += xd;
+      a2 += xd * xd;
+    });
   }
 
   // s1 += dy, s2 += dy·x, dy masked by y > 0 with a fused ReLU.
   template <bool Relu>
   static void add_gradient_products(const T* x, const T* y, const T* dy, std::size_t rows, std::size_t stride,
                                     double* s1, double* s2) noexcept {
-    half_wide_t a1[2];
-    half_wide_t a2[2];
-    load_sums(s1, a1);
-    load_sums(s2, a2);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t h = 0; h < 2; ++h) {
-        const std::size_t at = r * stride + h * H;
-        half_wide_t gd = widen_half(dy + at);
-        if constexpr (Relu) {
-          const half_wide_t yd = widen_half(y + at);  // y > 0 in double exactly as in T
-          const half_wide_t zero = {};
-          gd = yd > zero ? gd : zero;
-        }
-        const half_wide_t xd = widen_half(x + at);
-        a1[h] += gd;
-        a2[h] += gd * xd;
+    sum_rows(rows, stride, s1, s2, [x, y, dy](std::size_t at, half_wide_t& a1, half_wide_t& a2) {
+      half_wide_t gd = widen_half(dy + at);
+      if constexpr (Relu) {
+        const half_wide_t yd = widen_half(y + at);  // y > 0 in double exactly as in T
+        const half_wide_t zero = {};
+        gd = yd > zero ? gd : zero;
+      } else {
+        (void)y;
       }
-    store_sums(s1, a1);
-    store_sums(s2, a2);
+      a1 += gd;
+      a2 += gd * widen_half(x + at);
+    });
   }
 
   template <bool Relu>
