@@ -1,8 +1,10 @@
 // The pieces of nn/kernels/conv2d_winograd.hpp on their own: the one-dimensional transforms of F(2, 3) and F(4, 3)
-// reproduce a direct 3-tap correlation, and the shapes the path takes (the whole convolutions are checked against
+// reproduce a direct 3-tap correlation, those of the filter gradient (conv2d_winograd_filter.hpp) the taps'
+// gradients, and the shapes the paths take (the whole convolutions are checked against
 // double sums in conv2d_kernels_test.cpp).
 #include <mwstrat/nn/detail/random.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd.hpp>
+#include <mwstrat/nn/kernels/conv2d_winograd_filter.hpp>
 
 #include <gtest/gtest.h>
 
@@ -57,6 +59,34 @@ TEST(Conv2dWinograd, TwoOutputTransformsReproduceTheCorrelation) { expect_transf
 
 TEST(Conv2dWinograd, FourOutputTransformsReproduceTheCorrelation) { expect_transforms_correlate<4>(); }
 
+// The filter gradient's transforms: G^T [(A dy) . (B^T d)] for 6 inputs d and 4 output gradients dy (a different
+// signal in every lane) equals the 3 taps' gradients dg[k] = sum_i d[i + k] dy[i].
+TEST(Conv2dWinograd, FilterGradientTransformsReproduceTheTapGradients) {
+  using T = wg::transforms<4>;
+  constexpr std::size_t alpha = T::alpha;
+  const auto L = static_cast<std::size_t>(wg::lanes);
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    float dv[alpha][64], yv[4][64];
+    for (std::size_t i = 0; i < alpha; ++i)
+      for (std::size_t l = 0; l < L; ++l) dv[i][l] = value(seed, i * L + l);
+    for (std::size_t i = 0; i < 4; ++i)
+      for (std::size_t l = 0; l < L; ++l) yv[i][l] = value(seed + 200, i * L + l);
+    V d[alpha], y[alpha], products[alpha], dg[3];
+    for (std::size_t i = 0; i < alpha; ++i) mwstrat::detail::vload(d[i], dv[i]);
+    for (std::size_t i = 0; i < 4; ++i) mwstrat::detail::vload(y[i], yv[i]);
+    T::input(d, 1);
+    T::output_gradient(y, 1);
+    for (std::size_t i = 0; i < alpha; ++i) products[i] = d[i] * y[i];
+    T::filter(products, 1, dg, 1);
+    for (std::size_t k = 0; k < 3; ++k)
+      for (std::size_t l = 0; l < L; ++l) {
+        double want = 0;
+        for (std::size_t i = 0; i < 4; ++i) want += static_cast<double>(dv[i + k][l]) * yv[i][l];
+        EXPECT_NEAR(dg[k][l], want, 1e-5) << "tap " << k << ", lane " << l;
+      }
+  }
+}
+
 TEST(Conv2dWinograd, TakesThreeByThreeStrideOneOverWholeVectorsOfChannels) {
   const std::size_t c = static_cast<std::size_t>(wg::lanes);
   const conv2d_geometry same{2, 8, 8, c, 2 * c, 3, 3, 1, 1, 1, 1, 8, 8};
@@ -73,6 +103,10 @@ TEST(Conv2dWinograd, TakesThreeByThreeStrideOneOverWholeVectorsOfChannels) {
   EXPECT_EQ(wg::tile_size(same), 4);
   const conv2d_geometry narrow{1, 40, 3, c, c, 3, 3, 1, 1, 1, 1, 40, 3};
   EXPECT_EQ(wg::tile_size(narrow), 2);
+  // The filter gradient takes it with 4x4 tiles only.
+  EXPECT_TRUE(wg::filter_applies(same));
+  EXPECT_FALSE(wg::filter_applies(narrow));
+  EXPECT_FALSE(wg::filter_applies(strided));
 }
 
 }  // namespace

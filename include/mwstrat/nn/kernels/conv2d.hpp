@@ -5,13 +5,15 @@
 //
 // Three implementations share this interface, chosen per call by the workspace's path and the shape: Winograd
 // F(4x4, 3x3) (conv2d_winograd.hpp: 2.25x fewer multiplies) for the forward pass and data gradient of 3x3 stride-1
-// convolutions; the direct kernels (conv2d_direct.hpp: register-blocked direct convolution over a zero-padded copy
-// of the input, weights repacked once per call) for the other shapes they apply to and for every filter gradient;
-// the reference (im2col / col2im around the library's GEMM) everywhere else. Tests compare them through the path.
+// convolutions, and its transposed form (conv2d_winograd_filter.hpp: 4x fewer) for their filter gradient; the direct
+// kernels (conv2d_direct.hpp: register-blocked direct convolution over a zero-padded copy of the input, weights
+// repacked once per call) for the other shapes they apply to; the reference (im2col / col2im around the library's
+// GEMM) everywhere else. Tests compare them through the path.
 
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd.hpp>
+#include <mwstrat/nn/kernels/conv2d_winograd_filter.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
 #include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
@@ -214,6 +216,10 @@ inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_out
 inline void conv2d_backward_filter(const conv2d_geometry& g, const float* input, const float* grad_output,
                                    float* grad_kernel, float* grad_bias, conv2d_workspace& ws) {
   detail_conv::check_geometry(g, "conv2d_backward_filter");
+  if (ws.path == conv2d_path::automatic && winograd::filter_applies(g)) {
+    winograd::backward_filter(g, input, grad_output, grad_kernel, grad_bias, ws);
+    return;
+  }
   if (ws.path != conv2d_path::reference && direct::applies(g.out_c)) {
     direct::backward_filter(g, input, grad_output, grad_kernel, grad_bias, ws);
     return;

@@ -78,14 +78,19 @@ void tile(std::size_t taps, const std::ptrdiff_t* tap_off, std::size_t K, const 
 }
 
 // Filter-gradient tile: out[i * ldo + v * L] = sum over the images, rows and columns of a chunk of
-// a[img * a_img + r * a_row + c * a_px + i] * g[img * g_img + (r * cols + c) * g_px + v * L].
+// a[img * a_img + r * a_row + c * a_px + i] * g[img * g_img + (r * cols + c) * g_px + v * L], pixel by pixel after
+// out's own values with `accumulate` (continuing sums an earlier call left there).
 template <int MR, int NV>
 void filter_tile(std::size_t images, std::size_t rows, std::size_t cols, const float* a, std::ptrdiff_t a_img,
                  std::ptrdiff_t a_row, std::ptrdiff_t a_px, const float* g, std::ptrdiff_t g_img, std::ptrdiff_t g_px,
-                 float* out, std::size_t ldo) noexcept {
+                 float* out, std::size_t ldo, bool accumulate) noexcept {
   V acc[MR][NV];
   const V zero = {};
-  MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = zero;
+  MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
+    MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) {
+      if (accumulate) ::mwstrat::detail::vload(acc[i][v], out + static_cast<std::size_t>(i) * ldo + static_cast<std::size_t>(v * lanes));
+      else acc[i][v] = zero;
+    }
   for (std::size_t n = 0; n < images; ++n)
     for (std::size_t r = 0; r < rows; ++r) {
       const float* ar = a + static_cast<std::ptrdiff_t>(n) * a_img + static_cast<std::ptrdiff_t>(r) * a_row;
@@ -155,7 +160,7 @@ using tile_fn = void (*)(std::size_t, const std::ptrdiff_t*, std::size_t, const 
                          float*, std::ptrdiff_t, const float*, bool) noexcept;
 using filter_tile_fn = void (*)(std::size_t, std::size_t, std::size_t, const float*, std::ptrdiff_t, std::ptrdiff_t,
                                 std::ptrdiff_t, const float*, std::ptrdiff_t, std::ptrdiff_t, float*,
-                                std::size_t) noexcept;
+                                std::size_t, bool) noexcept;
 
 template <int NV, int MR>
 constexpr tile_fn tile_entry() {
@@ -566,6 +571,19 @@ inline std::size_t filter_chunk(const conv2d_geometry& g, std::size_t padded_ima
       std::clamp<std::size_t>((std::size_t{1024} << 10) / std::max<std::size_t>(bytes, 1), 1, 16));
 }
 
+// sum[f] = the sum over `pixels` pixels of x[p * C + f], pixel by pixel (a chunk's bias gradient); C whole vectors.
+inline void sum_pixels(const float* x, std::size_t pixels, std::size_t C, float* sum) noexcept {
+  for (std::size_t f = 0; f < C; f += static_cast<std::size_t>(lanes)) {
+    V acc = {};
+    for (std::size_t p = 0; p < pixels; ++p) {
+      V v;
+      ::mwstrat::detail::vload(v, x + p * C + f);
+      acc += v;
+    }
+    ::mwstrat::detail::vstore(sum + f, acc);
+  }
+}
+
 inline void backward_filter(const conv2d_geometry& g, const float* input, const float* grad_output,
                             float* grad_kernel, float* grad_bias, conv2d_workspace& ws) {
   const std::size_t hp = padded_extent(g.in_h, g.pad_top, g.out_h, g.stride_h, g.kernel_h);
@@ -649,23 +667,13 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
         std::size_t k = 0;
         for (; k + mr <= K; k += mr)
           full(images, g.out_h, g.out_w, a + k, a_img, a_row, a_px, go + blk * width, g_img, g_px,
-               out + k * OC + blk * width, OC);
+               out + k * OC + blk * width, OC, false);
         if (tail != nullptr)
           tail(images, g.out_h, g.out_w, a + k, a_img, a_row, a_px, go + blk * width, g_img, g_px,
-               out + k * OC + blk * width, OC);
+               out + k * OC + blk * width, OC, false);
       }
     }
-    float* bsum = part + t * stride + wsize;
-    const std::size_t m = images * g.out_h * g.out_w;
-    for (std::size_t f = 0; f < OC; f += static_cast<std::size_t>(lanes)) {  // OC is whole vectors here
-      V sum = {};
-      for (std::size_t r = 0; r < m; ++r) {
-        V x;
-        ::mwstrat::detail::vload(x, go + r * OC + f);
-        sum += x;
-      }
-      ::mwstrat::detail::vstore(bsum + f, sum);
-    }
+    sum_pixels(go, images * g.out_h * g.out_w, OC, part + t * stride + wsize);
   });
   ::mwstrat::detail::combine_blocks(part, chunks, stride, stride);
   std::copy_n(part, wsize, grad_kernel);

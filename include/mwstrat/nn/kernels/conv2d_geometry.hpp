@@ -19,7 +19,7 @@ struct conv2d_geometry {
 };
 
 /// Which implementation a workspace's calls take: `automatic` (the fastest kernels the shape allows: Winograd
-/// F(2x2, 3x3) for 3x3 stride-1 forward passes and data gradients, else the direct kernels, else the reference),
+/// F(4x4, 3x3) for 3x3 stride-1 convolutions, else the direct kernels, else the reference),
 /// `direct` (never Winograd: the direct kernels where they apply, else the reference) or `reference` (always the
 /// im2col reference; for tests).
 enum class conv2d_path { automatic, direct, reference };

@@ -114,6 +114,27 @@ struct transforms<4> {
     y[2 * ys] = a + 4.0f * c;
     y[3 * ys] = b + 8.0f * d + m[5 * s];
   }
+  // The filter gradient's transforms (the transposed algorithm: the sum over outputs of dy . y is the sum over the
+  // alpha points of (A dy) . (G g) . (B^T d), so its gradient in g is G^T [(A dy) . (B^T d)]).
+  // v[i * s] = (A dy)[i] for the M values dy[j * s] (read from v[0], .., v[3 * s]), in place:
+  // A = [1 0 0 0; 1 1 1 1; 1 -1 1 -1; 1 2 4 8; 1 -2 4 -8; 0 0 0 1].
+  static void output_gradient(V* v, std::size_t s) noexcept {
+    const V y0 = v[0], y1 = v[s], y2 = v[2 * s], y3 = v[3 * s];
+    const V even = y0 + y2, odd = y1 + y3, even4 = y0 + 4.0f * y2, odd8 = 2.0f * y1 + 8.0f * y3;
+    v[s] = even + odd;
+    v[2 * s] = even - odd;
+    v[3 * s] = even4 + odd8;
+    v[4 * s] = even4 - odd8;
+    v[5 * s] = y3;
+  }
+  // g[k * gs] = (G^T m)[k], the 3 taps' gradients from the alpha points' sums m[i * s]:
+  // G^T = [1/4 -1/6 -1/6 1/24 1/24 0; 0 -1/6 1/6 1/12 -1/12 0; 0 -1/6 -1/6 1/6 1/6 1].
+  static void filter(const V* m, std::size_t s, V* g, std::size_t gs) noexcept {
+    const V a = m[s] + m[2 * s], b = m[s] - m[2 * s], c = m[3 * s] + m[4 * s], d = m[3 * s] - m[4 * s];
+    g[0] = m[0] / 4.0f - a / 6.0f + c / 24.0f;
+    g[gs] = d / 12.0f - b / 6.0f;
+    g[2 * gs] = (c - a) / 6.0f + m[5 * s];
+  }
 };
 
 // U[xi][block][i][width] = (G g G^T)[xi] for the kernel g of input channel i and output channel block * width + ..,
@@ -152,6 +173,31 @@ void transform_kernel(const kernel_view& k, std::size_t in_c, std::size_t out_c,
   });
 }
 
+// The input transform B^T d B of one tile: d the tile's top-left input value in a padded NHWC image `wp` pixels wide
+// with C channels; transformed value xi (row r, column x of the alpha x alpha result, xi = r * alpha + x) of channel
+// c goes to out[xi * xi_stride + c]. A vector of channels at a time: each column transformed, then each row.
+template <int M>
+void transform_input_tile(const float* d, std::size_t wp, std::size_t C, float* out, std::size_t xi_stride) noexcept {
+  using T = transforms<M>;
+  constexpr std::size_t alpha = T::alpha;
+  constexpr auto L = static_cast<std::size_t>(lanes);
+  for (std::size_t c = 0; c < C; c += L) {
+    V v[alpha * alpha];
+    MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x) {
+      V col[alpha];
+      MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r)
+        ::mwstrat::detail::vload(col[r], d + (r * wp + x) * C + c);
+      T::input(col, 1);
+      MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r) v[r * alpha + x] = col[r];
+    }
+    MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r) {
+      T::input(v + r * alpha, 1);
+      MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x)
+        ::mwstrat::detail::vstore(out + (r * alpha + x) * xi_stride + c, v[r * alpha + x]);
+    }
+  }
+}
+
 // Tiles per chunk: the chunk's transformed inputs and products (alpha^2 x tiles x (in_c + out_c) floats) in about
 // 64 KiB, and at least one micro-kernel's worth of tiles.
 inline std::size_t chunk_tiles(std::size_t positions, std::size_t in_c, std::size_t out_c) {
@@ -188,7 +234,7 @@ void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_t
   const auto threads = static_cast<std::size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
   float* slots = conv2d_workspace::ensure(ws.buffer_c, threads * slot_size);
   static constexpr std::ptrdiff_t one_tap[1] = {0};
-  const std::size_t cv = C / static_cast<std::size_t>(lanes), fv = vectors;
+  const std::size_t fv = vectors;
   constexpr auto L = static_cast<std::size_t>(lanes);
 
   ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
@@ -199,25 +245,10 @@ void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_t
     float* Mt = Vt + P * chunk * C;
     for (std::size_t t0 = 0; t0 < tiles; t0 += chunk) {
       const std::size_t count = std::min(chunk, tiles - t0);
-      // Input transform B^T d B of every tile of the chunk, a vector of channels at a time.
+      // Input transform B^T d B of every tile of the chunk.
       for (std::size_t t = 0; t < count; ++t) {
         const std::size_t ty = (t0 + t) / tw, tx = (t0 + t) % tw;
-        const float* d = image + (m * ty * wp + m * tx) * C;
-        for (std::size_t c = 0; c < cv; ++c) {
-          V v[P];  // B^T d: each column of the tile transformed, then each row (into the chunk's inputs)
-          MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x) {
-            V col[alpha];
-            MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r)
-              ::mwstrat::detail::vload(col[r], d + (r * wp + x) * C + c * L);
-            T::input(col, 1);
-            MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r) v[r * alpha + x] = col[r];
-          }
-          MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r) {
-            T::input(v + r * alpha, 1);
-            MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x)
-              ::mwstrat::detail::vstore(Vt + ((r * alpha + x) * chunk + t) * C + c * L, v[r * alpha + x]);
-          }
-        }
+        transform_input_tile<M>(image + (m * ty * wp + m * tx) * C, wp, C, Vt + t * C, chunk * C);
       }
       // The alpha^2 element-wise products, each a (tiles x C) by (C x F) GEMM.
       const std::size_t rem = count % mr;
