@@ -690,8 +690,9 @@ class Page:
                 d_wall = med([x["conv_seconds_per_step"] for x in direct_kernels])
                 d_gf = med([x["conv_gflops"] for x in direct_kernels])
                 self.w(f"The GFLOP are the direct convolution's multiply-adds: the default kernels run the 3×3 "
-                       f"stride-1 forward passes and data gradients by Winograd F(4×4, 3×3), whose products need "
-                       f"2.25× fewer, so their rate is an effective one and may pass the peak. The direct kernels "
+                       f"stride-1 convolutions by Winograd F(4×4, 3×3), whose products need 2.25× fewer (forward "
+                       f"pass and data gradient) or 4× fewer (filter gradient, by the transposed algorithm), so "
+                       f"their rate is an effective one and may pass the peak. The direct kernels "
                        f"alone (`--conv-path direct`, every multiply-add done): {fmt(d_wall, 2)} s per step, "
                        f"**{fmt(d_gf, 1)} GFLOP/s**"
                        + (f" = **{pct(d_gf / peak)}** of the FMA peak" if peak else "")
