@@ -14,6 +14,7 @@
 #include <mwstrat/nn/graph.hpp>
 #include <mwstrat/nn/graph_model.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
+#include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/optimizers/optimizer_base.hpp>
 
 #include <gtest/gtest.h>

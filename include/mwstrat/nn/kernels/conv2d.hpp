@@ -11,6 +11,7 @@
 // GEMM) everywhere else. Tests compare them through the path.
 
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
+#include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd_filter.hpp>

@@ -17,6 +17,7 @@
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
+#include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd.hpp>
 
