@@ -2,7 +2,8 @@
 // this process, each link a connected pair of stream sockets, each rank's pump running one all-reduce plan. It
 // moves every chunk and combines it in the ring's fixed order (the same bits on every rank), narrows the wire to
 // 16 bits when the plan says so, and, when a neighbour goes away mid-operation, returns the failure naming that
-// rank and its address instead of waiting for the deadline.
+// rank and its address instead of waiting for the deadline (a rank that fails tells its neighbours through
+// abort_neighbours, as the ring does).
 #include <mwstrat/collective/ring/detail/data_path.hpp>
 
 #include <gtest/gtest.h>
@@ -94,7 +95,9 @@ std::vector<outcome> run_ring(std::size_t count, std::size_t chunk_bytes, wire_c
       if (wire != wire_compression::none) path.make_wire_stage();
       const ring_plan p = sum_plan(r, out[static_cast<std::size_t>(r)].data, chunk_bytes, wire);
       const auto start = steady::now();
-      out[static_cast<std::size_t>(r)].failure = path.pump<float>(p, start + 10s, 10000ms);
+      auto& failure = out[static_cast<std::size_t>(r)].failure;
+      failure = path.pump<float>(p, start + 10s, 10000ms);
+      if (failure) path.abort_neighbours(p, *failure);  // as the ring does: the neighbours hear why, then the close
       out[static_cast<std::size_t>(r)].took =
           std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start);
     });
@@ -143,7 +146,8 @@ TEST(ring_data_path, a_sixteen_bit_wire_keeps_the_ranks_identical_within_its_rou
 
 TEST(ring_data_path, a_neighbour_gone_during_an_operation_is_named_at_once_not_at_the_deadline) {
   const auto out = run_ring(100000, 4096, wire_compression::none, {true, true, false});
-  // Rank 2 is gone: rank 1 sends to it and rank 0 receives from it; each names it, long before the 10 s deadline.
+  // Rank 2 is gone: rank 1 sends to it and rank 0 receives from it; each names it (found itself, or told by the
+  // other's abort before that one closed), long before the 10 s deadline.
   for (int r : {0, 1}) {
     const auto& o = out[static_cast<std::size_t>(r)];
     ASSERT_TRUE(o.failure) << "rank " << r << " finished an all-reduce without rank 2";
