@@ -18,8 +18,8 @@ struct conv2d_geometry {
       out_w;
 };
 
-/// Which implementation a workspace's calls take: `automatic` (the fastest kernels the shape allows: Winograd
-/// F(4x4, 3x3) for 3x3 stride-1 convolutions, else the direct kernels, else the reference),
+/// Which implementation a workspace's calls take: `automatic` (the fastest kernels the shape allows: Winograd for
+/// 3x3 stride-1 convolutions, as conv2d.hpp details, else the direct kernels, else the reference),
 /// `direct` (never Winograd: the direct kernels where they apply, else the reference) or `reference` (always the
 /// im2col reference; for tests).
 enum class conv2d_path { automatic, direct, reference };
