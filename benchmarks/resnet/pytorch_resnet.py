@@ -21,7 +21,7 @@ momentum 0.003) and epsilon 1e-5; he_normal kernels (truncated normal, as Keras 
 its first loss is near 4, not ln 10), biases 0; L2 2e-4 on every kernel and bias (Keras's loss += λ·Σw², i.e. SGD
 weight decay 2λ on those tensors, none on BN). A strided 3×3 'same' convolution pads as Keras does (bottom/right
 only; --padding symmetric pads 1 all round).
-SGD momentum 0.9 (--nesterov), learning rate --lr (for the global batch), piecewise 0.1/0.01/0.001 at epochs 30 and
+SGD momentum 0.9 (--nesterov), the loss's --label-smoothing, learning rate --lr (for the global batch), piecewise 0.1/0.01/0.001 at epochs 30 and
 45 (scaled to --epochs) or linear warm-up + cosine.
 
 Data: the real CIFAR-10 binary batches (scripts/fetch-cifar10), kept as bytes; each epoch one global order from
@@ -223,7 +223,7 @@ def worker(a):
     model = ResNetCifar(a.depth, a.padding, fc_init=a.fc_init).to(memory_format=fmt)
     ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters
     opt = torch.optim.SGD(model.param_groups(L2), lr=a.lr, momentum=0.9, nesterov=a.nesterov)
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=a.label_smoothing)
     global_batch = a.batch * world
     steps_per_epoch = x_train.shape[0] // global_batch
     aug_gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
@@ -300,7 +300,8 @@ def worker(a):
                 yb = y_test[b:min(b + 500, hi)]
                 logits = model(xb)
                 correct += torch.tensor([(logits.argmax(1) == yb).sum().item(), len(yb),
-                                         F.cross_entropy(logits, yb, reduction="sum").item()], dtype=torch.float64)
+                                         F.cross_entropy(logits, yb, reduction="sum",
+                                                         label_smoothing=a.label_smoothing).item()], dtype=torch.float64)
         dist.all_reduce(correct)
         train_loss = torch.tensor([loss_sum / steps], dtype=torch.float64)
         dist.all_reduce(train_loss)
@@ -383,6 +384,7 @@ def main():
     p.add_argument("--schedule", choices=["piecewise", "cosine"], default="piecewise")
     p.add_argument("--warmup-epochs", type=float, default=0.0)
     p.add_argument("--nesterov", action="store_true")
+    p.add_argument("--label-smoothing", type=float, default=0.0, help="the loss's (as mwstrat's model_options)")
     p.add_argument("--seed", type=int, default=42)
     a = p.parse_args()
     if "RANK" in os.environ:

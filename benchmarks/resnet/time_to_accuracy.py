@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Time to accuracy (issue 17): test accuracy against wall time for ResNet on CIFAR-10, 2 workers on this machine,
 mwstrat (examples/cifar10_resnet under mwstrat-launch) next to PyTorch DDP (pytorch_resnet.py --time-to-accuracy)
-with the same recipe: TF's Keras resnet_cifar_model of --depth, per-worker batch --batch, SGD momentum 0.9, --lr for
-the global batch with a linear warm-up of --warmup-epochs from 0, then a cosine decay to 0 by step over the rest of
---epochs; the tutorial's augmentation; the same initialisation (PyTorch's --fc-init he_normal draws the Dense kernel
-as mwstrat's resnet_cifar does); the whole test set after every epoch. The implementations run one after the
-other (never side by side: each has the whole machine), each under a wall-clock --budget-s (a run still going then
-is stopped, and its curve ends where it got).
+with the same recipe: TF's Keras resnet_cifar_model of --depth, per-worker batch --batch, SGD momentum 0.9
+(--nesterov: Nesterov's), --lr for the global batch with a linear warm-up of --warmup-epochs from 0, then a cosine
+decay to 0 by step over the rest of --epochs; the loss's --label-smoothing; the tutorial's augmentation; the same
+initialisation (PyTorch's --fc-init he_normal draws the Dense kernel as mwstrat's resnet_cifar does); the whole
+test set after every epoch. The implementations run one after the other (never side by side: each has the whole
+machine), each under a wall-clock --budget-s (a run still going then is stopped, and its curve ends where it got).
 
 Time is measured from training's start (mwstrat: the chief's "Epoch 1/N" line, after start-up and data loading;
 PyTorch: its own clock from the first step), and includes every epoch's evaluation.
@@ -15,7 +15,7 @@ PyTorch: its own clock from the first step), and includes every epoch's evaluati
 same recipe (refused otherwise); the record names the date each run was measured on.
 
   time_to_accuracy.py --build BUILD [--data-dir .cache/cifar10] [--depth 20] [--epochs 16] [--warmup-epochs 1]
-                      [--lr 0.1] [--batch 128] [--budget-s 1800] [--steps-per-epoch N] [--only mwstrat|torch]
+                      [--lr 0.1] [--batch 128] [--nesterov] [--label-smoothing E] [--budget-s 1800] [--steps-per-epoch N] [--only mwstrat|torch]
                       [--reuse FILE] [--json-out FILE]
 """
 import argparse
@@ -85,6 +85,10 @@ def run_mwstrat(a, log):
            "--threads", "1", "--no-test", "--op-timeout", "600"]
     if a.steps_per_epoch:
         cmd += ["--steps-per-epoch", str(a.steps_per_epoch)]
+    if a.nesterov:
+        cmd += ["--nesterov"]
+    if a.label_smoothing:
+        cmd += ["--label-smoothing", str(a.label_smoothing)]
     points, begin = [], []
 
     def on_line(text, t):
@@ -114,6 +118,10 @@ def run_torch(a, log):
            "--warmup-epochs", str(a.warmup_epochs), "--lr", str(a.lr), "--fc-init", "he_normal"]
     if a.steps_per_epoch:
         cmd += ["--steps-per-epoch", str(a.steps_per_epoch)]
+    if a.nesterov:
+        cmd += ["--nesterov"]
+    if a.label_smoothing:
+        cmd += ["--label-smoothing", str(a.label_smoothing)]
     points = []
 
     def on_line(text, _t):
@@ -142,6 +150,8 @@ def main():
     p.add_argument("--warmup-epochs", type=float, default=1)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--nesterov", action="store_true", help="Nesterov momentum (both implementations)")
+    p.add_argument("--label-smoothing", type=float, default=0.0, help="the loss's label smoothing (both)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--budget-s", type=float, default=1800)
     p.add_argument("--steps-per-epoch", type=int, default=0, help="0: full passes (fewer: a check of the tooling)")
@@ -169,6 +179,8 @@ def main():
         runs.append(r)
     recipe = {"depth": a.depth, "epochs": a.epochs, "steps_per_epoch": a.steps_per_epoch or "a full pass",
               "warmup_epochs": a.warmup_epochs, "lr": a.lr, "batch_per_worker": a.batch,
+              **({"nesterov": True} if a.nesterov else {}),
+              **({"label_smoothing": a.label_smoothing} if a.label_smoothing else {}),
               "workers": a.workers, "threads": 1, "schedule": "cosine", "budget_s": a.budget_s}
     for r in runs:
         r["measured"] = started[0]

@@ -36,6 +36,8 @@ struct flags {
   double learning_rate = 0.1;
   std::string schedule = "piecewise";  // the tutorial's, or cosine
   double warmup_epochs = 0;
+  bool nesterov = false;
+  double label_smoothing = 0;
   std::string variant = "tf";
   bool sync_batch_norm = false;
   double bn_momentum = 0.997;  // TF's resnet_cifar_model; short runs (tests) use less
@@ -54,7 +56,7 @@ struct flags {
   std::cerr << "cifar10_resnet: " << problem << "\n"
             << "usage: cifar10_resnet [--data-dir D] [--depth 6n+2] [--epochs N] [--steps-per-epoch N (0: a full pass)]\n"
                "  [--batch-size B (per worker)] [--learning-rate X] [--schedule piecewise|cosine] [--warmup-epochs E]\n"
-               "  [--variant tf|he] [--sync-batch-norm] [--seed S]\n"
+               "  [--nesterov] [--label-smoothing E] [--variant tf|he] [--sync-batch-norm] [--seed S]\n"
                "  [--bn-momentum M (0.997)]\n"
                "  [--threads T] [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--validation-steps N]\n"
                "  [--connect-timeout S] [--op-timeout S] [--no-test]\n";
@@ -88,6 +90,8 @@ flags parse(int argc, char** argv) {
     else if (a == "--learning-rate") f.learning_rate = number(value());
     else if (a == "--schedule") f.schedule = value();
     else if (a == "--warmup-epochs") f.warmup_epochs = number(value());
+    else if (a == "--nesterov") f.nesterov = true;
+    else if (a == "--label-smoothing") f.label_smoothing = number(value());
     else if (a == "--variant") f.variant = value();
     else if (a == "--sync-batch-norm") f.sync_batch_norm = true;
     else if (a == "--bn-momentum") f.bn_momentum = number(value());
@@ -108,6 +112,7 @@ flags parse(int argc, char** argv) {
   if (f.warmup_epochs >= f.epochs) usage("--warmup-epochs must be fewer than --epochs");
   if (f.depth < 8 || (f.depth - 2) % 6 != 0) usage("--depth: " + std::to_string(f.depth) + " is not 6n + 2 (20, 32, 44, 56, 110)");
   if (f.bn_momentum > 1) usage("--bn-momentum must be in [0, 1]");
+  if (f.label_smoothing > 1) usage("--label-smoothing must be in [0, 1]");
   if (f.batch_size == 0) usage("--batch-size must be at least 1");
   if (f.threads < 1) usage("--threads must be at least 1");
   return f;
@@ -147,6 +152,7 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   ro.model.threads = f.threads;
   ro.model.seed = f.seed;
   ro.model.max_batch = f.batch_size;
+  ro.model.label_smoothing = f.label_smoothing;
   auto model = nn::resnet_cifar(f.depth, ro);
   if (chief) model.summary(std::cout);
 
@@ -167,7 +173,7 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
                                                           {lr, lr * 0.1, lr * 0.01}),
                              warmup_steps);
   }
-  nn::sgd optimizer(nn::sgd_options{.learning_rate = rate, .momentum = 0.9});
+  nn::sgd optimizer(nn::sgd_options{.learning_rate = rate, .momentum = 0.9, .nesterov = f.nesterov});
   mwstrat::learning_rate_scheduler by_epoch(
       nn::per_epoch(nn::piecewise_constant_decay({30, 45}, {lr, lr * 0.1, lr * 0.01})));
 

@@ -458,7 +458,7 @@ pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, bool s
     if (pass == 1)
       for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(2 * d::random_unit(12, 0, i) - 1);
     exec.forward_pass(x.data(), batch, true, true);
-    (void)exec.loss_pass(labels, weights, batch, true);
+    (void)exec.loss_pass(labels, weights, batch, true, 0.0);
     exec.backward_pass(batch, ready);
   }
   b.train_out.assign(exec.outputs().begin(), exec.outputs().end());

@@ -179,6 +179,79 @@ TEST(NnLoss, CrossEntropyFromLogitsIsStable) {
   EXPECT_EQ(probs, (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));
 }
 
+// Keras's label smoothing: the target (1 − ε)·onehot + ε/K, the loss −Σ target·log softmax, computed here in long
+// double from its definition; the gradient against finite differences of the library's own loss.
+TEST(NnLoss, LabelSmoothingIsTheCrossEntropyAgainstTheSmoothedTarget) {
+  const std::vector<double> z{0.3, -1.2, 2.0, 0.7};
+  for (const double eps : {0.0, 0.1, 0.5, 1.0}) {
+    long double log_sum = 0;
+    for (double v : z) log_sum += std::exp(static_cast<long double>(v));
+    log_sum = std::log(log_sum);
+    long double expected = 0;
+    for (std::size_t j = 0; j < z.size(); ++j) {
+      const long double target = (j == 1 ? 1 - eps : 0) + eps / static_cast<double>(z.size());
+      expected -= target * (z[j] - log_sum);
+    }
+    std::vector<double> grad(4);
+    const double loss = nn::sparse_categorical_crossentropy<double>(z, 1, grad, 0.5, eps);
+    EXPECT_NEAR(loss, static_cast<double>(expected), 1e-12) << eps;
+    double grad_sum = 0;
+    for (std::size_t j = 0; j < z.size(); ++j) {
+      auto zp = z, zm = z;
+      zp[j] += 1e-6;
+      zm[j] -= 1e-6;
+      const double fd = 0.5 *
+                        (nn::sparse_categorical_crossentropy<double>(zp, 1, {}, 1.0, eps) -
+                         nn::sparse_categorical_crossentropy<double>(zm, 1, {}, 1.0, eps)) / 2e-6;
+      EXPECT_NEAR(fd, grad[j], 1e-7) << eps << " " << j;
+      grad_sum += grad[j];
+    }
+    EXPECT_NEAR(grad_sum, 0.0, 1e-15) << eps;  // the targets sum to 1, as the probabilities do
+  }
+  // ε = 0 is the plain loss, to the bit; uniform logits lose log K whatever ε.
+  std::vector<float> g0(4), g1(4);
+  const std::vector<float> zf{0.3f, -1.2f, 2.0f, 0.7f};
+  EXPECT_EQ(nn::sparse_categorical_crossentropy<float>(zf, 2, g0, 0.25f),
+            nn::sparse_categorical_crossentropy<float>(zf, 2, g1, 0.25f, 0.0f));
+  EXPECT_EQ(g0, g1);
+  EXPECT_NEAR(nn::sparse_categorical_crossentropy<float>(std::vector<float>{2, 2, 2, 2}, 3, {}, 1.0f, 0.3f),
+              std::log(4.0f), 1e-6f);
+}
+
+// A model with `label_smoothing` reports the smoothed loss in evaluation and trains on its gradient; a smoothing
+// outside [0, 1] is refused when the model is made, by name.
+TEST(NnLoss, ModelsTrainAndEvaluateOnTheSmoothedLoss) {
+  const double eps = 0.2;
+  nn::sequential model({nn::input{{2}}, nn::dense{2}}, {.label_smoothing = eps});
+  auto p = model.parameters();
+  std::copy_n(std::vector<float>{1, 0, 0, 1, 0, 0}.begin(), 6, p.begin());  // identity kernel, zero bias
+  const std::vector<float> x{3, 1, 0, 2};
+  const std::vector<std::int64_t> y{0, 0};
+  // Sample 0: logits (3, 1); sample 1: logits (0, 2); both labelled 0. Targets (0.9, 0.1).
+  auto smoothed = [](double z_label, double z_other) {
+    const double log_sum = std::log(std::exp(z_label) + std::exp(z_other));
+    return -(0.9 * (z_label - log_sum) + 0.1 * (z_other - log_sum));
+  };
+  const auto st = model.evaluate_batch(x, y, 2);
+  EXPECT_NEAR(st.loss_sum, smoothed(3, 1) + smoothed(0, 2), 1e-5);
+  (void)model.train_batch(x, y, 2);
+  // dL/db_0 = mean over the batch of (p_0 − 0.9): the bias gradient is the logits' gradient summed over samples.
+  const double p00 = 1 / (1 + std::exp(-2.0)), p10 = 1 / (1 + std::exp(2.0));
+  EXPECT_NEAR(model.gradients()[4], ((p00 - 0.9) + (p10 - 0.9)) / 2, 1e-6);
+  EXPECT_NEAR(model.gradients()[5], ((0.9 - p00) + (0.9 - p10)) / 2, 1e-6);  // p_1 − 0.1 = 0.9 − p_0
+
+  for (const double bad : {-0.1, 1.5, std::nan("")}) {
+    try {
+      nn::sequential refused({nn::input{{2}}, nn::dense{2}}, {.label_smoothing = bad});
+      FAIL() << "expected config_error for " << bad;
+    } catch (const mwstrat::config_error& e) {
+      EXPECT_NE(std::string(e.what()).find("sequential: label_smoothing"), std::string::npos) << e.what();
+    }
+    const nn::symbolic_tensor in = nn::input_tensor({2});
+    EXPECT_THROW((nn::graph_model(in, nn::dense{2}(in), {.label_smoothing = bad})), mwstrat::config_error);
+  }
+}
+
 TEST(NnLoss, CrossEntropyGradientMatchesFiniteDifferences) {
   std::vector<double> z{0.3, -1.2, 2.0, 0.7};
   std::vector<double> grad(4);

@@ -278,7 +278,7 @@ class basic_graph_model {
     step_stats stats;
     arena_threads_->execute([&] {
       exec_.forward_pass(inputs.data(), batch, true, true);
-      stats = exec_.loss_pass(labels, weights, batch, true);
+      stats = exec_.loss_pass(labels, weights, batch, true, options_.label_smoothing);
       exec_.backward_pass(batch, on_ready);
     });
     exec_.advance_step();
@@ -319,7 +319,7 @@ class basic_graph_model {
     step_stats stats;
     arena_threads_->execute([&] {
       exec_.forward_pass(inputs.data(), batch, false, false);
-      stats = exec_.loss_pass(labels, weights, batch, false);
+      stats = exec_.loss_pass(labels, weights, batch, false, options_.label_smoothing);
     });
     return stats;
   }
@@ -331,7 +331,7 @@ class basic_graph_model {
     step_stats stats;
     arena_threads_->execute([&] {
       exec_.forward_pass(inputs.data(), batch, true, false);
-      stats = exec_.loss_pass(labels, {}, batch, false);
+      stats = exec_.loss_pass(labels, {}, batch, false, options_.label_smoothing);
     });
     return stats;
   }
@@ -361,6 +361,7 @@ class basic_graph_model {
                                 const model_options& options) {
     if (inputs.graph() != outputs.graph() || inputs.graph()->nodes[inputs.node()].type != "InputLayer")
       mwstrat::detail::nn_config_error("graph_model: the inputs must be the input_tensor the outputs were built from");
+    nn::check_label_smoothing(options.label_smoothing, "graph_model");
     set_threads(options.threads);
     return graph_detail::plan_model(*outputs.graph(), inputs.node(), outputs.node());
   }

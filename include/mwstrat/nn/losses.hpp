@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// Softmax and sparse categorical cross-entropy from logits, computed stably (shifted by the row maximum).
+/// Softmax and sparse categorical cross-entropy from logits (with optional label smoothing), computed stably
+/// (shifted by the row maximum).
 
 #include <mwstrat/error.hpp>
 
@@ -33,10 +34,12 @@ void apply_softmax(std::span<const T> logits, std::span<T> out, std::size_t clas
 }
 
 /// Sparse categorical cross-entropy of one row of logits against `label`: log(sum_j exp z_j) - z_label, stable.
-/// If `grad` is not empty it receives scale * (softmax(z) - onehot(label)). Returns the loss.
+/// With `label_smoothing` ε the target is (1 − ε)·onehot(label) + ε/K over the K classes, as Keras's
+/// `CategoricalCrossentropy(label_smoothing=ε)` makes it: the loss is log(sum_j exp z_j) − (1 − ε)·z_label −
+/// (ε/K)·Σ_j z_j. If `grad` is not empty it receives scale * (softmax(z) − target). Returns the loss.
 template <class T>
 T sparse_categorical_crossentropy(std::span<const T> logits, std::int64_t label, std::span<T> grad = {},
-                                  T scale = T{1}) {
+                                  T scale = T{1}, T label_smoothing = T{}) {
   const std::size_t classes = logits.size();
   if (label < 0 || static_cast<std::size_t>(label) >= classes) {
     throw data_error({"nn"}, "", "label " + std::to_string(label) + " outside [0, " + std::to_string(classes) + ")");
@@ -46,13 +49,26 @@ T sparse_categorical_crossentropy(std::span<const T> logits, std::int64_t label,
   T sum{};
   for (std::size_t j = 0; j < classes; ++j) sum += std::exp(logits[j] - m);
   const T log_sum = std::log(sum);
+  const T off = label_smoothing / static_cast<T>(classes);  // every class's share of the smoothing
+  const T on = T{1} - label_smoothing + off;                 // the label's target
   if (!grad.empty()) {
     for (std::size_t j = 0; j < classes; ++j) {
       const T p = std::exp(logits[j] - m - log_sum);
-      grad[j] = scale * (p - (static_cast<std::int64_t>(j) == label ? T{1} : T{}));
+      grad[j] = scale * (p - (static_cast<std::int64_t>(j) == label ? on : off));
     }
   }
-  return log_sum + m - logits[static_cast<std::size_t>(label)];
+  const T nll = log_sum + m - logits[static_cast<std::size_t>(label)];
+  if (label_smoothing == T{}) return nll;  // the plain loss keeps its bits
+  // −Σ_j target_j·log p_j with log p_j = z_j − m − log_sum, and the targets summing to 1.
+  T sum_nll{};
+  for (std::size_t j = 0; j < classes; ++j) sum_nll += log_sum + m - logits[j];
+  return (T{1} - label_smoothing) * nll + off * sum_nll;
+}
+
+/// Refuses a label smoothing outside [0, 1] (NaN included), naming `who`.
+inline void check_label_smoothing(double label_smoothing, const std::string& who) {
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
+    throw config_error({"nn"}, who + ": label_smoothing " + std::to_string(label_smoothing) + " outside [0, 1]");
 }
 
 /// The index of the largest logit (the first one on ties): the predicted class.

@@ -68,6 +68,7 @@ class basic_sequential {
   explicit basic_sequential(std::vector<layer_spec> specs, model_options options = {}) : options_(options) {
     if (specs.empty() || !std::holds_alternative<input>(specs.front()))
       detail::nn_config_error("sequential: the first layer must be nn::input");
+    check_label_smoothing(options.label_smoothing, "sequential");
     set_threads(options.threads);
     specs_ = specs;  // for the Keras layout of saved models
     build(specs);
@@ -508,7 +509,8 @@ class basic_sequential {
   step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
                        bool with_grad) {
     return detail::weighted_loss_pass<T>(output_ptr(), with_grad ? grads_[layers_.size()].data() : nullptr,
-                                         output_size(), labels, weights, batch, losses_.data(), hits_.data());
+                                         output_size(), labels, weights, batch, losses_.data(), hits_.data(),
+                                         static_cast<T>(options_.label_smoothing));
   }
 
   // A layer may report parts of its gradient as final during its backward (before its input gradient, or a large

@@ -196,10 +196,10 @@ class graph_executor {
   // The weighted cross-entropy (nn/detail/loss_pass.hpp, shared with the sequential model) and, as in Keras, the
   // regularisation terms, which the mean gains once.
   step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
-                       bool with_grad) {
-    step_stats st = mwstrat::detail::weighted_loss_pass<T>(acts_.back().data(),
-                                                           with_grad ? grads_.back() : nullptr, output_size(),
-                                                           labels, weights, batch, losses_.data(), hits_.data());
+                       bool with_grad, double label_smoothing) {
+    step_stats st = mwstrat::detail::weighted_loss_pass<T>(
+        acts_.back().data(), with_grad ? grads_.back() : nullptr, output_size(), labels, weights, batch,
+        losses_.data(), hits_.data(), static_cast<T>(label_smoothing));
     st.loss_sum += static_cast<double>(batch) * regularization_loss();
     return st;
   }
