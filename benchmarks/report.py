@@ -808,9 +808,10 @@ class Page:
         w()
         w(f"ResNet-{rc.get('depth')} (TF's Keras resnet_cifar_model) on real CIFAR-10 with the tutorial's "
           f"augmentation, {rc.get('workers')} workers × {rc.get('threads')} thread on this machine, per-worker batch "
-          f"{rc.get('batch_per_worker')}, SGD momentum 0.9 at {rc.get('lr')} for the global batch: linear warm-up "
-          f"from 0 over {rc.get('warmup_epochs')} epoch(s), then cosine decay to 0 by step over {rc.get('epochs')} "
-          "epochs in all. "
+          f"{rc.get('batch_per_worker')}, SGD with momentum 0.9{' (Nesterov)' if rc.get('nesterov') else ''} at "
+          f"{rc.get('lr')} for the global batch: linear warm-up from 0 over {rc.get('warmup_epochs')} epoch(s), then "
+          f"cosine decay to 0 by step over {rc.get('epochs')} epochs in all"
+          + (f"; the loss's label smoothing {rc['label_smoothing']}" if rc.get("label_smoothing") else "") + ". "
           "The whole test set is evaluated after every epoch; time runs from the first training step and includes "
           f"the evaluations. Each run had the machine alone and a budget of {rc.get('budget_s', 0) / 60:.0f} min "
           "(`benchmarks/resnet/time_to_accuracy.py`).")
