@@ -5,7 +5,9 @@ with the same recipe: TF's Keras resnet_cifar_model of --depth, per-worker batch
 (--nesterov: Nesterov's), --lr for the global batch with a linear warm-up of --warmup-epochs from 0, then a cosine
 decay to 0 by step over the rest of --epochs; the loss's --label-smoothing; the tutorial's augmentation; the same
 initialisation (PyTorch's --fc-init he_normal draws the Dense kernel as mwstrat's resnet_cifar does); the whole
-test set after every epoch. The implementations run one after the other (never side by side: each has the whole
+test set after every epoch. The defaults are the best recipe measured in 30 minutes on 2 cores
+(benchmarks/history/2026-11-27-tta-resnet20-recipes.md): ResNet-20, 32 epochs, batch 64 per worker, Nesterov at 0.1,
+label smoothing 0.1. The implementations run one after the other (never side by side: each has the whole
 machine), each under a wall-clock --budget-s (a run still going then is stopped, and its curve ends where it got).
 
 Time is measured from training's start (mwstrat: the chief's "Epoch 1/N" line, after start-up and data loading;
@@ -14,8 +16,8 @@ PyTorch: its own clock from the first step), and includes every epoch's evaluati
 --only X --reuse FILE reruns one implementation and takes the other's curve from FILE, an earlier record of the
 same recipe (refused otherwise); the record names the date each run was measured on.
 
-  time_to_accuracy.py --build BUILD [--data-dir .cache/cifar10] [--depth 20] [--epochs 16] [--warmup-epochs 1]
-                      [--lr 0.1] [--batch 128] [--nesterov] [--label-smoothing E] [--budget-s 1800] [--steps-per-epoch N] [--only mwstrat|torch]
+  time_to_accuracy.py --build BUILD [--data-dir .cache/cifar10] [--depth 20] [--epochs 32] [--warmup-epochs 1]
+                      [--lr 0.1] [--batch 64] [--[no-]nesterov] [--label-smoothing 0.1] [--budget-s 1800] [--steps-per-epoch N] [--only mwstrat|torch]
                       [--reuse FILE] [--json-out FILE]
 """
 import argparse
@@ -146,12 +148,13 @@ def main():
     p.add_argument("--build", default="build/bench")
     p.add_argument("--data-dir", default=".cache/cifar10")
     p.add_argument("--depth", type=int, default=20)
-    p.add_argument("--epochs", type=int, default=16)
+    p.add_argument("--epochs", type=int, default=32)
     p.add_argument("--warmup-epochs", type=float, default=1)
     p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--nesterov", action="store_true", help="Nesterov momentum (both implementations)")
-    p.add_argument("--label-smoothing", type=float, default=0.0, help="the loss's label smoothing (both)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=True,
+                   help="Nesterov momentum (both implementations)")
+    p.add_argument("--label-smoothing", type=float, default=0.1, help="the loss's label smoothing (both)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--budget-s", type=float, default=1800)
     p.add_argument("--steps-per-epoch", type=int, default=0, help="0: full passes (fewer: a check of the tooling)")
@@ -167,6 +170,22 @@ def main():
     def log(text):
         print(text, file=sys.stderr, flush=True)
 
+    recipe = {"depth": a.depth, "epochs": a.epochs, "steps_per_epoch": a.steps_per_epoch or "a full pass",
+              "warmup_epochs": a.warmup_epochs, "lr": a.lr, "batch_per_worker": a.batch,
+              **({"nesterov": True} if a.nesterov else {}),
+              **({"label_smoothing": a.label_smoothing} if a.label_smoothing else {}),
+              "workers": a.workers, "threads": 1, "schedule": "cosine", "budget_s": a.budget_s}
+    other = []
+    if a.reuse:  # checked before the runs: a refusal after half an hour of training would waste it
+        with open(a.reuse) as f:
+            earlier = json.load(f)
+        if earlier.get("recipe") != recipe:
+            p.error(f"--reuse: {a.reuse} has another recipe ({earlier.get('recipe')}) than this run ({recipe})")
+        other = [dict(r, measured=r.get("measured", earlier.get("date", "?"))) for r in earlier.get("runs", [])
+                 if r["impl"].split()[0] != a.only]  # "torch channels_last" is --only torch's
+        if not other:
+            p.error(f"--reuse: {a.reuse} holds no run other than {a.only}")
+
     started = benchlib.start()
     runs = []
     for name, fn in (("mwstrat", run_mwstrat), ("torch", run_torch)):
@@ -177,22 +196,9 @@ def main():
         if r["exit"] not in (0, None):
             log(f"{name} failed (exit {r['exit']}):\n{r['stderr_tail']}")
         runs.append(r)
-    recipe = {"depth": a.depth, "epochs": a.epochs, "steps_per_epoch": a.steps_per_epoch or "a full pass",
-              "warmup_epochs": a.warmup_epochs, "lr": a.lr, "batch_per_worker": a.batch,
-              **({"nesterov": True} if a.nesterov else {}),
-              **({"label_smoothing": a.label_smoothing} if a.label_smoothing else {}),
-              "workers": a.workers, "threads": 1, "schedule": "cosine", "budget_s": a.budget_s}
     for r in runs:
         r["measured"] = started[0]
-    if a.reuse:
-        with open(a.reuse) as f:
-            earlier = json.load(f)
-        if earlier.get("recipe") != recipe:
-            p.error(f"--reuse: {a.reuse} has another recipe ({earlier.get('recipe')}) than this run ({recipe})")
-        other = [dict(r, measured=r.get("measured", earlier.get("date", "?"))) for r in earlier.get("runs", [])
-                 if r["impl"] != a.only]
-        if not other:
-            p.error(f"--reuse: {a.reuse} holds no run other than {a.only}")
+    if other:
         runs = sorted(runs + other, key=lambda r: r["impl"] != "mwstrat")  # mwstrat first, as in a full run
     record = benchlib.meta("resnet_tta", [r["command"] for r in runs], started=started)
     record["recipe"] = recipe
