@@ -145,6 +145,10 @@ std::vector<conv2d_geometry> geometries() {
       // padded only after the end, so read in place with overhanging last rows and columns (one kernel column
       // inside at the edge, two, and a stride of 3)
       make(2, 6, 5, 16, 16, 2, 1, true),   make(3, 8, 8, 16, 32, 3, 3, true),  make(2, 10, 12, 32, 48, 3, 2, true),
+      // stride-2 3x3 data gradients scattered where the input is one vector of channels (16, 8 or 4 by ISA): a
+      // `valid` one that leaves the last row and column without a window, and odd sizes padded before and after
+      make(1, 8, 6, 16, 16, 3, 2, false),  make(2, 9, 8, 8, 16, 3, 2, true),   make(2, 7, 7, 4, 16, 3, 2, true),
+      make(1, 30, 29, 16, 8, 3, 2, true),  make(1, 6, 23, 8, 16, 3, 2, true),  make(1, 5, 21, 4, 8, 3, 2, true),
   };
 }
 

@@ -13,6 +13,7 @@
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
+#include <mwstrat/nn/kernels/conv2d_scatter.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd_filter.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
@@ -204,6 +205,10 @@ inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_out
   detail_conv::check_geometry(g, "conv2d_backward_data");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
     winograd::backward_data(g, grad_output, kernel, grad_input, ws);
+    return;
+  }
+  if (ws.path != conv2d_path::reference && scatter::applies(g)) {
+    scatter::backward_data(g, grad_output, kernel, grad_input, ws);
     return;
   }
   if (ws.path != conv2d_path::reference && direct::backward_data_applies(g)) {
