@@ -218,16 +218,17 @@ TEST(NnLoss, LabelSmoothingIsTheCrossEntropyAgainstTheSmoothedTarget) {
               std::log(4.0f), 1e-6f);
 }
 
-// A model with `label_smoothing` reports the smoothed loss in evaluation and trains on its gradient; a smoothing
-// outside [0, 1] is refused when the model is made, by name.
-TEST(NnLoss, ModelsTrainAndEvaluateOnTheSmoothedLoss) {
-  const double eps = 0.2;
-  nn::sequential model({nn::input{{2}}, nn::dense{2}}, {.label_smoothing = eps});
+// A model with `label_smoothing` reports the smoothed loss in evaluation and trains on its gradient, whichever kind
+// (the sequential model, and the graph model the ResNets are); a smoothing outside [0, 1] is refused when the model
+// is made, by name.
+template <class Model>
+void expect_smoothed_loss_and_gradient(Model& model) {
   auto p = model.parameters();
+  ASSERT_EQ(p.size(), 6U);
   std::copy_n(std::vector<float>{1, 0, 0, 1, 0, 0}.begin(), 6, p.begin());  // identity kernel, zero bias
   const std::vector<float> x{3, 1, 0, 2};
   const std::vector<std::int64_t> y{0, 0};
-  // Sample 0: logits (3, 1); sample 1: logits (0, 2); both labelled 0. Targets (0.9, 0.1).
+  // Sample 0: logits (3, 1); sample 1: logits (0, 2); both labelled 0. With ε = 0.2, targets (0.9, 0.1).
   auto smoothed = [](double z_label, double z_other) {
     const double log_sum = std::log(std::exp(z_label) + std::exp(z_other));
     return -(0.9 * (z_label - log_sum) + 0.1 * (z_other - log_sum));
@@ -239,6 +240,25 @@ TEST(NnLoss, ModelsTrainAndEvaluateOnTheSmoothedLoss) {
   const double p00 = 1 / (1 + std::exp(-2.0)), p10 = 1 / (1 + std::exp(2.0));
   EXPECT_NEAR(model.gradients()[4], ((p00 - 0.9) + (p10 - 0.9)) / 2, 1e-6);
   EXPECT_NEAR(model.gradients()[5], ((0.9 - p00) + (0.9 - p10)) / 2, 1e-6);  // p_1 − 0.1 = 0.9 − p_0
+  // The kernel's gradient is x^T times the logits' gradient, over the batch (its diagonal: whichever order the
+  // kernel is stored in): dk_00 = mean of x_0 · (p_0 − 0.9), dk_11 = mean of x_1 · (0.9 − p_0).
+  EXPECT_NEAR(model.gradients()[0], (3 * (p00 - 0.9) + 0 * (p10 - 0.9)) / 2, 1e-6);
+  EXPECT_NEAR(model.gradients()[3], (1 * (0.9 - p00) + 2 * (0.9 - p10)) / 2, 1e-6);
+}
+
+TEST(NnLoss, ModelsTrainAndEvaluateOnTheSmoothedLoss) {
+  const double eps = 0.2;
+  {
+    SCOPED_TRACE("sequential");
+    nn::sequential model({nn::input{{2}}, nn::dense{2}}, {.label_smoothing = eps});
+    expect_smoothed_loss_and_gradient(model);
+  }
+  {
+    SCOPED_TRACE("graph model");
+    const nn::symbolic_tensor in = nn::input_tensor({2});
+    nn::graph_model model(in, nn::dense{2}(in), {.label_smoothing = eps});
+    expect_smoothed_loss_and_gradient(model);
+  }
 
   for (const double bad : {-0.1, 1.5, std::nan("")}) {
     try {
