@@ -3,12 +3,14 @@
 // gradient, parallel on oneTBB with results that are the same bits for any number of threads (work is cut by the
 // problem's shape only; the filter gradient's sum over the batch is taken in fixed chunks, added by an aligned tree).
 //
-// Three implementations share this interface, chosen per call by the workspace's path and the shape: Winograd
+// Four implementations share this interface, chosen per call by the workspace's path and the shape: Winograd
 // F(4x4, 3x3) (conv2d_winograd.hpp: 2.25x fewer multiplies) for the forward pass and data gradient of 3x3 stride-1
-// convolutions, and its transposed form (conv2d_winograd_filter.hpp: 4x fewer) for their filter gradient; the direct
-// kernels (conv2d_direct.hpp: register-blocked direct convolution over a zero-padded copy of the input, weights
-// repacked once per call) for the other shapes they apply to; the reference (im2col / col2im around the library's
-// GEMM) everywhere else. Tests compare them through the path.
+// convolutions, and its transposed form (conv2d_winograd_filter.hpp: 4x fewer) for their filter gradient; the
+// scattered data gradient (conv2d_scatter.hpp) of a stride-2 3x3 convolution whose input is one vector of channels;
+// the direct kernels (conv2d_direct.hpp: register-blocked direct convolution over a zero-padded copy of the input, or
+// the input itself where nothing pads before it, weights repacked once per call) for the other shapes they apply
+// to; the reference (im2col / col2im around the library's GEMM) everywhere else. Tests compare them through the
+// path.
 
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
