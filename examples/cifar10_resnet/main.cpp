@@ -174,8 +174,11 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
                              warmup_steps);
   }
   nn::sgd optimizer(nn::sgd_options{.learning_rate = rate, .momentum = 0.9, .nesterov = f.nesterov});
+  // By epoch, the scheduler passes the epoch's index (0 for the first), and the decay keeps values[i] while the
+  // index is <= boundaries[i]: {29, 44} gives epochs 1-30 the rate, 31-45 a tenth and 46-60 a hundredth, as the
+  // tutorial's `epoch >= 30` and the by-step path above. ({30, 45} ran the rate one epoch too long at each drop.)
   mwstrat::learning_rate_scheduler by_epoch(
-      nn::per_epoch(nn::piecewise_constant_decay({30, 45}, {lr, lr * 0.1, lr * 0.01})));
+      nn::per_epoch(nn::piecewise_constant_decay({29, 44}, {lr, lr * 0.1, lr * 0.01})));
 
   mwstrat::fit_options options;
   options.epochs = f.epochs;
