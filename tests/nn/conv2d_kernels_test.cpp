@@ -262,6 +262,33 @@ TEST(Conv2dKernels, TransposedFilterTileSumsEachPixelInOrderAcrossCalls) {
   }
 }
 
+// The data gradient of a stride-2 3x3 convolution whose input is one vector of channels is scattered
+// (conv2d_scatter.hpp) on both the automatic and the direct path: the same bits as the scatter kernel called alone.
+// Other shapes (another stride, kernel or channel count) never take it.
+TEST(Conv2dKernels, StrideTwoThreeByThreeDataGradientOfOneChannelVectorIsScattered) {
+  namespace scatter = mwstrat::nn::kernels::scatter;
+  const auto L = static_cast<std::size_t>(scatter::lanes);
+  EXPECT_TRUE(scatter::applies(make(2, 32, 32, L, 32, 3, 2, true)));
+  EXPECT_FALSE(scatter::applies(make(2, 32, 32, L, 32, 3, 1, true)));
+  EXPECT_FALSE(scatter::applies(make(2, 32, 32, L, 32, 1, 2, true)));
+  EXPECT_FALSE(scatter::applies(make(2, 32, 32, 2 * L, 32, 3, 2, true)));
+  for (const conv2d_geometry& g : {make(2, 32, 32, L, 32, 3, 2, true), make(1, 9, 11, L, 16, 3, 2, true)}) {
+    SCOPED_TRACE(describe(g));
+    const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, 61);
+    const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, 62);
+    std::vector<float> alone(g.batch * g.in_h * g.in_w * g.in_c, 7.0f);
+    conv2d_workspace ws;
+    scatter::backward_data(g, dy.data(), w.data(), alone.data(), ws);
+    for (conv2d_path path : {conv2d_path::automatic, conv2d_path::direct}) {
+      std::vector<float> dx(alone.size(), -3.0f);  // every element overwritten, whatever was there
+      conv2d_workspace pws;
+      pws.path = path;
+      mwstrat::nn::kernels::conv2d_backward_data(g, dy.data(), w.data(), dx.data(), pws);
+      EXPECT_TRUE(same_bits(dx, alone));
+    }
+  }
+}
+
 // 3x3 stride-1 convolutions take Winograd under the automatic path (other bits than the direct kernels' for the
 // same values, but for the bias gradient, the same sum on both paths); other shapes never take Winograd.
 TEST(Conv2dKernels, AutomaticTakesWinogradForThreeByThreeStrideOne) {
