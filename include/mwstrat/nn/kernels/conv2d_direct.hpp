@@ -113,6 +113,13 @@ inline double tile_cycles(std::size_t m, std::size_t n, bool weights_in_l2) {
   return std::max(fma, fetch) + 0.01 * fetch;  // ties go to the tile that moves fewer bytes
 }
 
+// Cycles per step of k to cover `extent` pixels by n vectors with tiles of m pixels and one tile for the rest (a
+// tile that leaves a remainder loses ties: equal tiles keep the same code path hot).
+inline double run_cycles(std::size_t extent, std::size_t m, std::size_t n, bool weights_in_l2) {
+  return static_cast<double>(extent / m) * tile_cycles(m, n, weights_in_l2) +
+         (extent % m != 0 ? tile_cycles(extent % m, n, weights_in_l2) + 0.5 : 0.0);
+}
+
 // Bytes of weights one pass of tiles may use and still find them in L1: the taps of a block are split into passes
 // of this size (the input rows and the output tile take the rest of the 32-48 KiB).
 inline constexpr std::size_t l1_weight_bytes = std::size_t{16} << 10;
@@ -134,10 +141,7 @@ inline blocking plan(std::size_t extent, std::size_t vectors, std::size_t tap_by
     const int mr_top = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::min(max_mr, accumulator_budget / nv)), extent));
     for (int mr = mr_top; mr >= 1; --mr) {
       const auto m = static_cast<std::size_t>(mr);
-      // (a tile that leaves a remainder loses ties: equal tiles keep the same code path hot)
-      double cost = static_cast<double>(extent / m) * tile_cycles(m, n, in_l2) +
-                    (extent % m != 0 ? tile_cycles(extent % m, n, in_l2) + 0.5 : 0.0);
-      cost *= static_cast<double>(vectors / n);
+      const double cost = run_cycles(extent, m, n, in_l2) * static_cast<double>(vectors / n);
       if (cost < best_cost - 1e-9) {
         best_cost = cost;
         best = {nv, mr};
@@ -256,8 +260,7 @@ inline std::size_t pixels_per_tile(std::size_t extent, int nv) {
   const std::size_t top =
       std::min<std::size_t>(static_cast<std::size_t>(std::min(max_mr, accumulator_budget / nv)), extent);
   for (std::size_t m = top; m >= 1; --m) {
-    const double cost = static_cast<double>(extent / m) * tile_cycles(m, static_cast<std::size_t>(nv), false) +
-                        (extent % m != 0 ? tile_cycles(extent % m, static_cast<std::size_t>(nv), false) + 0.5 : 0.0);
+    const double cost = run_cycles(extent, m, static_cast<std::size_t>(nv), false);
     if (cost < best_cost - 1e-9) {
       best_cost = cost;
       best = m;
