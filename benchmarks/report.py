@@ -812,7 +812,9 @@ class Page:
           f"{rc.get('lr')} for the global batch: linear warm-up from 0 over {rc.get('warmup_epochs')} epoch(s), then "
           f"cosine decay to 0 by step over {rc.get('epochs')} epochs in all"
           + (f"; the loss's label smoothing {rc['label_smoothing']}" if rc.get("label_smoothing") else "") + ". "
-          "The whole test set is evaluated after every epoch; time runs from the first training step and includes "
+          + ("The whole test set is evaluated after every epoch; " if rc.get("validation_freq", 1) == 1 else
+             f"The whole test set is evaluated once every {rc['validation_freq']} epochs (Keras's validation_freq); ")
+          + "time runs from the first training step and includes "
           f"the evaluations. Each run had the machine alone and a budget of {rc.get('budget_s', 0) / 60:.0f} min "
           "(`benchmarks/resnet/time_to_accuracy.py`).")
         if rc.get("steps_per_epoch") not in (None, "a full pass"):
@@ -820,29 +822,31 @@ class Page:
             w(f"**Epochs of {rc['steps_per_epoch']} steps, not full passes**: a check of the tooling, not a result.")
         w()
         runs = [r for r in t.get("runs", []) if r.get("points")]
-        epochs = max((len(r["points"]) for r in runs), default=0)
+        # A point per evaluated epoch (every epoch, or every validation_freq-th); older records lack "epoch".
+        by_epoch = [{p.get("epoch", i + 1): p for i, p in enumerate(r["points"])} for r in runs]
         w("| epoch | " + " | ".join(f"{r['impl']}: wall s | test accuracy" for r in runs) + " |")
         w("|---|" + "---|---|" * len(runs))
-        for e in range(epochs):
+        for e in sorted(set().union(*by_epoch)) if by_epoch else []:
             cells = []
-            for r in runs:
-                p = r["points"][e] if e < len(r["points"]) else None
+            for points in by_epoch:
+                p = points.get(e)
                 cells += [fmt(p["wall_s"]) if p else "—", f"{p['test_accuracy']:.4f}" if p else "—"]
-            w(f"| {e + 1} | " + " | ".join(cells) + " |")
+            w(f"| {e} | " + " | ".join(cells) + " |")
         w()
-        for r in runs:
-            last = r["points"][-1]
+        for r, points in zip(runs, by_epoch):
+            last_epoch = max(points)
+            last = points[last_epoch]
             best = max(p["test_accuracy"] for p in r["points"])
             stop = " (stopped at the budget)" if r.get("stopped_at_budget") else ""
             when = f" (measured {r['measured']})" if r.get("measured") and r["measured"] != t.get("date") else ""
-            w(f"- {r['impl']}: {len(r['points'])} epochs in {last['wall_s'] / 60:.1f} min{stop}, final test accuracy "
+            w(f"- {r['impl']}: {last_epoch} epochs in {last['wall_s'] / 60:.1f} min{stop}, final test accuracy "
               f"**{last['test_accuracy']:.4f}** (best {best:.4f}){when}.")
         if len(runs) == 2 and runs[0]["impl"] == "mwstrat":
-            a, b = runs
-            n = min(len(a["points"]), len(b["points"]))
-            if n:
-                ratio = a["points"][n - 1]["wall_s"] / b["points"][n - 1]["wall_s"]
-                w(f"- To the same epoch ({n}): mwstrat took {ratio:.2f}× {b['impl']}'s wall time.")
+            common = set(by_epoch[0]) & set(by_epoch[1])
+            if common:
+                n = max(common)
+                ratio = by_epoch[0][n]["wall_s"] / by_epoch[1][n]["wall_s"]
+                w(f"- To the same epoch ({n}): mwstrat took {ratio:.2f}× {runs[1]['impl']}'s wall time.")
         w("- The points' training losses differ in kind: mwstrat's includes the L2 term (Keras's loss += λ·Σw²), "
           "PyTorch's is the cross-entropy alone (its L2 is the optimizer's weight decay).")
         w(f"- Issue 17's goal (≥ 91% test accuracy in ≤ 30 min, ResNet-20), on this run of at most "

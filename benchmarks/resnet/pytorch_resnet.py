@@ -9,8 +9,9 @@ or one process per worker with RANK, WORLD_SIZE and MASTER_PORT in the environme
 starts its peers); DDP over gloo, init on tcp://127.0.0.1:MASTER_PORT. Two modes:
 
   throughput (default)  --warmup steps, then --steps timed steps; rank 0 prints one JSON line (samples_per_s ...)
-  --time-to-accuracy    --epochs full passes with --schedule; after each, the test accuracy; rank 0 prints one JSON
-                        line per epoch with the wall time so far (training + evaluation, from the first step)
+  --time-to-accuracy    --epochs full passes with --schedule; after each (each --validation-freq-th), the test
+                        accuracy; rank 0 prints one JSON line per evaluated epoch with the wall time so far
+                        (training + evaluation, from the first step)
 
 Model (resnet_cifar_model, depth = 6n + 2): ZeroPadding2D(1) + Conv2D(16, 3×3, valid) + BN + ReLU; three stages of
 n blocks with 16, 32, 64 filters (strides 1, 2, 2); every block conv3×3-BN-ReLU-conv3×3-BN + shortcut, ReLU; the
@@ -291,6 +292,8 @@ def worker(a):
         for s in range(steps):
             loss, lr = train_step(epoch, s, steps)
             loss_sum += loss
+        if (epoch + 1) % a.validation_freq != 0:  # Keras's validation_freq: no evaluation, no line
+            continue
         ddp.eval()
         correct = torch.zeros(3, dtype=torch.float64)  # correct, examples, summed loss
         with torch.no_grad():
@@ -385,8 +388,11 @@ def main():
     p.add_argument("--warmup-epochs", type=float, default=0.0)
     p.add_argument("--nesterov", action="store_true")
     p.add_argument("--label-smoothing", type=float, default=0.0, help="the loss's (as mwstrat's model_options)")
+    p.add_argument("--validation-freq", type=int, default=1, help="time to accuracy: evaluate every n-th epoch")
     p.add_argument("--seed", type=int, default=42)
     a = p.parse_args()
+    if a.validation_freq < 1:
+        p.error(f"--validation-freq {a.validation_freq} is not >= 1")
     if "RANK" in os.environ:
         worker(a)
         return 0

@@ -5,19 +5,21 @@ with the same recipe: TF's Keras resnet_cifar_model of --depth, per-worker batch
 (--nesterov: Nesterov's), --lr for the global batch with a linear warm-up of --warmup-epochs from 0, then a cosine
 decay to 0 by step over the rest of --epochs; the loss's --label-smoothing; the tutorial's augmentation; the same
 initialisation (PyTorch's --fc-init he_normal draws the Dense kernel as mwstrat's resnet_cifar does); the whole
-test set after every epoch. The defaults are the best recipe measured in 30 minutes on 2 cores
-(benchmarks/history/2026-11-27-tta-resnet20-recipes.md): ResNet-20, 32 epochs, batch 64 per worker, Nesterov at 0.1,
-label smoothing 0.1. The implementations run one after the other (never side by side: each has the whole
-machine), each under a wall-clock --budget-s (a run still going then is stopped, and its curve ends where it got).
+test set after every epoch (after every --validation-freq-th, as Keras's validation_freq, to spend less of the
+budget on evaluation; it must divide --epochs, so that the last epoch has its point). The defaults are the best
+recipe measured in 30 minutes on 2 cores (benchmarks/history/2026-11-27-tta-resnet20-recipes.md): ResNet-20, 32
+epochs, batch 64 per worker, Nesterov at 0.1, label smoothing 0.1. The implementations run one after the other
+(never side by side: each has the whole machine), each under a wall-clock --budget-s (a run still going then is stopped, and its curve ends where it got).
 
 Time is measured from training's start (mwstrat: the chief's "Epoch 1/N" line, after start-up and data loading;
-PyTorch: its own clock from the first step), and includes every epoch's evaluation.
+PyTorch: its own clock from the first step), and includes every evaluation.
 
 --only X --reuse FILE reruns one implementation and takes the other's curve from FILE, an earlier record of the
 same recipe (refused otherwise); the record names the date each run was measured on.
 
   time_to_accuracy.py --build BUILD [--data-dir .cache/cifar10] [--depth 20] [--epochs 32] [--warmup-epochs 1]
-                      [--lr 0.1] [--batch 64] [--[no-]nesterov] [--label-smoothing 0.1] [--budget-s 1800] [--steps-per-epoch N] [--only mwstrat|torch]
+                      [--lr 0.1] [--batch 64] [--[no-]nesterov] [--label-smoothing 0.1] [--validation-freq 1]
+                      [--budget-s 1800] [--steps-per-epoch N] [--only mwstrat|torch]
                       [--reuse FILE] [--json-out FILE]
 """
 import argparse
@@ -36,6 +38,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
 
 TORCH_PYTHON = "/usr/bin/python3"  # Debian's python3-torch
+EPOCH_BEGIN = re.compile(r"^Epoch (\d+)/")
 EPOCH_END = re.compile(r"- loss: ([0-9.]+).*- val_loss: ([0-9.]+) - val_accuracy: ([0-9.]+)")
 
 
@@ -91,19 +94,24 @@ def run_mwstrat(a, log):
         cmd += ["--nesterov"]
     if a.label_smoothing:
         cmd += ["--label-smoothing", str(a.label_smoothing)]
-    points, begin = [], []
+    if a.validation_freq != 1:
+        cmd += ["--validation-freq", str(a.validation_freq)]
+    points, begin, epoch = [], [], [0]
 
     def on_line(text, t):
         text = re.sub(r"^\[worker \d+\] ", "", text)  # mwstrat-launch names the worker of every line
-        if text.startswith("Epoch 1/") and not begin:
-            begin.append(t)
+        b = EPOCH_BEGIN.match(text)
+        if b:
+            epoch[0] = int(b.group(1))
+            if epoch[0] == 1 and not begin:
+                begin.append(t)
             return
-        m = EPOCH_END.search(text)
+        m = EPOCH_END.search(text)  # only an epoch that validated has val_loss
         if m and begin:
-            points.append({"epoch": len(points) + 1, "wall_s": round(t - begin[0], 2),
+            points.append({"epoch": epoch[0], "wall_s": round(t - begin[0], 2),
                            "train_loss": float(m.group(1)), "test_loss": float(m.group(2)),
                            "test_accuracy": float(m.group(3))})
-            log(f"  mwstrat epoch {len(points)}: {points[-1]['wall_s']:.0f} s, test accuracy "
+            log(f"  mwstrat epoch {epoch[0]}: {points[-1]['wall_s']:.0f} s, test accuracy "
                 f"{points[-1]['test_accuracy']:.4f}")
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -124,6 +132,8 @@ def run_torch(a, log):
         cmd += ["--nesterov"]
     if a.label_smoothing:
         cmd += ["--label-smoothing", str(a.label_smoothing)]
+    if a.validation_freq != 1:
+        cmd += ["--validation-freq", str(a.validation_freq)]
     points = []
 
     def on_line(text, _t):
@@ -155,6 +165,8 @@ def main():
     p.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=True,
                    help="Nesterov momentum (both implementations)")
     p.add_argument("--label-smoothing", type=float, default=0.1, help="the loss's label smoothing (both)")
+    p.add_argument("--validation-freq", type=int, default=1,
+                   help="evaluate the test set after every n-th epoch (both); must divide --epochs")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--budget-s", type=float, default=1800)
     p.add_argument("--steps-per-epoch", type=int, default=0, help="0: full passes (fewer: a check of the tooling)")
@@ -164,6 +176,8 @@ def main():
     a = p.parse_args()
     if a.warmup_epochs >= a.epochs:
         p.error("--warmup-epochs must be fewer than --epochs")
+    if a.validation_freq < 1 or a.epochs % a.validation_freq != 0:
+        p.error(f"--validation-freq {a.validation_freq} must be >= 1 and divide --epochs ({a.epochs})")
     if a.reuse and not a.only:
         p.error("--reuse needs --only (the implementation to rerun)")
 
@@ -174,6 +188,7 @@ def main():
               "warmup_epochs": a.warmup_epochs, "lr": a.lr, "batch_per_worker": a.batch,
               **({"nesterov": True} if a.nesterov else {}),
               **({"label_smoothing": a.label_smoothing} if a.label_smoothing else {}),
+              **({"validation_freq": a.validation_freq} if a.validation_freq != 1 else {}),
               "workers": a.workers, "threads": 1, "schedule": "cosine", "budget_s": a.budget_s}
     other = []
     if a.reuse:  # checked before the runs: a refusal after half an hour of training would waste it

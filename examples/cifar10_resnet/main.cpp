@@ -7,8 +7,8 @@
 // until 45, ×0.01 after; `--schedule cosine` decays it by step over --epochs instead, the short recipe of
 // benchmarks/resnet/time_to_accuracy.py; `--warmup-epochs` puts a linear warm-up from 0 in front of either); the
 // data is augmented as in the tutorial (pad 4, random crop, flip, per-image standardization). The chief logs
-// Keras's progress and the validation on the test set after every epoch, saves the model to --model-dir and prints
-// `test: loss=<x> accuracy=<y>`.
+// Keras's progress and the validation on the test set after every epoch (every n-th with --validation-freq), saves
+// the model to --model-dir and prints `test: loss=<x> accuracy=<y>`.
 #include <mwstrat/mwstrat.hpp>
 #include <mwstrat/data/cifar10.hpp>
 #include <mwstrat/data/image_augmentation.hpp>
@@ -47,6 +47,7 @@ struct flags {
   std::string backup_dir;
   std::string save_freq = "epoch";
   std::size_t validation_steps = 0;  // 0: the whole test set
+  std::size_t validation_freq = 1;   // validate after every n-th epoch (Keras's validation_freq)
   double connect_timeout_s = 60;
   double op_timeout_s = 300;
   bool evaluate_test = true;
@@ -59,7 +60,7 @@ struct flags {
                "  [--nesterov] [--label-smoothing E] [--variant tf|he] [--sync-batch-norm] [--seed S]\n"
                "  [--bn-momentum M (0.997)]\n"
                "  [--threads T] [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--validation-steps N]\n"
-               "  [--connect-timeout S] [--op-timeout S] [--no-test]\n";
+               "  [--validation-freq N (every n-th epoch)] [--connect-timeout S] [--op-timeout S] [--no-test]\n";
   std::exit(2);
 }
 
@@ -101,6 +102,7 @@ flags parse(int argc, char** argv) {
     else if (a == "--backup-dir") f.backup_dir = value();
     else if (a == "--save-freq") f.save_freq = value();
     else if (a == "--validation-steps") f.validation_steps = count(value());
+    else if (a == "--validation-freq") f.validation_freq = count(value());
     else if (a == "--connect-timeout") f.connect_timeout_s = number(value());
     else if (a == "--op-timeout") f.op_timeout_s = number(value());
     else if (a == "--no-test") f.evaluate_test = false;
@@ -115,6 +117,7 @@ flags parse(int argc, char** argv) {
   if (f.label_smoothing > 1) usage("--label-smoothing must be in [0, 1]");
   if (f.batch_size == 0) usage("--batch-size must be at least 1");
   if (f.threads < 1) usage("--threads must be at least 1");
+  if (f.validation_freq < 1 || f.validation_freq > 1000000) usage("--validation-freq must be in [1, 1000000]");
   return f;
 }
 
@@ -184,6 +187,7 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   options.epochs = f.epochs;
   options.steps_per_epoch = f.steps_per_epoch;
   options.validation_steps = f.validation_steps;
+  options.validation_freq = static_cast<int>(f.validation_freq);
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
   auto run = [&](auto&... schedule) {
