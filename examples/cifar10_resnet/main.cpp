@@ -17,6 +17,8 @@
 #include <mwstrat/nn/resnet_cifar.hpp>
 #include <mwstrat/train/callbacks/learning_rate_scheduler.hpp>
 
+#include "tutorial_schedule.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -168,20 +170,10 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   const auto warmup_steps = static_cast<std::int64_t>(f.warmup_epochs * static_cast<double>(steps_per_epoch));
   const bool by_step = f.schedule == "cosine" || warmup_steps > 0;
   nn::learning_rate rate = lr;
-  if (f.schedule == "cosine") {
-    rate = nn::cosine_decay(0.0, f.epochs * steps_per_epoch - warmup_steps, 0.0, lr, warmup_steps);
-  } else if (by_step) {
-    // Epoch e's first step (step count e · steps_per_epoch) already takes the new rate.
-    rate = nn::linear_warmup(nn::piecewise_constant_decay({30 * steps_per_epoch - 1, 45 * steps_per_epoch - 1},
-                                                          {lr, lr * 0.1, lr * 0.01}),
-                             warmup_steps);
-  }
+  if (f.schedule == "cosine") rate = cifar10_resnet::cosine_rate(lr, f.epochs, steps_per_epoch, warmup_steps);
+  else if (by_step) rate = cifar10_resnet::tutorial_rate_by_step(lr, steps_per_epoch, warmup_steps);
   nn::sgd optimizer(nn::sgd_options{.learning_rate = rate, .momentum = 0.9, .nesterov = f.nesterov});
-  // By epoch, the scheduler passes the epoch's index (0 for the first), and the decay keeps values[i] while the
-  // index is <= boundaries[i]: {29, 44} gives epochs 1-30 the rate, 31-45 a tenth and 46-60 a hundredth, as the
-  // tutorial's `epoch >= 30` and the by-step path above. ({30, 45} ran the rate one epoch too long at each drop.)
-  mwstrat::learning_rate_scheduler by_epoch(
-      nn::per_epoch(nn::piecewise_constant_decay({29, 44}, {lr, lr * 0.1, lr * 0.01})));
+  mwstrat::learning_rate_scheduler by_epoch(cifar10_resnet::tutorial_rate_by_epoch(lr));
 
   mwstrat::fit_options options;
   options.epochs = f.epochs;

@@ -6,9 +6,10 @@
 ///
 /// By step: give the schedule to the optimizer (`nn::sgd({.learning_rate = nn::cosine_decay(0.1, 10000)})`); its
 /// `learning_rate()` is then the rate of the next update. By epoch: wrap it with `per_epoch` for the
-/// LearningRateScheduler callback, which then calls it with the epoch instead of the step:
+/// LearningRateScheduler callback, which then calls it with the epoch's index (0 for the first) instead of the step.
+/// The tutorial's 0.1 for epochs 1-30, 0.01 for 31-45 and 0.001 after (a boundary is the last index at its value):
 ///
-///     mwstrat::learning_rate_scheduler lr(nn::per_epoch(nn::piecewise_constant_decay({30, 45}, {0.1, 0.01, 0.001})));
+///     mwstrat::learning_rate_scheduler lr(nn::per_epoch(nn::piecewise_constant_decay({29, 44}, {0.1, 0.01, 0.001})));
 ///
 /// Schedules compute in double; Keras computes in float32, so they agree to float32 rounding.
 
