@@ -3,9 +3,7 @@
 // the channel (last) axis. Per-channel sums run in double over fixed chunks of samples combined by an aligned tree,
 // so the bits depend neither on the thread count nor on the batch's split among replicas; the synchronised variant
 // adds the replicas' sums (one all-reduce of 2C + 1 values forward, 2C backward) so that N replicas × B normalise
-// and differentiate as one replica × N·B (bit for bit with two replicas of a power-of-two batch). With a fused ReLU,
-// the backward pass recomputes the ReLU's mask from x (the same rounding as the forward pass) instead of reading the
-// output: one tensor fewer to stream through each of its two passes, which are bound by memory.
+// and differentiate as one replica × N·B (bit for bit with two replicas of a power-of-two batch).
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
@@ -130,54 +128,38 @@ class batch_normalization_layer final : public layer_impl<T> {
   }
 
  private:
-  // The per-channel factors of the normalisation, rounded to T once: mean[j] and scale[j] = γ·inv_std (coef_'s
-  // first 2C values; the backward pass reads them to recompute a fused ReLU's mask).
-  void normalization_factors(const T* gamma) {
-    const std::size_t c = channels_;
-    for (std::size_t j = 0; j < c; ++j) {
-      coef_[j] = static_cast<T>(mean_[j]);
-      coef_[c + j] = static_cast<T>(static_cast<double>(gamma[j]) * inv_std_[j]);
-    }
-  }
-
-  // (x − mean)·scale + β before the ReLU, for T and for vectors of T alike: the one expression both passes round
-  // the same way, so that the backward pass's mask is the forward pass's bit for bit.
-  template <class V>
-  static V normalized(V x, V mean, V scale, V beta) noexcept {
-    return (x - mean) * scale + beta;
-  }
-
-  // y = (x − mean)·(γ·inv_std) + β (then max(·, 0) with a fused ReLU): the element-wise work in T, so that it
-  // vectorises at T's width.
+  // y = (x − mean)·(γ·inv_std) + β (then max(·, 0) with a fused ReLU): per-channel factors rounded to T once, the
+  // element-wise work in T, so that it vectorises at T's width.
   template <bool Relu>
   void normalize(const T* x, T* y, const T* gamma, const T* beta, std::size_t rows) {
     const std::size_t c = channels_;
-    normalization_factors(gamma);
-    const T* mean = coef_.data();
-    const T* scale = mean + c;
+    T* mean = coef_.data();
+    T* scale = mean + c;
+    for (std::size_t j = 0; j < c; ++j) {
+      mean[j] = static_cast<T>(mean_[j]);
+      scale[j] = static_cast<T>(static_cast<double>(gamma[j]) * inv_std_[j]);
+    }
     parallel_chunks(rows, 256, [=](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
         const T* xr = x + r * c;
         T* yr = y + r * c;
         for (std::size_t j = 0; j < c; ++j) {
-          const T v = normalized(xr[j], mean[j], scale[j], beta[j]);
+          const T v = (xr[j] - mean[j]) * scale[j] + beta[j];
           yr[j] = Relu ? (v > T{} ? v : T{}) : v;
         }
       }
     });
   }
 
-  // The gradient w.r.t. the batch norm's output at element i (channel j): dy, or with a fused ReLU dy where the
-  // output is positive, else 0 (the output recomputed from x; both sides of the select computed, so that it
-  // vectorises).
+  // The gradient w.r.t. the batch norm's output: dy, or with a fused ReLU dy where y > 0, else 0 (both loaded
+  // unconditionally, so that the select vectorises).
   template <bool Relu>
-  static T output_gradient(const T* x, const T* dy, std::size_t i, std::size_t j, const T* mean, const T* scale,
-                           const T* beta) noexcept {
+  static T output_gradient(const T* y, const T* dy, std::size_t i) noexcept {
     const T g = dy[i];
     if constexpr (Relu) {
-      return normalized(x[i], mean[j], scale[j], beta[j]) > T{} ? g : T{};
+      const T v = y[i];
+      return v > T{} ? g : T{};
     } else {
-      (void)x, (void)j, (void)mean, (void)scale, (void)beta;
       return g;
     }
   }
@@ -197,8 +179,8 @@ class batch_normalization_layer final : public layer_impl<T> {
     std::memcpy(&v, p, sizeof v);
     return __builtin_convertvector(v, half_wide_t);
   }
-  // The loop both sums share: `add(at, h, a1, a2)` for each half h of each row (`at` its offset from the first), a1
-  // and a2 that half's two sums, loaded from s1 and s2 before and stored back after.
+  // The loop both sums share: `add(at, a1, a2)` for each half of each row (`at` its offset from the first), a1 and
+  // a2 that half's two sums, loaded from s1 and s2 before and stored back after.
   template <class Add>
   static void sum_rows(std::size_t rows, std::size_t stride, double* s1, double* s2, Add&& add) noexcept {
     half_wide_t a1[2];
@@ -208,7 +190,7 @@ class batch_normalization_layer final : public layer_impl<T> {
     std::memcpy(&a2[0], s2, sizeof a2[0]);
     std::memcpy(&a2[1], s2 + H, sizeof a2[1]);
     for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t h = 0; h < 2; ++h) add(r * stride + h * H, h, a1[h], a2[h]);
+      for (std::size_t h = 0; h < 2; ++h) add(r * stride + h * H, a1[h], a2[h]);
     std::memcpy(s1, &a1[0], sizeof a1[0]);
     std::memcpy(s1 + H, &a1[1], sizeof a1[1]);
     std::memcpy(s2, &a2[0], sizeof a2[0]);
@@ -217,40 +199,28 @@ class batch_normalization_layer final : public layer_impl<T> {
 
   // s1 += x, s2 += x·x.
   static void add_squares(const T* x, std::size_t rows, std::size_t stride, double* s1, double* s2) noexcept {
-    sum_rows(rows, stride, s1, s2, [x](std::size_t at, std::size_t, half_wide_t& a1, half_wide_t& a2) {
+    sum_rows(rows, stride, s1, s2, [x](std::size_t at, half_wide_t& a1, half_wide_t& a2) {
       const half_wide_t xd = widen_half(x + at);
       a1 += xd;
       a2 += xd * xd;
     });
   }
 
-  static half_t load_half(const T* p) noexcept {
-    half_t v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-
-  // s1 += dy, s2 += dy·x, dy masked by the fused ReLU's mask (the output recomputed from x in T, as normalize
-  // rounds it, from the L channels' factors f = {mean, scale, beta}).
+  // s1 += dy, s2 += dy·x, dy masked by y > 0 with a fused ReLU.
   template <bool Relu>
-  static void add_gradient_products(const T* x, const T* dy, const T* const (&f)[3], std::size_t rows,
-                                    std::size_t stride, double* s1, double* s2) noexcept {
-    half_t mean[2], scale[2], beta[2];
-    for (std::size_t h = 0; h < 2; ++h) {
-      mean[h] = load_half(f[0] + h * H);
-      scale[h] = load_half(f[1] + h * H);
-      beta[h] = load_half(f[2] + h * H);
-    }
-    sum_rows(rows, stride, s1, s2, [&](std::size_t at, std::size_t h, half_wide_t& a1, half_wide_t& a2) {
-      const half_t xv = load_half(x + at);
-      half_t g = load_half(dy + at);
+  static void add_gradient_products(const T* x, const T* y, const T* dy, std::size_t rows, std::size_t stride,
+                                    double* s1, double* s2) noexcept {
+    sum_rows(rows, stride, s1, s2, [x, y, dy](std::size_t at, half_wide_t& a1, half_wide_t& a2) {
+      half_wide_t gd = widen_half(dy + at);
       if constexpr (Relu) {
-        const half_t zero = {};
-        g = normalized(xv, mean[h], scale[h], beta[h]) > zero ? g : zero;
+        const half_wide_t yd = widen_half(y + at);  // y > 0 in double exactly as in T
+        const half_wide_t zero = {};
+        gd = yd > zero ? gd : zero;
+      } else {
+        (void)y;
       }
-      const half_wide_t gd = __builtin_convertvector(g, half_wide_t);
       a1 += gd;
-      a2 += gd * __builtin_convertvector(xv, half_wide_t);
+      a2 += gd * widen_half(x + at);
     });
   }
 
@@ -259,16 +229,8 @@ class batch_normalization_layer final : public layer_impl<T> {
     const std::size_t c = channels_;
     const std::size_t rows = a.batch * per_sample_rows_;
     const T* x = a.x;
+    const T* y = a.y;
     const T* dyp = a.dy;
-    // The forward pass's factors (for the mask), then the backward pass's in coef_ (below).
-    const T* gamma = a.params;
-    const T* beta = a.params + c;
-    normalization_factors(gamma);
-    T* mu = coef_.data();
-    T* k = mu + c;  // γ·inv_std, the forward pass's scale
-    T* inv = k + c;
-    T* mean_dy = inv + c;
-    T* mean_dyx = mean_dy + c;
     // Σdy and Σdy·x̂ per channel: beta's and gamma's gradients on this replica's rows. A chunk sums dy and dy·x in
     // double and turns the second into Σdy·x̂ = inv_std·(Σdy·x − mean·Σdy) (x̂ is not formed per element). The
     // gradients are summed in T from the chunks' sums, as the replicas' mean will add them, so that their tree goes
@@ -281,15 +243,14 @@ class batch_normalization_layer final : public layer_impl<T> {
           double* __restrict s1 = part;
           double* __restrict s2 = part + c;
           std::size_t j = 0;
-          for (; j + L <= c; j += L) {
-            const T* const f[3] = {mu + j, k + j, beta + j};
-            add_gradient_products<Relu>(x + r0 * c + j, dyp + r0 * c + j, f, r1 - r0, c, s1 + j, s2 + j);
-          }
+          for (; j + L <= c; j += L)
+            add_gradient_products<Relu>(x + r0 * c + j, y + r0 * c + j, dyp + r0 * c + j, r1 - r0, c, s1 + j, s2 + j);
           for (std::size_t r = r0; r < r1 && j < c; ++r) {
             const T* __restrict xr = x + r * c;
+            const T* __restrict yr = y + r * c;
             const T* __restrict dyr = dyp + r * c;
             for (std::size_t i = j; i < c; ++i) {
-              const double dy = static_cast<double>(output_gradient<Relu>(xr, dyr, i, i, mu, k, beta));
+              const double dy = static_cast<double>(output_gradient<Relu>(yr, dyr, i));
               s1[i] += dy;
               s2[i] += dy * static_cast<double>(xr[i]);
             }
@@ -309,9 +270,17 @@ class batch_normalization_layer final : public layer_impl<T> {
       count = sums_[2 * c];
     }
     // dx = γ/σ · (dy − mean(dy) − x̂·mean(dy·x̂)), the means over the whole (global) batch; per-channel factors
-    // rounded to T once (mu and k are the forward pass's mean and scale), the element-wise work in T.
+    // rounded to T once, the element-wise work in T.
+    const T* gamma = a.params;
+    T* mu = coef_.data();
+    T* inv = mu + c;
+    T* k = inv + c;
+    T* mean_dy = k + c;
+    T* mean_dyx = mean_dy + c;
     for (std::size_t j = 0; j < c; ++j) {
+      mu[j] = static_cast<T>(mean_[j]);
       inv[j] = static_cast<T>(inv_std_[j]);
+      k[j] = static_cast<T>(static_cast<double>(gamma[j]) * inv_std_[j]);
       mean_dy[j] = static_cast<T>(sums_[j] / count);
       mean_dyx[j] = static_cast<T>(sums_[c + j] / count);
     }
@@ -321,7 +290,7 @@ class batch_normalization_layer final : public layer_impl<T> {
         for (std::size_t j = 0; j < c; ++j) {
           const std::size_t i = r * c + j;
           const T xhat = (x[i] - mu[j]) * inv[j];
-          dx[i] = k[j] * ((output_gradient<Relu>(x, dyp, i, j, mu, k, beta) - mean_dy[j]) - xhat * mean_dyx[j]);
+          dx[i] = k[j] * ((output_gradient<Relu>(y, dyp, i) - mean_dy[j]) - xhat * mean_dyx[j]);
         }
     });
   }
