@@ -478,7 +478,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPasses) {
   // A residual block as resnet_cifar builds it (BN → Activation(relu), Add → ReLU), plus the cases that must not be
   // fused: a batch norm whose output is also read by another layer, and a ReLU after a layer that cannot fuse one.
-  // 20 channels: the batch norm's vector path and its scalar tail, at the vector width of every ISA.
+  // 20 channels: the batch norm's vector path on every ISA, and its scalar tail where a vector holds 8 or 16 floats.
   auto x = nn::input_tensor({6, 6, 3});
   auto conv = [](std::size_t f) { return nn::conv2d{f, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same}; };
   auto relu = [](const nn::symbolic_tensor& t) { return nn::activation_layer{nn::activation::relu}(t); };
