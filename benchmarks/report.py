@@ -826,7 +826,7 @@ class Page:
         by_epoch = [{p.get("epoch", i + 1): p for i, p in enumerate(r["points"])} for r in runs]
         w("| epoch | " + " | ".join(f"{r['impl']}: wall s | test accuracy" for r in runs) + " |")
         w("|---|" + "---|---|" * len(runs))
-        for e in sorted(set().union(*by_epoch)) if by_epoch else []:
+        for e in sorted(set().union(*by_epoch)):
             cells = []
             for points in by_epoch:
                 p = points.get(e)

@@ -42,9 +42,9 @@ TEST(cifar10_resnet_example, refuses_a_validation_frequency_of_zero) {
 }
 
 // The tutorial trains epochs 1-30 at the rate, 31-45 at a tenth, 46-60 at a hundredth (`epoch >= 30` with Keras's
-// 0-based epoch index, which is what LearningRateScheduler passes: fit_test checks that). By epoch and by step
-// (every step of each epoch, the first and the last checked) the schedules agree with it; the by-epoch one once
-// dropped one epoch late.
+// 0-based epoch index, which is what LearningRateScheduler passes: fit_test checks that). The by-epoch schedule and
+// the by-step one (at the first and the last step of every epoch) agree with it; the by-epoch one once dropped one
+// epoch late.
 TEST(cifar10_resnet_example, the_tutorial_schedule_drops_the_rate_after_epochs_30_and_45_by_epoch_and_by_step) {
   const double lr = 0.1;
   const std::int64_t steps_per_epoch = 195;  // 50 000 examples, global batch 256
