@@ -175,4 +175,17 @@ TEST(wire_compression, all_reduce_update_narrows_gradients_and_agrees_on_the_par
   }
 }
 
+// all_reduce_streamed narrows as all_reduce does, and the parts it reports carry all_reduce's bits: 2 hosts × 1 and
+// a flat ring of 3 (where parts are forwarded before they are reported), bf16.
+TEST(wire_compression, all_reduce_streamed_reports_the_bits_of_the_narrowed_all_reduce) {
+  for (const std::string hosts : {"a,b", "a,b,c"}) {
+    const auto plain = compressed_run(hosts, "bf16", 20011);
+    const auto streamed = compressed_run(hosts, "bf16", 20011, nullptr, "dump_streamed");
+    ASSERT_EQ(streamed.size(), plain.size());
+    expect_within_bound(streamed, static_cast<int>(streamed.size()), wire_compression::bf16,
+                        "all_reduce_streamed over " + hosts + ", bf16");
+    for (std::size_t r = 0; r < plain.size(); ++r) EXPECT_TRUE(streamed[r] == plain[r]) << hosts << ": rank " << r;
+  }
+}
+
 }  // namespace

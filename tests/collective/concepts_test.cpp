@@ -85,6 +85,20 @@ static_assert(!fused_update_collective<fused_update_missing>);
 static_assert(!fused_update_collective<fused_update_without_the_update>);
 static_assert(fused_update_collective<local_collective> && fused_update_collective<ring_collective>);
 
+struct streamed_complete {
+  template <class F>
+  void all_reduce_streamed(std::span<float>, reduce_op, F&&) {}
+};
+struct streamed_missing {};
+struct streamed_without_the_callback {
+  void all_reduce_streamed(std::span<float>, reduce_op) {}
+};
+static_assert(streamed_reduce_collective<streamed_complete>);
+static_assert(!streamed_reduce_collective<streamed_missing>);
+static_assert(!streamed_reduce_collective<streamed_without_the_callback>);
+static_assert(streamed_reduce_collective<ring_collective>, "the ring reports each final part");
+static_assert(!streamed_reduce_collective<local_collective>, "the local collective reduces in one pass");
+
 struct arena_region {
   std::span<float> parameters() { return {}; }
 };

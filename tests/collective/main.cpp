@@ -146,6 +146,16 @@ int run_worker(int argc, char** argv) {
                              });
       for (auto& v : params) v = -v;
       test::write_floats(get("out", "") + std::to_string(rank) + ".bin", params);
+    } else if (scenario == "dump_streamed") {
+      // all_reduce_streamed (sum) of test::varied_input, each reported part subtracted from zero parameters as it
+      // comes (the synchroniser's streamed update); writes -params.
+      std::vector<float> grads(std::stoul(get("count", "1000"))), params(grads.size(), 0.0f);
+      for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = test::varied_input(rank, i);
+      ring.all_reduce_streamed(std::span<float>(grads), reduce_op::sum, [&](std::size_t first, std::size_t count) {
+        for (std::size_t i = first; i < first + count; ++i) params[i] -= grads[i];
+      });
+      for (auto& v : params) v = -v;
+      test::write_floats(get("out", "") + std::to_string(rank) + ".bin", params);
     } else if (scenario == "pair") {
       test::check_all_reduce<float>(ring, 1001, reduce_op::sum);
       ring.barrier();

@@ -153,6 +153,44 @@ void check_all_reduce_update(C& c, std::size_t count, reduce_op op) {
                              "part (at most " + std::to_string(largest) + ")");
 }
 
+// all_reduce_streamed (the ring's all-reduce that reports each final part) against all_reduce: the same bits, every
+// element reported exactly once and holding its final value when reported; and the caller's change of a reported
+// part (x -> 2x + 1) reaches no other rank — every rank ends with 2·(its all_reduce result) + 1 — so the collective
+// reads no part after reporting it.
+template <class T, class C>
+void check_all_reduce_streamed(C& c, std::size_t count, reduce_op op) {
+  std::vector<T> data(count);
+  for (std::size_t i = 0; i < count; ++i)
+    data[i] = input_value<T>(c.rank(), i) + static_cast<T>(0.3);  // not exact: the order of the sum shows in bits
+  std::vector<T> reduced = data;
+  c.all_reduce(std::span<T>(reduced), op);
+  std::vector<int> reported(count, 0);
+  std::string early;  // the first element reported before it was final
+  std::size_t calls = 0;
+  c.all_reduce_streamed(std::span<T>(data), op, [&](std::size_t first, std::size_t n) {
+    ++calls;
+    for (std::size_t i = first; i < first + n; ++i) {
+      if (early.empty() && std::memcmp(&data[i], &reduced[i], sizeof(T)) != 0)
+        early = "element " + std::to_string(i) + " was " + std::to_string(data[i]) + " when reported, final " +
+                std::to_string(reduced[i]);
+      ++reported[i];
+      data[i] = static_cast<T>(data[i] * 2 + 1);
+    }
+  });
+  const std::string what = std::string("all_reduce_streamed<") + typeid(T).name() + ">(" + std::to_string(count) +
+                           ", " + std::string(to_string(op)) + ") on rank " + std::to_string(c.rank()) + " of " +
+                           std::to_string(c.size());
+  if (!early.empty()) throw std::runtime_error(what + ": " + early);
+  if (count == 0 && calls != 0) throw std::runtime_error(what + ": reported a part of an empty buffer");
+  for (std::size_t i = 0; i < count; ++i) {
+    if (reported[i] != 1)
+      throw std::runtime_error(what + ": element " + std::to_string(i) + " reported " + std::to_string(reported[i]) +
+                               " times");
+    const T want = static_cast<T>(reduced[i] * 2 + 1);
+    if (std::memcmp(&data[i], &want, sizeof(T)) != 0) expect_equal(data, i, want, what + " (a reported part was read again)");
+  }
+}
+
 // Everything, for one world size. `large`: also the 8M-float all-reduce (mean) and broadcast.
 template <collective C>
 void run_sweep(C& c, bool large) {
@@ -183,6 +221,13 @@ void run_sweep(C& c, bool large) {
       refused = true;
     }
     if (!refused) throw std::runtime_error("all_reduce_update accepted 6 parameters for 7 gradients");
+  }
+  if constexpr (requires(std::span<float> v) { c.all_reduce_streamed(v, reduce_op::mean, [](std::size_t, std::size_t) {}); }) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}, std::size_t{100003}}) {
+      check_all_reduce_streamed<float>(c, count, reduce_op::mean);
+      check_all_reduce_streamed<double>(c, count, reduce_op::sum);
+      check_all_reduce_streamed<std::int32_t>(c, count, reduce_op::max);
+    }
   }
   for (int i = 0; i < 3; ++i) c.barrier();
   check_async(c);

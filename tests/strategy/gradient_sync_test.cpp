@@ -1,6 +1,7 @@
 // Gradient synchronisation as one component: its concepts (near misses, one type per missing requirement), the
 // policy value's validation, and the decisions it takes (overlap, placement, fallbacks) on replicas as threads.
 #include <mwstrat/collective/local/local_collective.hpp>
+#include <mwstrat/collective/ring/ring_collective.hpp>
 #include <mwstrat/nn/model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/concepts.hpp>
@@ -8,13 +9,18 @@
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 
+#include <support/process.hpp>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <exception>
 #include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -405,6 +411,89 @@ TEST(collective_gradient_sync, every_update_path_adds_the_deferred_regularisatio
   EXPECT_EQ(model.additions, 4);
   for (std::size_t i = 0; i < 4; ++i)
     EXPECT_FLOAT_EQ(model.p[i], 1.0f - 0.1f * (static_cast<float>((i * 5) % 11) / 8.0f + l2_model::two_lambda));
+}
+
+// The replicated update over the ring streams: each part of the mean gradient gets its regularisation term and its
+// update as soon as it is final on a rank, while the rest still travels. Over 2 and 3 ranks as threads on loopback
+// (small chunks: many parts; 3 ranks forward parts before they are final), by TCP and through shared memory: the
+// term once per parameter per step, after the mean, and the same parameters on every rank.
+TEST(collective_gradient_sync, the_streamed_update_over_the_ring_adds_the_regularisation_once_after_the_mean) {
+  using namespace std::chrono_literals;
+  constexpr int steps = 2;
+  constexpr std::size_t n = 5000;
+  for (const int ranks : {2, 3}) {
+    for (const auto transport : {ring_transport::tcp, ring_transport::automatic}) {
+      // Expected: w -= lr · (mean of the raw gradients + 2λ·w), with lr 0.1 (within rounding: the ring sums in
+      // its own order).
+      std::vector<float> expected(n, 1.0f);
+      for (int s = 0; s < steps; ++s) {
+        std::vector<float> mean(n, 0.0f);
+        for (int r = 0; r < ranks; ++r) {
+          l2_model m;
+          m.p = expected;
+          m.g = std::vector<float>(n);
+          m.deferrals = 1;
+          m.backward(r, s);
+          for (std::size_t i = 0; i < n; ++i) mean[i] += m.g[i];
+        }
+        for (std::size_t i = 0; i < n; ++i)
+          expected[i] -= 0.1f * (mean[i] / static_cast<float>(ranks) + l2_model::two_lambda * expected[i]);
+      }
+      const auto ports = test::free_ports(ranks);
+      std::vector<std::vector<float>> params(static_cast<std::size_t>(ranks));
+      std::vector<int> additions(static_cast<std::size_t>(ranks), 0);
+      std::vector<update_placement> placements(static_cast<std::size_t>(ranks));
+      std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < ranks; ++r)
+        threads.emplace_back([&, r] {
+          try {
+            ring_options o;
+            for (int port : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(port));
+            o.rank = r;
+            o.connect_timeout = 20s;
+            o.op_timeout = 20s;
+            o.chunk_bytes = 4096;  // 1024 floats: several parts per segment
+            o.transport = transport;
+            o.log = [](std::string_view) {};
+            ring_collective ring(o);
+            mirrored_strategy<ring_collective&> strategy(ring, with(reduction_overlap::never, update_placement::replicated));
+            l2_model model;
+            model.p = std::vector<float>(n, 1.0f);
+            model.g = std::vector<float>(n);
+            nn::sgd opt(0.1);
+            {
+              auto sync = strategy.make_gradient_sync(model, opt);
+              for (int s = 0; s < steps; ++s)
+                sync.step([&](auto&&) {
+                  model.backward(r, s);
+                  return 0;
+                });
+              placements[static_cast<std::size_t>(r)] = sync.placement();
+            }
+            EXPECT_EQ(opt.iterations(), static_cast<std::uint64_t>(steps)) << "one step counted per step";
+            params[static_cast<std::size_t>(r)] = model.p;
+            additions[static_cast<std::size_t>(r)] = model.additions;
+          } catch (...) {
+            errors[static_cast<std::size_t>(r)] = std::current_exception();
+          }
+        });
+      for (auto& t : threads) t.join();
+      for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
+      const std::string what = std::to_string(ranks) + " ranks, " + (transport == ring_transport::tcp ? "tcp" : "automatic");
+      for (int r = 0; r < ranks; ++r) {
+        const auto k = static_cast<std::size_t>(r);
+        EXPECT_EQ(placements[k], update_placement::replicated) << what;
+        EXPECT_EQ(additions[k], steps * static_cast<int>(n)) << what << ": rank " << r;
+        ASSERT_EQ(params[k].size(), n) << what;
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_NEAR(params[k][i], expected[i], 1e-5f) << what << ": parameter " << i << " on rank " << r;
+          ASSERT_EQ(params[k][i], params[0][i]) << what << ": parameter " << i << " on rank " << r;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -122,6 +122,10 @@ TEST(bucketed_reduction, equals_one_mean_and_sends_whole_layers) {
 // signature.
 static_assert(fused_update_collective<ring_collective>);
 static_assert(fused_update_collective<local_collective>);
+// The streamed all-reduce (each part updated as soon as its mean is final) is the ring's alone; the local
+// collective's replicated update stays the whole update after the all-reduce.
+static_assert(streamed_reduce_collective<ring_collective>);
+static_assert(!streamed_reduce_collective<local_collective>);
 static_assert(part_update_optimizer<nn::sgd>);
 static_assert(!part_update_optimizer<nn::adam>);
 

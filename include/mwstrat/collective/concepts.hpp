@@ -88,6 +88,14 @@ concept fused_update_collective = requires(C& c, std::span<float> v, detail::upd
   c.all_reduce_update(v, reduce_op::mean, v, update);
 };
 
+/// Capability: `c.all_reduce_streamed(values, reduce_op::mean, on_final)` — an all-reduce that calls
+/// `on_final(first, count)` as each part of the result is final on this rank and no longer read by the collective,
+/// so the caller can update from it while the rest still travels (the ring offers it).
+template <class C>
+concept streamed_reduce_collective = requires(C& c, std::span<float> v, detail::update_probe on_final) {
+  c.all_reduce_streamed(v, reduce_op::mean, on_final);
+};
+
 /// Capability: `make_host_arena(c, count, why)`, found by argument-dependent lookup, returns an optional region that
 /// every rank maps — one parameter copy and each rank's gradients (`host_arena`, collective/ring/host_arena.hpp,
 /// for a ring whose ranks share one host); nullopt on every rank where it cannot be made.

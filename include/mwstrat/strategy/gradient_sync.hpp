@@ -13,7 +13,8 @@
 /// `collective_gradient_sync` is `mirrored_strategy`'s: over its collective it reduces in buckets that overlap
 /// backward (`bucketed_reduction`, when the policy or the host topology says so), or after backward through one
 /// shared parameter copy per host (`host_arena`), or fused with a sharded update (the collective's
-/// `all_reduce_update`), or as a mean all-reduce then the whole update. Every
+/// `all_reduce_update`), or as a mean all-reduce then the whole update — streamed where the collective and the
+/// optimizer allow it (`all_reduce_streamed`: each part updated as soon as its mean is final). Every
 /// path gives the same bits. Every decision is collective and deterministic — taken from the options, the types
 /// and facts gathered from every replica — so every replica issues the same operations in the same order. After
 /// the first step nothing is allocated by the synchroniser.
@@ -195,6 +196,20 @@ class collective_gradient_sync {
         return result;
       }
     }
+    if constexpr (can_stream) {
+      if (optimizer_.elementwise_stateless()) {
+        // Each part's update as soon as its mean is final here, while it is still in cache and the rest still
+        // travels: the same operations per element as the whole update after the all-reduce, one pass fewer over
+        // the gradients.
+        const std::span<float> params = model_.parameters(), grads = model_.gradients();
+        collective_.all_reduce_streamed(grads, reduce_op::mean, [&](std::size_t first, std::size_t count) {
+          regularization_.add(first, count);
+          optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+        });
+        optimizer_.count_step();
+        return result;
+      }
+    }
     collective_.all_reduce(model_.gradients(), reduce_op::mean);
     detail::apply_update(model_, optimizer_, regularization_);
     return result;
@@ -209,6 +224,7 @@ class collective_gradient_sync {
 
  private:
   static constexpr bool can_shard = part_update_optimizer<Optimizer> && fused_update_collective<Collective>;
+  static constexpr bool can_stream = part_update_optimizer<Optimizer> && streamed_reduce_collective<Collective>;
   static constexpr bool shares_storage =
       host_arena_collective<Collective> && storage_adopting_model<Model> && part_update_optimizer<Optimizer>;
 

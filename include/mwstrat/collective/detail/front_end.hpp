@@ -6,7 +6,8 @@
 //   int rank() const; int size() const;
 //   all_reduce_now(std::span<T>, reduce_op, op_options), broadcast_now(std::span<T>, int root, op_options),
 //   all_gather_now(std::span<const T>, std::span<T>, op_options), barrier_now(op_options),
-//   and optionally all_reduce_update_now(std::span<T>, reduce_op, std::span<T>, Update&, op_options) and
+//   and optionally all_reduce_update_now(std::span<T>, reduce_op, std::span<T>, Update&, op_options),
+//   all_reduce_streamed_now(std::span<T>, reduce_op, OnFinal&, op_options) and
 //   bool async_on_worker() const (false: all_reduce_async completes on the calling thread).
 // Its destructor must stop `queue_` first, so the worker is joined before the backend's members go.
 
@@ -59,6 +60,17 @@ class front_end {
                          "all_reduce_update: " + std::to_string(params.size()) + " parameters but " +
                              std::to_string(gradients.size()) + " gradients");
     self().all_reduce_update_now(gradients, op, params, update, options);
+  }
+
+  /// All-reduce that reports each part of the result as soon as this rank is done with it (see the backend's
+  /// `all_reduce_streamed_now`): `on_final(first, count)` is called once for every element, when data[first,
+  /// first + count) is final on this rank and the collective will not read it again; it may change that part, and
+  /// must not throw.
+  template <collective_element T, class OnFinal, class B = Backend>
+    requires requires(B& c, std::span<T> v, OnFinal& f) { c.all_reduce_streamed_now(v, reduce_op::sum, f, op_options{}); }
+  void all_reduce_streamed(std::span<T> data, reduce_op op, OnFinal&& on_final, op_options options = {}) {
+    queue_.drain();
+    self().all_reduce_streamed_now(data, op, on_final, options);
   }
 
   /// Copies `root`'s `data` into every rank's `data`.

@@ -135,6 +135,13 @@ class ring_collective : public detail::front_end<ring_collective> {
   // of `gradients` are left partially reduced. For an optimizer whose update of an element depends only on that
   // element (plain SGD) this is the same result as `all_reduce` then updating everything, with a fraction
   // 1/size() of the update work and of its memory traffic.
+  //
+  // all_reduce_streamed(data, op, on_final): `all_reduce`, calling `on_final(first, count)` on this rank as each part
+  // data[first, first + count) of the result is final here and no longer read by the ring — after this rank's last
+  // send of it, or as it arrives at the last step — so the caller can use (and change) each part while the rest still
+  // travels: the gradient synchroniser applies the update of each part there, with the part still in cache. Every
+  // element is reported exactly once, in no fixed order; the call must not throw. The hierarchical all-reduce reports
+  // the whole buffer at its end.
 
  private:
   friend class detail::front_end<ring_collective>;
@@ -255,6 +262,31 @@ class ring_collective : public detail::front_end<ring_collective> {
         p.wire_esize = sizeof(std::uint16_t);
       }
     }
+    run<T>(p, options);
+  }
+
+  // all_reduce_streamed on this ring: all_reduce_now's plan with the final parts reported as they come (the flat
+  // ring); the hierarchical all-reduce reports the whole buffer once it is done.
+  template <class T, class OnFinal>
+  void all_reduce_streamed_now(std::span<T> data, reduce_op op, OnFinal& on_final, op_options options) {
+    if (n_ == 1 || (local_ && data.size_bytes() >= options_.hierarchical_min_bytes)) {
+      all_reduce_now(data, op, options);
+      if (!data.empty()) on_final(std::size_t{0}, data.size());
+      return;
+    }
+    plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
+                                                   chunk_bytes_),
+                       op, static_cast<std::uint8_t>(op), data.data());
+    if constexpr (std::is_same_v<T, float>) {
+      if (compression_ != wire_compression::none && (op == reduce_op::sum || op == reduce_op::mean)) {
+        p.wire = compression_;
+        p.wire_esize = sizeof(std::uint16_t);
+      }
+    }
+    p.on_final_context = static_cast<void*>(std::addressof(on_final));
+    p.on_final = [](void* context, std::size_t first, std::size_t count) {
+      (*static_cast<OnFinal*>(context))(first, count);
+    };
     run<T>(p, options);
   }
 

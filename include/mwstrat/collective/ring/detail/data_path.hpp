@@ -250,6 +250,7 @@ class ring_data_path {
         s.active = false;
         if (k == 0) out_.inflight = {};
         ++s.t;
+        if (final_after_send(p, s.it)) tell_final(p, s.it);  // its bytes are the kernel's (or the slot's) now
       }
       return std::nullopt;
     }
@@ -324,6 +325,7 @@ class ring_data_path {
       }
       if (r.got == it.wire_bytes) {
         if (it.finish) finish_part<T>(p, it);
+        if (final_after_receive(p, it)) tell_final(p, it);
         r.active = false;
         ++r.t;
         progress = true;
@@ -401,6 +403,7 @@ class ring_data_path {
     if (ri.finish) finish_part<T>(p, ri);
     if (in_.return_credit(op_header(p), deadline).status == io_status::timed_out)
       return ring_failure{error_kind::timeout, prev(), "could not return a shared-memory slot to " + peer(prev()) + " during " + where_of(p)};
+    if (final_after_receive(p, ri)) tell_final(p, ri);  // after the credit: the sender goes on meanwhile
     // Otherwise the credit went, or the previous rank closed its end after sending its last frame (it needs no more
     // slots) or died (the data stream reports that, naming it, on the next receive).
     return std::nullopt;

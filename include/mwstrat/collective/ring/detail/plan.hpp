@@ -28,6 +28,10 @@ struct ring_plan {
   std::uint8_t* gather_base = nullptr;  // all_reduce_update: the buffer the all-gather steps carry
   void (*on_reduced)(void*, std::size_t, std::size_t) = nullptr;  // all_reduce_update: a part is final
   void* on_reduced_context = nullptr;
+  // all_reduce_streamed: a part of the result is final here and the ring will not read it again (after this rank's
+  // last send of it, or on its last receive), so the caller may use and change it while the rest still travels.
+  void (*on_final)(void*, std::size_t, std::size_t) = nullptr;
+  void* on_final_context = nullptr;
 };
 
 // A schedule's chunk, resolved to bytes of this operation's buffers.
@@ -54,6 +58,19 @@ inline bool resolve_chunk(const ring_plan& p, bool found, const chunk_move& m, r
   it.reduce = m.reduce;
   it.finish = m.finish;
   return found;
+}
+
+// all_reduce_streamed: this rank is done with the part item `it` carries once it has sent it in the all-gather half
+// (it sends a part there at most once: its own when final, or one it received and forwards) or received it at the
+// last step (that one it does not forward); then the plan's `on_final` hears of it, once per part.
+inline bool final_after_send(const ring_plan& p, const ring_item& it) {
+  return p.on_final != nullptr && static_cast<int>(it.step) >= p.sched.world - 1;
+}
+inline bool final_after_receive(const ring_plan& p, const ring_item& it) {
+  return p.on_final != nullptr && static_cast<int>(it.step) == 2 * (p.sched.world - 1) - 1;
+}
+inline void tell_final(const ring_plan& p, const ring_item& it) {
+  p.on_final(p.on_final_context, it.first, it.bytes / p.esize);
 }
 
 // What this rank sends / receives at item t, as bytes of the operation's buffers; false when nothing then.
