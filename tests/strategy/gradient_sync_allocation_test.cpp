@@ -13,7 +13,7 @@
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 
-#include <support/process.hpp>
+#include <support/ring_threads.hpp>
 
 #include <gtest/gtest.h>
 
@@ -194,28 +194,8 @@ measured measure(backend b, int n, gradient_sync_options options, int steps) {
     spawn_ranks(n, [&](local_collective& c) { run_rank(c, options, steps, m); });
     return m;
   }
-  const auto ports = test::free_ports(n);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        ring_options o;
-        for (int port : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(port));
-        o.rank = r;
-        o.connect_timeout = 10s;
-        o.op_timeout = 10s;
-        o.job_token = "";
-        o.log = [](std::string_view) {};
-        ring_collective ring(o);
-        run_rank(ring, options, steps, m);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  test::on_ring_threads(n, [](ring_options& o) { o.job_token = ""; },
+                        [&](ring_collective& ring) { run_rank(ring, options, steps, m); });
   return m;
 }
 

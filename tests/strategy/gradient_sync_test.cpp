@@ -9,18 +9,15 @@
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 
-#include <support/process.hpp>
+#include <support/ring_threads.hpp>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
-#include <exception>
 #include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -418,7 +415,6 @@ TEST(collective_gradient_sync, every_update_path_adds_the_deferred_regularisatio
 // (small chunks: many parts; 3 ranks forward parts before they are final), by TCP and through shared memory: the
 // term once per parameter per step, after the mean, and the same parameters on every rank.
 TEST(collective_gradient_sync, the_streamed_update_over_the_ring_adds_the_regularisation_once_after_the_mean) {
-  using namespace std::chrono_literals;
   constexpr int steps = 2;
   constexpr std::size_t n = 5000;
   for (const int ranks : {2, 3}) {
@@ -439,48 +435,33 @@ TEST(collective_gradient_sync, the_streamed_update_over_the_ring_adds_the_regula
         for (std::size_t i = 0; i < n; ++i)
           expected[i] -= 0.1f * (mean[i] / static_cast<float>(ranks) + l2_model::two_lambda * expected[i]);
       }
-      const auto ports = test::free_ports(ranks);
       std::vector<std::vector<float>> params(static_cast<std::size_t>(ranks));
       std::vector<int> additions(static_cast<std::size_t>(ranks), 0);
       std::vector<update_placement> placements(static_cast<std::size_t>(ranks));
-      std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
-      std::vector<std::thread> threads;
-      for (int r = 0; r < ranks; ++r)
-        threads.emplace_back([&, r] {
-          try {
-            ring_options o;
-            for (int port : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(port));
-            o.rank = r;
-            o.connect_timeout = 20s;
-            o.op_timeout = 20s;
-            o.chunk_bytes = 4096;  // 1024 floats: several parts per segment
-            o.transport = transport;
-            o.log = [](std::string_view) {};
-            ring_collective ring(o);
-            mirrored_strategy<ring_collective&> strategy(ring, with(reduction_overlap::never, update_placement::replicated));
-            l2_model model;
-            model.p = std::vector<float>(n, 1.0f);
-            model.g = std::vector<float>(n);
-            nn::sgd opt(0.1);
-            {
-              auto sync = strategy.make_gradient_sync(model, opt);
-              for (int s = 0; s < steps; ++s)
-                sync.step([&](auto&&) {
-                  model.backward(r, s);
-                  return 0;
-                });
-              placements[static_cast<std::size_t>(r)] = sync.placement();
-            }
-            EXPECT_EQ(opt.iterations(), static_cast<std::uint64_t>(steps)) << "one step counted per step";
-            params[static_cast<std::size_t>(r)] = model.p;
-            additions[static_cast<std::size_t>(r)] = model.additions;
-          } catch (...) {
-            errors[static_cast<std::size_t>(r)] = std::current_exception();
-          }
-        });
-      for (auto& t : threads) t.join();
-      for (const auto& e : errors)
-        if (e) std::rethrow_exception(e);
+      const auto configure = [&](ring_options& o) {
+        o.chunk_bytes = 4096;  // 1024 floats: several parts per segment
+        o.transport = transport;
+      };
+      test::on_ring_threads(ranks, configure, [&](ring_collective& ring) {
+        const int r = ring.rank();
+        mirrored_strategy<ring_collective&> strategy(ring, with(reduction_overlap::never, update_placement::replicated));
+        l2_model model;
+        model.p = std::vector<float>(n, 1.0f);
+        model.g = std::vector<float>(n);
+        nn::sgd opt(0.1);
+        {
+          auto sync = strategy.make_gradient_sync(model, opt);
+          for (int s = 0; s < steps; ++s)
+            sync.step([&](auto&&) {
+              model.backward(r, s);
+              return 0;
+            });
+          placements[static_cast<std::size_t>(r)] = sync.placement();
+        }
+        EXPECT_EQ(opt.iterations(), static_cast<std::uint64_t>(steps)) << "one step counted per step";
+        params[static_cast<std::size_t>(r)] = model.p;
+        additions[static_cast<std::size_t>(r)] = model.additions;
+      });
       const std::string what = std::to_string(ranks) + " ranks, " + (transport == ring_transport::tcp ? "tcp" : "automatic");
       for (int r = 0; r < ranks; ++r) {
         const auto k = static_cast<std::size_t>(r);
@@ -493,6 +474,54 @@ TEST(collective_gradient_sync, the_streamed_update_over_the_ring_adds_the_regula
         }
       }
     }
+  }
+}
+
+// A model that says how many threads it computes on and runs tasks "in" them (counted).
+struct threaded_model : arena_model {
+  int compute_threads = 1;
+  int executed = 0;
+  int threads() const { return compute_threads; }
+  template <class F>
+  void execute(F&& f) {
+    ++executed;
+    f();
+  }
+};
+
+// The streamed update runs part by part on the thread that drives the ring: a model on one thread takes it, a model
+// on several keeps its whole update inside its own threads (execute) — with the same bits.
+TEST(collective_gradient_sync, only_a_model_on_one_thread_streams_its_update_over_the_ring) {
+  constexpr int ranks = 2, steps = 3;
+  constexpr std::size_t n = 3000;
+  std::vector<float> single;  // rank 0's parameters with one compute thread
+  for (const int compute_threads : {1, 2}) {
+    std::vector<std::vector<float>> params(ranks);
+    std::vector<int> executed(ranks, -1);
+    test::on_ring_threads(ranks, [](ring_options& o) { o.chunk_bytes = 4096; }, [&](ring_collective& ring) {
+      const auto r = static_cast<std::size_t>(ring.rank());
+      mirrored_strategy<ring_collective&> strategy(ring, with(reduction_overlap::never, update_placement::replicated));
+      threaded_model model;
+      model.compute_threads = compute_threads;
+      model.p = std::vector<float>(n, 1.0f);
+      model.g = std::vector<float>(n);
+      nn::sgd opt(0.1);
+      auto sync = strategy.make_gradient_sync(model, opt);
+      for (int s = 0; s < steps; ++s)
+        sync.step([&](auto&&) {
+          for (std::size_t i = 0; i < n; ++i)
+            model.g[i] = static_cast<float>((i * 7 + r * 3 + static_cast<std::size_t>(s)) % 13) / 5.0f;
+          return 0;
+        });
+      params[r] = model.p;
+      executed[r] = model.executed;
+    });
+    for (std::size_t r = 0; r < ranks; ++r) {
+      EXPECT_EQ(executed[r], compute_threads == 1 ? 0 : steps) << compute_threads << " threads, rank " << r;
+      EXPECT_EQ(params[r], params[0]) << compute_threads << " threads, rank " << r;
+    }
+    if (compute_threads == 1) single = params[0];
+    else EXPECT_EQ(params[0], single) << "the streamed and the whole update give different bits";
   }
 }
 

@@ -197,7 +197,7 @@ class collective_gradient_sync {
       }
     }
     if constexpr (can_stream) {
-      if (optimizer_.elementwise_stateless()) {
+      if (streams_update()) {
         // Each part's update as soon as its mean is final here, while it is still in cache and the rest still
         // travels: the same operations per element as the whole update after the all-reduce, one pass fewer over
         // the gradients.
@@ -227,6 +227,15 @@ class collective_gradient_sync {
   static constexpr bool can_stream = part_update_optimizer<Optimizer> && streamed_reduce_collective<Collective>;
   static constexpr bool shares_storage =
       host_arena_collective<Collective> && storage_adopting_model<Model> && part_update_optimizer<Optimizer>;
+
+  // Whether the replicated update goes part by part as the ring reports each mean final: only an elementwise update
+  // without slots can, and only a model that computes on one thread gains — the parts are updated one after another
+  // on the thread that drives the ring, where the whole update runs in all of the model's threads.
+  bool streams_update() const {
+    if (!optimizer_.elementwise_stateless()) return false;
+    if constexpr (model_with_threads<Model>) return model_.threads() <= 1;
+    return true;
+  }
 
   // At the first step (after mirroring and any restore, so only the chief's values are copied in): the first of the
   // placements the options allow (shared_host_copy, sharded, replicated) that this job can run. A collective

@@ -249,19 +249,32 @@ class ring_collective : public detail::front_end<ring_collective> {
   // ---------------------------------------------------------------------------------------------------------
   // The operations, behind the front-end's argument checks.
 
+  // Float32 sums and means travel as 16 bits when this ring compresses (the links between hosts).
   template <class T>
-  void all_reduce_now(std::span<T> data, reduce_op op, op_options options) {
-    if (local_ && data.size_bytes() >= options_.hierarchical_min_bytes)
-      return detail::ring_hierarchy::all_reduce(*this, data, op, options);
-    plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
-                                                   chunk_bytes_),
-                       op, static_cast<std::uint8_t>(op), data.data());
+  void narrow_on_the_wire(plan& p, reduce_op op) const {
     if constexpr (std::is_same_v<T, float>) {
       if (compression_ != wire_compression::none && (op == reduce_op::sum || op == reduce_op::mean)) {
         p.wire = compression_;
         p.wire_esize = sizeof(std::uint16_t);
       }
     }
+  }
+
+  // An all-reduce of `data` on this ring alone.
+  template <class T>
+  plan flat_all_reduce_plan(std::span<T> data, reduce_op op) {
+    plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
+                                                   chunk_bytes_),
+                       op, static_cast<std::uint8_t>(op), data.data());
+    narrow_on_the_wire<T>(p, op);
+    return p;
+  }
+
+  template <class T>
+  void all_reduce_now(std::span<T> data, reduce_op op, op_options options) {
+    if (local_ && data.size_bytes() >= options_.hierarchical_min_bytes)
+      return detail::ring_hierarchy::all_reduce(*this, data, op, options);
+    plan p = flat_all_reduce_plan(data, op);
     run<T>(p, options);
   }
 
@@ -274,15 +287,7 @@ class ring_collective : public detail::front_end<ring_collective> {
       if (!data.empty()) on_final(std::size_t{0}, data.size());
       return;
     }
-    plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce, rank_, n_, data.size(), sizeof(T),
-                                                   chunk_bytes_),
-                       op, static_cast<std::uint8_t>(op), data.data());
-    if constexpr (std::is_same_v<T, float>) {
-      if (compression_ != wire_compression::none && (op == reduce_op::sum || op == reduce_op::mean)) {
-        p.wire = compression_;
-        p.wire_esize = sizeof(std::uint16_t);
-      }
-    }
+    plan p = flat_all_reduce_plan(data, op);
     p.on_final_context = static_cast<void*>(std::addressof(on_final));
     p.on_final = [](void* context, std::size_t first, std::size_t count) {
       (*static_cast<OnFinal*>(context))(first, count);
@@ -310,12 +315,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::all_reduce_update, rank_, n_, gradients.size(),
                                                    sizeof(T), chunk_bytes_),
                        op, static_cast<std::uint8_t>(op), gradients.data());
-    if constexpr (std::is_same_v<T, float>) {  // the reduce-scatter's gradients narrowed; parameters travel exact
-      if (compression_ != wire_compression::none && (op == reduce_op::sum || op == reduce_op::mean)) {
-        p.wire = compression_;
-        p.wire_esize = sizeof(std::uint16_t);
-      }
-    }
+    narrow_on_the_wire<T>(p, op);  // the reduce-scatter's gradients; the parameters travel exact (resolve_chunk)
     p.gather_base = reinterpret_cast<std::uint8_t*>(params.data());
     p.on_reduced_context = static_cast<void*>(std::addressof(update));
     p.on_reduced = [](void* context, std::size_t first, std::size_t count) {
