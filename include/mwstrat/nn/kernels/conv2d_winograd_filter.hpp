@@ -72,9 +72,8 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   const std::size_t C = g.in_c, F = g.out_c;
   const std::size_t th = (g.out_h + m - 1) / m, tw = (g.out_w + m - 1) / m, tiles = th * tw;
   const std::size_t hp = m * th + 2, wp = m * tw + 2;
-  const std::size_t chunk = direct::filter_chunk(g, hp * wp * C);
-  const direct::staged_images staged(input, g.in_h, g.in_w, C, hp, wp, g.pad_top, g.pad_left, nullptr, chunk,
-                                     ws.buffer_a);
+  const std::size_t chunk = direct::filter_chunk(g, hp * wp * C);  // sized as when a padded copy was made: the bits stay
+  const auto pad_top = static_cast<std::ptrdiff_t>(g.pad_top), pad_left = static_cast<std::ptrdiff_t>(g.pad_left);
 
   const direct::blocking b = direct::filter_plan(C, F / L);
   const std::size_t width = static_cast<std::size_t>(b.nv) * L;
@@ -108,7 +107,7 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
     const std::size_t n0 = task * chunk;
     const std::size_t images = std::min(g.batch, n0 + chunk) - n0;
     const std::size_t total = images * tiles;  // the chunk's tiles, image by image
-    const float* padded = staged.stage(n0, images);
+    const float* in = input + n0 * g.in_h * g.in_w * C;  // read in place (transform_image_tile)
     const float* go = grad_output + n0 * g.out_h * g.out_w * F;
     const auto slot = static_cast<std::size_t>(std::max(0, tbb::this_task_arena::current_thread_index()));
     float* Vt = slots + slot * slot_size;
@@ -119,7 +118,9 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
       const std::size_t count = std::min(pass_tiles, total - t0);
       for (std::size_t i = 0; i < count; ++i) {
         const std::size_t n = (t0 + i) / tiles, t = (t0 + i) % tiles, ty = t / tw, tx = t % tw;
-        transform_input_tile<m>(padded + (n * hp * wp + m * ty * wp + m * tx) * C, wp, C, Vt + i * C, v_stride);
+        transform_image_tile<m>(in + n * g.in_h * g.in_w * C, g.in_h, g.in_w, C,
+                                static_cast<std::ptrdiff_t>(m * ty) - pad_top,
+                                static_cast<std::ptrdiff_t>(m * tx) - pad_left, Vt + i * C, v_stride);
         transform_output_gradient_tile(go + ((n * g.out_h + m * ty) * g.out_w + m * tx) * F, g.out_w, F,
                                        std::min(m, g.out_h - m * ty), std::min(m, g.out_w - m * tx), Yt + i * F,
                                        y_stride);
