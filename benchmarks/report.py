@@ -934,7 +934,10 @@ class Page:
         fast = next((x for x in summ if x["setting"] == "simhosts" and x["rate"] == "10gbit"
                      and x["impl"] == "mwstrat-fp32" and x["bytes"] == 11 << 20), None)
         m = (c or t or {}).get("machine", {})
-        text = (f"The simulated hosts share this machine's {m.get('cpus', '?')} CPUs ({short_cpu(c or t)}): what a "
+        # The two records may come from different machines: name each one's CPU then.
+        cpu = (f"{short_cpu(c)} for the all-reduce figures, {short_cpu(t)} for the training ones"
+               if c and t and short_cpu(c) != short_cpu(t) else short_cpu(c or t))
+        text = (f"The simulated hosts share the machine's {m.get('cpus', '?')} CPUs ({cpu}): what a "
                 "rank computes and copies, and the kernel's TCP work for it, competes with the other host's ranks for "
                 "the same cores, so a goal missed here can be the CPU's, not the link's.")
         if loop and fast:
