@@ -18,6 +18,7 @@
 // default: update_placement::automatic, which on one host is one shared parameter copy), `sharded` (the ring's fused
 // all-reduce and sharded update) or `mirrored` (replicated: every worker applies the whole SGD update). `--overlap`
 // is gradient_sync_options::overlap; `--overlap always` with `--update sharded` is refused (a contradiction).
+// `--momentum M` trains with SGD(0.001, momentum M): an optimizer with slots, which never takes the sharded update.
 #include <mwstrat/mwstrat.hpp>
 
 #include <sys/resource.h>
@@ -48,6 +49,7 @@ struct flags {
   mwstrat::reduction_overlap overlap = mwstrat::reduction_overlap::automatic;  // --overlap auto|always|never
   bool local_gradients = false;  // --gradients local: no gradient all-reduce (see the header comment)
   mwstrat::update_placement update = mwstrat::update_placement::automatic;  // --update shared|sharded|mirrored
+  double momentum = 0.0;  // --momentum: SGD's (0: the tutorial's plain SGD; with slots, `replicated` only)
 };
 
 // The strategy with every member forwarded except the gradient mean, which leaves each worker's gradients as they
@@ -76,7 +78,7 @@ class local_gradients {
   std::cerr << "train_throughput: " << problem << "\n"
             << "usage: train_throughput [--data-dir D] [--batch B (per worker)] [--warmup N] [--steps N] "
                "[--threads T] [--seed S] [--backup-dir DIR --save-freq N] [--overlap auto|always|never] "
-               "[--gradients mean|local] [--update shared|sharded|mirrored]\n";
+               "[--gradients mean|local] [--update shared|sharded|mirrored] [--momentum M]\n";
   std::exit(2);
 }
 
@@ -102,6 +104,13 @@ flags parse(int argc, char** argv) {
     else if (a == "--seed") f.seed = count(value());
     else if (a == "--backup-dir") f.backup_dir = value();
     else if (a == "--save-freq") f.save_freq = count(value());
+    else if (a == "--momentum") {
+      const std::string v = value();
+      char* end = nullptr;
+      f.momentum = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(f.momentum >= 0.0 && f.momentum < 1.0))
+        usage("--momentum: '" + v + "' is not a number in [0, 1)");
+    }
     else if (a == "--overlap") {
       const std::string v = value();
       if (v == "auto") f.overlap = mwstrat::reduction_overlap::automatic;
@@ -216,7 +225,7 @@ int main(int argc, char** argv) {
     mo.seed = f.seed;
     mo.max_batch = f.batch;
     auto model = mwstrat::nn::reference_cnn(mo);
-    mwstrat::nn::sgd optimizer(0.001);
+    mwstrat::nn::sgd optimizer(0.001, f.momentum);
 
     mwstrat::fit_options options;
     options.epochs = 1;

@@ -220,6 +220,76 @@ TEST(NnOptimizers, ApplyPartMatchesApplyWithDecayAndValueClipping) {
   EXPECT_THROW(nn::sgd({.momentum = 0.9}).apply_part(p, gs), mwstrat::config_error);
 }
 
+// apply_range updates one range of the arena, its slots included, with the whole update's bits: ranges of odd
+// sizes and starts (vectors start anywhere), in an order that is not the arena's, over several steps (slots carried
+// over), for every optimizer, with weight decay and clipping by value where the optimizer takes them. The whole
+// update runs on 2 threads.
+template <class Optimizer>
+void expect_ranges_give_the_whole_update(const std::string& what, const Optimizer& prototype) {
+  constexpr std::size_t n = 70001;  // more than two of the whole update's parallel chunks
+  std::vector<float> w(n), g(n);
+  for (std::size_t i = 0; i < n; ++i) w[i] = std::cos(static_cast<float>(i));
+  auto whole = w, ranged = w;
+  Optimizer a = prototype, b = prototype;
+  const std::vector<std::size_t> cuts{0, 1, 18, 4093, 4100, 33000, 65536, 65550, n};  // ranges between these
+  const std::vector<std::size_t> order{5, 0, 7, 2, 6, 1, 3, 4};
+  for (int step = 0; step < 3; ++step) {
+    for (std::size_t i = 0; i < n; ++i) g[i] = 2.0f * std::sin(static_cast<float>(i * 3 + static_cast<std::size_t>(step)));
+    tbb::task_arena(2).execute([&] { a.apply(whole, g); });
+    for (const std::size_t k : order) b.apply_range(ranged, g, cuts[k], cuts[k + 1] - cuts[k]);
+    b.count_step();
+    ASSERT_EQ(whole, ranged) << what << ": step " << step;
+    ASSERT_EQ(a.slots().size(), b.slots().size()) << what;
+    ASSERT_EQ(0, std::memcmp(a.slots().data(), b.slots().data(), a.slots().size() * sizeof(float)))
+        << what << ": the slots differ after step " << step;
+  }
+  EXPECT_EQ(a.iterations(), b.iterations()) << what;
+  EXPECT_NE(whole, w) << what << ": nothing was updated";
+  EXPECT_TRUE(b.elementwise()) << what;
+}
+
+TEST(NnOptimizers, ApplyRangeGivesTheWholeUpdatesBitsSlotsIncluded) {
+  expect_ranges_give_the_whole_update("sgd", nn::sgd({.learning_rate = 0.1, .weight_decay = 0.01, .clipvalue = 1.5}));
+  expect_ranges_give_the_whole_update("sgd momentum", nn::sgd({.learning_rate = 0.1, .momentum = 0.9}));
+  expect_ranges_give_the_whole_update(
+      "sgd nesterov", nn::sgd({.learning_rate = 0.1, .momentum = 0.9, .nesterov = true, .weight_decay = 1e-3}));
+  expect_ranges_give_the_whole_update("adam", nn::adam({.learning_rate = 0.01, .clipvalue = 1.5}));
+  expect_ranges_give_the_whole_update("adamw", nn::adamw(0.01, 0.05));
+  expect_ranges_give_the_whole_update(
+      "rmsprop", nn::rmsprop({.learning_rate = 0.01, .momentum = 0.5, .centered = true, .weight_decay = 1e-3}));
+  expect_ranges_give_the_whole_update("adagrad", nn::adagrad({.learning_rate = 0.05, .clipvalue = 1.5}));
+}
+
+// A range needs an elementwise update (no global norm: it would be the range's) and must lie in the arena; both
+// refusals name the optimizer and change nothing.
+TEST(NnOptimizers, ApplyRangeRefusesNormClippingAndRangesOutsideTheArena) {
+  std::vector<float> w(10, 1.0f), g(10, 0.5f);
+  nn::adam clipped({.learning_rate = 0.1, .clipnorm = 1.0});
+  EXPECT_FALSE(clipped.elementwise());
+  try {
+    clipped.apply_range(w, g, 0, 5);
+    ADD_FAILURE() << "a norm-clipping range was accepted";
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("adam: apply_range cannot clip by the global norm"), std::string::npos)
+        << e.what();
+  }
+  nn::rmsprop opt;
+  try {
+    opt.apply_range(w, g, 8, 3);
+    ADD_FAILURE() << "a range past the arena's end was accepted";
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rmsprop: apply_range [8, 11) lies outside the 10 parameters"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(w, std::vector<float>(10, 1.0f));
+  EXPECT_EQ(opt.iterations(), 0U);
+  // After a refusal the optimizer updates its whole arena again.
+  opt.apply(w, g);
+  EXPECT_NE(w[9], 1.0f);
+  EXPECT_EQ(opt.iterations(), 1U);
+}
+
 // The rules with a square root run a whole vector at a time (nn/detail/elementwise.hpp) and the arena's tail one
 // element at a time. Each element of a 1031-element arena must get the bits it gets alone in an arena of one
 // (which is all tail), with clipping by value and weight decay on.

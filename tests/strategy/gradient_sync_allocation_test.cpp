@@ -117,13 +117,17 @@ struct layered_model {
   }
 };
 
-// Plain SGD with the part-update members, so the sharded placement applies.
+// Plain SGD with the part- and range-update members, so the sharded placement and the streamed update apply.
 struct sgd {
   void apply(std::span<float> p, std::span<const float> g) const {
     for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.01f * g[i];
   }
   [[nodiscard]] bool elementwise_stateless() const { return true; }
   void apply_part(std::span<float> p, std::span<const float> g) const { apply(p, g); }
+  [[nodiscard]] bool elementwise() const { return true; }
+  void apply_range(std::span<float> p, std::span<const float> g, std::size_t first, std::size_t count) const {
+    apply(p.subspan(first, count), g.subspan(first, count));
+  }
   void count_step() {}
 };
 

@@ -57,6 +57,41 @@ static_assert(!part_update_optimizer<part_stateless_not_bool>);
 static_assert(part_update_optimizer<nn::sgd>);
 static_assert(!part_update_optimizer<nn::adam>);
 
+// --------------------------------------------------------------------------------------- range_update_optimizer
+struct range_complete {
+  bool elementwise() const { return true; }
+  void apply_range(std::span<float>, std::span<const float>, std::size_t, std::size_t) {}
+  void count_step() {}
+};
+struct range_no_elementwise {
+  void apply_range(std::span<float>, std::span<const float>, std::size_t, std::size_t) {}
+  void count_step() {}
+};
+struct range_no_apply_range {
+  bool elementwise() const { return true; }
+  void count_step() {}
+};
+struct range_takes_parts_not_ranges {
+  bool elementwise() const { return true; }
+  void apply_range(std::span<float>, std::span<const float>) {}
+  void count_step() {}
+};
+struct range_no_count_step {
+  bool elementwise() const { return true; }
+  void apply_range(std::span<float>, std::span<const float>, std::size_t, std::size_t) {}
+};
+static_assert(range_update_optimizer<range_complete>);
+static_assert(!range_update_optimizer<range_no_elementwise>);
+static_assert(!range_update_optimizer<range_no_apply_range>);
+static_assert(!range_update_optimizer<range_takes_parts_not_ranges>);
+static_assert(!range_update_optimizer<range_no_count_step>);
+// Every optimizer of nn/optimizers.hpp streams: a changed signature must not silently turn it off.
+static_assert(range_update_optimizer<nn::sgd>);
+static_assert(range_update_optimizer<nn::adam>);
+static_assert(range_update_optimizer<nn::adamw>);
+static_assert(range_update_optimizer<nn::rmsprop>);
+static_assert(range_update_optimizer<nn::adagrad>);
+
 // --------------------------------------------------------------------------------------- storage_adopting_model
 struct adopt_complete {
   void adopt_storage(std::span<float>, std::span<float>) {}
@@ -490,14 +525,17 @@ struct threaded_model : arena_model {
 };
 
 // The streamed update runs part by part on the thread that drives the ring: a model on one thread takes it, a model
-// on several keeps its whole update inside its own threads (execute) — with the same bits.
-TEST(collective_gradient_sync, only_a_model_on_one_thread_streams_its_update_over_the_ring) {
+// on several keeps its whole update inside its own threads (execute) — with the same bits, for every optimizer,
+// slots included (weight decay and value clipping too: they come before each element's rule).
+template <class Optimizer>
+void expect_streamed_and_whole_updates_agree(const std::string& what, const Optimizer& prototype) {
   constexpr int ranks = 2, steps = 3;
-  constexpr std::size_t n = 3000;
+  constexpr std::size_t n = 3001;  // not a whole number of vectors: ranges end mid-vector
   std::vector<float> single;  // rank 0's parameters with one compute thread
   for (const int compute_threads : {1, 2}) {
     std::vector<std::vector<float>> params(ranks);
     std::vector<int> executed(ranks, -1);
+    std::vector<std::uint64_t> iterations(ranks, 0);
     test::on_ring_threads(ranks, [](ring_options& o) { o.chunk_bytes = 4096; }, [&](ring_collective& ring) {
       const auto r = static_cast<std::size_t>(ring.rank());
       mirrored_strategy<ring_collective&> strategy(ring, with(reduction_overlap::never, update_placement::replicated));
@@ -505,24 +543,56 @@ TEST(collective_gradient_sync, only_a_model_on_one_thread_streams_its_update_ove
       model.compute_threads = compute_threads;
       model.p = std::vector<float>(n, 1.0f);
       model.g = std::vector<float>(n);
-      nn::sgd opt(0.1);
+      Optimizer opt = prototype;
       auto sync = strategy.make_gradient_sync(model, opt);
       for (int s = 0; s < steps; ++s)
         sync.step([&](auto&&) {
           for (std::size_t i = 0; i < n; ++i)
-            model.g[i] = static_cast<float>((i * 7 + r * 3 + static_cast<std::size_t>(s)) % 13) / 5.0f;
+            model.g[i] = static_cast<float>((i * 7 + r * 3 + static_cast<std::size_t>(s)) % 13) / 5.0f - 1.0f;
           return 0;
         });
       params[r] = model.p;
       executed[r] = model.executed;
+      iterations[r] = opt.iterations();
     });
     for (std::size_t r = 0; r < ranks; ++r) {
-      EXPECT_EQ(executed[r], compute_threads == 1 ? 0 : steps) << compute_threads << " threads, rank " << r;
-      EXPECT_EQ(params[r], params[0]) << compute_threads << " threads, rank " << r;
+      EXPECT_EQ(executed[r], compute_threads == 1 ? 0 : steps) << what << ", " << compute_threads << " threads, rank " << r;
+      EXPECT_EQ(iterations[r], static_cast<std::uint64_t>(steps)) << what << ": one step counted per step";
+      EXPECT_EQ(params[r], params[0]) << what << ", " << compute_threads << " threads, rank " << r;
     }
+    EXPECT_NE(params[0], std::vector<float>(n, 1.0f)) << what << ": nothing was updated";
     if (compute_threads == 1) single = params[0];
-    else EXPECT_EQ(params[0], single) << "the streamed and the whole update give different bits";
+    else EXPECT_EQ(params[0], single) << what << ": the streamed and the whole update give different bits";
   }
+}
+
+TEST(collective_gradient_sync, only_a_model_on_one_thread_streams_its_update_over_the_ring) {
+  expect_streamed_and_whole_updates_agree("sgd", nn::sgd(0.1));
+  expect_streamed_and_whole_updates_agree("sgd nesterov, weight decay",
+                                          nn::sgd({.learning_rate = 0.1, .momentum = 0.9, .nesterov = true,
+                                                   .weight_decay = 1e-2}));
+  expect_streamed_and_whole_updates_agree("adam, clipvalue", nn::adam({.learning_rate = 0.01, .clipvalue = 0.5}));
+  expect_streamed_and_whole_updates_agree("rmsprop centered, momentum",
+                                          nn::rmsprop({.learning_rate = 0.01, .momentum = 0.5, .centered = true}));
+  expect_streamed_and_whole_updates_agree("adagrad", nn::adagrad({.learning_rate = 0.05}));
+}
+
+// A norm-clipping optimizer's update is not elementwise (every element needs the whole gradient's norm): it is
+// never streamed, and its whole update runs inside the model's threads.
+TEST(collective_gradient_sync, an_optimizer_that_clips_by_the_global_norm_is_not_streamed) {
+  constexpr int ranks = 2;
+  std::vector<int> executed(ranks, -1);
+  test::on_ring_threads(ranks, [](ring_options&) {}, [&](ring_collective& ring) {
+    mirrored_strategy<ring_collective&> strategy(ring, with(reduction_overlap::never, update_placement::replicated));
+    threaded_model model;
+    model.p = std::vector<float>(100, 1.0f);
+    model.g = std::vector<float>(100, 0.5f);
+    nn::sgd opt({.learning_rate = 0.1, .momentum = 0.9, .clipnorm = 1.0});
+    auto sync = strategy.make_gradient_sync(model, opt);
+    sync.step([&](auto&&) { return 0; });
+    executed[static_cast<std::size_t>(ring.rank())] = model.executed;
+  });
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(executed[static_cast<std::size_t>(r)], 1) << "rank " << r;
 }
 
 }  // namespace

@@ -28,6 +28,11 @@
 ///   - `part_update_optimizer<O>`: `o.elementwise_stateless()` (the update of an element depends only on its
 ///     parameter and gradient: no slots), `o.apply_part(params, gradients)` (updates one part, serially, without
 ///     counting a step) and `o.count_step()` (counts the step the parts made up): a sharded update;
+///   - `range_update_optimizer<O>`: `o.elementwise()` (the update of an element depends only on its parameter,
+///     gradient and slots: no norm clipping), `o.apply_range(params, gradients, first, count)` (updates elements
+///     [first, first + count) of the whole arena, slots included, serially, without counting a step) and
+///     `o.count_step()`: the replicated update streamed part by part as the ring reports each mean final (every
+///     optimizer of `nn/optimizers.hpp` has it);
 ///   - `storage_adopting_model<M>`: `m.adopt_storage(params, grads)` and `m.use_own_storage()`: the replicas of one
 ///     host share one parameter copy;
 ///   - `model_with_threads<M>`: `m.threads()`, the compute threads the model uses (the overlap decision);
@@ -100,6 +105,17 @@ template <class O>
 concept part_update_optimizer = requires(O& o, std::span<float> p, std::span<const float> g) {
   { o.elementwise_stateless() } -> std::convertible_to<bool>;
   o.apply_part(p, g);
+  o.count_step();
+};
+
+/// Optional capability: an optimizer that can update any range of the arena on its own, slots included, with the
+/// whole update's bits (the streamed replicated update). While `o.elementwise()`, `o.apply_range(params, gradients,
+/// first, count)` updates elements [first, first + count) of the whole arena serially without counting a step, and
+/// `o.count_step()` counts the step the ranges made up.
+template <class O>
+concept range_update_optimizer = requires(O& o, std::span<float> p, std::span<const float> g, std::size_t i) {
+  { o.elementwise() } -> std::convertible_to<bool>;
+  o.apply_range(p, g, i, i);
   o.count_step();
 };
 

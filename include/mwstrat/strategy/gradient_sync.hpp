@@ -14,7 +14,7 @@
 /// backward (`bucketed_reduction`, when the policy or the host topology says so), or after backward through one
 /// shared parameter copy per host (`host_arena`), or fused with a sharded update (the collective's
 /// `all_reduce_update`), or as a mean all-reduce then the whole update — streamed where the collective and the
-/// optimizer allow it (`all_reduce_streamed`: each part updated as soon as its mean is final). Every
+/// optimizer allow it (`all_reduce_streamed`: each part updated, slots and all, as soon as its mean is final). Every
 /// path gives the same bits. Every decision is collective and deterministic — taken from the options, the types
 /// and facts gathered from every replica — so every replica issues the same operations in the same order. After
 /// the first step nothing is allocated by the synchroniser.
@@ -204,7 +204,7 @@ class collective_gradient_sync {
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
         collective_.all_reduce_streamed(grads, reduce_op::mean, [&](std::size_t first, std::size_t count) {
           regularization_.add(first, count);
-          optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+          optimizer_.apply_range(params, std::span<const float>(grads), first, count);
         });
         optimizer_.count_step();
         return result;
@@ -224,15 +224,16 @@ class collective_gradient_sync {
 
  private:
   static constexpr bool can_shard = part_update_optimizer<Optimizer> && fused_update_collective<Collective>;
-  static constexpr bool can_stream = part_update_optimizer<Optimizer> && streamed_reduce_collective<Collective>;
+  static constexpr bool can_stream = range_update_optimizer<Optimizer> && streamed_reduce_collective<Collective>;
   static constexpr bool shares_storage =
       host_arena_collective<Collective> && storage_adopting_model<Model> && part_update_optimizer<Optimizer>;
 
   // Whether the replicated update goes part by part as the ring reports each mean final: only an elementwise update
-  // without slots can, and only a model that computes on one thread gains — the parts are updated one after another
-  // on the thread that drives the ring, where the whole update runs in all of the model's threads.
+  // can (slots are fine: every replica updates every element, each once per step; a global norm is not), and only a
+  // model that computes on one thread gains — the parts are updated one after another on the thread that drives the
+  // ring, where the whole update runs in all of the model's threads.
   bool streams_update() const {
-    if (!optimizer_.elementwise_stateless()) return false;
+    if (!optimizer_.elementwise()) return false;
     if constexpr (model_with_threads<Model>) return model_.threads() <= 1;
     return true;
   }

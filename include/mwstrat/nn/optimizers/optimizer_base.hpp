@@ -79,21 +79,33 @@ class optimizer_base {
   [[nodiscard]] std::uint64_t iterations() const noexcept { return iterations_; }
   /// Sets the number of updates applied (restoring a checkpoint).
   void set_iterations(std::uint64_t n) noexcept { iterations_ = n; }
-  /// Counts one step applied part by part (`apply_part`).
+  /// Counts one step applied part by part (`apply_part`, or each optimizer's `apply_range`).
   void count_step() noexcept { ++iterations_; }
+  /// True without norm clipping: the update of an element then depends only on its parameter, its gradient and its
+  /// own slots, so the arena can be updated a range at a time (`apply_range`), in any order, with the whole
+  /// update's bits.
+  [[nodiscard]] bool elementwise() const noexcept { return clipnorm_ == 0; }
 
  protected:
   // Runs rule(i, g, lr) for every element, g being the clipped gradient, after the weight decay of params[i]; then
   // counts the step. A rule generic in g's type (a lambda taking `auto g`) is run a whole vector at a time, g then
   // being a vec_t<T> of the gradients from i on (detail/elementwise.hpp): rules with a square root need that to
   // vectorise. Other rules run element by element (the compiler vectorises those that can be).
+  // Inside `within_range`, only the elements of that range, on the calling thread, and no step counted.
   template <class Rule>
   void run(std::span<T> params, std::span<const T> grads, Rule&& rule) {
     check_sizes(name_, params.size(), grads.size());
-    const elementwise_prelude prelude = prelude_for(grads, true);
     constexpr bool vectors = std::is_invocable_v<Rule&, std::size_t, detail::vec_t<T>, T>;
     const T* g = grads.data();
     T* w = params.data();
+    if (range_count_ != no_range) {
+      const elementwise_prelude prelude = prelude_for(grads, false);
+      detail::for_each_lane_block<T, vectors>(range_first_, range_first_ + range_count_, [&]<class V>(std::size_t i) {
+        rule(i, prelude.template gradient<V>(w, g, i), prelude.lr);
+      });
+      return;
+    }
+    const elementwise_prelude prelude = prelude_for(grads, true);
     if (prelude.plain()) {  // a loop of its own, free of the per-element tests
       detail::parallel_chunks(params.size(), grain, [&](std::size_t b, std::size_t e) {
         detail::for_each_lane_block<T, vectors>(
@@ -120,9 +132,30 @@ class optimizer_base {
       rule(i, prelude.template gradient<T>(params.data(), grads.data(), i), prelude.lr);
   }
 
+  // Runs `apply()` (the derived optimizer's whole update, which calls `run`) over elements [first, first + count)
+  // of the arena only: the optimizer's `apply_range`. The same rule and the same per-element operations as the
+  // whole update (detail/elementwise.hpp: the bits do not depend on where a vector starts), so the same bits.
+  template <class Apply>
+  void within_range(std::size_t arena, std::size_t first, std::size_t count, Apply&& apply) {
+    if (clipnorm_ > 0)
+      throw config_error({"nn"}, std::string(name_) + ": apply_range cannot clip by the global norm of a range");
+    if (first > arena || count > arena - first)
+      throw config_error({"nn"}, std::string(name_) + ": apply_range [" + std::to_string(first) + ", " +
+                                     std::to_string(first + count) + ") lies outside the " + std::to_string(arena) +
+                                     " parameters");
+    range_first_ = first;
+    range_count_ = count;
+    struct restore {
+      std::size_t& count;
+      ~restore() { count = no_range; }
+    } whole_again{range_count_};
+    apply();
+  }
+
   [[nodiscard]] const char* name() const noexcept { return name_; }
 
  private:
+  static constexpr std::size_t no_range = static_cast<std::size_t>(-1);
   // What comes before an optimizer's rule for each element, in Keras's order: clip the gradient (by the global
   // norm's factor, or by value), then decay the weight. One definition for `run` and `run_part`, scalar or vector
   // (V is T or vec_t<T>), so they cannot drift apart in their bits.
@@ -179,6 +212,8 @@ class optimizer_base {
   double clipnorm_;
   double clipvalue_;
   std::uint64_t iterations_ = 0;
+  std::size_t range_first_ = 0;
+  std::size_t range_count_ = no_range;  // within_range: the range `run` updates
   mutable std::vector<double> partial_;  // the norm's per-chunk sums: scratch, kept to avoid allocating
 };
 

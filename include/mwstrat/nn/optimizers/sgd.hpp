@@ -66,6 +66,14 @@ class basic_sgd : public detail_opt::optimizer_base<T> {
     }
   }
 
+  /// Updates elements [first, first + count) of the arena only (`params` and `grads` are the whole arena), with the
+  /// slots at the same indices, on the calling thread, without counting a step (`count_step` does once the ranges
+  /// make up the step): the same operations per element as `apply`, so ranges in any order give its bits. Needs
+  /// `elementwise()` (no norm clipping).
+  void apply_range(std::span<T> params, std::span<const T> grads, std::size_t first, std::size_t count) {
+    this->within_range(params.size(), first, count, [&] { apply(params, grads); });
+  }
+
   /// True without momentum and without norm clipping: the update of an element then depends only on its
   /// parameter and gradient, so any part of the arena can be updated on its own with `apply_part` — which lets
   /// `fit` have each replica update only the part it reduced (`update_placement::sharded`,
