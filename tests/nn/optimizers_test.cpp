@@ -234,7 +234,8 @@ void expect_ranges_give_the_whole_update(const std::string& what, const Optimize
   const std::vector<std::size_t> cuts{0, 1, 18, 4093, 4100, 33000, 65536, 65550, n};  // ranges between these
   const std::vector<std::size_t> order{5, 0, 7, 2, 6, 1, 3, 4};
   for (int step = 0; step < 3; ++step) {
-    for (std::size_t i = 0; i < n; ++i) g[i] = 2.0f * std::sin(static_cast<float>(i * 3 + static_cast<std::size_t>(step)));
+    for (std::size_t i = 0; i < n; ++i)
+      g[i] = 2.0f * std::sin(static_cast<float>(i * 3 + static_cast<std::size_t>(step)));
     tbb::task_arena(2).execute([&] { a.apply(whole, g); });
     for (const std::size_t k : order) b.apply_range(ranged, g, cuts[k], cuts[k + 1] - cuts[k]);
     b.count_step();

@@ -556,7 +556,8 @@ void expect_streamed_and_whole_updates_agree(const std::string& what, const Opti
       iterations[r] = opt.iterations();
     });
     for (std::size_t r = 0; r < ranks; ++r) {
-      EXPECT_EQ(executed[r], compute_threads == 1 ? 0 : steps) << what << ", " << compute_threads << " threads, rank " << r;
+      EXPECT_EQ(executed[r], compute_threads == 1 ? 0 : steps)
+          << what << ", " << compute_threads << " threads, rank " << r;
       EXPECT_EQ(iterations[r], static_cast<std::uint64_t>(steps)) << what << ": one step counted per step";
       EXPECT_EQ(params[r], params[0]) << what << ", " << compute_threads << " threads, rank " << r;
     }

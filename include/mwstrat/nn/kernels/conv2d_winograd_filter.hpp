@@ -72,7 +72,8 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   const std::size_t C = g.in_c, F = g.out_c;
   const std::size_t th = (g.out_h + m - 1) / m, tw = (g.out_w + m - 1) / m, tiles = th * tw;
   const std::size_t hp = m * th + 2, wp = m * tw + 2;
-  const std::size_t chunk = direct::filter_chunk(g, hp * wp * C);  // sized as when a padded copy was made: the bits stay
+  // Images per chunk, sized as when each image was copied padded (it is read in place now): the sums' bits stay.
+  const std::size_t chunk = direct::filter_chunk(g, hp * wp * C);
   const auto pad_top = static_cast<std::ptrdiff_t>(g.pad_top), pad_left = static_cast<std::ptrdiff_t>(g.pad_left);
 
   const direct::blocking b = direct::filter_plan(C, F / L);
