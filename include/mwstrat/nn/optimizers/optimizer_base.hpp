@@ -82,8 +82,10 @@ class optimizer_base {
   /// Counts one step applied part by part (`apply_part`, or each optimizer's `apply_range`).
   void count_step() noexcept { ++iterations_; }
   /// True without norm clipping: the update of an element then depends only on its parameter, its gradient and its
-  /// own slots, so the arena can be updated a range at a time (`apply_range`), in any order, with the whole
-  /// update's bits.
+  /// own slots, so the arena can be updated a range at a time. Each optimizer's `apply_range(params, grads, first,
+  /// count)` (params and grads the whole arena) updates elements [first, first + count) and their slots on the
+  /// calling thread without counting a step (`count_step` does, once the ranges make up the step); ranges in any
+  /// order give `apply`'s bits. It refuses norm clipping and a range outside the arena, changing nothing.
   [[nodiscard]] bool elementwise() const noexcept { return clipnorm_ == 0; }
 
  protected:

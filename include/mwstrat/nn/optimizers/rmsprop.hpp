@@ -84,10 +84,8 @@ class basic_rmsprop : public detail_opt::optimizer_base<T> {
     });
   }
 
-  /// Updates elements [first, first + count) of the arena only (`params` and `grads` are the whole arena), with the
-  /// slots at the same indices, on the calling thread, without counting a step (`count_step` does once the ranges
-  /// make up the step): the same operations per element as `apply`, so ranges in any order give its bits. Needs
-  /// `elementwise()` (no norm clipping).
+  /// `apply` over elements [first, first + count) of the whole arena only (optimizer_base::elementwise() says what
+  /// that promises and needs).
   void apply_range(std::span<T> params, std::span<const T> grads, std::size_t first, std::size_t count) {
     this->within_range(params.size(), first, count, [&] { apply(params, grads); });
   }
