@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <optional>
+#include <type_traits>
 
 #define MWSTRAT_WINOGRAD_UNROLL _Pragma("GCC unroll 36")
 
@@ -174,16 +175,36 @@ void transform_kernel(const kernel_view& k, std::size_t in_c, std::size_t out_c,
   });
 }
 
+// A count known at compile time (std::integral_constant) or only at run time (std::size_t). The transforms take
+// either for their channel count and the stride between their alpha^2 points: with both fixed, a tile's 36 loads
+// and stores are constant offsets from one address. With run-time strides GCC kept 36 addresses in registers and
+// on the stack, and the forward pass of 16 channels spent more time on address arithmetic than on the transforms.
+template <std::size_t N>
+using fixed = std::integral_constant<std::size_t, N>;
+
+// f(fixed<C>{}) for channel counts of 1, 2, 4 or 8 vectors (ResNet's 16, 32 and 64 on AVX-512 and AVX2), else f(C).
+template <class Fn>
+void with_fixed_channels(std::size_t C, Fn&& f) {
+  constexpr auto L = static_cast<std::size_t>(lanes);
+  switch (C) {
+    case L: f(fixed<L>{}); break;
+    case 2 * L: f(fixed<2 * L>{}); break;
+    case 4 * L: f(fixed<4 * L>{}); break;
+    case 8 * L: f(fixed<8 * L>{}); break;
+    default: f(C);
+  }
+}
+
 // The input transform B^T d B of one tile, its alpha x alpha values read by `load(v, r, x, c)` (the vector of
 // channels c.. at row r, column x of the tile); transformed value xi (row r, column x of the alpha x alpha result,
 // xi = r * alpha + x) of channel c goes to out[xi * xi_stride + c]. A vector of channels at a time: each column
-// transformed, then each row.
-template <int M, class Load>
-void transform_input_tile_by(Load&& load, std::size_t C, float* out, std::size_t xi_stride) noexcept {
+// transformed, then each row. Channels and Stride: std::size_t or fixed<N>.
+template <int M, class Load, class Channels, class Stride>
+void transform_input_tile_by(Load&& load, Channels C, float* out, Stride xi_stride) noexcept {
   using T = transforms<M>;
   constexpr std::size_t alpha = T::alpha;
   constexpr auto L = static_cast<std::size_t>(lanes);
-  for (std::size_t c = 0; c < C; c += L) {
+  for (std::size_t c = 0; c < static_cast<std::size_t>(C); c += L) {
     V v[alpha * alpha];
     MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x) {
       V col[alpha];
@@ -194,18 +215,19 @@ void transform_input_tile_by(Load&& load, std::size_t C, float* out, std::size_t
     MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r) {
       T::input(v + r * alpha, 1);
       MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x)
-        ::mwstrat::detail::vstore(out + (r * alpha + x) * xi_stride + c, v[r * alpha + x]);
+        ::mwstrat::detail::vstore(out + (r * alpha + x) * static_cast<std::size_t>(xi_stride) + c, v[r * alpha + x]);
     }
   }
 }
 
 // The input transform of the tile whose top-left input value is d, in an NHWC image `wp` pixels wide with C
 // channels that holds the whole tile (a padded copy, or the image itself inside its edges).
-template <int M>
-void transform_input_tile(const float* d, std::size_t wp, std::size_t C, float* out, std::size_t xi_stride) noexcept {
+template <int M, class Channels, class Stride>
+void transform_input_tile(const float* d, std::size_t wp, Channels C, float* out, Stride xi_stride) noexcept {
+  const std::size_t row = wp * static_cast<std::size_t>(C);
   transform_input_tile_by<M>(
-      [d, wp, C](V& v, std::size_t r, std::size_t x, std::size_t c) {
-        ::mwstrat::detail::vload(v, d + (r * wp + x) * C + c);
+      [d, row, C](V& v, std::size_t r, std::size_t x, std::size_t c) {
+        ::mwstrat::detail::vload(v, d + r * row + x * static_cast<std::size_t>(C) + c);
       },
       C, out, xi_stride);
 }
@@ -216,14 +238,15 @@ void transform_input_tile(const float* d, std::size_t wp, std::size_t C, float* 
 // overhang an edge into a small padded window cost as much again. Those tiles load their values inside and take
 // zeros for the rest, so the compiler may fuse their multiplies and adds otherwise than the other tiles': their
 // bits can differ from a padded copy's (by rounding; still a fixed function of the image).
-template <int M>
-void transform_image_tile(const float* image, std::size_t h, std::size_t w, std::size_t C, std::ptrdiff_t y0,
-                          std::ptrdiff_t x0, float* out, std::size_t xi_stride) noexcept {
+template <int M, class Channels, class Stride>
+void transform_image_tile(const float* image, std::size_t h, std::size_t w, Channels C, std::ptrdiff_t y0,
+                          std::ptrdiff_t x0, float* out, Stride xi_stride) noexcept {
   constexpr auto alpha = static_cast<std::ptrdiff_t>(transforms<M>::alpha);
   const auto H = static_cast<std::ptrdiff_t>(h), W = static_cast<std::ptrdiff_t>(w);
   if (y0 >= 0 && x0 >= 0 && y0 + alpha <= H && x0 + alpha <= W) {
-    transform_input_tile<M>(image + (static_cast<std::size_t>(y0) * w + static_cast<std::size_t>(x0)) * C, w, C, out,
-                            xi_stride);
+    transform_input_tile<M>(image + (static_cast<std::size_t>(y0) * w + static_cast<std::size_t>(x0)) *
+                                        static_cast<std::size_t>(C),
+                            w, C, out, xi_stride);
     return;
   }
   bool row_in[alpha];
@@ -232,7 +255,7 @@ void transform_image_tile(const float* image, std::size_t h, std::size_t w, std:
     row_in[i] = y0 + i >= 0 && y0 + i < H;
     col_in[i] = x0 + i >= 0 && x0 + i < W;
   }
-  const auto channels = static_cast<std::ptrdiff_t>(C);
+  const auto channels = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(C));
   // The address is formed only for a value inside: (y0, x0) itself may lie outside the image.
   transform_input_tile_by<M>(
       [&](V& v, std::size_t r, std::size_t x, std::size_t c) {
@@ -244,6 +267,39 @@ void transform_image_tile(const float* image, std::size_t h, std::size_t w, std:
           v = V{};
       },
       C, out, xi_stride);
+}
+
+// The output transform A^T m A plus the bias (nullable) of one tile: point xi of channel f is m[xi * xi_stride + f];
+// output (r, x) goes to y[r * y_row + x * F + f] for the rows x cols of its M x M outputs inside the output.
+template <int M, class Channels, class Stride>
+void transform_output_tile(const float* m, Stride xi_stride, Channels F, const float* bias, float* y,
+                           std::size_t y_row, std::size_t rows, std::size_t cols) noexcept {
+  using T = transforms<M>;
+  constexpr std::size_t alpha = T::alpha;
+  constexpr auto L = static_cast<std::size_t>(lanes);
+  const auto f_count = static_cast<std::size_t>(F);
+  const bool whole = rows == static_cast<std::size_t>(M) && cols == static_cast<std::size_t>(M);
+  for (std::size_t f = 0; f < f_count; f += L) {
+    V s[M * alpha];  // A^T m: each column of the tile's products reduced to M rows
+    MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x) {
+      V col[alpha];
+      MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r)
+        ::mwstrat::detail::vload(col[r], m + (r * alpha + x) * static_cast<std::size_t>(xi_stride) + f);
+      T::output(col, 1, s + x, alpha);
+    }
+    V bv = {};
+    if (bias != nullptr) ::mwstrat::detail::vload(bv, bias + f);
+    MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < static_cast<std::size_t>(M); ++r) {
+      V out[M];
+      T::output(s + r * alpha, 1, out, 1);
+      if (whole) {
+        MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < static_cast<std::size_t>(M); ++x)
+          ::mwstrat::detail::vstore(y + r * y_row + x * f_count + f, out[x] + bv);
+      } else if (r < rows) {
+        for (std::size_t x = 0; x < cols; ++x) ::mwstrat::detail::vstore(y + r * y_row + x * f_count + f, out[x] + bv);
+      }
+    }
+  }
 }
 
 // Tiles per chunk: the chunk's transformed inputs and products (alpha^2 x tiles x (in_c + out_c) floats) in about
@@ -279,13 +335,12 @@ void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_t
   float* U = conv2d_workspace::ensure(ws.buffer_b, P * C * F);
   transform_kernel<M>(k, C, F, width, U);
 
-  // Each thread's slot: the chunk's transformed inputs Vt[xi][tile][C], then its products Mt[xi][tile][F].
+  // Each thread's slot: the chunk's transformed inputs Vt[tile][xi][C], then its products Mt[tile][xi][F] (a tile's
+  // points together, so its transforms address them at fixed offsets).
   const std::size_t slot_size = P * chunk * (C + F);
   const auto threads = static_cast<std::size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
   float* slots = conv2d_workspace::ensure(ws.buffer_c, threads * slot_size);
   static constexpr std::ptrdiff_t one_tap[1] = {0};
-  const std::size_t fv = vectors;
-  constexpr auto L = static_cast<std::size_t>(lanes);
   const auto pad_top = static_cast<std::ptrdiff_t>(g.pad_top), pad_left = static_cast<std::ptrdiff_t>(g.pad_left);
 
   ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
@@ -297,52 +352,37 @@ void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_t
     for (std::size_t t0 = 0; t0 < tiles; t0 += chunk) {
       const std::size_t count = std::min(chunk, tiles - t0);
       // Input transform B^T d B of every tile of the chunk.
-      for (std::size_t t = 0; t < count; ++t) {
-        const std::size_t ty = (t0 + t) / tw, tx = (t0 + t) % tw;
-        if (staged)
-          transform_input_tile<M>(image + (m * ty * wp + m * tx) * C, wp, C, Vt + t * C, chunk * C);
-        else
-          transform_image_tile<M>(image, g.in_h, g.in_w, C, static_cast<std::ptrdiff_t>(m * ty) - pad_top,
-                                  static_cast<std::ptrdiff_t>(m * tx) - pad_left, Vt + t * C, chunk * C);
-      }
+      with_fixed_channels(C, [&](auto Cc) {
+        for (std::size_t t = 0; t < count; ++t) {
+          const std::size_t ty = (t0 + t) / tw, tx = (t0 + t) % tw;
+          if (staged)
+            transform_input_tile<M>(image + (m * ty * wp + m * tx) * C, wp, Cc, Vt + t * P * C, Cc);
+          else
+            transform_image_tile<M>(image, g.in_h, g.in_w, Cc, static_cast<std::ptrdiff_t>(m * ty) - pad_top,
+                                    static_cast<std::ptrdiff_t>(m * tx) - pad_left, Vt + t * P * C, Cc);
+        }
+      });
       // The alpha^2 element-wise products, each a (tiles x C) by (C x F) GEMM.
       const std::size_t rem = count % mr;
       const direct::tile_fn tail = rem != 0 ? direct::tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
+      const auto in_px = static_cast<std::ptrdiff_t>(P * C), out_px = static_cast<std::ptrdiff_t>(P * F);
       for (std::size_t xi = 0; xi < P; ++xi)
         for (std::size_t blk = 0; blk < blocks; ++blk) {
           const float* w = U + (xi * blocks + blk) * C * width;
-          const float* in = Vt + xi * chunk * C;
-          float* out = Mt + xi * chunk * F + blk * width;
+          const float* in = Vt + xi * C;
+          float* out = Mt + xi * F + blk * width;
           std::size_t t = 0;
-          for (; t + mr <= count; t += mr)
-            full(1, one_tap, C, in + t * C, static_cast<std::ptrdiff_t>(C), w, out + t * F,
-                 static_cast<std::ptrdiff_t>(F), nullptr, false);
-          if (tail != nullptr)
-            tail(1, one_tap, C, in + t * C, static_cast<std::ptrdiff_t>(C), w, out + t * F,
-                 static_cast<std::ptrdiff_t>(F), nullptr, false);
+          for (; t + mr <= count; t += mr) full(1, one_tap, C, in + t * P * C, in_px, w, out + t * P * F, out_px, nullptr, false);
+          if (tail != nullptr) tail(1, one_tap, C, in + t * P * C, in_px, w, out + t * P * F, out_px, nullptr, false);
         }
       // Output transform A^T m A plus the bias; outputs past the edge are dropped.
-      for (std::size_t t = 0; t < count; ++t) {
-        const std::size_t ty = (t0 + t) / tw, tx = (t0 + t) % tw;
-        const std::size_t rows = std::min(m, g.out_h - m * ty), cols = std::min(m, g.out_w - m * tx);
-        for (std::size_t f = 0; f < fv; ++f) {
-          V s[m * alpha];  // A^T m: each column of the tile's products reduced to m rows
-          MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x) {
-            V col[alpha];
-            MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r)
-              ::mwstrat::detail::vload(col[r], Mt + ((r * alpha + x) * chunk + t) * F + f * L);
-            T::output(col, 1, s + x, alpha);
-          }
-          V bv = {};
-          if (bias != nullptr) ::mwstrat::detail::vload(bv, bias + f * L);
-          for (std::size_t r = 0; r < rows; ++r) {
-            V y[m];
-            T::output(s + r * alpha, 1, y, 1);
-            for (std::size_t x = 0; x < cols; ++x)
-              ::mwstrat::detail::vstore(out_image + ((m * ty + r) * g.out_w + m * tx + x) * F + f * L, y[x] + bv);
-          }
+      with_fixed_channels(F, [&](auto Fc) {
+        for (std::size_t t = 0; t < count; ++t) {
+          const std::size_t ty = (t0 + t) / tw, tx = (t0 + t) % tw;
+          transform_output_tile<M>(Mt + t * P * F, Fc, Fc, bias, out_image + (m * ty * g.out_w + m * tx) * F,
+                                   g.out_w * F, std::min(m, g.out_h - m * ty), std::min(m, g.out_w - m * tx));
         }
-      }
+      });
     }
   });
 }
