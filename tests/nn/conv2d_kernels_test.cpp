@@ -142,6 +142,9 @@ std::vector<conv2d_geometry> geometries() {
       make(1, 6, 6, 16, 16, 4, 1, true),   make(2, 11, 9, 32, 16, 3, 2, true),  make(2, 7, 5, 16, 16, 3, 1, true),
       make(2, 9, 7, 16, 32, 3, 1, false),  make(1, 3, 3, 32, 16, 3, 1, true),   make(1, 40, 3, 16, 16, 3, 1, true),
       make(2, 13, 10, 16, 16, 3, 1, true), make(1, 6, 6, 16, 16, 3, 1, false),
+      // Winograd layers with as many input as output channels: whole blocks of fixed_products and tiles left
+      // over for the planned micro-kernels (25, 9 and 9 tiles an image)
+      make(1, 17, 17, 16, 16, 3, 1, true), make(2, 10, 9, 32, 32, 3, 1, true), make(1, 9, 10, 64, 64, 3, 1, true),
       // padded only after the end, so read in place with overhanging last rows and columns (one kernel column
       // inside at the edge, two, and a stride of 3)
       make(2, 6, 5, 16, 16, 2, 1, true),   make(3, 8, 8, 16, 32, 3, 3, true),  make(2, 10, 12, 32, 48, 3, 2, true),
