@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #define MWSTRAT_WINOGRAD_FILTER_UNROLL _Pragma("GCC unroll 36")
 
@@ -36,19 +37,22 @@ inline bool filter_applies(const conv2d_geometry& g) { return applies(g) && tile
 
 // (A dy A^T) of one tile's output gradient: dy the tile's top-left value in an NHWC output gradient `out_w` pixels
 // wide with F channels, `rows` x `cols` of its 4 x 4 values inside the output (the rest taken as zeros); point xi
-// (row r, column x) of channel f goes to out[xi * xi_stride + f].
-inline void transform_output_gradient_tile(const float* dy, std::size_t out_w, std::size_t F, std::size_t rows,
-                                           std::size_t cols, float* out, std::size_t xi_stride) noexcept {
+// (row r, column x) of channel f goes to out[xi * xi_stride + f]. Channels and Stride: std::size_t or fixed<N>
+// (conv2d_winograd.hpp).
+template <class Channels, class Stride>
+void transform_output_gradient_tile(const float* dy, std::size_t out_w, Channels F, std::size_t rows,
+                                    std::size_t cols, float* out, Stride xi_stride) noexcept {
   using T = transforms<4>;
   constexpr std::size_t alpha = T::alpha, m = 4;
   constexpr auto L = static_cast<std::size_t>(lanes);
+  const auto f_count = static_cast<std::size_t>(F);
   const bool whole = rows == m && cols == m;
-  for (std::size_t f = 0; f < F; f += L) {
+  for (std::size_t f = 0; f < f_count; f += L) {
     V t[alpha][alpha];  // t[r][x]: column x transformed (rows 0..3 of dy into 6 points), then each row
     MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t x = 0; x < m; ++x) {
       V col[alpha];
       MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t r = 0; r < m; ++r) {
-        if (whole || (r < rows && x < cols)) ::mwstrat::detail::vload(col[r], dy + (r * out_w + x) * F + f);
+        if (whole || (r < rows && x < cols)) ::mwstrat::detail::vload(col[r], dy + (r * out_w + x) * f_count + f);
         else col[r] = V{};
       }
       T::output_gradient(col, 1);
@@ -57,9 +61,23 @@ inline void transform_output_gradient_tile(const float* dy, std::size_t out_w, s
     MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t r = 0; r < alpha; ++r) {
       T::output_gradient(t[r], 1);
       MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t x = 0; x < alpha; ++x)
-        ::mwstrat::detail::vstore(out + (r * alpha + x) * xi_stride + f, t[r][x]);
+        ::mwstrat::detail::vstore(out + (r * alpha + x) * static_cast<std::size_t>(xi_stride) + f, t[r][x]);
     }
   }
+}
+
+// The tiles of a filter-gradient pass for C input and F output channels: as many as keep the pass's transformed
+// inputs and output gradients in about 128 KiB, and at least 16, so that the products outweigh loading and storing
+// the sums.
+constexpr std::size_t filter_pass_tiles(std::size_t C, std::size_t F) {
+  constexpr std::size_t P = transforms<4>::alpha * transforms<4>::alpha;
+  return std::max<std::size_t>(16, (std::size_t{128} << 10) / (P * (C + F) * sizeof(float)));
+}
+
+// A point's rows in a pass's buffers: a cache line more than the pass's tiles apart (at a multiple of 4 KiB, a
+// tile's 36 stores would fall in one set of L1 and evict each other).
+constexpr std::size_t filter_point_stride(std::size_t channels, std::size_t pass_tiles) {
+  return pass_tiles * channels + static_cast<std::size_t>(lanes);
 }
 
 /// grad_kernel (HWIO) and grad_bias (nullable) = the gradients summed over the batch; overwritten. The geometry is
@@ -85,14 +103,12 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
       rem != 0 ? direct::filter_tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
 
   // Each thread's slot: a pass's transformed inputs Vt[xi][tile][C] and output gradients Yt[xi][tile][F], then the
-  // chunk's sums S[xi][C][F]. A pass is as many tiles as keep Vt and Yt in about 128 KiB (at least 16, so that
-  // the products outweigh loading and storing S), transformed and then multiplied while they are in cache. A
-  // point's rows are a cache line more than the pass's tiles apart: at a multiple of 4 KiB, a tile's 36 stores
-  // would fall in one set of L1 and evict each other.
+  // chunk's sums S[xi][C][F]; the pass's tiles are transformed and then multiplied while they are in cache. The
+  // point strides are those of a full pass even when a chunk has fewer tiles, so that they are compile-time
+  // constants for the channel counts with_fixed_channels fixes.
   const std::size_t chunk_tiles = chunk * tiles;
-  const std::size_t pass_tiles = std::min(
-      chunk_tiles, std::max<std::size_t>(16, (std::size_t{128} << 10) / (P * (C + F) * sizeof(float))));
-  const std::size_t v_stride = pass_tiles * C + L, y_stride = pass_tiles * F + L;
+  const std::size_t full_pass = filter_pass_tiles(C, F), pass_tiles = std::min(chunk_tiles, full_pass);
+  const std::size_t v_stride = filter_point_stride(C, full_pass), y_stride = filter_point_stride(F, full_pass);
   const std::size_t slot_size = P * (v_stride + y_stride + C * F);
   const auto threads = static_cast<std::size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
   float* slots = conv2d_workspace::ensure(ws.buffer_b, threads * slot_size);
@@ -117,15 +133,27 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
 
     for (std::size_t t0 = 0; t0 < total; t0 += pass_tiles) {
       const std::size_t count = std::min(pass_tiles, total - t0);
-      for (std::size_t i = 0; i < count; ++i) {
-        const std::size_t n = (t0 + i) / tiles, t = (t0 + i) % tiles, ty = t / tw, tx = t % tw;
-        transform_image_tile<m>(in + n * g.in_h * g.in_w * C, g.in_h, g.in_w, C,
-                                static_cast<std::ptrdiff_t>(m * ty) - pad_top,
-                                static_cast<std::ptrdiff_t>(m * tx) - pad_left, Vt + i * C, v_stride);
-        transform_output_gradient_tile(go + ((n * g.out_h + m * ty) * g.out_w + m * tx) * F, g.out_w, F,
-                                       std::min(m, g.out_h - m * ty), std::min(m, g.out_w - m * tx), Yt + i * F,
-                                       y_stride);
-      }
+      const auto transform_pass = [&](auto Cc, auto Fc, auto v_step, auto y_step) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const std::size_t n = (t0 + i) / tiles, t = (t0 + i) % tiles, ty = t / tw, tx = t % tw;
+          transform_image_tile<m>(in + n * g.in_h * g.in_w * C, g.in_h, g.in_w, Cc,
+                                  static_cast<std::ptrdiff_t>(m * ty) - pad_top,
+                                  static_cast<std::ptrdiff_t>(m * tx) - pad_left, Vt + i * C, v_step);
+          transform_output_gradient_tile(go + ((n * g.out_h + m * ty) * g.out_w + m * tx) * F, g.out_w, Fc,
+                                         std::min(m, g.out_h - m * ty), std::min(m, g.out_w - m * tx), Yt + i * F,
+                                         y_step);
+        }
+      };
+      // With C = F fixed, the strides are too (the same values as v_stride and y_stride).
+      with_fixed_channels(C == F ? C : 0, [&](auto Cc) {
+        if constexpr (std::is_same_v<decltype(Cc), std::size_t>) {
+          transform_pass(C, F, v_stride, y_stride);
+        } else {
+          constexpr std::size_t c_fixed = decltype(Cc)::value;
+          constexpr std::size_t step = filter_point_stride(c_fixed, filter_pass_tiles(c_fixed, c_fixed));
+          transform_pass(Cc, Cc, fixed<step>{}, fixed<step>{});
+        }
+      });
       // S[xi] (+)= Vt[xi]^T Yt[xi], each sum over the chunk's tiles in order, pass after pass.
       const bool accumulate = t0 > 0;
       for (std::size_t xi = 0; xi < P; ++xi) {
