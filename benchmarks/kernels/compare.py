@@ -2,23 +2,27 @@
 """Interleaved comparison of mwstrat's convolution kernels with PyTorch's (oneDNN) on ResNet-56's layer shapes:
 runs mwstrat_bench_conv, then torch_conv_bench.py, `--rounds` times in turn (mwstrat, torch, mwstrat, torch, ...)
 so that both see the same background load, keeps each one's best CPU time per (pass, shape), and prints a
-Markdown table: shape, mwstrat GFLOP/s, % of the FMA peak, torch GFLOP/s, ratio; then the whole network's
-convolution time per pass (each shape weighted by how many ResNet-56 layers have it).
+Markdown table: shape, mwstrat GFLOP/s, % of the FMA peak, torch GFLOP/s, the ratio of the bests, and the median
+of the rounds' own ratios (on a VM whose speed drifts between rounds, the median of paired rounds is the steadier
+figure); then the whole network's convolution time per pass (each shape weighted by how many ResNet-56 layers
+have it). `--filter` (a substring of the names) times only some passes.
 
     /usr/bin/python3 benchmarks/kernels/compare.py --bench build/release/benchmarks/kernels/mwstrat_bench_conv \
-        [--peak 115.6] [--rounds 2] [--seconds 0.5]
+        [--peak 115.6] [--rounds 2] [--seconds 0.5] [--filter forward/16x16]
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_mwstrat(bench, seconds):
-    out = subprocess.run([bench, "--threads=1", f"--benchmark_min_time={seconds}", "--benchmark_format=json"],
+def run_mwstrat(bench, seconds, name_filter):
+    out = subprocess.run([bench, "--threads=1", f"--benchmark_min_time={seconds}", "--benchmark_format=json",
+                          f"--benchmark_filter={name_filter}"],
                          check=True, capture_output=True, text=True).stdout
     rows = {}
     for b in json.loads(out)["benchmarks"]:
@@ -27,9 +31,9 @@ def run_mwstrat(bench, seconds):
     return rows
 
 
-def run_torch(seconds):
+def run_torch(seconds, name_filter):
     out = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "torch_conv_bench.py"), "--seconds", str(seconds),
-                          "--repeats", "1"], check=True, capture_output=True, text=True).stdout
+                          "--repeats", "1", "--filter", name_filter], check=True, capture_output=True, text=True).stdout
     rows = {}
     for line in out.splitlines():
         r = json.loads(line)
@@ -49,21 +53,31 @@ def main():
     ap.add_argument("--peak", type=float, default=115.6, help="one-thread FP32 FMA peak, GFLOP/s (mwstrat_bench_peak)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=0.5)
+    ap.add_argument("--filter", default="", help="time only the passes whose names contain this")
     args = ap.parse_args()
     mine, theirs = {}, {}
+    paired = {}  # name -> each round's torch time / mwstrat time
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}: mwstrat", file=sys.stderr, flush=True)
-        best(mine, run_mwstrat(args.bench, args.seconds))
+        m_round = run_mwstrat(args.bench, args.seconds, args.filter)
+        best(mine, m_round)
         print(f"round {r + 1}/{args.rounds}: torch", file=sys.stderr, flush=True)
-        best(theirs, run_torch(args.seconds))
-    print("| pass / shape (batch 128) | layers | mwstrat GFLOP/s | % peak | torch GFLOP/s | mwstrat / torch |")
-    print("|---|---:|---:|---:|---:|---:|")
+        t_round = run_torch(args.seconds, args.filter)
+        best(theirs, t_round)
+        for name, m in m_round.items():
+            if name in t_round:
+                paired.setdefault(name, []).append(t_round[name]["cpu_s"] / m["cpu_s"])
+    print("| pass / shape (batch 128) | layers | mwstrat GFLOP/s | % peak | torch GFLOP/s | mwstrat / torch "
+          "| median of rounds |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     totals = {}
     for name, m in mine.items():
         t = theirs.get(name)
         ratio = f"{m['gflops'] / t['gflops']:.2f}" if t else "n/a"
         tg = f"{t['gflops']:.1f}" if t else "n/a"
-        print(f"| {name} | {m['layers']} | {m['gflops']:.1f} | {100 * m['gflops'] / args.peak:.0f}% | {tg} | {ratio} |")
+        med = f"{statistics.median(paired[name]):.2f}" if name in paired else "n/a"
+        print(f"| {name} | {m['layers']} | {m['gflops']:.1f} | {100 * m['gflops'] / args.peak:.0f}% | {tg} | {ratio} "
+              f"| {med} |")
         p = name.split("/")[0]
         tot = totals.setdefault(p, [0.0, 0.0])
         if t:
