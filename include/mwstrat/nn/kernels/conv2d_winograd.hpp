@@ -4,7 +4,8 @@
 // multiplies per input and output channel pair give 16 outputs where direct sums need 144 (2.25x fewer); m = 2
 // (16 for 4, also 2.25x fewer, but with dearer transforms per output) serves outputs smaller than 4x4. The
 // transforms are adds and multiplies by small constants; the element-wise products over channels are (m+2)^2 small
-// GEMMs run by the direct path's register-blocked micro-kernel. The data gradient of a 3x3 stride-1 convolution is
+// GEMMs run by the direct path's register-blocked micro-kernel, or by fixed_products below where a layer has as many
+// input as output channels of a count fixed at compile time. The data gradient of a 3x3 stride-1 convolution is
 // itself one (of the output gradient with the flipped, transposed kernel), so it takes the same path.
 //
 // Bits: every output is a fixed sequence of operations on its own image, so they depend neither on the thread
