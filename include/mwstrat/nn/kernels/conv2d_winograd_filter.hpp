@@ -144,8 +144,8 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
                                          y_step);
         }
       };
-      // With C = F fixed, the strides are too (the same values as v_stride and y_stride).
-      with_fixed_channels(C == F ? C : 0, [&](auto Cc) {
+      // With C = F of a fixed count, the strides are fixed too (the same values as v_stride and y_stride).
+      const auto transform_pass_fixed = [&](auto Cc) {
         if constexpr (std::is_same_v<decltype(Cc), std::size_t>) {
           transform_pass(C, F, v_stride, y_stride);
         } else {
@@ -153,7 +153,9 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
           constexpr std::size_t step = filter_point_stride(c_fixed, filter_pass_tiles(c_fixed, c_fixed));
           transform_pass(Cc, Cc, fixed<step>{}, fixed<step>{});
         }
-      });
+      };
+      if (C == F) with_fixed_channels(C, transform_pass_fixed);
+      else transform_pass(C, F, v_stride, y_stride);
       // S[xi] (+)= Vt[xi]^T Yt[xi], each sum over the chunk's tiles in order, pass after pass.
       const bool accumulate = t0 > 0;
       for (std::size_t xi = 0; xi < P; ++xi) {
