@@ -5,7 +5,7 @@ so that both see the same background load, keeps each one's best CPU time per (p
 Markdown table: shape, mwstrat GFLOP/s, % of the FMA peak, torch GFLOP/s, the ratio of the bests, and the median
 of the rounds' own ratios (on a VM whose speed drifts between rounds, the median of paired rounds is the steadier
 figure); then the whole network's convolution time per pass (each shape weighted by how many ResNet-56 layers
-have it). `--filter` (a substring of the names) times only some passes.
+have it). `--filter` (a substring of the names) times only some passes and leaves the totals out.
 
     /usr/bin/python3 benchmarks/kernels/compare.py --bench build/release/benchmarks/kernels/mwstrat_bench_conv \
         [--peak 115.6] [--rounds 2] [--seconds 0.5] [--filter forward/16x16]
@@ -83,6 +83,8 @@ def main():
         if t:
             tot[0] += m["layers"] * m["cpu_s"]
             tot[1] += m["layers"] * t["cpu_s"]
+    if args.filter:
+        return  # the network's totals need every shape
     print()
     print("| ResNet-56 convolutions, one batch of 128 | mwstrat ms | torch ms | torch / mwstrat |")
     print("|---|---:|---:|---:|")
