@@ -198,8 +198,9 @@ void with_fixed_channels(std::size_t C, Fn&& f) {
 
 // Whether a channel count is one with_fixed_channels passes as fixed<C>.
 inline bool is_fixed_channels(std::size_t C) {
-  constexpr auto L = static_cast<std::size_t>(lanes);
-  return C == L || C == 2 * L || C == 4 * L || C == 8 * L;
+  bool fixed_count = false;
+  with_fixed_channels(C, [&](auto c) { fixed_count = !std::is_same_v<decltype(c), std::size_t>; });
+  return fixed_count;
 }
 
 // The products of a layer with C = F input and output channels fixed at compile time: NV vectors of output
