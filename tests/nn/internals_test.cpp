@@ -512,3 +512,86 @@ TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPass
               static_cast<std::ptrdiff_t>(fused.grads.size() * 9 / 10));
   }
 }
+
+namespace {
+
+// Inference outputs of `plan` with every parameter and moving statistic moved off its initial value (so that each
+// batch norm's γ, β, mean and variance all count), and how many batch norms the executor folded.
+std::pair<std::vector<float>, std::size_t> inference_bits(const nn::graph_detail::graph_plan& plan, bool fuse,
+                                                          std::size_t batch) {
+  nn::graph_detail::graph_executor<float> exec(plan, fuse, true);
+  exec.initialize(7);
+  exec.reserve(batch);
+  for (std::size_t i = 0; i < exec.parameter_count(); ++i)
+    exec.parameters()[i] += static_cast<float>(0.5 * d::random_unit(13, 0, i) - 0.25);
+  // Every state value here is a batch norm's moving mean or variance: positive either way.
+  for (std::size_t i = 0; i < exec.state().size(); ++i)
+    exec.state()[i] = static_cast<float>(0.5 + d::random_unit(14, 0, i));
+  std::vector<float> x(batch * exec.input_size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(2 * d::random_unit(15, 0, i) - 1);
+  exec.forward_pass(x.data(), batch, false, false);
+  return {std::vector<float>(exec.outputs().begin(), exec.outputs().end()), exec.folded_batch_norms()};
+}
+
+}  // namespace
+
+TEST(NnGraphExecutor, BatchNormsFoldedIntoTheirConvolutionInInferenceGiveTheBitsOfThePlainPasses) {
+  // Each kernel path a folded map goes through: Winograd (3x3 stride 1, 16 channels), the direct path (3x3 stride 2
+  // to 32 channels), the reference path (1x1 to 20 channels, not whole vectors), with and without a fused ReLU;
+  // and the batch norms that must stay: one read twice, one read by an Add, the last before the head.
+  auto x = nn::input_tensor({9, 9, 3});
+  auto conv = [](std::size_t f, std::size_t k, std::size_t s) {
+    return nn::conv2d{f, {k, k}, nn::activation::linear, {s, s}, nn::padding::same};
+  };
+  auto bn = [] { return nn::batch_normalization{0.9, 1e-3}; };
+  auto relu = [](const nn::symbolic_tensor& t) { return nn::activation_layer{nn::activation::relu}(t); };
+  auto a = relu(bn()(conv(16, 3, 1)(x)));           // folded into the Winograd convolution, with its ReLU
+  auto b = bn()(conv(16, 3, 1)(a));                 // folded into the strided convolution, no ReLU
+  auto c = relu(bn()(conv(32, 3, 2)(b)));           // folded into the 1x1 convolution (reference path)
+  auto e = bn()(conv(20, 1, 1)(c));                 // read twice: stays
+  auto f = relu(bn()(conv(20, 3, 1)(e)));           // read by an Add: stays
+  auto z = nn::add{}({f, e});
+  auto tail = bn()(conv(16, 3, 1)(z));              // read by pooling: stays
+  auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(tail));
+  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  for (std::size_t batch : {std::size_t{1}, std::size_t{6}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const auto [folded, n_folded] = inference_bits(plan, true, batch);
+    const auto [plain, n_plain] = inference_bits(plan, false, batch);
+    EXPECT_EQ(n_folded, 3u);
+    EXPECT_EQ(n_plain, 0u);
+    EXPECT_TRUE(same_bits(folded, plain));
+    EXPECT_TRUE(std::all_of(folded.begin(), folded.end(), [](float v) { return std::isfinite(v); }));
+  }
+}
+
+TEST(NnGraphExecutor, BatchNormInferenceIsKerasMapOfTheMovingStatistics) {
+  // The map both the plain and the folded passes apply: γ·(x − mean)/√(variance + ε) + β, each factor its own
+  // (γ, β, mean and variance of 20 channels all different), against double sums.
+  auto x = nn::input_tensor({2, 3, 20});
+  auto y = nn::batch_normalization{0.9, 1e-3}(x);
+  const auto plan = nn::graph_detail::plan_model(*y.graph(), x.node(), y.node());
+  nn::graph_detail::graph_executor<float> exec(plan);
+  exec.initialize(7);
+  exec.reserve(2);
+  const std::size_t c = 20;
+  for (std::size_t j = 0; j < c; ++j) {
+    exec.parameters()[j] = static_cast<float>(0.5 + d::random_unit(16, 0, j));            // γ
+    exec.parameters()[c + j] = static_cast<float>(d::random_unit(16, 1, j) - 0.5);        // β
+    exec.state()[j] = static_cast<float>(2 * d::random_unit(16, 2, j) - 1);              // moving mean
+    exec.state()[c + j] = static_cast<float>(0.1 + 2 * d::random_unit(16, 3, j));        // moving variance
+  }
+  std::vector<float> in(2 * 6 * c);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(4 * d::random_unit(17, 0, i) - 2);
+  exec.forward_pass(in.data(), 2, false, false);
+  const auto out = exec.outputs();
+  ASSERT_EQ(out.size(), in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const std::size_t j = i % c;
+    const double want = static_cast<double>(exec.parameters()[j]) *
+                            (static_cast<double>(in[i]) - static_cast<double>(exec.state()[j])) /
+                            std::sqrt(static_cast<double>(exec.state()[c + j]) + 1e-3) +
+                        static_cast<double>(exec.parameters()[c + j]);
+    EXPECT_NEAR(static_cast<double>(out[i]), want, 1e-6 * (1 + std::abs(want))) << "element " << i;
+  }
+}

@@ -8,6 +8,13 @@
 // the producer writes max(output, 0) into the ReLU's buffer and differentiates through the mask, the ReLU layer is
 // skipped, and the producer's own output and output-gradient buffers are never made. The bits are the two layers'.
 //
+// Batch-norm folding, in inference only: a batch norm (with its fused ReLU, if any) whose output is read by one
+// convolution and nothing else is applied by that convolution as it reads its input (layer_impl::takes_input_affine:
+// the kernels' conv2d_input_transform, in the pass that stages each image), and the batch norm's own pass is skipped.
+// With the moving statistics a batch norm is a fixed per-channel map, so nothing is lost. In training it is not
+// done: the batch's statistics need the whole output of the layer before it first, and the backward pass reads the
+// normalised values, so they are written anyway. Folded and plain passes give the same bits.
+//
 // Gradient buffers are shared: the gradient w.r.t. a node's output lives only from the backward step of its last
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
 // overlap use one slot (ResNet-56 at batch 128 keeps a few slots per stage instead of one buffer per layer).
@@ -79,7 +86,12 @@ class graph_executor {
     dxs_.resize(arity);
     relu_of_.assign(layers_.size(), no_layer);
     fused_away_.assign(layers_.size(), 0);
-    if (fuse) plan_relu_fusion();
+    folded_.assign(layers_.size(), no_layer);
+    skipped_in_inference_.assign(layers_.size(), 0);
+    if (fuse) {
+      plan_relu_fusion();
+      plan_inference_folding();
+    }
   }
 
   // ---------------------------------------------------------------------------------------- layout
@@ -96,6 +108,12 @@ class graph_executor {
   // How many ReLU layers run inside their producers (above).
   [[nodiscard]] std::size_t fused_relus() const {
     return static_cast<std::size_t>(std::count(fused_away_.begin(), fused_away_.end(), std::uint8_t{1}));
+  }
+
+  // How many batch norms run inside the convolution that reads them, in inference (above).
+  [[nodiscard]] std::size_t folded_batch_norms() const {
+    return static_cast<std::size_t>(
+        std::count_if(folded_.begin(), folded_.end(), [](std::size_t p) { return p != no_layer; }));
   }
 
   // ---------------------------------------------------------------------------------------- arenas
@@ -181,9 +199,21 @@ class graph_executor {
     const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       if (fused_away_[i]) continue;  // its producer applied it
+      if (!training && skipped_in_inference_[i]) continue;  // its reader applies it
       for (std::size_t k = 0; k < inputs_[i].size(); ++k) xs_[k] = node_values(inputs_[i][k]);
       T* state = info_[i].state_count != 0 && update_state ? state_.data() + info_[i].state_offset : nullptr;
       if (info_[i].state_count != 0 && !training) state = state_.data() + info_[i].state_offset;
+      if (!training && folded_[i] != no_layer) {  // runs on the folded batch norm's input, applying its map
+        const std::size_t p = folded_[i];
+        T* scale = affine_.data();
+        T* shift = scale + layers_[p]->output_shape().back();
+        layers_[p]->inference_affine(pbase_ + info_[p].offset, state_.data() + info_[p].state_offset, scale, shift);
+        xs_[0] = node_values(inputs_[p][0]);
+        layers_[i]->forward_with_input_affine(
+            {batch, xs_[0], acts_[i].data(), pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, scale,
+            shift, relu_of_[p] != no_layer);
+        continue;
+      }
       if (layers_[i]->aliases_input()) {  // Reshape, Flatten: the graph copies (a tensor may feed several layers)
         std::copy(xs_[0], xs_[0] + batch * layers_[i]->output_size(), acts_[i].data());
         continue;
@@ -282,6 +312,30 @@ class graph_executor {
     }
   }
 
+  // Pairs each batch norm that is an affine map in inference with the convolution that is the only reader of its
+  // output (or of its fused ReLU's), where that convolution can apply the map to its input.
+  void plan_inference_folding() {
+    std::vector<std::size_t> readers(layers_.size() + 1, 0), reader(layers_.size() + 1, no_layer);
+    for (std::size_t c = 0; c < layers_.size(); ++c)
+      for (std::size_t in : inputs_[c]) {
+        ++readers[in];
+        reader[in] = c;
+      }
+    std::size_t widest = 0;
+    for (std::size_t p = 0; p < layers_.size(); ++p) {
+      if (!layers_[p]->is_inference_affine() || inputs_[p].size() != 1) continue;
+      const std::size_t out = relu_of_[p] == no_layer ? p : relu_of_[p];  // the layer whose output is read
+      const std::size_t node = out + 1;
+      if (node == layers_.size() || readers[node] != 1) continue;  // the model's output, or read twice
+      const std::size_t c = reader[node];
+      if (inputs_[c].size() != 1 || relu_of_[c] != no_layer || !layers_[c]->takes_input_affine()) continue;
+      folded_[c] = p;
+      skipped_in_inference_[p] = 1;
+      widest = std::max(widest, layers_[p]->output_shape().back());
+    }
+    affine_.assign(2 * widest, T{});
+  }
+
   // Points grads_[i] at a slot for every layer whose output gradient is made: the layer's own backward step reads it
   // (time i) and its last reader's writes it first (time = that reader's index; the loss's, past every layer, for
   // the output); the backward pass runs time down, and two gradients share a slot when their lifetimes
@@ -351,6 +405,9 @@ class graph_executor {
   std::vector<std::uint8_t> written_;                       // per node: its gradient has a first part this step
   std::vector<std::size_t> relu_of_;      // per layer: the ReLU layer fused into it, or no_layer
   std::vector<std::uint8_t> fused_away_;  // per layer: a ReLU its producer applies
+  std::vector<std::size_t> folded_;                  // per layer: the batch norm it applies in inference, or no_layer
+  std::vector<std::uint8_t> skipped_in_inference_;   // per layer: a batch norm its reader applies in inference
+  std::vector<T> affine_;                            // the folded batch norm's [scale | shift] of the moment
   std::vector<const T*> xs_;
   std::vector<T*> dxs_;
   std::vector<T> probs_;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <numeric>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,21 @@ class layer_impl {
   [[nodiscard]] virtual bool is_plain_relu() const { return false; }
   [[nodiscard]] virtual bool can_fuse_relu() const { return false; }
   virtual void fuse_relu() {}
+
+  // Inference folding (also the graph executor's): a layer that is, in inference, the per-channel affine map
+  // y = x·scale + shift (batch norm with its moving statistics) gives its factors; a layer that can apply such a
+  // map, and a ReLU after it, to its input as it reads it (a convolution) then runs on the map's input instead, and
+  // the map's own pass over memory is skipped. The map is applied with the same expression either way, so the
+  // bits are those of the two layers.
+  [[nodiscard]] virtual bool is_inference_affine() const { return false; }
+  virtual void inference_affine(const T* /*params*/, const T* /*state*/, T* /*scale*/, T* /*shift*/) const {
+    throw std::logic_error(base_name() + ": not an affine map in inference");
+  }
+  [[nodiscard]] virtual bool takes_input_affine() const { return false; }
+  virtual void forward_with_input_affine(const forward_args<T>& /*a*/, const T* /*scale*/, const T* /*shift*/,
+                                         bool /*relu*/) {
+    throw std::logic_error(base_name() + ": cannot apply an affine map to its input");
+  }
 
   [[nodiscard]] const nn_shape& input_shape() const noexcept { return in_; }
   [[nodiscard]] const nn_shape& output_shape() const noexcept { return out_; }

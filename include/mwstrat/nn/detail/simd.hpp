@@ -5,6 +5,7 @@
 // (64-byte vectors on a 16-register AVX2 machine spill every accumulator and run ~10x slower). Vectors never
 // cross a function boundary by value (psABI).
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -152,6 +153,18 @@ inline void vfma(V& acc, T s, const V& b) noexcept {
   }
 #endif
   acc += s * b;
+}
+
+// a * b + c, rounded once (std::fma, one instruction) where the ISA has FMA, else a multiply and an add: the same
+// bits at every call site, whatever the compiler contracts elsewhere. Batch norm's inference map and the
+// convolution that applies it to its input (graph executor's folding) both use it.
+template <class T>
+inline T fmadd(T a, T b, T c) noexcept {
+#if defined(__FMA__) || defined(__AVX512F__) || defined(__ARM_FEATURE_FMA)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;  // no FMA instruction to contract into
+#endif
 }
 
 /// Orders earlier non-temporal stores before later stores (before another thread may read them).

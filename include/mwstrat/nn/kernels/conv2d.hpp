@@ -193,7 +193,7 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
   ::mwstrat::detail::parallel_chunks(n / g.in_c, 1024, [&](std::size_t p0, std::size_t p1) {
     for (std::size_t p = p0; p < p1; ++p)
       for (std::size_t c = 0; c < g.in_c; ++c) {
-        float v = input[p * g.in_c + c] * transform.scale[c] + transform.shift[c];
+        float v = ::mwstrat::detail::fmadd(input[p * g.in_c + c], transform.scale[c], transform.shift[c]);
         if (transform.relu) v = v > 0.0f ? v : 0.0f;
         x[p * g.in_c + c] = v;
       }

@@ -182,7 +182,7 @@ inline void pad_image(const float* src, std::size_t h, std::size_t w, std::size_
     } else {
       for (std::size_t x = 0; x < copy; ++x)
         for (std::size_t c = 0; c < ch; ++c) {
-          float v = sr[x * ch + c] * transform->scale[c] + transform->shift[c];
+          float v = ::mwstrat::detail::fmadd(sr[x * ch + c], transform->scale[c], transform->shift[c]);
           if (transform->relu) v = v > 0.0f ? v : 0.0f;
           dc[x * ch + c] = v;
         }

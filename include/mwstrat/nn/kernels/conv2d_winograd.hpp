@@ -99,15 +99,18 @@ struct transforms<4> {
     u[5] = g[2];
   }
   // B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1], in place.
+  // Every product is by a power of two, so exact: whether the compiler fuses a multiply with an add (it may
+  // choose otherwise where a tile's loads are known zeros) cannot change a bit. 4·d0 − 5·d2 + d4 is therefore
+  // taken as 4·(d0 − d2) + (d4 − d2).
   static void input(V* v, std::size_t s) noexcept {
     const V d0 = v[0], d1 = v[s], d2 = v[2 * s], d3 = v[3 * s], d4 = v[4 * s], d5 = v[5 * s];
     const V t0 = d4 - 4.0f * d2, t1 = d3 - 4.0f * d1, t2 = d4 - d2, t3 = 2.0f * (d3 - d1);
-    v[0] = 4.0f * d0 - 5.0f * d2 + d4;
+    v[0] = 4.0f * (d0 - d2) + t2;
     v[s] = t0 + t1;
     v[2 * s] = t0 - t1;
     v[3 * s] = t2 + t3;
     v[4 * s] = t2 - t3;
-    v[5 * s] = 4.0f * d1 - 5.0f * d3 + d5;
+    v[5 * s] = 4.0f * (d1 - d3) + (d5 - d3);
   }
   // A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
   static void output(const V* m, std::size_t s, V* y, std::size_t ys) noexcept {
@@ -286,8 +289,7 @@ void transform_input_tile(const float* d, std::size_t wp, Channels C, float* out
 // may be negative; values outside the image are the padding's zeros), reading the image in place: a padded copy of
 // every image took about 5% of a ResNet-20 training step on the Cascade Lake Xeon, and gathering the tiles that
 // overhang an edge into a small padded window cost as much again. Those tiles load their values inside and take
-// zeros for the rest, so the compiler may fuse their multiplies and adds otherwise than the other tiles': their
-// bits can differ from a padded copy's (by rounding; still a fixed function of the image).
+// zeros for the rest; the transform's products are exact (transforms<M>::input), so their bits are a padded copy's.
 template <int M, class Channels, class Stride>
 void transform_image_tile(const float* image, std::size_t h, std::size_t w, Channels C, std::ptrdiff_t y0,
                           std::ptrdiff_t x0, float* out, Stride xi_stride) noexcept {

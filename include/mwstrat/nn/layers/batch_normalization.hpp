@@ -77,48 +77,59 @@ class batch_normalization_layer final : public layer_impl<T> {
     const std::size_t rows = a.batch * per_sample_rows_;
     const T* gamma = a.params;
     const T* beta = a.params + c;
-    if (!a.training) {  // inference: the moving statistics
-      const T* mm = a.state;
-      const T* mv = a.state + c;
-      for (std::size_t j = 0; j < c; ++j) {
-        mean_[j] = static_cast<double>(mm[j]);
-        inv_std_[j] = 1.0 / std::sqrt(static_cast<double>(mv[j]) + epsilon_);
+    if (!a.training) {  // inference: the moving statistics, as one affine map (what a folding convolution applies)
+      T* scale = coef_.data();
+      T* shift = scale + c;
+      inference_affine(a.params, a.state, scale, shift);
+      if (relu_) apply_affine<true>(a.x, a.y, scale, shift, rows);
+      else apply_affine<false>(a.x, a.y, scale, shift, rows);
+      return;
+    }
+    // Σx and Σx² per channel (over this replica's rows, then over all replicas).
+    const T* x = a.x;
+    channel_sums(rows, [=](std::size_t r0, std::size_t r1, double* part) {
+      double* __restrict s1 = part;
+      double* __restrict s2 = part + c;
+      std::size_t j = 0;
+      for (; j + L <= c; j += L) add_squares(x + r0 * c + j, r1 - r0, c, s1 + j, s2 + j);
+      for (std::size_t r = r0; r < r1 && j < c; ++r) {
+        const T* __restrict xr = x + r * c;
+        for (std::size_t i = j; i < c; ++i) {
+          const double v = static_cast<double>(xr[i]);
+          s1[i] += v;
+          s2[i] += v * v;
+        }
       }
-    } else {
-      // Σx and Σx² per channel (over this replica's rows, then over all replicas).
-      const T* x = a.x;
-      channel_sums(rows, [=](std::size_t r0, std::size_t r1, double* part) {
-        double* __restrict s1 = part;
-        double* __restrict s2 = part + c;
-        std::size_t j = 0;
-        for (; j + L <= c; j += L) add_squares(x + r0 * c + j, r1 - r0, c, s1 + j, s2 + j);
-        for (std::size_t r = r0; r < r1 && j < c; ++r) {
-          const T* __restrict xr = x + r * c;
-          for (std::size_t i = j; i < c; ++i) {
-            const double v = static_cast<double>(xr[i]);
-            s1[i] += v;
-            s2[i] += v * v;
-          }
-        }
-      });
-      sums_[2 * c] = static_cast<double>(rows);
-      if (sync_ && a.replicas != nullptr && *a.replicas) (*a.replicas)(std::span<double>(sums_));
-      const double count = sums_[2 * c];
-      T* mm = a.state;
-      T* mv = a.state + c;
-      for (std::size_t j = 0; j < c; ++j) {
-        const double mean = sums_[j] / count;
-        const double var = std::max(0.0, sums_[c + j] / count - mean * mean);
-        mean_[j] = mean;
-        inv_std_[j] = 1.0 / std::sqrt(var + epsilon_);
-        if (mm != nullptr) {
-          mm[j] = static_cast<T>(momentum_ * static_cast<double>(mm[j]) + (1 - momentum_) * mean);
-          mv[j] = static_cast<T>(momentum_ * static_cast<double>(mv[j]) + (1 - momentum_) * var);
-        }
+    });
+    sums_[2 * c] = static_cast<double>(rows);
+    if (sync_ && a.replicas != nullptr && *a.replicas) (*a.replicas)(std::span<double>(sums_));
+    const double count = sums_[2 * c];
+    T* mm = a.state;
+    T* mv = a.state + c;
+    for (std::size_t j = 0; j < c; ++j) {
+      const double mean = sums_[j] / count;
+      const double var = std::max(0.0, sums_[c + j] / count - mean * mean);
+      mean_[j] = mean;
+      inv_std_[j] = 1.0 / std::sqrt(var + epsilon_);
+      if (mm != nullptr) {
+        mm[j] = static_cast<T>(momentum_ * static_cast<double>(mm[j]) + (1 - momentum_) * mean);
+        mv[j] = static_cast<T>(momentum_ * static_cast<double>(mv[j]) + (1 - momentum_) * var);
       }
     }
     if (relu_) normalize<true>(a.x, a.y, gamma, beta, rows);
     else normalize<false>(a.x, a.y, gamma, beta, rows);
+  }
+
+  // Inference as Keras computes it: x·scale + shift with scale = γ/√(moving variance + ε) and
+  // shift = β − moving mean·scale (here in double, rounded to T once).
+  bool is_inference_affine() const override { return true; }
+  void inference_affine(const T* params, const T* state, T* scale, T* shift) const override {
+    const std::size_t c = channels_;
+    for (std::size_t j = 0; j < c; ++j) {
+      const double s = static_cast<double>(params[j]) / std::sqrt(static_cast<double>(state[c + j]) + epsilon_);
+      scale[j] = static_cast<T>(s);
+      shift[j] = static_cast<T>(static_cast<double>(params[c + j]) - static_cast<double>(state[j]) * s);
+    }
   }
 
   // Training mode (the statistics of the last forward pass in training).
@@ -145,6 +156,23 @@ class batch_normalization_layer final : public layer_impl<T> {
         T* yr = y + r * c;
         for (std::size_t j = 0; j < c; ++j) {
           const T v = (xr[j] - mean[j]) * scale[j] + beta[j];
+          yr[j] = Relu ? (v > T{} ? v : T{}) : v;
+        }
+      }
+    });
+  }
+
+  // y = x·scale + shift (then max(·, 0)): the expression nn::kernels::conv2d_input_transform applies, so a
+  // convolution that folds this map in reads the values this pass would have written.
+  template <bool Relu>
+  void apply_affine(const T* x, T* y, const T* scale, const T* shift, std::size_t rows) const {
+    const std::size_t c = channels_;
+    parallel_chunks(rows, 256, [=](std::size_t b, std::size_t e) {
+      for (std::size_t r = b; r < e; ++r) {
+        const T* xr = x + r * c;
+        T* yr = y + r * c;
+        for (std::size_t j = 0; j < c; ++j) {
+          const T v = fmadd(xr[j], scale[j], shift[j]);
           yr[j] = Relu ? (v > T{} ? v : T{}) : v;
         }
       }

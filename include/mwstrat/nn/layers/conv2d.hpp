@@ -107,6 +107,19 @@ class conv2d_layer final : public layer_impl<T> {
                spec_.filters, a.y, spec_.filters, spec_.use_bias ? a.params + patch_ * spec_.filters : nullptr,
                spec_.activation == nn::activation::relu);
   }
+  // Inference folding (layer_impl): the kernels apply a batch norm's map and ReLU as they read the input.
+  bool takes_input_affine() const override { return uses_kernels(); }
+  void forward_with_input_affine(const forward_args<T>& a, const T* scale, const T* shift, bool relu) override {
+    if constexpr (std::is_same_v<T, float>) {
+      if (uses_kernels()) {
+        nn::kernels::conv2d_forward(geometry_of(a.batch), a.x, nn::kernels::conv2d_input_transform{scale, shift, relu},
+                                    a.params, spec_.use_bias ? a.params + patch_ * spec_.filters : nullptr, a.y,
+                                    kernels_ws_);
+        return;
+      }
+    }
+    layer_impl<T>::forward_with_input_affine(a, scale, shift, relu);  // refuses: takes_input_affine() is false
+  }
   void backward(const backward_args<T>& a) override {
     if constexpr (std::is_same_v<T, float>) {
       if (uses_kernels()) {
