@@ -15,6 +15,11 @@
 // done: the batch's statistics need the whole output of the layer before it first, and the backward pass reads the
 // normalised values, so they are written anyway. Folded and plain passes give the same bits.
 //
+// Batch-norm deferral, in training: a batch norm with no fused ReLU whose output is read by one Add and nothing
+// else computes its statistics only (layer_impl::forward_statistics), and the Add applies the map as it reads that
+// input (a ResNet's second batch norm of every block, before the residual sum). The batch norm's backward pass does
+// not read its output, so the output is never written. Deferred and plain passes give the same bits.
+//
 // Gradient buffers are shared: the gradient w.r.t. a node's output lives only from the backward step of its last
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
 // overlap use one slot (ResNet-56 at batch 128 keeps a few slots per stage instead of one buffer per layer).
@@ -88,9 +93,14 @@ class graph_executor {
     fused_away_.assign(layers_.size(), 0);
     folded_.assign(layers_.size(), no_layer);
     skipped_in_inference_.assign(layers_.size(), 0);
+    deferred_.assign(layers_.size(), 0);
+    deferred_map_.resize(layers_.size());
+    mapped_inputs_.assign(layers_.size(), {});
+    maps_.resize(arity);
     if (fuse) {
       plan_relu_fusion();
       plan_inference_folding();
+      plan_training_deferral();
     }
   }
 
@@ -114,6 +124,11 @@ class graph_executor {
   [[nodiscard]] std::size_t folded_batch_norms() const {
     return static_cast<std::size_t>(
         std::count_if(folded_.begin(), folded_.end(), [](std::size_t p) { return p != no_layer; }));
+  }
+
+  // How many batch norms leave their map to the Add that reads them, in training (above).
+  [[nodiscard]] std::size_t deferred_batch_norms() const {
+    return static_cast<std::size_t>(std::count(deferred_.begin(), deferred_.end(), std::uint8_t{1}));
   }
 
   // ---------------------------------------------------------------------------------------- arenas
@@ -214,11 +229,26 @@ class graph_executor {
             shift, relu_of_[p] != no_layer);
         continue;
       }
+      if (training && deferred_[i]) {  // statistics only: its reader applies the map
+        deferred_map_[i] = layers_[i]->forward_statistics(
+            {batch, xs_[0], nullptr, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()});
+        continue;
+      }
+      T* y = relu_of_[i] == no_layer ? acts_[i].data() : acts_[relu_of_[i]].data();
+      if (training && !mapped_inputs_[i].empty()) {  // reads deferred batch norms' inputs through their maps
+        for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
+          const std::size_t p = mapped_inputs_[i][k];
+          maps_[k] = p == no_layer ? mwstrat::detail::channel_map<T>{} : deferred_map_[p];
+          if (p != no_layer) xs_[k] = node_values(inputs_[p][0]);
+        }
+        layers_[i]->forward_with_input_maps(
+            {batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, maps_.data());
+        continue;
+      }
       if (layers_[i]->aliases_input()) {  // Reshape, Flatten: the graph copies (a tensor may feed several layers)
         std::copy(xs_[0], xs_[0] + batch * layers_[i]->output_size(), acts_[i].data());
         continue;
       }
-      T* y = relu_of_[i] == no_layer ? acts_[i].data() : acts_[relu_of_[i]].data();
       layers_[i]->forward({batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()});
     }
   }
@@ -336,6 +366,29 @@ class graph_executor {
     affine_.assign(2 * widest, T{});
   }
 
+  // Pairs each batch norm that can leave its map to its reader (no fused ReLU) with the Add that is the only reader
+  // of its output.
+  void plan_training_deferral() {
+    std::vector<std::size_t> readers(layers_.size() + 1, 0), reader(layers_.size() + 1, no_layer);
+    for (std::size_t c = 0; c < layers_.size(); ++c)
+      for (std::size_t in : inputs_[c]) {
+        ++readers[in];
+        reader[in] = c;
+      }
+    for (std::size_t p = 0; p < layers_.size(); ++p) {
+      if (!layers_[p]->can_defer_map() || inputs_[p].size() != 1) continue;
+      const std::size_t node = p + 1;
+      if (node == layers_.size() || readers[node] != 1) continue;  // the model's output, or read twice
+      const std::size_t c = reader[node];
+      if (!layers_[c]->takes_input_maps()) continue;
+      auto& mapped = mapped_inputs_[c];
+      if (mapped.empty()) mapped.assign(inputs_[c].size(), no_layer);
+      for (std::size_t k = 0; k < inputs_[c].size(); ++k)
+        if (inputs_[c][k] == node) mapped[k] = p;
+      deferred_[p] = 1;
+    }
+  }
+
   // Points grads_[i] at a slot for every layer whose output gradient is made: the layer's own backward step reads it
   // (time i) and its last reader's writes it first (time = that reader's index; the loss's, past every layer, for
   // the output); the backward pass runs time down, and two gradients share a slot when their lifetimes
@@ -408,6 +461,10 @@ class graph_executor {
   std::vector<std::size_t> folded_;                  // per layer: the batch norm it applies in inference, or no_layer
   std::vector<std::uint8_t> skipped_in_inference_;   // per layer: a batch norm its reader applies in inference
   std::vector<T> affine_;                            // the folded batch norm's [scale | shift] of the moment
+  std::vector<std::uint8_t> deferred_;               // per layer: a batch norm whose reader applies its map (training)
+  std::vector<mwstrat::detail::channel_map<T>> deferred_map_;  // per layer: that map, this pass's
+  std::vector<std::vector<std::size_t>> mapped_inputs_;  // per layer: per input, the deferred batch norm, or no_layer
+  std::vector<mwstrat::detail::channel_map<T>> maps_;    // per input slot: the map the reader applies
   std::vector<const T*> xs_;
   std::vector<T*> dxs_;
   std::vector<T> probs_;

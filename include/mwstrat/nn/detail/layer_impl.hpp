@@ -6,6 +6,7 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/layers.hpp>
 
 #include <algorithm>
@@ -98,6 +99,20 @@ struct weight_info {
   std::vector<std::size_t> shape;
 };
 
+// A per-channel map y = (x − mean)·scale + shift over the last axis (batch norm in training, with the batch's
+// statistics), applied by apply_channel_map wherever it is applied, so that the bits are the same everywhere.
+template <class T>
+struct channel_map {
+  const T* mean = nullptr;  // null: no map (the identity)
+  const T* scale = nullptr;
+  const T* shift = nullptr;
+};
+
+template <class T>
+inline T apply_channel_map(T x, T mean, T scale, T shift) noexcept {
+  return fmadd(x - mean, scale, shift);
+}
+
 template <class T>
 class layer_impl {
  public:
@@ -149,6 +164,20 @@ class layer_impl {
   virtual void forward_with_input_affine(const forward_args<T>& /*a*/, const T* /*scale*/, const T* /*shift*/,
                                          bool /*relu*/) {
     throw std::logic_error(base_name() + ": cannot apply an affine map to its input");
+  }
+
+  // Training folding (the graph executor's): a batch norm with no fused ReLU, whose output only an Add reads,
+  // computes its statistics and factors (forward_statistics: nothing written to a.y) and the Add applies the map as
+  // it reads that input (forward_with_input_maps, a map per input, mean null for a plain one): one pass over the
+  // activations fewer. The batch norm's backward pass never reads its output (that needs no ReLU mask), so the
+  // output is not needed at all.
+  [[nodiscard]] virtual bool can_defer_map() const { return false; }
+  virtual channel_map<T> forward_statistics(const forward_args<T>& /*a*/) {
+    throw std::logic_error(base_name() + ": has no map to defer");
+  }
+  [[nodiscard]] virtual bool takes_input_maps() const { return false; }
+  virtual void forward_with_input_maps(const forward_args<T>& /*a*/, const channel_map<T>* /*maps*/) {
+    throw std::logic_error(base_name() + ": cannot apply maps to its inputs");
   }
 
   [[nodiscard]] const nn_shape& input_shape() const noexcept { return in_; }

@@ -35,6 +35,45 @@ class add_layer final : public layer_impl<T> {
     parallel_chunks(a.batch * this->output_size(), 1 << 16,
                     [xs, y, m, relu](std::size_t b, std::size_t e) { add_range(b, e, xs, m, y, relu); });
   }
+  // Training folding (layer_impl): inputs with a map are read through it. The sum runs over the inputs in order a
+  // chunk of rows at a time (the chunk stays in cache), in T, as the plain pass adds the mapped values it is given.
+  bool takes_input_maps() const override { return true; }
+  void forward_with_input_maps(const forward_args<T>& a, const channel_map<T>* maps) override {
+    const T* const* xs = a.xs;
+    T* y = a.y;
+    const std::size_t m = inputs_;
+    const bool relu = relu_;
+    const std::size_t c = this->output_shape().back();
+    const std::size_t rows = a.batch * this->output_size() / c;
+    parallel_chunks(rows, 256, [=](std::size_t b, std::size_t e) {
+      T* __restrict out = y + b * c;
+      const std::size_t n = (e - b) * c;
+      for (std::size_t k = 0; k < m; ++k) {
+        const T* __restrict x = xs[k] + b * c;
+        const channel_map<T> map = maps[k];
+        if (map.mean == nullptr) {
+          if (k == 0) std::copy(x, x + n, out);
+          else
+            for (std::size_t i = 0; i < n; ++i) out[i] += x[i];
+          continue;
+        }
+        const T* mean = map.mean;
+        const T* scale = map.scale;
+        const T* shift = map.shift;
+        for (std::size_t r = 0; r < e - b; ++r) {
+          const T* xr = x + r * c;
+          T* yr = out + r * c;
+          if (k == 0)
+            for (std::size_t j = 0; j < c; ++j) yr[j] = apply_channel_map(xr[j], mean[j], scale[j], shift[j]);
+          else
+            for (std::size_t j = 0; j < c; ++j) yr[j] += apply_channel_map(xr[j], mean[j], scale[j], shift[j]);
+        }
+      }
+      if (relu)
+        for (std::size_t i = 0; i < n; ++i) out[i] = out[i] > T{} ? out[i] : T{};
+    });
+  }
+
   // Each input's gradient is the output's (through the fused ReLU's mask, if any), written to every input in one
   // pass over the output's gradient (not written once and then copied).
   void backward(const backward_args<T>& a) override {

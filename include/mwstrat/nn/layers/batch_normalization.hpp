@@ -75,8 +75,6 @@ class batch_normalization_layer final : public layer_impl<T> {
   void forward(const forward_args<T>& a) override {
     const std::size_t c = channels_;
     const std::size_t rows = a.batch * per_sample_rows_;
-    const T* gamma = a.params;
-    const T* beta = a.params + c;
     if (!a.training) {  // inference: the moving statistics, as one affine map (what a folding convolution applies)
       T* scale = coef_.data();
       T* shift = scale + c;
@@ -85,6 +83,17 @@ class batch_normalization_layer final : public layer_impl<T> {
       else apply_affine<false>(a.x, a.y, scale, shift, rows);
       return;
     }
+    const channel_map<T> m = forward_statistics(a);
+    if (relu_) normalize<true>(a.x, a.y, m, rows);
+    else normalize<false>(a.x, a.y, m, rows);
+  }
+
+  // Training: the batch's statistics (and the moving ones moved), and the map y = (x − mean)·(γ·inv_std) + β with
+  // its per-channel factors rounded to T once; nothing is written to a.y.
+  bool can_defer_map() const override { return !relu_; }
+  channel_map<T> forward_statistics(const forward_args<T>& a) override {
+    const std::size_t c = channels_;
+    const std::size_t rows = a.batch * per_sample_rows_;
     // Σx and Σx² per channel (over this replica's rows, then over all replicas).
     const T* x = a.x;
     channel_sums(rows, [=](std::size_t r0, std::size_t r1, double* part) {
@@ -116,8 +125,13 @@ class batch_normalization_layer final : public layer_impl<T> {
         mv[j] = static_cast<T>(momentum_ * static_cast<double>(mv[j]) + (1 - momentum_) * var);
       }
     }
-    if (relu_) normalize<true>(a.x, a.y, gamma, beta, rows);
-    else normalize<false>(a.x, a.y, gamma, beta, rows);
+    T* mean = coef_.data();
+    T* scale = mean + c;
+    for (std::size_t j = 0; j < c; ++j) {
+      mean[j] = static_cast<T>(mean_[j]);
+      scale[j] = static_cast<T>(static_cast<double>(a.params[j]) * inv_std_[j]);
+    }
+    return {mean, scale, a.params + c};
   }
 
   // Inference as Keras computes it: x·scale + shift with scale = γ/√(moving variance + ε) and
@@ -139,23 +153,19 @@ class batch_normalization_layer final : public layer_impl<T> {
   }
 
  private:
-  // y = (x − mean)·(γ·inv_std) + β (then max(·, 0) with a fused ReLU): per-channel factors rounded to T once, the
-  // element-wise work in T, so that it vectorises at T's width.
+  // y = map(x) (then max(·, 0) with a fused ReLU), the element-wise work in T, so that it vectorises at T's width.
   template <bool Relu>
-  void normalize(const T* x, T* y, const T* gamma, const T* beta, std::size_t rows) {
+  void normalize(const T* x, T* y, const channel_map<T>& m, std::size_t rows) const {
     const std::size_t c = channels_;
-    T* mean = coef_.data();
-    T* scale = mean + c;
-    for (std::size_t j = 0; j < c; ++j) {
-      mean[j] = static_cast<T>(mean_[j]);
-      scale[j] = static_cast<T>(static_cast<double>(gamma[j]) * inv_std_[j]);
-    }
+    const T* mean = m.mean;
+    const T* scale = m.scale;
+    const T* shift = m.shift;
     parallel_chunks(rows, 256, [=](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
         const T* xr = x + r * c;
         T* yr = y + r * c;
         for (std::size_t j = 0; j < c; ++j) {
-          const T v = (xr[j] - mean[j]) * scale[j] + beta[j];
+          const T v = apply_channel_map(xr[j], mean[j], scale[j], shift[j]);
           yr[j] = Relu ? (v > T{} ? v : T{}) : v;
         }
       }
