@@ -98,9 +98,10 @@ class graph_executor {
     mapped_inputs_.assign(layers_.size(), {});
     maps_.resize(arity);
     if (fuse) {
-      plan_relu_fusion();
-      plan_inference_folding();
-      plan_training_deferral();
+      const std::vector<std::size_t> sole = sole_readers();
+      plan_relu_fusion(sole);
+      plan_inference_folding(sole);
+      plan_training_deferral(sole);
     }
   }
 
@@ -324,16 +325,27 @@ class graph_executor {
  private:
   static constexpr std::size_t no_layer = static_cast<std::size_t>(-1);
 
+  // Per model node: the one layer that reads it, or no_layer where no layer or several do (a layer that takes it
+  // twice counts twice) and for the model's output (the loss reads that too). What each fusion asks of a node.
+  [[nodiscard]] std::vector<std::size_t> sole_readers() const {
+    std::vector<std::size_t> count(layers_.size() + 1, 0), reader(layers_.size() + 1, no_layer);
+    for (std::size_t c = 0; c < layers_.size(); ++c)
+      for (std::size_t in : inputs_[c]) {
+        ++count[in];
+        reader[in] = c;
+      }
+    for (std::size_t node = 0; node <= layers_.size(); ++node)
+      if (count[node] != 1 || node == layers_.size()) reader[node] = no_layer;
+    return reader;
+  }
+
   // Pairs each plain ReLU with the producer of its only input when that producer can fuse it and nothing else
   // reads the producer's output (the model's output is read by the loss: never fused away).
-  void plan_relu_fusion() {
-    std::vector<std::size_t> readers(layers_.size() + 1, 0);
-    for (const auto& ins : inputs_)
-      for (std::size_t in : ins) ++readers[in];
+  void plan_relu_fusion(const std::vector<std::size_t>& sole) {
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       if (!layers_[i]->is_plain_relu() || inputs_[i].size() != 1) continue;
       const std::size_t node = inputs_[i][0];
-      if (node == 0 || readers[node] != 1) continue;
+      if (node == 0 || sole[node] != i) continue;
       const std::size_t p = node - 1;
       if (relu_of_[p] != no_layer || !layers_[p]->can_fuse_relu()) continue;
       layers_[p]->fuse_relu();
@@ -344,21 +356,13 @@ class graph_executor {
 
   // Pairs each batch norm that is an affine map in inference with the convolution that is the only reader of its
   // output (or of its fused ReLU's), where that convolution can apply the map to its input.
-  void plan_inference_folding() {
-    std::vector<std::size_t> readers(layers_.size() + 1, 0), reader(layers_.size() + 1, no_layer);
-    for (std::size_t c = 0; c < layers_.size(); ++c)
-      for (std::size_t in : inputs_[c]) {
-        ++readers[in];
-        reader[in] = c;
-      }
+  void plan_inference_folding(const std::vector<std::size_t>& sole) {
     std::size_t widest = 0;
     for (std::size_t p = 0; p < layers_.size(); ++p) {
       if (!layers_[p]->is_inference_affine() || inputs_[p].size() != 1) continue;
       const std::size_t out = relu_of_[p] == no_layer ? p : relu_of_[p];  // the layer whose output is read
-      const std::size_t node = out + 1;
-      if (node == layers_.size() || readers[node] != 1) continue;  // the model's output, or read twice
-      const std::size_t c = reader[node];
-      if (inputs_[c].size() != 1 || relu_of_[c] != no_layer || !layers_[c]->takes_input_affine()) continue;
+      const std::size_t c = sole[out + 1];
+      if (c == no_layer || inputs_[c].size() != 1 || relu_of_[c] != no_layer || !layers_[c]->takes_input_affine()) continue;
       folded_[c] = p;
       skipped_in_inference_[p] = 1;
       widest = std::max(widest, layers_[p]->output_shape().back());
@@ -368,19 +372,12 @@ class graph_executor {
 
   // Pairs each batch norm that can leave its map to its reader (no fused ReLU) with the Add that is the only reader
   // of its output.
-  void plan_training_deferral() {
-    std::vector<std::size_t> readers(layers_.size() + 1, 0), reader(layers_.size() + 1, no_layer);
-    for (std::size_t c = 0; c < layers_.size(); ++c)
-      for (std::size_t in : inputs_[c]) {
-        ++readers[in];
-        reader[in] = c;
-      }
+  void plan_training_deferral(const std::vector<std::size_t>& sole) {
     for (std::size_t p = 0; p < layers_.size(); ++p) {
       if (!layers_[p]->can_defer_map() || inputs_[p].size() != 1) continue;
       const std::size_t node = p + 1;
-      if (node == layers_.size() || readers[node] != 1) continue;  // the model's output, or read twice
-      const std::size_t c = reader[node];
-      if (!layers_[c]->takes_input_maps()) continue;
+      const std::size_t c = sole[node];
+      if (c == no_layer || !layers_[c]->takes_input_maps()) continue;
       auto& mapped = mapped_inputs_[c];
       if (mapped.empty()) mapped.assign(inputs_[c].size(), no_layer);
       for (std::size_t k = 0; k < inputs_[c].size(); ++k)
