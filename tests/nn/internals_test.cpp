@@ -438,13 +438,17 @@ namespace {
 // ReLUs ran inside their producers, `buffers` how many gradient buffers there were.
 struct pass_bits {
   std::vector<float> train_out, grads, state, infer_out;
-  std::size_t fused = 0, buffers = 0, deferred = 0;
+  std::size_t fused = 0, buffers = 0, deferred = 0, aliased = 0;
 };
 
 pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, bool share, std::size_t batch) {
   nn::graph_detail::graph_executor<float> exec(plan, fuse, share);
   exec.initialize(7);
   exec.reserve(batch);
+  // Every parameter off its initial value, so that each batch norm's γ and β count (β = 0 would hide a ReLU mask
+  // formed without it).
+  for (std::size_t i = 0; i < exec.parameter_count(); ++i)
+    exec.parameters()[i] += static_cast<float>(0.5 * d::random_unit(13, 0, i) - 0.25);
   std::vector<float> x(batch * exec.input_size());
   std::vector<std::int64_t> labels(batch);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(2 * d::random_unit(11, 0, i) - 1);
@@ -454,6 +458,7 @@ pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, bool s
   b.fused = exec.fused_relus();
   b.deferred = exec.deferred_batch_norms();
   b.buffers = exec.gradient_buffers();
+  b.aliased = exec.aliased_gradients();
   auto ready = [](std::size_t, std::size_t) {};
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1)
@@ -596,6 +601,37 @@ TEST(NnGraphExecutor, BatchNormsDeferredToTheirAddInTrainingGiveTheBitsOfThePlai
       EXPECT_EQ(plain.deferred, 0u);
       expect_same_passes(fused, plain);
     }
+  }
+}
+
+TEST(NnGraphExecutor, AddsWriteOneGradientThatOnlyReadersLeftUntouchedShare) {
+  // An Add gives every input its output's gradient: written once, to the input read last in the backward pass; an
+  // input only the Add reads takes it from there in place, unless another reader of that first input adds its part
+  // before the second input's layer reads it (`late` reads `block` between `a` and the Add; the first of `twice`'s
+  // two convolutions of `merged`), and never an input the Add reads twice. Aliased: the first block's batch norm,
+  // the second convolution of `merged` and `same` (whose Add is read after `late`'s). The passes must give the
+  // plain passes' bits either way.
+  auto x = nn::input_tensor({6, 6, 3});
+  auto conv = [] { return nn::conv2d{8, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same}; };
+  auto bn = [] { return nn::batch_normalization{0.9, 1e-3}; };
+  auto relu = [](const nn::symbolic_tensor& t) { return nn::activation_layer{nn::activation::relu}(t); };
+  auto p = relu(bn()(conv()(x)));
+  auto block = relu(nn::add{}({bn()(conv()(p)), p}));        // the batch norm takes p's gradient: aliased
+  auto a = bn()(conv()(block));
+  auto late = conv()(block);                                 // reads block after a: a keeps its own buffer
+  auto merged = nn::add{}({block, a});
+  auto twice = nn::add{}({merged, conv()(merged), conv()(merged)});
+  auto same = relu(nn::add{}({twice, twice, bn()(conv()(twice))}));  // twice read twice: not aliased
+  auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(nn::add{}({same, late})));
+  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  for (std::size_t batch : {std::size_t{3}, std::size_t{8}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const pass_bits shared = run_passes(plan, true, true, batch);
+    const pass_bits plain = run_passes(plan, true, false, batch);
+    EXPECT_EQ(shared.aliased, 3u);
+    EXPECT_EQ(plain.aliased, 0u);
+    expect_same_passes(shared, plain);
+    expect_same_passes(run_passes(plan, false, true, batch), run_passes(plan, false, false, batch));
   }
 }
 

@@ -23,6 +23,10 @@
 // Gradient buffers are shared: the gradient w.r.t. a node's output lives only from the backward step of its last
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
 // overlap use one slot (ResNet-56 at batch 128 keeps a few slots per stage instead of one buffer per layer).
+// Gradient aliasing goes one step further: a layer that gives every input one gradient (Add) writes it once, to
+// the input whose gradient is read last, and another input read by nothing else reads it from that buffer in place
+// (a ResNet block's second batch norm reads the gradient its shortcut got), where no other reader of the first adds
+// its part before then. One write of an activation-sized tensor fewer per residual block.
 
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/graph_layer_factory.hpp>
@@ -94,6 +98,7 @@ class graph_executor {
     folded_.assign(layers_.size(), no_layer);
     skipped_in_inference_.assign(layers_.size(), 0);
     deferred_.assign(layers_.size(), 0);
+    alias_of_.assign(layers_.size(), no_layer);
     deferred_map_.resize(layers_.size());
     mapped_inputs_.assign(layers_.size(), {});
     maps_.resize(arity);
@@ -125,6 +130,12 @@ class graph_executor {
   [[nodiscard]] std::size_t folded_batch_norms() const {
     return static_cast<std::size_t>(
         std::count_if(folded_.begin(), folded_.end(), [](std::size_t p) { return p != no_layer; }));
+  }
+
+  // How many layers read their output's gradient from another layer's buffer (gradient aliasing, above).
+  [[nodiscard]] std::size_t aliased_gradients() const {
+    return static_cast<std::size_t>(
+        std::count_if(alias_of_.begin(), alias_of_.end(), [](std::size_t p) { return p != no_layer; }));
   }
 
   // How many batch norms leave their map to the Add that reads them, in training (above).
@@ -283,6 +294,11 @@ class graph_executor {
           dxs_[k] = nullptr;
           continue;
         }
+        if (in > 0 && alias_of_[in - 1] != no_layer) {  // its gradient is the one this layer writes to another input
+          dxs_[k] = nullptr;
+          written_[in] = 1;
+          continue;
+        }
         any_input = true;
         dxs_[k] = written_[in] ? scratch_[k].data() : grads_[in - 1];  // a second consumer adds its part
       }
@@ -396,17 +412,20 @@ class graph_executor {
     for (std::size_t c = 0; c < n; ++c)
       for (std::size_t in : inputs_[c])
         if (in > 0) last_reader[in - 1] = std::max(last_reader[in - 1], c);
+    std::vector<std::size_t> read_at(n);  // when the gradient w.r.t. layer i's output is read
+    for (std::size_t i = 0; i < n; ++i) read_at[i] = i;
+    for (std::size_t p = 0; p < n; ++p)
+      if (relu_of_[p] != no_layer) read_at[relu_of_[p]] = p;
+    alias_of_.assign(n, no_layer);
+    if (share_gradients_) plan_gradient_aliases(last_reader, read_at);
     struct life {
       std::size_t layer, lo, hi;
     };
     std::vector<life> lives;
     for (std::size_t i = 0; i < n; ++i) {
       grads_[i] = nullptr;
-      if (relu_of_[i] != no_layer || (!grad_needed_[i + 1] && i + 1 != n)) continue;
-      std::size_t lo = i;
-      for (std::size_t p = 0; p < n; ++p)
-        if (relu_of_[p] == i) lo = p;
-      lives.push_back({i, lo, i + 1 == n ? n : std::max(last_reader[i], i)});
+      if (relu_of_[i] != no_layer || (!grad_needed_[i + 1] && i + 1 != n) || alias_of_[i] != no_layer) continue;
+      lives.push_back({i, read_at[i], i + 1 == n ? n : std::max(last_reader[i], i)});
     }
     std::sort(lives.begin(), lives.end(), [](const life& a, const life& b) { return a.hi > b.hi; });
     std::vector<std::size_t> slot_free_below;  // per slot: its holder is read at this time (free below it)
@@ -428,6 +447,35 @@ class graph_executor {
     grad_slots_.resize(slot_size.size());
     for (std::size_t k = 0; k < slot_size.size(); ++k) grad_slots_[k].assign(slot_size[k], T{});
     for (const life& l : lives) grads_[l.layer] = grad_slots_[slot_of[l.layer]].data();
+    for (std::size_t i = 0; i < n; ++i)
+      if (alias_of_[i] != no_layer) grads_[i] = grads_[alias_of_[i]];
+  }
+
+  // Gradient aliasing (above). For each layer that gives every input one gradient: the primary is the input whose
+  // gradient this layer writes first (it is that gradient's last reader) and is read last (lowest read time), taken
+  // once; another input takes the primary's buffer if this layer is its only reader, it is read while the buffer is
+  // still live (not below the primary's read), and no other reader of the primary adds its part in between.
+  void plan_gradient_aliases(const std::vector<std::size_t>& last_reader, const std::vector<std::size_t>& read_at) {
+    const std::vector<std::size_t> sole = sole_readers();
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (fused_away_[i] || !layers_[i]->gives_every_input_one_gradient()) continue;
+      const auto& ins = inputs_[i];
+      std::size_t primary = no_layer;
+      for (std::size_t in : ins)
+        if (in > 0 && grad_needed_[in] && last_reader[in - 1] == i && std::count(ins.begin(), ins.end(), in) == 1 &&
+            (primary == no_layer || read_at[in - 1] < read_at[primary]))
+          primary = in - 1;
+      if (primary == no_layer) continue;
+      for (std::size_t in : ins) {
+        if (in == 0 || in - 1 == primary || !grad_needed_[in] || sole[in] != i) continue;
+        const std::size_t t = read_at[in - 1];
+        if (t < read_at[primary]) continue;
+        bool kept = true;
+        for (std::size_t r = t + 1; r < i && kept; ++r)
+          kept = std::find(inputs_[r].begin(), inputs_[r].end(), primary + 1) == inputs_[r].end();
+        if (kept) alias_of_[in - 1] = primary;
+      }
+    }
   }
 
   // node 0 is the input; node i + 1 is layer i.
@@ -458,6 +506,7 @@ class graph_executor {
   std::vector<std::size_t> folded_;                  // per layer: the batch norm it applies in inference, or no_layer
   std::vector<std::uint8_t> skipped_in_inference_;   // per layer: a batch norm its reader applies in inference
   std::vector<T> affine_;                            // the folded batch norm's [scale | shift] of the moment
+  std::vector<std::size_t> alias_of_;                // per layer: whose gradient buffer its output's gradient is
   std::vector<std::uint8_t> deferred_;               // per layer: a batch norm whose reader applies its map (training)
   std::vector<mwstrat::detail::channel_map<T>> deferred_map_;  // per layer: that map, this pass's
   std::vector<std::vector<std::size_t>> mapped_inputs_;  // per layer: per input, the deferred batch norm, or no_layer

@@ -169,8 +169,7 @@ class layer_impl {
   // Training folding (the graph executor's): a batch norm with no fused ReLU, whose output only an Add reads,
   // computes its statistics and factors (forward_statistics: nothing written to a.y) and the Add applies the map as
   // it reads that input (forward_with_input_maps, a map per input, mean null for a plain one): one pass over the
-  // activations fewer. The batch norm's backward pass never reads its output (that needs no ReLU mask), so the
-  // output is not needed at all.
+  // activations fewer. The batch norm's backward pass never reads its output, so the output is not needed at all.
   [[nodiscard]] virtual bool can_defer_map() const { return false; }
   virtual channel_map<T> forward_statistics(const forward_args<T>& /*a*/) {
     throw std::logic_error(base_name() + ": has no map to defer");
@@ -179,6 +178,11 @@ class layer_impl {
   virtual void forward_with_input_maps(const forward_args<T>& /*a*/, const channel_map<T>* /*maps*/) {
     throw std::logic_error(base_name() + ": cannot apply maps to its inputs");
   }
+
+  // Gradient aliasing (the graph executor's): a layer whose every input's gradient is one tensor (Add: the output's,
+  // through its fused ReLU's mask) writes it to each non-null dxs[k] it is given; the executor may give it only
+  // one and let an input that nothing else reads take its gradient from there in place.
+  [[nodiscard]] virtual bool gives_every_input_one_gradient() const { return false; }
 
   [[nodiscard]] const nn_shape& input_shape() const noexcept { return in_; }
   [[nodiscard]] const nn_shape& output_shape() const noexcept { return out_; }

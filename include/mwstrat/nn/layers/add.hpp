@@ -75,7 +75,8 @@ class add_layer final : public layer_impl<T> {
   }
 
   // Each input's gradient is the output's (through the fused ReLU's mask, if any), written to every input in one
-  // pass over the output's gradient (not written once and then copied).
+  // pass over the output's gradient (not written once and then copied). The graph executor usually asks for one.
+  bool gives_every_input_one_gradient() const override { return true; }
   void backward(const backward_args<T>& a) override {
     const std::size_t n = a.batch * this->output_size();
     std::size_t outs = 0;

@@ -70,6 +70,7 @@ class batch_normalization_layer final : public layer_impl<T> {
     mean_.assign(channels_, 0.0);
     inv_std_.assign(channels_, 0.0);
     coef_.assign(5 * channels_, T{});
+    map_.assign(3 * channels_, T{});
   }
 
   void forward(const forward_args<T>& a) override {
@@ -125,13 +126,15 @@ class batch_normalization_layer final : public layer_impl<T> {
         mv[j] = static_cast<T>(momentum_ * static_cast<double>(mv[j]) + (1 - momentum_) * var);
       }
     }
-    T* mean = coef_.data();
+    T* mean = map_.data();
     T* scale = mean + c;
+    T* shift = scale + c;
     for (std::size_t j = 0; j < c; ++j) {
       mean[j] = static_cast<T>(mean_[j]);
       scale[j] = static_cast<T>(static_cast<double>(a.params[j]) * inv_std_[j]);
+      shift[j] = a.params[c + j];
     }
-    return {mean, scale, a.params + c};
+    return {mean, scale, shift};
   }
 
   // Inference as Keras computes it: x·scale + shift with scale = γ/√(moving variance + ε) and
@@ -189,15 +192,18 @@ class batch_normalization_layer final : public layer_impl<T> {
     });
   }
 
-  // The gradient w.r.t. the batch norm's output: dy, or with a fused ReLU dy where y > 0, else 0 (both loaded
-  // unconditionally, so that the select vectorises).
+  // The gradient w.r.t. the batch norm's output at element i of channel j: dy, or with a fused ReLU dy where the
+  // forward pass's y = max(map(x), 0) was > 0, else 0. The mask is map(x) > 0 computed again from x, by the same
+  // expression and factors as the forward pass (so the same bits), rather than read from y: the backward passes
+  // read x anyway, and y is one tensor less to stream through memory twice.
   template <bool Relu>
-  static T output_gradient(const T* y, const T* dy, std::size_t i) noexcept {
+  static T output_gradient(const T* x, const T* dy, const channel_map<T>& m, std::size_t i, std::size_t j) noexcept {
     const T g = dy[i];
     if constexpr (Relu) {
-      const T v = y[i];
+      const T v = apply_channel_map(x[i], m.mean[j], m.scale[j], m.shift[j]);
       return v > T{} ? g : T{};
     } else {
+      (void)x, (void)m, (void)j;
       return g;
     }
   }
@@ -217,8 +223,8 @@ class batch_normalization_layer final : public layer_impl<T> {
     std::memcpy(&v, p, sizeof v);
     return __builtin_convertvector(v, half_wide_t);
   }
-  // The loop both sums share: `add(at, a1, a2)` for each half of each row (`at` its offset from the first), a1 and
-  // a2 that half's two sums, loaded from s1 and s2 before and stored back after.
+  // The loop both sums share: `add(at, h, a1, a2)` for each half h (0, then 1) of each row (`at` its offset from
+  // the first), a1 and a2 that half's two sums, loaded from s1 and s2 before and stored back after.
   template <class Add>
   static void sum_rows(std::size_t rows, std::size_t stride, double* s1, double* s2, Add&& add) noexcept {
     half_wide_t a1[2];
@@ -228,7 +234,7 @@ class batch_normalization_layer final : public layer_impl<T> {
     std::memcpy(&a2[0], s2, sizeof a2[0]);
     std::memcpy(&a2[1], s2 + H, sizeof a2[1]);
     for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t h = 0; h < 2; ++h) add(r * stride + h * H, a1[h], a2[h]);
+      for (std::size_t h = 0; h < 2; ++h) add(r * stride + h * H, h, a1[h], a2[h]);
     std::memcpy(s1, &a1[0], sizeof a1[0]);
     std::memcpy(s1 + H, &a1[1], sizeof a1[1]);
     std::memcpy(s2, &a2[0], sizeof a2[0]);
@@ -237,29 +243,35 @@ class batch_normalization_layer final : public layer_impl<T> {
 
   // s1 += x, s2 += x·x.
   static void add_squares(const T* x, std::size_t rows, std::size_t stride, double* s1, double* s2) noexcept {
-    sum_rows(rows, stride, s1, s2, [x](std::size_t at, half_wide_t& a1, half_wide_t& a2) {
+    sum_rows(rows, stride, s1, s2, [x](std::size_t at, std::size_t, half_wide_t& a1, half_wide_t& a2) {
       const half_wide_t xd = widen_half(x + at);
       a1 += xd;
       a2 += xd * xd;
     });
   }
 
-  // s1 += dy, s2 += dy·x, dy masked by y > 0 with a fused ReLU.
+  // s1 += dy, s2 += dy·x, for one vector of channels (`m` at its first), dy masked as output_gradient masks it.
+  // With a fused ReLU a row's masked dy is formed in T first, as the element-wise passes form it, then widened.
   template <bool Relu>
-  static void add_gradient_products(const T* x, const T* y, const T* dy, std::size_t rows, std::size_t stride,
-                                    double* s1, double* s2) noexcept {
-    sum_rows(rows, stride, s1, s2, [x, y, dy](std::size_t at, half_wide_t& a1, half_wide_t& a2) {
-      half_wide_t gd = widen_half(dy + at);
-      if constexpr (Relu) {
-        const half_wide_t yd = widen_half(y + at);  // y > 0 in double exactly as in T
-        const half_wide_t zero = {};
-        gd = yd > zero ? gd : zero;
-      } else {
-        (void)y;
-      }
-      a1 += gd;
-      a2 += gd * widen_half(x + at);
-    });
+  static void add_gradient_products(const T* x, const T* dy, const channel_map<T>& m, std::size_t rows,
+                                    std::size_t stride, double* s1, double* s2) noexcept {
+    if constexpr (Relu) {
+      alignas(L * sizeof(T)) T g[L];
+      sum_rows(rows, stride, s1, s2, [x, dy, m, &g](std::size_t at, std::size_t h, half_wide_t& a1, half_wide_t& a2) {
+        if (h == 0)  // the row's whole vector, for both halves
+          for (std::size_t j = 0; j < L; ++j) g[j] = output_gradient<true>(x + at, dy + at, m, j, j);
+        const half_wide_t gd = widen_half(g + h * H);
+        a1 += gd;
+        a2 += gd * widen_half(x + at);
+      });
+    } else {
+      (void)m;
+      sum_rows(rows, stride, s1, s2, [x, dy](std::size_t at, std::size_t, half_wide_t& a1, half_wide_t& a2) {
+        const half_wide_t gd = widen_half(dy + at);
+        a1 += gd;
+        a2 += gd * widen_half(x + at);
+      });
+    }
   }
 
   template <bool Relu>
@@ -267,8 +279,8 @@ class batch_normalization_layer final : public layer_impl<T> {
     const std::size_t c = channels_;
     const std::size_t rows = a.batch * per_sample_rows_;
     const T* x = a.x;
-    const T* y = a.y;
     const T* dyp = a.dy;
+    const channel_map<T> m{map_.data(), map_.data() + c, map_.data() + 2 * c};  // the forward pass's
     // Σdy and Σdy·x̂ per channel: beta's and gamma's gradients on this replica's rows. A chunk sums dy and dy·x in
     // double and turns the second into Σdy·x̂ = inv_std·(Σdy·x − mean·Σdy) (x̂ is not formed per element). The
     // gradients are summed in T from the chunks' sums, as the replicas' mean will add them, so that their tree goes
@@ -282,13 +294,13 @@ class batch_normalization_layer final : public layer_impl<T> {
           double* __restrict s2 = part + c;
           std::size_t j = 0;
           for (; j + L <= c; j += L)
-            add_gradient_products<Relu>(x + r0 * c + j, y + r0 * c + j, dyp + r0 * c + j, r1 - r0, c, s1 + j, s2 + j);
+            add_gradient_products<Relu>(x + r0 * c + j, dyp + r0 * c + j, {m.mean + j, m.scale + j, m.shift + j},
+                                        r1 - r0, c, s1 + j, s2 + j);
           for (std::size_t r = r0; r < r1 && j < c; ++r) {
             const T* __restrict xr = x + r * c;
-            const T* __restrict yr = y + r * c;
             const T* __restrict dyr = dyp + r * c;
             for (std::size_t i = j; i < c; ++i) {
-              const double dy = static_cast<double>(output_gradient<Relu>(yr, dyr, i));
+              const double dy = static_cast<double>(output_gradient<Relu>(xr, dyr, m, i, i));
               s1[i] += dy;
               s2[i] += dy * static_cast<double>(xr[i]);
             }
@@ -328,7 +340,7 @@ class batch_normalization_layer final : public layer_impl<T> {
         for (std::size_t j = 0; j < c; ++j) {
           const std::size_t i = r * c + j;
           const T xhat = (x[i] - mu[j]) * inv[j];
-          dx[i] = k[j] * ((output_gradient<Relu>(y, dyp, i) - mean_dy[j]) - xhat * mean_dyx[j]);
+          dx[i] = k[j] * ((output_gradient<Relu>(x, dyp, m, i, j) - mean_dy[j]) - xhat * mean_dyx[j]);
         }
     });
   }
@@ -383,6 +395,7 @@ class batch_normalization_layer final : public layer_impl<T> {
   std::vector<double> mean_;     // of the last forward pass
   std::vector<double> inv_std_;  // 1 / sqrt(var + ε)
   std::vector<T> coef_;          // per-channel factors of the element-wise passes, in T
+  std::vector<T> map_;           // the last training forward pass's map: [mean | scale | shift (β)], in T
 };
 
 }  // namespace mwstrat::detail
