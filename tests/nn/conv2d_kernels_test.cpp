@@ -312,6 +312,32 @@ TEST(Conv2dKernels, AutomaticTakesWinogradForThreeByThreeStrideOne) {
   }
 }
 
+// With `add`, the data gradient is added to what the output holds: the bits of computing it apart and adding it
+// (what the graph executor did with a second reader's part), on every path (the Winograd path adds as it stores,
+// the others through a buffer of the workspace).
+TEST(Conv2dKernels, DataGradientAddedToTheOutputIsTheSumOfTheTwoRoundedOnce) {
+  std::uint64_t seed = 61;
+  for (conv2d_path path : {conv2d_path::automatic, conv2d_path::direct, conv2d_path::reference})
+    for (const conv2d_geometry& g : geometries()) {
+      SCOPED_TRACE(describe(g) + " path " + std::to_string(static_cast<int>(path)));
+      const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, seed++);
+      const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, seed++);
+      const auto before = filled(g.batch * g.in_h * g.in_w * g.in_c, seed++);
+      conv2d_workspace ws;
+      ws.path = path;
+      std::vector<float> apart(before.size(), std::nanf(""));
+      std::vector<float> added = before;
+      tbb::task_arena arena(1);
+      arena.execute([&] {
+        mwstrat::nn::kernels::conv2d_backward_data(g, dy.data(), w.data(), apart.data(), ws);
+        mwstrat::nn::kernels::conv2d_backward_data(g, dy.data(), w.data(), added.data(), ws, true);
+      });
+      std::vector<float> want(before.size());
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = before[i] + apart[i];
+      EXPECT_TRUE(same_bits(added, want));
+    }
+}
+
 // The forward pass with an input transform equals the transform applied first, then the plain forward pass; the
 // padding stays zero (a shift would otherwise leak into the border). Bit for bit, though the plain pass reads the
 // image in place where the transformed one reads a padded copy (Winograd's edge tiles, the direct path's

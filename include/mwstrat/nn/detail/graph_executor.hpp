@@ -23,6 +23,8 @@
 // Gradient buffers are shared: the gradient w.r.t. a node's output lives only from the backward step of its last
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
 // overlap use one slot (ResNet-56 at batch 128 keeps a few slots per stage instead of one buffer per layer).
+// A second reader of a node that can add its part of the node's gradient as it writes it (a convolution on the
+// Winograd path: layer_impl::can_add_to_dx) gets the node's buffer instead of a scratch buffer added afterwards.
 // Gradient aliasing goes one step further: a layer that gives every input one gradient (Add) writes it once, to
 // the input whose gradient is read last, and another input read by nothing else reads it from that buffer in place
 // (a ResNet block's second batch norm reads the gradient its shortcut got), where no other reader of the first adds
@@ -302,6 +304,10 @@ class graph_executor {
         any_input = true;
         dxs_[k] = written_[in] ? scratch_[k].data() : grads_[in - 1];  // a second consumer adds its part
       }
+      // A second consumer that can add its part as it writes it gets the node's buffer itself.
+      const bool adds = share_gradients_ && ins.size() == 1 && dxs_[0] != nullptr && written_[ins[0]] &&
+                        l.can_add_to_dx();
+      if (adds) dxs_[0] = grads_[ins[0] - 1];
       if (n > 0 || any_input) {
         for (std::size_t k = 0; k < ins.size(); ++k) xs_[k] = node_values(ins[k]);
         if (l.aliases_input()) {
@@ -309,12 +315,13 @@ class graph_executor {
         } else {
           const std::size_t o = relu_of_[i] == no_layer ? i : relu_of_[i];  // whose output and gradient
           l.backward({batch, xs_[0], acts_[o].data(), grads_[o], dxs_[0], pbase_ + info_[i].offset,
-                      gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0});
+                      gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0, nullptr,
+                      adds});
         }
         for (std::size_t k = 0; k < ins.size(); ++k) {
           if (dxs_[k] == nullptr) continue;
           const std::size_t in = ins[k];
-          if (written_[in]) {
+          if (written_[in] && !adds) {
             T* to = grads_[in - 1];
             const T* from = dxs_[k];
             mwstrat::detail::parallel_chunks(batch * node_size(in), 1 << 16, [&](std::size_t b, std::size_t e) {

@@ -84,6 +84,8 @@ struct backward_args {
   // Where the layer may report parts of its gradient as final before it returns (null: nobody listens); what it
   // has not reported when it returns, the model reports then. Regularisation must be added before a report.
   const gradient_ready* ready = nullptr;
+  // dx += the input gradient rather than dx = it (only where can_add_to_dx(); dxs[0] == dx, a single-input layer).
+  bool add_to_dx = false;
 };
 
 // An L2 term of a layer's loss: λ·Σw² over `count` parameters from `offset` in the layer's parameters.
@@ -183,6 +185,11 @@ class layer_impl {
   // through its fused ReLU's mask) writes it to each non-null dxs[k] it is given; the executor may give it only
   // one and let an input that nothing else reads take its gradient from there in place.
   [[nodiscard]] virtual bool gives_every_input_one_gradient() const { return false; }
+
+  // Gradient accumulation (the graph executor's): a layer that can add its input gradient to what dx holds
+  // (backward_args::add_to_dx; each element's sum rounded once, as adding a separately computed gradient would be)
+  // says so, and the executor hands it a node's gradient buffer where another reader has written its part first.
+  [[nodiscard]] virtual bool can_add_to_dx() const { return false; }
 
   [[nodiscard]] const nn_shape& input_shape() const noexcept { return in_; }
   [[nodiscard]] const nn_shape& output_shape() const noexcept { return out_; }

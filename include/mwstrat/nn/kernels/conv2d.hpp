@@ -201,12 +201,23 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
   conv2d_forward_reference(g, x, kernel, bias, output, ws);
 }
 
-/// grad_input = the gradient of the loss with respect to the input; overwritten.
+/// grad_input = the gradient of the loss with respect to the input; overwritten, or with `add` added to what is
+/// there (each element's sum rounded once: the bits of computing the gradient apart and then adding it, which is
+/// what the other paths do; the Winograd path adds as it stores, saving a write and a read of the whole tensor).
 inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel,
-                                 float* grad_input, conv2d_workspace& ws) {
+                                 float* grad_input, conv2d_workspace& ws, bool add = false) {
   detail_conv::check_geometry(g, "conv2d_backward_data");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
-    winograd::backward_data(g, grad_output, kernel, grad_input, ws);
+    winograd::backward_data(g, grad_output, kernel, grad_input, ws, add);
+    return;
+  }
+  if (add) {
+    const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
+    float* own = conv2d_workspace::ensure(ws.gradient, n);
+    conv2d_backward_data(g, grad_output, kernel, own, ws);
+    ::mwstrat::detail::parallel_chunks(n, 1 << 16, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) grad_input[i] += own[i];
+    });
     return;
   }
   if (ws.path != conv2d_path::reference && scatter::applies(g)) {

@@ -29,6 +29,7 @@ enum class conv2d_path { automatic, direct, reference };
 struct conv2d_workspace {
   conv2d_path path = conv2d_path::automatic;
   ::mwstrat::detail::aligned_vector<float> buffer_a, buffer_b, buffer_c;
+  ::mwstrat::detail::aligned_vector<float> gradient;  // a data gradient to add, on the paths that cannot add it
   std::vector<std::ptrdiff_t> taps;
 
   static float* ensure(::mwstrat::detail::aligned_vector<float>& v, std::size_t n) {

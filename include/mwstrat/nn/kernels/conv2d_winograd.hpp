@@ -322,10 +322,11 @@ void transform_image_tile(const float* image, std::size_t h, std::size_t w, Chan
 }
 
 // The output transform A^T m A plus the bias (nullable) of one tile: point xi of channel f is m[xi * xi_stride + f];
-// output (r, x) goes to y[r * y_row + x * F + f] for the rows x cols of its M x M outputs inside the output.
+// output (r, x) goes to y[r * y_row + x * F + f] for the rows x cols of its M x M outputs inside the output, or with
+// `add` is added to what is there (one rounding more, as adding the finished output to y would round).
 template <int M, class Channels, class Stride>
 void transform_output_tile(const float* m, Stride xi_stride, Channels F, const float* bias, float* y,
-                           std::size_t y_row, std::size_t rows, std::size_t cols) noexcept {
+                           std::size_t y_row, std::size_t rows, std::size_t cols, bool add = false) noexcept {
   using T = transforms<M>;
   constexpr std::size_t alpha = T::alpha;
   constexpr auto L = static_cast<std::size_t>(lanes);
@@ -341,14 +342,23 @@ void transform_output_tile(const float* m, Stride xi_stride, Channels F, const f
     }
     V bv = {};
     if (bias != nullptr) ::mwstrat::detail::vload(bv, bias + f);
+    const auto put = [add](float* to, const V& v) {
+      if (add) {
+        V old;
+        ::mwstrat::detail::vload(old, to);
+        ::mwstrat::detail::vstore(to, old + v);
+      } else {
+        ::mwstrat::detail::vstore(to, v);
+      }
+    };
     MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < static_cast<std::size_t>(M); ++r) {
       V out[M];
       T::output(s + r * alpha, 1, out, 1);
       if (whole) {
         MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < static_cast<std::size_t>(M); ++x)
-          ::mwstrat::detail::vstore(y + r * y_row + x * f_count + f, out[x] + bv);
+          put(y + r * y_row + x * f_count + f, out[x] + bv);
       } else if (r < rows) {
-        for (std::size_t x = 0; x < cols; ++x) ::mwstrat::detail::vstore(y + r * y_row + x * f_count + f, out[x] + bv);
+        for (std::size_t x = 0; x < cols; ++x) put(y + r * y_row + x * f_count + f, out[x] + bv);
       }
     }
   }
@@ -362,10 +372,11 @@ inline std::size_t chunk_tiles(std::size_t positions, std::size_t in_c, std::siz
 }
 
 // output = the 3x3 stride-1 convolution of input (after `transform`, then zero padding) with the kernel `k` plus
-// bias (nullable), by F(M x M, 3 x 3). The geometry's kernel and stride are 3x3 and 1 (applies()).
+// bias (nullable), by F(M x M, 3 x 3), or with `add` output += it. The geometry's kernel and stride are 3x3 and 1
+// (applies()).
 template <int M>
 void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
-              const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws) {
+              const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws, bool add = false) {
   using T = transforms<M>;
   constexpr std::size_t alpha = T::alpha, P = alpha * alpha, m = M;
   const std::size_t C = g.in_c, F = g.out_c;
@@ -458,7 +469,7 @@ void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_t
         for (std::size_t t = 0; t < count; ++t) {
           const std::size_t ty = (t0 + t) / tw, tx = (t0 + t) % tw;
           transform_output_tile<M>(Mt + t * P * F, Fc, Fc, bias, out_image + (m * ty * g.out_w + m * tx) * F,
-                                   g.out_w * F, std::min(m, g.out_h - m * ty), std::min(m, g.out_w - m * tx));
+                                   g.out_w * F, std::min(m, g.out_h - m * ty), std::min(m, g.out_w - m * tx), add);
         }
       });
     }
@@ -470,9 +481,9 @@ void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_t
 inline int tile_size(const conv2d_geometry& g) { return g.out_h >= 4 && g.out_w >= 4 ? 4 : 2; }
 
 inline void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
-                     const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws) {
-  if (tile_size(g) == 4) convolve<4>(g, input, transform, k, bias, output, ws);
-  else convolve<2>(g, input, transform, k, bias, output, ws);
+                     const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws, bool add = false) {
+  if (tile_size(g) == 4) convolve<4>(g, input, transform, k, bias, output, ws, add);
+  else convolve<2>(g, input, transform, k, bias, output, ws, add);
 }
 
 /// The forward pass: output = conv(t(input), kernel) + bias, t the optional input transform.
@@ -484,16 +495,17 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
 }
 
 /// The data gradient: the output gradient convolved with the kernel flipped in both axes and transposed (input
-/// and output channels swapped), over the output gradient padded by 2 - pad on the top and left.
+/// and output channels swapped), over the output gradient padded by 2 - pad on the top and left; with `add`,
+/// added to grad_input.
 inline void backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel,
-                          float* grad_input, conv2d_workspace& ws) {
+                          float* grad_input, conv2d_workspace& ws, bool add = false) {
   const conv2d_geometry t{g.batch, g.out_h, g.out_w, g.out_c, g.in_c, 3, 3, 1, 1, 2 - g.pad_top, 2 - g.pad_left,
                           g.in_h, g.in_w};
   const auto OC = static_cast<std::ptrdiff_t>(g.out_c);
   const auto IC = static_cast<std::ptrdiff_t>(g.in_c);
   // (ky, kx, i = oc, o = ic) of the flipped kernel is kernel[2 - ky][2 - kx][ic][oc].
   const kernel_view flipped{kernel + 8 * IC * OC, -3 * IC * OC, -IC * OC, 1, OC};
-  convolve(t, grad_output, nullptr, flipped, nullptr, grad_input, ws);
+  convolve(t, grad_output, nullptr, flipped, nullptr, grad_input, ws, add);
 }
 
 }  // namespace mwstrat::nn::kernels::winograd

@@ -120,6 +120,9 @@ class conv2d_layer final : public layer_impl<T> {
     }
     layer_impl<T>::forward_with_input_affine(a, scale, shift, relu);  // refuses: takes_input_affine() is false
   }
+  // The kernels add a data gradient as they store it on the Winograd path, and through a buffer of their own on
+  // the others (layer_impl::can_add_to_dx).
+  bool can_add_to_dx() const override { return uses_kernels(); }
   void backward(const backward_args<T>& a) override {
     if constexpr (std::is_same_v<T, float>) {
       if (uses_kernels()) {
@@ -132,7 +135,7 @@ class conv2d_layer final : public layer_impl<T> {
         }
         // Final now: its reduction can start while the input gradient is computed.
         if (a.ready != nullptr) (*a.ready)(0, this->param_count());
-        if (a.dx != nullptr) nn::kernels::conv2d_backward_data(g, a.dy, a.params, a.dx, kernels_ws_);
+        if (a.dx != nullptr) nn::kernels::conv2d_backward_data(g, a.dy, a.params, a.dx, kernels_ws_, a.add_to_dx);
         return;
       }
     }
