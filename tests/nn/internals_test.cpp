@@ -576,6 +576,23 @@ TEST(NnGraphExecutor, BatchNormsFoldedIntoTheirConvolutionInInferenceGiveTheBits
   }
 }
 
+namespace {
+
+// What the executor tests build their residual graphs from: 3x3 `same` convolutions of `ch` filters, batch norms
+// and plain ReLUs (which the executor fuses into their producers).
+struct block_layers {
+  std::size_t ch;
+  [[nodiscard]] nn::conv2d conv() const {
+    return nn::conv2d{ch, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same};
+  }
+  [[nodiscard]] nn::batch_normalization bn() const { return nn::batch_normalization{0.9, 1e-3}; }
+  [[nodiscard]] nn::symbolic_tensor relu(const nn::symbolic_tensor& t) const {
+    return nn::activation_layer{nn::activation::relu}(t);
+  }
+};
+
+}  // namespace
+
 TEST(NnGraphExecutor, BatchNormsDeferredToTheirAddInTrainingGiveTheBitsOfThePlainPasses) {
   // Two residual blocks as resnet_cifar builds them: the second batch norm of each (no ReLU, read by the Add only)
   // leaves its map to the Add; in the second block on either input of the Add, and a third input plain. Batch
@@ -584,13 +601,13 @@ TEST(NnGraphExecutor, BatchNormsDeferredToTheirAddInTrainingGiveTheBitsOfThePlai
   for (std::size_t ch : {std::size_t{16}, std::size_t{20}}) {
     SCOPED_TRACE(std::to_string(ch) + " channels");
     auto x = nn::input_tensor({6, 6, 3});
-    auto conv = [ch] { return nn::conv2d{ch, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same}; };
-    auto bn = [] { return nn::batch_normalization{0.9, 1e-3}; };
-    auto relu = [](const nn::symbolic_tensor& t) { return nn::activation_layer{nn::activation::relu}(t); };
-    auto stem = relu(bn()(conv()(x)));
-    auto b1 = relu(nn::add{}({bn()(conv()(relu(bn()(conv()(stem))))), stem}));        // deferred: 1
-    auto twice = bn()(conv()(b1));                                                     // read twice: stays
-    auto b2 = relu(nn::add{}({b1, bn()(conv()(b1)), relu(bn()(conv()(twice))), twice}));  // deferred: 1 (2nd input)
+    const block_layers lay{ch};
+    auto stem = lay.relu(lay.bn()(lay.conv()(x)));
+    // deferred: 1
+    auto b1 = lay.relu(nn::add{}({lay.bn()(lay.conv()(lay.relu(lay.bn()(lay.conv()(stem))))), stem}));
+    auto twice = lay.bn()(lay.conv()(b1));  // read twice: stays
+    // deferred: 1 (the second input)
+    auto b2 = lay.relu(nn::add{}({b1, lay.bn()(lay.conv()(b1)), lay.relu(lay.bn()(lay.conv()(twice))), twice}));
     auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(b2));
     const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
     for (std::size_t batch : {std::size_t{3}, std::size_t{8}}) {
@@ -616,16 +633,14 @@ TEST(NnGraphExecutor, GradientsSharedByAnAddsInputsOrAddedInPlaceGiveTheBitsOfTh
   for (std::size_t ch : {std::size_t{8}, std::size_t{16}}) {
     SCOPED_TRACE(std::to_string(ch) + " channels");
     auto x = nn::input_tensor({6, 6, 3});
-    auto conv = [ch] { return nn::conv2d{ch, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same}; };
-    auto bn = [] { return nn::batch_normalization{0.9, 1e-3}; };
-    auto relu = [](const nn::symbolic_tensor& t) { return nn::activation_layer{nn::activation::relu}(t); };
-    auto p = relu(bn()(conv()(x)));
-    auto block = relu(nn::add{}({bn()(conv()(p)), p}));        // the batch norm takes p's gradient: aliased
-    auto a = bn()(conv()(block));
-    auto late = conv()(block);                                 // reads block after a: a keeps its own buffer
+    const block_layers lay{ch};
+    auto p = lay.relu(lay.bn()(lay.conv()(x)));
+    auto block = lay.relu(nn::add{}({lay.bn()(lay.conv()(p)), p}));  // the batch norm takes p's gradient: aliased
+    auto a = lay.bn()(lay.conv()(block));
+    auto late = lay.conv()(block);  // reads block after a: a keeps its own buffer
     auto merged = nn::add{}({block, a});
-    auto twice = nn::add{}({merged, conv()(merged), conv()(merged)});
-    auto same = relu(nn::add{}({twice, twice, bn()(conv()(twice))}));  // twice read twice: not aliased
+    auto twice = nn::add{}({merged, lay.conv()(merged), lay.conv()(merged)});
+    auto same = lay.relu(nn::add{}({twice, twice, lay.bn()(lay.conv()(twice))}));  // twice read twice: not aliased
     auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(nn::add{}({same, late})));
     const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
     for (std::size_t batch : {std::size_t{3}, std::size_t{8}}) {
