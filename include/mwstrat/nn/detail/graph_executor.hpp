@@ -23,8 +23,9 @@
 // Gradient buffers are shared: the gradient w.r.t. a node's output lives only from the backward step of its last
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
 // overlap use one slot (ResNet-56 at batch 128 keeps a few slots per stage instead of one buffer per layer).
-// A second reader of a node that can add its part of the node's gradient as it writes it (a convolution on the
-// Winograd path: layer_impl::can_add_to_dx) gets the node's buffer instead of a scratch buffer added afterwards.
+// A second reader of a node that can add its part of the node's gradient as it writes it (a convolution, which on
+// the Winograd path adds as it stores: layer_impl::can_add_to_dx) gets the node's buffer instead of a scratch
+// buffer added afterwards.
 // Gradient aliasing goes one step further: a layer that gives every input one gradient (Add) writes it once, to
 // the input whose gradient is read last, and another input read by nothing else reads it from that buffer in place
 // (a ResNet block's second batch norm reads the gradient its shortcut got), where no other reader of the first adds
