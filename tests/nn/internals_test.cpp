@@ -8,6 +8,9 @@
 // the unfused passes, and its shared gradient buffers against one buffer per layer.
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/graph_executor.hpp>
+#include <mwstrat/nn/detail/graph_layer_factory.hpp>
+#include <mwstrat/nn/detail/graph_layer_info.hpp>
+#include <mwstrat/nn/detail/graph_summary.hpp>
 #include <mwstrat/nn/detail/loss_pass.hpp>
 #include <mwstrat/nn/detail/random.hpp>
 #include <mwstrat/nn/detail/window_2d.hpp>
@@ -16,6 +19,7 @@
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/optimizers/optimizer_base.hpp>
+#include <mwstrat/nn/step_stats.hpp>
 
 #include <gtest/gtest.h>
 
@@ -26,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -653,6 +658,75 @@ TEST(NnGraphExecutor, GradientsSharedByAnAddsInputsOrAddedInPlaceGiveTheBitsOfTh
       expect_same_passes(run_passes(plan, false, true, batch), run_passes(plan, false, false, batch));
     }
   }
+}
+
+TEST(NnGraphExecutor, LayersLaidOutInOrderSummarisedAndTheLossCountsTheBatch) {
+  // The factory's layers (graph_layer_factory.hpp), their places in the arenas (graph_layer_info.hpp), Keras's
+  // summary of them (graph_summary.hpp) and a step's counts (step_stats.hpp), on one small graph.
+  auto x = nn::input_tensor({4, 4, 3});
+  auto y = nn::conv2d{8, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same}(x);
+  y = nn::activation_layer{nn::activation::relu}(nn::batch_normalization{0.9, 1e-3}(y));
+  auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(y));
+  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  nn::graph_detail::graph_executor<float> exec(plan);
+  const std::vector<nn::graph_detail::graph_layer_info>& info = exec.info();
+  ASSERT_EQ(info.size(), 5u);
+  const std::vector<std::string> types{"Conv2D", "BatchNormalization", "Activation", "GlobalAveragePooling2D",
+                                       "Dense"};
+  const std::vector<std::size_t> counts{3 * 3 * 3 * 8 + 8, 2 * 8, 0, 0, 8 * 3 + 3};
+  const std::vector<std::size_t> states{0, 2 * 8, 0, 0, 0};
+  std::size_t offset = 0, state_offset = 0;
+  for (std::size_t i = 0; i < info.size(); ++i) {
+    SCOPED_TRACE(info[i].name);
+    EXPECT_EQ(info[i].type, types[i]);
+    EXPECT_EQ(info[i].count, counts[i]);
+    EXPECT_EQ(info[i].state_count, states[i]);
+    EXPECT_EQ(info[i].offset, offset);  // the arenas hold the layers back to back, in order
+    EXPECT_EQ(info[i].state_offset, state_offset);
+    if (i > 0) {
+      EXPECT_EQ(info[i].inbound, std::vector<std::string>{info[i - 1].name});
+    }
+    offset += info[i].count;
+    state_offset += info[i].state_count;
+  }
+  EXPECT_EQ(exec.parameter_count(), offset);
+  EXPECT_EQ(exec.state().size(), state_offset);
+
+  std::ostringstream summary;
+  nn::graph_detail::print_graph_summary(summary, exec.input_shape(), info, offset, state_offset);
+  // Keras's row: the first column cut at 32 characters, the parameters and the model state counted together.
+  EXPECT_NE(summary.str().find("\n batch_normalization (BatchNorm (None, 4, 4, 8)      32          ['conv2d[0][0]']\n"),
+            std::string::npos)
+      << summary.str();
+  EXPECT_NE(summary.str().find("Total params: 283\nTrainable params: 267\nNon-trainable params: 16\n"),
+            std::string::npos)
+      << summary.str();
+  EXPECT_EQ(nn::graph_detail::grouped(860874), "860,874");
+  EXPECT_EQ(nn::graph_detail::grouped(999), "999");
+
+  // A step's stats: every sample counted, and `correct` the samples whose arg-max output is their label.
+  const std::size_t batch = 6;
+  exec.initialize(5);
+  exec.reserve(batch);
+  std::vector<float> in(batch * exec.input_size());
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(2 * d::random_unit(21, 0, i) - 1);
+  const std::vector<std::int64_t> labels{0, 1, 2, 0, 1, 2};
+  const std::vector<float> weights(batch, 1.0f);
+  exec.forward_pass(in.data(), batch, true, false);
+  const nn::step_stats st = exec.loss_pass(labels, weights, batch, false, 0.0);
+  std::size_t correct = 0;
+  for (std::size_t s = 0; s < batch; ++s) {
+    const auto row = exec.outputs().subspan(s * 3, 3);
+    correct += static_cast<std::size_t>(std::max_element(row.begin(), row.end()) - row.begin()) ==
+               static_cast<std::size_t>(labels[s]);
+  }
+  EXPECT_EQ(st.count, batch);
+  EXPECT_EQ(st.correct, correct);
+  // Neither none nor all right, so that neither a zero nor the batch size passes for the count.
+  EXPECT_GT(correct, 0u);
+  EXPECT_LT(correct, batch);
+  EXPECT_TRUE(std::isfinite(st.loss_sum));
+  EXPECT_GT(st.loss_sum, 0.0);
 }
 
 TEST(NnGraphExecutor, BatchNormInferenceIsKerasMapOfTheMovingStatistics) {
