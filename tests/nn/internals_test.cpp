@@ -351,6 +351,15 @@ TEST(NnConv2dDirect, PlansTileTheExtentWithinTheRegisterBudget) {
       }
 }
 
+// Where the cycle counts are close, the plan streams the input fewer times: ResNet's 16x16 32->64 stride-2 layer
+// (7 windows inside a row, a kernel row of 3 x 32 values) takes the widest tile of output channels.
+TEST(NnConv2dDirect, PlansFewerPassesOverTheInputWhenTheCyclesAreClose) {
+  constexpr std::size_t out_c = 64, K = 3 * 32;
+  const std::size_t vectors = out_c / static_cast<std::size_t>(direct::lanes);
+  const auto b = direct::plan(7, vectors, K * out_c * sizeof(float));
+  EXPECT_EQ(b.nv, std::min<int>(direct::max_nv, static_cast<int>(vectors)));
+}
+
 TEST(NnConv2dDirect, PaddedImageIsZeroOutsideAndTransformedInside) {
   constexpr std::size_t h = 2, w = 3, ch = 2, rows = 5, cols = 6, top = 1, left = 2;
   std::vector<float> src(h * w * ch);
