@@ -1,6 +1,7 @@
 // The convolution kernels (nn/kernels/conv2d.hpp) against a plain double-precision loop over many geometries,
 // every implementation (Winograd, direct and the im2col reference), and their bits under 1 and 2 TBB threads.
 #include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d.hpp>
 
 #include <gtest/gtest.h>
@@ -224,6 +225,28 @@ TEST(Conv2dKernels, FastPathAgreesWithReferenceOnResNetShapes) {
     expect_near_all(fast.dw, widen(ref.dw), static_cast<double>(g.batch * g.out_h * g.out_w), "backward filter");
     expect_near_all(fast.db, widen(ref.db), static_cast<double>(g.batch * g.out_h * g.out_w), "bias gradient");
   }
+}
+
+// A strided `same` convolution reads its input in place and runs the overhanging last column down the image in
+// tiles of a few rows. On tall images those rows are more than one tile holds, and the last tile is often short:
+// every output row down to the corner must still be written (a short last tile once stepped past the corner).
+TEST(Conv2dKernels, OverhangingColumnOfATallImageIsWrittenDownToTheCorner) {
+  const std::size_t L = mwstrat::detail::lanes_v<float>;
+  std::uint64_t seed = 7;
+  for (std::size_t h = 16; h <= 40; h += 2)
+    for (const std::size_t f : {L, 2 * L, 4 * L}) {
+      const conv2d_geometry g = make(1, h, 8, 8, f, 3, 2, true);
+      ASSERT_EQ(g.pad_top + g.pad_left, 0u);  // the in-place forward pass
+      SCOPED_TRACE(describe(g));
+      const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, seed++);
+      const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, seed++);
+      const auto b = filled(g.out_c, seed++);
+      const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, seed++);
+      const run_result ref = run(g, conv2d_path::reference, x, w, b, dy, 1);
+      const run_result fast = run(g, conv2d_path::automatic, x, w, b, dy, 1);
+      expect_near_all(fast.y, std::vector<double>(ref.y.begin(), ref.y.end()),
+                      static_cast<double>(g.kernel_h * g.kernel_w * g.in_c), "forward");
+    }
 }
 
 // The filter gradient's transposed tile (vectors along the patch values) does, for each sum, what a register tile
