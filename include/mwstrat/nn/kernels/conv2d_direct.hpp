@@ -346,7 +346,7 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
         for (std::size_t t0 = 0; t0 < rows_in; t0 += pass) {
           const bool accumulate = t0 > 0;
           const float* w = packed + blk * block_size + t0 * K * width;
-          const std::size_t taps = std::min({pass, g.kernel_h - t0, rows_in - t0});
+          const std::size_t taps = std::min(pass, rows_in - t0);
           const float* in_row = image + oy * g.stride_h * wp * C;
           float* out_row = out_image + oy * g.out_w * g.out_c + blk * width;
           std::size_t ox = 0;
