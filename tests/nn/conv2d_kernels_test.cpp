@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -203,6 +204,17 @@ TEST(Conv2dKernels, FilterGradientOverManyChunksIsThreadInvariant) {
   }
 }
 
+// The reference path and the fast path on the same random operands, drawn with the next four seeds.
+std::pair<run_result, run_result> reference_and_fast(const conv2d_geometry& g, std::uint64_t& seed, int threads) {
+  const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, seed++);
+  const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, seed++);
+  const auto b = filled(g.out_c, seed++);
+  const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, seed++);
+  return {run(g, conv2d_path::reference, x, w, b, dy, threads), run(g, conv2d_path::automatic, x, w, b, dy, threads)};
+}
+
+std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
 // The fast path against the reference on ResNet-CIFAR's layer shapes (batch 2), within float tolerance.
 TEST(Conv2dKernels, FastPathAgreesWithReferenceOnResNetShapes) {
   const conv2d_geometry shapes[] = {
@@ -213,13 +225,7 @@ TEST(Conv2dKernels, FastPathAgreesWithReferenceOnResNetShapes) {
   std::uint64_t seed = 99;
   for (const conv2d_geometry& g : shapes) {
     SCOPED_TRACE(describe(g));
-    const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, seed++);
-    const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, seed++);
-    const auto b = filled(g.out_c, seed++);
-    const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, seed++);
-    const run_result ref = run(g, conv2d_path::reference, x, w, b, dy, 2);
-    const run_result fast = run(g, conv2d_path::automatic, x, w, b, dy, 2);
-    const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    const auto [ref, fast] = reference_and_fast(g, seed, 2);
     expect_near_all(fast.y, widen(ref.y), static_cast<double>(g.kernel_h * g.kernel_w * g.in_c), "forward");
     expect_near_all(fast.dx, widen(ref.dx), static_cast<double>(g.kernel_h * g.kernel_w * g.out_c), "backward data");
     expect_near_all(fast.dw, widen(ref.dw), static_cast<double>(g.batch * g.out_h * g.out_w), "backward filter");
@@ -238,14 +244,8 @@ TEST(Conv2dKernels, OverhangingColumnOfATallImageIsWrittenDownToTheCorner) {
       const conv2d_geometry g = make(1, h, 8, 8, f, 3, 2, true);
       ASSERT_EQ(g.pad_top + g.pad_left, 0u);  // the in-place forward pass
       SCOPED_TRACE(describe(g));
-      const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, seed++);
-      const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, seed++);
-      const auto b = filled(g.out_c, seed++);
-      const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, seed++);
-      const run_result ref = run(g, conv2d_path::reference, x, w, b, dy, 1);
-      const run_result fast = run(g, conv2d_path::automatic, x, w, b, dy, 1);
-      expect_near_all(fast.y, std::vector<double>(ref.y.begin(), ref.y.end()),
-                      static_cast<double>(g.kernel_h * g.kernel_w * g.in_c), "forward");
+      const auto [ref, fast] = reference_and_fast(g, seed, 1);
+      expect_near_all(fast.y, widen(ref.y), static_cast<double>(g.kernel_h * g.kernel_w * g.in_c), "forward");
     }
 }
 
