@@ -11,15 +11,22 @@ import time
 
 
 def cpu_model():
-    """The CPU's model name from /proc/cpuinfo ("unknown" where there is none)."""
+    """The CPU's model name from /proc/cpuinfo ("unknown" where there is none), with its family and model numbers:
+    cloud machines of different generations may share one name ("Intel(R) Xeon(R) Processor")."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's fields are enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    name = fields.get("model name") or platform.processor() or "unknown"
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def cpu_flags():

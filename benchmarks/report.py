@@ -26,7 +26,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
-                "checkpoint", "data", "resnet", "resnet_tta", "collective_hosts", "train_hosts", "fault_campaign"]
+                "checkpoint", "data", "resnet", "resnet_tta", "resnet56_tta", "collective_hosts", "train_hosts", "fault_campaign"]
 
 
 def cnn_flops_per_sample():
@@ -796,12 +796,18 @@ class Page:
             self.w()
 
     def resnet_time_to_accuracy(self):
-        t = self.r.get("resnet_tta")
-        if not t:
-            return
+        # ResNet-20's record (the goal's depth) keeps its historical family name; other depths carry theirs.
+        for family, plot in (("resnet_tta", "resnet_time_to_accuracy.png"),
+                             ("resnet56_tta", "resnet56_time_to_accuracy.png")):
+            t = self.r.get(family)
+            if t:
+                self.resnet_time_to_accuracy_of(t, plot)
+
+    def resnet_time_to_accuracy_of(self, t, plot):
         rc = t.get("recipe", {})
+        depth = rc.get("depth")
         w = self.w
-        w("### Time to accuracy: ResNet test accuracy against wall time, 2 workers")
+        w(f"### Time to accuracy: ResNet-{depth} test accuracy against wall time, 2 workers")
         w()
         w(f"Measured: {where(t)}.  ")
         w("Commands (one after the other): " + "; ".join(f"`{c}`" for c in t.get("commands", [])))
@@ -849,24 +855,30 @@ class Page:
                 w(f"- To the same epoch ({n}): mwstrat took {ratio:.2f}× {runs[1]['impl']}'s wall time.")
         w("- The points' training losses differ in kind: mwstrat's includes the L2 term (Keras's loss += λ·Σw²), "
           "PyTorch's is the cross-entropy alone (its L2 is the optimizer's weight decay).")
-        w(f"- Issue 17's goal (≥ 91% test accuracy in ≤ 30 min, ResNet-20), on this run of at most "
-          f"{rc.get('budget_s', 0) / 60:.0f} min: "
-          + ("met" if any(p["test_accuracy"] >= 0.91 and p["wall_s"] <= 1800 for r in runs if r["impl"] == "mwstrat"
-                          for p in r["points"]) else "**not met**") + ".")
+        if depth == 20:
+            w(f"- Issue 17's goal (≥ 91% test accuracy in ≤ 30 min, ResNet-20), on this run of at most "
+              f"{rc.get('budget_s', 0) / 60:.0f} min: "
+              + ("met" if any(p["test_accuracy"] >= 0.91 and p["wall_s"] <= 1800 for r in runs
+                              if r["impl"] == "mwstrat" for p in r["points"]) else "**not met**") + ".")
+        else:
+            w(f"- Issue 17 sets no accuracy goal for ResNet-{depth} in a short schedule; this curve is the comparison "
+              "with PyTorch on the same recipe and budget. Its accuracy after the tutorial's 60 epochs is in "
+              "[history/2026-11-27-resnet56-tutorial.md](history/2026-11-27-resnet56-tutorial.md).")
         w()
         if self.plt and runs:
             fig, ax = self.plt.subplots(figsize=(6.4, 4.2))
             for r in runs:
                 ax.plot([p["wall_s"] / 60 for p in r["points"]], [100 * p["test_accuracy"] for p in r["points"]],
                         marker="o", label=r["impl"])
-            ax.axhline(91, linestyle="--", color="grey", label="goal: 91%")
+            if depth == 20:
+                ax.axhline(91, linestyle="--", color="grey", label="goal: 91%")
             ax.set_xlabel("wall time since the first step (min)")
             ax.set_ylabel("test accuracy (%)")
             ax.set_title(f"ResNet-{rc.get('depth')} on CIFAR-10, {rc.get('workers')} workers\n{short_cpu(t)} "
                          f"({t.get('date', '')[:10]})", fontsize=9)
             ax.legend(fontsize=8)
             ax.grid(alpha=0.3)
-            path = self.save_plot(fig, "resnet_time_to_accuracy.png")
+            path = self.save_plot(fig, plot)
             w(f"![Test accuracy against wall time]({path})")
             w()
 

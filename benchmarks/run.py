@@ -22,6 +22,7 @@ Families and what each writes (RESULTS.md's sections):
                                          (examples/cifar10_resnet: the build needs -DMWSTRAT_BUILD_EXAMPLES=ON) then
                                          PyTorch channels_last, the same short cosine recipe, each alone for up to
                                          --tta-budget-s (resnet/time_to_accuracy.py)
+              resnet56_tta.json          the same for ResNet-56, the recipe shortened to 6 epochs (--tta-depths)
   hosts       collective_hosts.json      all-reduce between 2 simulated hosts (scripts/simhosts, tbf at 10 and 1
                                          Gbit/s; and on loopback): mwstrat fp32/bf16 vs Gloo vs Open MPI, vs the link
                                          limit (collective/hosts_bench.py)
@@ -283,15 +284,31 @@ def family_resnet(a, log):
         raise Failed("no mwstrat run succeeded: " + "; ".join(failures))
 
 
+# Time to accuracy per depth: the results file and the recipe's changes from time_to_accuracy.py's default (ResNet-20,
+# 32 epochs). ResNet-56 costs about 3× as much per epoch, so its schedule is cut to the 6 epochs that fit the 30-min
+# budget on the slower of the project's machines (the Intel Xeon, model 85: about 250 s an epoch with 2 workers).
+TTA_DEPTHS = {20: ("resnet_tta.json", []), 56: ("resnet56_tta.json", ["--depth", "56", "--epochs", "6"])}
+
+
 def family_tta(a, log):
-    # Time to accuracy: one long run per implementation, one after the other (each has the machine to itself), on
-    # time_to_accuracy.py's default recipe. A machine slower than the one it was chosen on is stopped at the budget
-    # with its cosine unfinished.
-    quick = ["--epochs", "2", "--warmup-epochs", "0.5", "--steps-per-epoch", "20", "--budget-s", "600"] if a.quick else [
-        "--budget-s", str(a.tta_budget_s)]
-    run([sys.executable, os.path.join(HERE, "resnet", "time_to_accuracy.py"), "--build", a.build, "--data-dir",
-         a.cifar_dir, "--json-out", os.path.join(a.results, "resnet_tta.json")] + quick, log,
-        2 * (600 if a.quick else a.tta_budget_s) + 600)
+    # Time to accuracy: one long run per implementation and depth, one after the other (each has the machine to
+    # itself). A machine slower than the one a recipe was chosen on is stopped at the budget with its cosine
+    # unfinished. The depths run even when one failed.
+    failed = []
+    for depth in a.tta_depths:
+        name, recipe = TTA_DEPTHS[depth]
+        quick = ["--epochs", "2", "--warmup-epochs", "0.5", "--steps-per-epoch", "20", "--budget-s", "600"] \
+            if a.quick else ["--budget-s", str(a.tta_budget_s)]
+        if a.quick:  # the quick schedule replaces the depth's own epochs
+            recipe = recipe[:2]
+        try:
+            run([sys.executable, os.path.join(HERE, "resnet", "time_to_accuracy.py"), "--build", a.build, "--data-dir",
+                 a.cifar_dir, "--json-out", os.path.join(a.results, name)] + recipe + quick, log,
+                2 * (600 if a.quick else a.tta_budget_s) + 600)
+        except Failed as e:
+            failed.append(f"ResNet-{depth}: {e}")
+    if failed:
+        raise Failed("; ".join(failed))
 
 
 def family_hosts(a, log):
@@ -328,8 +345,16 @@ def main():
     ap.add_argument("--resnet-rounds", type=int, default=0, help="resnet: interleaved rounds (default 3, quick 1)")
     ap.add_argument("--resnet-steps", type=int, default=0, help="resnet: timed steps per run (default 10, quick 3)")
     ap.add_argument("--tta-budget-s", type=int, default=1800, help="tta: wall-clock budget of each run (s)")
+    ap.add_argument("--tta-depths", default="20,56",
+                    help=f"tta: the ResNet depths to run, comma-separated, of {sorted(TTA_DEPTHS)}")
     ap.add_argument("--logs", default=None, help="folder for each family's log (default BUILD/bench-logs)")
     a = ap.parse_args()
+    try:
+        a.tta_depths = [int(d) for d in a.tta_depths.split(",")]
+    except ValueError:
+        ap.error(f"--tta-depths {a.tta_depths!r}: not a comma-separated list of depths")
+    if not a.tta_depths or any(d not in TTA_DEPTHS for d in a.tta_depths):
+        ap.error(f"--tta-depths {a.tta_depths}: each must be one of {sorted(TTA_DEPTHS)}")
     a.build = os.path.abspath(a.build)
     a.results = os.path.abspath(a.results)
     a.data_dir = os.path.abspath(a.data_dir)

@@ -14,6 +14,9 @@ epochs, batch 64 per worker, Nesterov at 0.1, label smoothing 0.1. The implement
 Time is measured from training's start (mwstrat: the chief's "Epoch 1/N" line, after start-up and data loading;
 PyTorch: its own clock from the first step), and includes every evaluation.
 
+The record's family is resnet_tta for ResNet-20 and resnet<depth>_tta for other depths (run.py's tta family runs
+ResNet-20 on the default recipe, then ResNet-56 on the same recipe shortened to 6 epochs).
+
 --only X --reuse FILE reruns one implementation and takes the other's curve from FILE, an earlier record of the
 same recipe (refused otherwise); the record names the date each run was measured on.
 
@@ -215,7 +218,10 @@ def main():
         r["measured"] = started[0]
     if other:
         runs = sorted(runs + other, key=lambda r: r["impl"] != "mwstrat")  # mwstrat first, as in a full run
-    record = benchlib.meta("resnet_tta", [r["command"] for r in runs], started=started)
+    # ResNet-20's record keeps the family name it has always had; other depths are families of their own
+    # (benchmarks/report.py draws a section and a plot for each).
+    family = "resnet_tta" if a.depth == 20 else f"resnet{a.depth}_tta"
+    record = benchlib.meta(family, [r["command"] for r in runs], started=started)
     record["recipe"] = recipe
     record["runs"] = runs
     print(json.dumps(record))

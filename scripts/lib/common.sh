@@ -182,9 +182,12 @@ MWSTRAT_BENCH_PACKAGES=(python3-torch)
 # install_bench_packages: whatever of MWSTRAT_BENCH_PACKAGES is missing.
 install_bench_packages() { apt_install_missing "benchmark dependencies" "${MWSTRAT_BENCH_PACKAGES[@]}"; }
 
-# cpu_model: the CPU's model name, for every benchmark output.
+# cpu_model: the CPU's model name with its family and model numbers (cloud machines of different generations may
+# share one name), for every benchmark output.
 cpu_model() {
-  local m
+  local m f n
   m="$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')"
-  printf '%s × %s CPUs\n' "${m:-unknown CPU}" "$(nproc)"
+  f="$(grep -m1 '^cpu family' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | tr -d ' ')"
+  n="$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | tr -d ' ')"
+  printf '%s%s × %s CPUs\n' "${m:-unknown CPU}" "${f:+ (family $f, model $n)}" "$(nproc)"
 }
