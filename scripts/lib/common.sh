@@ -186,8 +186,9 @@ install_bench_packages() { apt_install_missing "benchmark dependencies" "${MWSTR
 # share one name), for every benchmark output.
 cpu_model() {
   local m f n
-  m="$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')"
-  f="$(grep -m1 '^cpu family' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | tr -d ' ')"
-  n="$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | tr -d ' ')"
+  # Each field may be missing (other architectures): an empty value, never a failure under errexit and pipefail.
+  m="$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)"
+  f="$(grep -m1 '^cpu family' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | tr -d ' ' || true)"
+  n="$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | tr -d ' ' || true)"
   printf '%s%s × %s CPUs\n' "${m:-unknown CPU}" "${f:+ (family $f, model $n)}" "$(nproc)"
 }
