@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -392,6 +393,80 @@ TEST(Conv2dKernels, InputTransformIsAppliedBeforeZeroPadding) {
         expect_near_all(got, wanted, static_cast<double>(g.kernel_h * g.kernel_w * g.in_c), "transformed forward");
         EXPECT_TRUE(same_bits(got, want));
       }
+}
+
+// What an image hook saw: each image's turn, the sum of its output when the hook ran, and whether every image came
+// after the one before it in its group.
+struct hook_record {
+  const float* output = nullptr;
+  std::size_t image_size = 0, group = 1;
+  std::mutex m;
+  std::vector<std::size_t> calls;       // per image
+  std::vector<double> sums;             // per image, when its hook ran
+  std::vector<std::ptrdiff_t> last_of;  // per group: the last image seen
+  bool in_order = true;
+
+  static void run(void* self, std::size_t n) {
+    auto& r = *static_cast<hook_record*>(self);
+    double s = 0;
+    for (std::size_t i = 0; i < r.image_size; ++i) s += r.output[n * r.image_size + i];
+    const std::lock_guard<std::mutex> lock(r.m);
+    ++r.calls[n];
+    r.sums[n] = s;
+    const auto expected = n % r.group == 0 ? std::ptrdiff_t{-1} : static_cast<std::ptrdiff_t>(n) - 1;
+    if (r.last_of[n / r.group] != expected) r.in_order = false;
+    r.last_of[n / r.group] = static_cast<std::ptrdiff_t>(n);
+  }
+};
+
+TEST(Conv2dKernels, ImageHookRunsOnceOnEachFinishedImageInOrderWithinItsGroup) {
+  // Winograd (3x3 stride 1, with and without an input transform), direct (stride 2) and the reference; groups of
+  // 1, of 3 (the last one short) and larger than the batch. The output starts as NaN, so a hook that ran on an
+  // unfinished image sums a NaN or another value than the finished image's.
+  struct path_case {
+    const char* name;
+    conv2d_geometry g;
+    conv2d_path path;
+    bool transform;
+  };
+  const path_case cases[] = {{"winograd", make(7, 8, 8, 16, 16, 3, 1, true), conv2d_path::automatic, false},
+                             {"winograd, input transform", make(7, 8, 8, 16, 16, 3, 1, true), conv2d_path::automatic,
+                              true},
+                             {"direct", make(7, 9, 9, 16, 32, 3, 2, true), conv2d_path::automatic, false},
+                             {"reference", make(7, 8, 8, 3, 5, 3, 1, true), conv2d_path::reference, false}};
+  for (const auto& c : cases) {
+    const conv2d_geometry& g = c.g;
+    const std::vector<float> x = filled(g.batch * g.in_h * g.in_w * g.in_c, 51);
+    const std::vector<float> w = filled(9 * g.in_c * g.out_c, 52);
+    const std::vector<float> scale = filled(g.in_c, 53), shift = filled(g.in_c, 54);
+    for (std::size_t group : {std::size_t{1}, std::size_t{3}, std::size_t{16}}) {
+      SCOPED_TRACE(std::string(c.name) + ", group " + std::to_string(group) + ", " + describe(g));
+      const std::size_t image = g.out_h * g.out_w * g.out_c;
+      std::vector<float> y(g.batch * image, std::nanf(""));
+      hook_record r;
+      r.output = y.data();
+      r.image_size = image;
+      r.group = group;
+      r.calls.assign(g.batch, 0);
+      r.sums.assign(g.batch, 0.0);
+      r.last_of.assign(g.batch, -1);
+      const mwstrat::nn::kernels::conv2d_image_hook hook{&r, &hook_record::run, group};
+      conv2d_workspace ws;
+      ws.path = c.path;
+      if (c.transform)
+        mwstrat::nn::kernels::conv2d_forward(g, x.data(), {scale.data(), shift.data(), true}, w.data(), nullptr,
+                                             y.data(), ws, &hook);
+      else
+        mwstrat::nn::kernels::conv2d_forward(g, x.data(), w.data(), nullptr, y.data(), ws, &hook);
+      EXPECT_TRUE(r.in_order);
+      for (std::size_t n = 0; n < g.batch; ++n) {
+        EXPECT_EQ(r.calls[n], 1u) << "image " << n;
+        double finished = 0;
+        for (std::size_t i = 0; i < image; ++i) finished += y[n * image + i];
+        EXPECT_EQ(r.sums[n], finished) << "image " << n;  // NaN (unfinished) compares unequal
+      }
+    }
+  }
 }
 
 TEST(Conv2dKernels, RefusesBadGeometryNamingTheCall) {

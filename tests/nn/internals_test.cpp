@@ -452,7 +452,7 @@ namespace {
 // ReLUs ran inside their producers, `buffers` how many gradient buffers there were.
 struct pass_bits {
   std::vector<float> train_out, grads, state, infer_out;
-  std::size_t fused = 0, buffers = 0, deferred = 0, aliased = 0;
+  std::size_t fused = 0, buffers = 0, deferred = 0, aliased = 0, sums = 0;
 };
 
 pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, bool share, std::size_t batch) {
@@ -473,6 +473,7 @@ pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, bool s
   b.deferred = exec.deferred_batch_norms();
   b.buffers = exec.gradient_buffers();
   b.aliased = exec.aliased_gradients();
+  b.sums = exec.sums_in_producers();
   auto ready = [](std::size_t, std::size_t) {};
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1)
@@ -632,6 +633,36 @@ TEST(NnGraphExecutor, BatchNormsDeferredToTheirAddInTrainingGiveTheBitsOfThePlai
       EXPECT_EQ(plain.deferred, 0u);
       expect_same_passes(fused, plain);
     }
+  }
+}
+
+TEST(NnGraphExecutor, BatchNormSumsMadeByTheConvolutionThatWritesTheirInputGiveTheBitsOfThePlainPasses) {
+  // Each batch norm's sums made on each image as the convolution before it writes the image: on the direct path
+  // (3 input channels; stride 2; 1x1 stride 2), on Winograd's (3x3 stride 1) and on the reference (20 filters, not
+  // whole vectors: the batch norm's scalar tail too), with chunks of 1, 4 and 8 samples (32x32, 16x16 and 8x8
+  // outputs), a deferred batch norm among them, and batches that leave the last chunk short. Not where the
+  // convolution's output has another reader.
+  auto x = nn::input_tensor({32, 32, 3});
+  const auto conv = [](std::size_t f, std::size_t k, std::size_t s) {
+    return nn::conv2d{f, {k, k}, nn::activation::linear, {s, s}, nn::padding::same};
+  };
+  const block_layers lay{16};
+  auto a = lay.relu(lay.bn()(conv(16, 3, 1)(x)));                                  // direct, chunks of 1
+  auto b = lay.relu(lay.bn()(conv(16, 3, 1)(a)));                                  // Winograd
+  auto c = lay.relu(lay.bn()(conv(32, 3, 2)(b)));                                  // direct stride 2, chunks of 4
+  auto d = lay.relu(nn::add{}({lay.bn()(conv(32, 3, 1)(c)), lay.bn()(conv(32, 1, 2)(b))}));  // deferred; 1x1
+  auto e = lay.relu(lay.bn()(conv(20, 3, 2)(d)));                                  // reference, chunks of 8
+  auto twice = conv(16, 3, 1)(e);                                                  // read twice: its own pass
+  auto f = lay.relu(nn::add{}({lay.bn()(twice), twice}));
+  auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(f));
+  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  for (std::size_t batch : {std::size_t{3}, std::size_t{9}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const pass_bits fused = run_passes(plan, true, true, batch);
+    const pass_bits plain = run_passes(plan, false, true, batch);
+    EXPECT_EQ(fused.sums, 6u);
+    EXPECT_EQ(plain.sums, 0u);
+    expect_same_passes(fused, plain);
   }
 }
 

@@ -20,6 +20,11 @@
 // input (a ResNet's second batch norm of every block, before the residual sum). The batch norm's backward pass does
 // not read its output, so the output is never written. Deferred and plain passes give the same bits.
 //
+// Statistics in the producer's pass, in training: a batch norm whose input is written by a convolution read by
+// nothing else has that convolution run its sums on each image as the image is written (layer_impl::input_sums_hook
+// and forward_with_output_hook: the kernels' conv2d_image_hook), rather than in a pass of its own that reads the
+// whole output back from memory. The same sums in the same order: the same bits.
+//
 // Gradient buffers are shared: the gradient w.r.t. a node's output lives only from the backward step of its last
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
 // overlap use one slot (ResNet-56 at batch 128 keeps a few slots per stage instead of one buffer per layer).
@@ -101,6 +106,7 @@ class graph_executor {
     folded_.assign(layers_.size(), no_layer);
     skipped_in_inference_.assign(layers_.size(), 0);
     deferred_.assign(layers_.size(), 0);
+    sums_for_.assign(layers_.size(), no_layer);
     alias_of_.assign(layers_.size(), no_layer);
     deferred_map_.resize(layers_.size());
     mapped_inputs_.assign(layers_.size(), {});
@@ -110,6 +116,7 @@ class graph_executor {
       plan_relu_fusion(sole);
       plan_inference_folding(sole);
       plan_training_deferral(sole);
+      plan_sums_in_producers(sole);
     }
   }
 
@@ -139,6 +146,12 @@ class graph_executor {
   [[nodiscard]] std::size_t aliased_gradients() const {
     return static_cast<std::size_t>(
         std::count_if(alias_of_.begin(), alias_of_.end(), [](std::size_t p) { return p != no_layer; }));
+  }
+
+  // How many layers have their input's statistics summed by the layer that writes it, in training (above).
+  [[nodiscard]] std::size_t sums_in_producers() const {
+    return static_cast<std::size_t>(
+        std::count_if(sums_for_.begin(), sums_for_.end(), [](std::size_t r) { return r != no_layer; }));
   }
 
   // How many batch norms leave their map to the Add that reads them, in training (above).
@@ -258,6 +271,13 @@ class graph_executor {
         }
         layers_[i]->forward_with_input_maps(
             {batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, maps_.data());
+        continue;
+      }
+      if (training && sums_for_[i] != no_layer) {  // runs its reader's sums on each image it writes
+        const std::size_t r = sums_for_[i];
+        const auto* hook = layers_[r]->input_sums_hook(batch, node_values(i + 1));
+        layers_[i]->forward_with_output_hook(
+            {batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, *hook);
         continue;
       }
       if (layers_[i]->aliases_input()) {  // Reshape, Flatten: the graph copies (a tensor may feed several layers)
@@ -410,6 +430,19 @@ class graph_executor {
     }
   }
 
+  // Pairs each layer that can sum its input by a hook with the layer that writes that input, where that layer can
+  // run the hook and nothing else reads its output (so its output is the reader's input, unfused).
+  void plan_sums_in_producers(const std::vector<std::size_t>& sole) {
+    for (std::size_t r = 0; r < layers_.size(); ++r) {
+      if (!layers_[r]->sums_input_by_hook() || inputs_[r].size() != 1) continue;
+      const std::size_t node = inputs_[r][0];
+      if (node == 0 || sole[node] != r) continue;
+      const std::size_t p = node - 1;
+      if (relu_of_[p] != no_layer || fused_away_[p] || !layers_[p]->can_run_output_hook()) continue;
+      sums_for_[p] = r;
+    }
+  }
+
   // Points grads_[i] at a slot for every layer whose output gradient is made: the layer's own backward step reads it
   // (time i) and its last reader's writes it first (time = that reader's index; the loss's, past every layer, for
   // the output); the backward pass runs time down, and two gradients share a slot when their lifetimes
@@ -516,6 +549,7 @@ class graph_executor {
   std::vector<T> affine_;                            // the folded batch norm's [scale | shift] of the moment
   std::vector<std::size_t> alias_of_;                // per layer: whose gradient buffer its output's gradient is
   std::vector<std::uint8_t> deferred_;               // per layer: a batch norm whose reader applies its map (training)
+  std::vector<std::size_t> sums_for_;                // per layer: the reader whose input sums it makes, or no_layer
   std::vector<mwstrat::detail::channel_map<T>> deferred_map_;  // per layer: that map, this pass's
   std::vector<std::vector<std::size_t>> mapped_inputs_;  // per layer: per input, the deferred batch norm, or no_layer
   std::vector<mwstrat::detail::channel_map<T>> maps_;    // per input slot: the map the reader applies

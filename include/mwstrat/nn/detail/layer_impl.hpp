@@ -7,6 +7,7 @@
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
+#include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
 #include <mwstrat/nn/layers.hpp>
 
 #include <algorithm>
@@ -179,6 +180,22 @@ class layer_impl {
   [[nodiscard]] virtual bool takes_input_maps() const { return false; }
   virtual void forward_with_input_maps(const forward_args<T>& /*a*/, const channel_map<T>* /*maps*/) {
     throw std::logic_error(base_name() + ": cannot apply maps to its inputs");
+  }
+
+  // Statistics in the producer's pass, in training (the graph executor's): a layer that sums its input over chunks
+  // of samples before anything else (batch norm: sums_input_by_hook) hands the layer that writes that input a hook
+  // to run on each sample as soon as it is written, while it is in cache (input_sums_hook, for `batch` samples at
+  // x), and a layer that can run such a hook in its forward pass (a convolution on the kernels) does
+  // (forward_with_output_hook). The hook adds the same values in the same order as the own pass: the same bits, one
+  // read of the activations fewer.
+  [[nodiscard]] virtual bool sums_input_by_hook() const { return false; }
+  [[nodiscard]] virtual const nn::kernels::conv2d_image_hook* input_sums_hook(std::size_t /*batch*/,
+                                                                             const T* /*x*/) {
+    throw std::logic_error(base_name() + ": sums its input in its own pass");
+  }
+  [[nodiscard]] virtual bool can_run_output_hook() const { return false; }
+  virtual void forward_with_output_hook(const forward_args<T>& /*a*/, const nn::kernels::conv2d_image_hook& /*hook*/) {
+    throw std::logic_error(base_name() + ": cannot run a hook on its output");
   }
 
   // Gradient aliasing (the graph executor's): a layer whose every input's gradient is one tensor (Add: the output's,

@@ -15,6 +15,7 @@
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
+#include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
 #include <mwstrat/nn/kernels/conv2d_scatter.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd_filter.hpp>
@@ -157,35 +158,50 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
   if (grad_bias != nullptr) std::copy_n(part + wsize, g.out_c, grad_bias);
 }
 
-/// output = conv(input, kernel) + bias (bias may be null); output is overwritten.
+namespace detail_conv {
+
+// The reference forward pass, then the hook (nullable) on each image: the reference's one GEMM finishes every
+// image at once, so the hook reads them back from memory, but gets the same calls as on the fast paths.
+inline void forward_reference_hooked(const conv2d_geometry& g, const float* input, const float* kernel,
+                                     const float* bias, float* output, conv2d_workspace& ws,
+                                     const conv2d_image_hook* hook) {
+  conv2d_forward_reference(g, input, kernel, bias, output, ws);
+  if (hook != nullptr) for_each_image(g.batch, hook, [](std::size_t) {});
+}
+
+}  // namespace detail_conv
+
+/// output = conv(input, kernel) + bias (bias may be null); output is overwritten. The hook (nullable) runs on each
+/// output image once it is complete (nn/kernels/conv2d_image_hook.hpp), on every path.
 inline void conv2d_forward(const conv2d_geometry& g, const float* input, const float* kernel, const float* bias,
-                           float* output, conv2d_workspace& ws) {
+                           float* output, conv2d_workspace& ws, const conv2d_image_hook* hook = nullptr) {
   detail_conv::check_geometry(g, "conv2d_forward");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
-    winograd::forward(g, input, nullptr, kernel, bias, output, ws);
+    winograd::forward(g, input, nullptr, kernel, bias, output, ws, hook);
     return;
   }
   if (ws.path != conv2d_path::reference && direct::applies(g.out_c)) {
-    direct::forward(g, input, nullptr, kernel, bias, output, ws);
+    direct::forward(g, input, nullptr, kernel, bias, output, ws, hook);
     return;
   }
-  conv2d_forward_reference(g, input, kernel, bias, output, ws);
+  detail_conv::forward_reference_hooked(g, input, kernel, bias, output, ws, hook);
 }
 
 /// output = conv(t(input), kernel) + bias, where t is the per-channel transform (inference-mode batch norm and
 /// ReLU) applied as the input is read; the padding stays zero. The fast path does it in its padding pass at no
 /// extra pass over memory; the reference path transforms into the workspace first.
 inline void conv2d_forward(const conv2d_geometry& g, const float* input, const conv2d_input_transform& transform,
-                           const float* kernel, const float* bias, float* output, conv2d_workspace& ws) {
+                           const float* kernel, const float* bias, float* output, conv2d_workspace& ws,
+                           const conv2d_image_hook* hook = nullptr) {
   detail_conv::check_geometry(g, "conv2d_forward");
   if (transform.scale == nullptr || transform.shift == nullptr)
     throw std::invalid_argument("conv2d_forward: the input transform needs a scale and a shift");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
-    winograd::forward(g, input, &transform, kernel, bias, output, ws);
+    winograd::forward(g, input, &transform, kernel, bias, output, ws, hook);
     return;
   }
   if (ws.path != conv2d_path::reference && direct::applies(g.out_c)) {
-    direct::forward(g, input, &transform, kernel, bias, output, ws);
+    direct::forward(g, input, &transform, kernel, bias, output, ws, hook);
     return;
   }
   const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
@@ -198,7 +214,7 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
         x[p * g.in_c + c] = v;
       }
   });
-  conv2d_forward_reference(g, x, kernel, bias, output, ws);
+  detail_conv::forward_reference_hooked(g, x, kernel, bias, output, ws, hook);
 }
 
 /// grad_input = the gradient of the loss with respect to the input; overwritten, or with `add` added to what is

@@ -18,6 +18,7 @@
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
+#include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -282,7 +283,8 @@ inline std::size_t pixels_per_tile(std::size_t extent, int nv) {
 }
 
 inline void forward(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
-                    const float* kernel, const float* bias, float* output, conv2d_workspace& ws) {
+                    const float* kernel, const float* bias, float* output, conv2d_workspace& ws,
+                    const conv2d_image_hook* hook = nullptr) {
   const bool in_place = forward_reads_in_place(g, transform);
   const std::size_t hp = in_place ? g.in_h : padded_extent(g.in_h, g.pad_top, g.out_h, g.stride_h, g.kernel_h);
   const std::size_t wp = in_place ? g.in_w : padded_extent(g.in_w, g.pad_left, g.out_w, g.stride_w, g.kernel_w);
@@ -331,8 +333,8 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
   const auto in_px_down = static_cast<std::ptrdiff_t>(g.stride_h * wp * C);
   const auto out_px_down = static_cast<std::ptrdiff_t>(g.out_w * g.out_c);
   const std::size_t pass = taps_per_pass(K * width * sizeof(float));
-  // One task per image: its padded copy (if any) is made by the task, in cache.
-  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  // One task per image (per group of the hook's images): its padded copy (if any) is made by the task, in cache.
+  for_each_image(g.batch, hook, [&](std::size_t n) {
     const float* image = staged.stage(n, 1);
     float* out_image = output + n * g.out_h * g.out_w * g.out_c;
     // Per block and output row, the taps in passes of L1-sized weights, each pass continuing the row's sums while

@@ -18,6 +18,7 @@
 
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
+#include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 
@@ -376,7 +377,8 @@ inline std::size_t chunk_tiles(std::size_t positions, std::size_t in_c, std::siz
 // (applies()).
 template <int M>
 void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
-              const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws, bool add = false) {
+              const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws, bool add = false,
+              const conv2d_image_hook* hook = nullptr) {
   using T = transforms<M>;
   constexpr std::size_t alpha = T::alpha, P = alpha * alpha, m = M;
   const std::size_t C = g.in_c, F = g.out_c;
@@ -422,7 +424,7 @@ void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_t
   static constexpr std::ptrdiff_t one_tap[1] = {0};
   const auto pad_top = static_cast<std::ptrdiff_t>(g.pad_top), pad_left = static_cast<std::ptrdiff_t>(g.pad_left);
 
-  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  for_each_image(g.batch, hook, [&](std::size_t n) {
     const float* image = staged ? staged->stage(n, 1) : input + n * g.in_h * g.in_w * C;
     float* out_image = output + n * g.out_h * g.out_w * F;
     const auto slot = static_cast<std::size_t>(std::max(0, tbb::this_task_arena::current_thread_index()));
@@ -481,17 +483,20 @@ void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_t
 inline int tile_size(const conv2d_geometry& g) { return g.out_h >= 4 && g.out_w >= 4 ? 4 : 2; }
 
 inline void convolve(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
-                     const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws, bool add = false) {
-  if (tile_size(g) == 4) convolve<4>(g, input, transform, k, bias, output, ws, add);
-  else convolve<2>(g, input, transform, k, bias, output, ws, add);
+                     const kernel_view& k, const float* bias, float* output, conv2d_workspace& ws, bool add = false,
+                     const conv2d_image_hook* hook = nullptr) {
+  if (tile_size(g) == 4) convolve<4>(g, input, transform, k, bias, output, ws, add, hook);
+  else convolve<2>(g, input, transform, k, bias, output, ws, add, hook);
 }
 
-/// The forward pass: output = conv(t(input), kernel) + bias, t the optional input transform.
+/// The forward pass: output = conv(t(input), kernel) + bias, t the optional input transform; the hook (nullable)
+/// runs on each output image once it is complete.
 inline void forward(const conv2d_geometry& g, const float* input, const conv2d_input_transform* transform,
-                    const float* kernel, const float* bias, float* output, conv2d_workspace& ws) {
+                    const float* kernel, const float* bias, float* output, conv2d_workspace& ws,
+                    const conv2d_image_hook* hook = nullptr) {
   const auto F = static_cast<std::ptrdiff_t>(g.out_c);
   const auto C = static_cast<std::ptrdiff_t>(g.in_c);
-  convolve(g, input, transform, kernel_view{kernel, 3 * C * F, C * F, F, 1}, bias, output, ws);
+  convolve(g, input, transform, kernel_view{kernel, 3 * C * F, C * F, F, 1}, bias, output, ws, false, hook);
 }
 
 /// The data gradient: the output gradient convolved with the kernel flipped in both axes and transposed (input

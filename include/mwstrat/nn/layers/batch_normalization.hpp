@@ -95,22 +95,14 @@ class batch_normalization_layer final : public layer_impl<T> {
   channel_map<T> forward_statistics(const forward_args<T>& a) override {
     const std::size_t c = channels_;
     const std::size_t rows = a.batch * per_sample_rows_;
-    // Σx and Σx² per channel (over this replica's rows, then over all replicas).
+    // Σx and Σx² per channel (over this replica's rows, then over all replicas): the chunks' sums made by the
+    // producer's hook on this very input, or else here.
     const T* x = a.x;
-    channel_sums(rows, [=](std::size_t r0, std::size_t r1, double* part) {
-      double* __restrict s1 = part;
-      double* __restrict s2 = part + c;
-      std::size_t j = 0;
-      for (; j + L <= c; j += L) add_squares(x + r0 * c + j, r1 - r0, c, s1 + j, s2 + j);
-      for (std::size_t r = r0; r < r1 && j < c; ++r) {
-        const T* __restrict xr = x + r * c;
-        for (std::size_t i = j; i < c; ++i) {
-          const double v = static_cast<double>(xr[i]);
-          s1[i] += v;
-          s2[i] += v * v;
-        }
-      }
-    });
+    if (hooked_ != nullptr && hooked_ == x && hooked_batch_ == a.batch)
+      finish_sums(chunks_for(rows));
+    else
+      channel_sums(rows, [this, x](std::size_t r0, std::size_t r1, double* part) { add_input_sums(x, r0, r1, part); });
+    hooked_ = nullptr;
     sums_[2 * c] = static_cast<double>(rows);
     if (sync_ && a.replicas != nullptr && *a.replicas) (*a.replicas)(std::span<double>(sums_));
     const double count = sums_[2 * c];
@@ -147,6 +139,21 @@ class batch_normalization_layer final : public layer_impl<T> {
       scale[j] = static_cast<T>(s);
       shift[j] = static_cast<T>(static_cast<double>(params[c + j]) - static_cast<double>(state[j]) * s);
     }
+  }
+
+  // Statistics in the producer's pass (layer_impl): the hook adds each sample's rows into its chunk's sums, as
+  // the own pass adds them (a chunk's samples in order, by one task: the hook's group), so the same bits.
+  bool sums_input_by_hook() const override { return true; }
+  const nn::kernels::conv2d_image_hook* input_sums_hook(std::size_t batch, const T* x) override {
+    const std::size_t chunks = chunks_for(batch * per_sample_rows_);
+    ensure_partials(chunks);
+    std::fill_n(partial_.data(), chunks * 2 * channels_, 0.0);
+    hooked_ = x;
+    hooked_batch_ = batch;
+    hook_.context = this;
+    hook_.run = [](void* self, std::size_t n) { static_cast<batch_normalization_layer*>(self)->add_sample_sums(n); };
+    hook_.group = chunk_samples();
+    return &hook_;
   }
 
   // Training mode (the statistics of the last forward pass in training).
@@ -239,6 +246,29 @@ class batch_normalization_layer final : public layer_impl<T> {
     std::memcpy(s1 + H, &a1[1], sizeof a1[1]);
     std::memcpy(s2, &a2[0], sizeof a2[0]);
     std::memcpy(s2 + H, &a2[1], sizeof a2[1]);
+  }
+
+  // part[0, C) += Σx and part[C, 2C) += Σx² per channel over rows [r0, r1) of x, row by row.
+  void add_input_sums(const T* x, std::size_t r0, std::size_t r1, double* part) const noexcept {
+    const std::size_t c = channels_;
+    double* __restrict s1 = part;
+    double* __restrict s2 = part + c;
+    std::size_t j = 0;
+    for (; j + L <= c; j += L) add_squares(x + r0 * c + j, r1 - r0, c, s1 + j, s2 + j);
+    for (std::size_t r = r0; r < r1 && j < c; ++r) {
+      const T* __restrict xr = x + r * c;
+      for (std::size_t i = j; i < c; ++i) {
+        const double v = static_cast<double>(xr[i]);
+        s1[i] += v;
+        s2[i] += v * v;
+      }
+    }
+  }
+
+  // The hook's work on sample n of the hooked input: its rows into its chunk's sums (zeroed by input_sums_hook).
+  void add_sample_sums(std::size_t n) noexcept {
+    const std::size_t rows = per_sample_rows_;
+    add_input_sums(hooked_, n * rows, (n + 1) * rows, partial_.data() + (n / chunk_samples()) * 2 * channels_);
   }
 
   // s1 += x, s2 += x·x.
@@ -364,16 +394,31 @@ class batch_normalization_layer final : public layer_impl<T> {
   void channel_sums(std::size_t rows, F&& add_rows, bool in_t = false) {
     const std::size_t c = channels_;
     const std::size_t rows_per_chunk = chunk_samples() * per_sample_rows_;
-    const std::size_t chunks = std::max<std::size_t>(1, ceil_div(rows, rows_per_chunk));
-    if (partial_.size() < chunks * 2 * c) {  // a larger batch than reserved
-      partial_.assign(chunks * 2 * c, 0.0);
-      grad_partial_.assign(chunks * 2 * c, T{});
-    }
+    const std::size_t chunks = chunks_for(rows);
+    ensure_partials(chunks);
     parallel_tasks(chunks, [&](std::size_t ch) {
       double* part = partial_.data() + ch * 2 * c;
       std::fill(part, part + 2 * c, 0.0);
       add_rows(ch * rows_per_chunk, std::min(rows, (ch + 1) * rows_per_chunk), part);
     });
+    finish_sums(chunks, in_t);
+  }
+
+  std::size_t chunks_for(std::size_t rows) const noexcept {
+    return std::max<std::size_t>(1, ceil_div(rows, chunk_samples() * per_sample_rows_));
+  }
+
+  void ensure_partials(std::size_t chunks) {
+    const std::size_t n = chunks * 2 * channels_;
+    if (partial_.size() < n) {  // a larger batch than reserved
+      partial_.assign(n, 0.0);
+      grad_partial_.assign(n, T{});
+    }
+  }
+
+  // The chunks' sums (partial_) into sums_, by the aligned tree; with `in_t` also in T (above).
+  void finish_sums(std::size_t chunks, bool in_t = false) {
+    const std::size_t c = channels_;
     if (in_t) {
       for (std::size_t i = 0; i < chunks * 2 * c; ++i) grad_partial_[i] = static_cast<T>(partial_[i]);
       combine_blocks(grad_partial_.data(), chunks, 2 * c, 2 * c);
@@ -396,6 +441,10 @@ class batch_normalization_layer final : public layer_impl<T> {
   std::vector<double> inv_std_;  // 1 / sqrt(var + ε)
   std::vector<T> coef_;          // per-channel factors of the element-wise passes, in T
   std::vector<T> map_;           // the last training forward pass's map: [mean | scale | shift (β)], in T
+  // The input whose chunk sums the producer's hook is making (input_sums_hook), until forward_statistics takes them.
+  const T* hooked_ = nullptr;
+  std::size_t hooked_batch_ = 0;
+  nn::kernels::conv2d_image_hook hook_;
 };
 
 }  // namespace mwstrat::detail

@@ -120,6 +120,19 @@ class conv2d_layer final : public layer_impl<T> {
     }
     layer_impl<T>::forward_with_input_affine(a, scale, shift, relu);  // refuses: takes_input_affine() is false
   }
+  // Statistics in the producer's pass (layer_impl): the kernels run the reader's hook on each output image.
+  bool can_run_output_hook() const override { return uses_kernels(); }
+  void forward_with_output_hook(const forward_args<T>& a, const nn::kernels::conv2d_image_hook& hook) override {
+    if constexpr (std::is_same_v<T, float>) {
+      if (uses_kernels()) {
+        nn::kernels::conv2d_forward(geometry_of(a.batch), a.x, a.params,
+                                    spec_.use_bias ? a.params + patch_ * spec_.filters : nullptr, a.y, kernels_ws_,
+                                    &hook);
+        return;
+      }
+    }
+    layer_impl<T>::forward_with_output_hook(a, hook);  // refuses: can_run_output_hook() is false
+  }
   // The kernels add a data gradient as they store it on the Winograd path, and through a buffer of their own on
   // the others (layer_impl::can_add_to_dx).
   bool can_add_to_dx() const override { return uses_kernels(); }
