@@ -419,52 +419,75 @@ struct hook_record {
   }
 };
 
+// Runs `call(hook)` for groups of 1, of 3 (the last one short) and larger than the batch, on an output of `images`
+// images of `image` floats that starts as NaN (or, with `add`, as ones to add to), and checks that the hook ran
+// once on each image, after the image was final, in order within its group.
+template <class Call>
+void check_image_hook(std::size_t images, std::size_t image, float* out, bool add, Call&& call) {
+  for (std::size_t group : {std::size_t{1}, std::size_t{3}, std::size_t{16}}) {
+    SCOPED_TRACE("group " + std::to_string(group));
+    std::fill(out, out + images * image, add ? 1.0f : std::nanf(""));
+    hook_record r;
+    r.output = out;
+    r.image_size = image;
+    r.group = group;
+    r.calls.assign(images, 0);
+    r.sums.assign(images, 0.0);
+    r.last_of.assign(images, -1);
+    call(mwstrat::nn::kernels::conv2d_image_hook{&r, &hook_record::run, group});
+    EXPECT_TRUE(r.in_order);
+    for (std::size_t n = 0; n < images; ++n) {
+      EXPECT_EQ(r.calls[n], 1u) << "image " << n;
+      double finished = 0;
+      for (std::size_t i = 0; i < image; ++i) finished += out[n * image + i];
+      EXPECT_EQ(r.sums[n], finished) << "image " << n;  // NaN (unfinished) compares unequal
+    }
+  }
+}
+
 TEST(Conv2dKernels, ImageHookRunsOnceOnEachFinishedImageInOrderWithinItsGroup) {
-  // Winograd (3x3 stride 1, with and without an input transform), direct (stride 2) and the reference; groups of
-  // 1, of 3 (the last one short) and larger than the batch. The output starts as NaN, so a hook that ran on an
-  // unfinished image sums a NaN or another value than the finished image's.
+  // The forward pass on Winograd's path (with and without an input transform), the direct one (stride 2) and the
+  // reference; the data gradient on Winograd's (overwriting and adding), the scattered or direct one (stride 2 from
+  // one vector of channels), the direct one (stride 2 from two), the reference, and the reference adding.
+  namespace k = mwstrat::nn::kernels;
   struct path_case {
     const char* name;
     conv2d_geometry g;
     conv2d_path path;
-    bool transform;
   };
-  const path_case cases[] = {{"winograd", make(7, 8, 8, 16, 16, 3, 1, true), conv2d_path::automatic, false},
-                             {"winograd, input transform", make(7, 8, 8, 16, 16, 3, 1, true), conv2d_path::automatic,
-                              true},
-                             {"direct", make(7, 9, 9, 16, 32, 3, 2, true), conv2d_path::automatic, false},
-                             {"reference", make(7, 8, 8, 3, 5, 3, 1, true), conv2d_path::reference, false}};
+  const std::size_t L = mwstrat::detail::lanes_v<float>;
+  const path_case cases[] = {{"winograd", make(7, 8, 8, 16, 16, 3, 1, true), conv2d_path::automatic},
+                             {"stride 2 from one vector", make(7, 9, 9, L, 32, 3, 2, true), conv2d_path::automatic},
+                             {"direct", make(7, 9, 9, 2 * L, 32, 3, 2, true), conv2d_path::automatic},
+                             {"reference", make(7, 8, 8, 3, 5, 3, 1, true), conv2d_path::reference}};
   for (const auto& c : cases) {
     const conv2d_geometry& g = c.g;
+    SCOPED_TRACE(std::string(c.name) + ", " + describe(g));
     const std::vector<float> x = filled(g.batch * g.in_h * g.in_w * g.in_c, 51);
     const std::vector<float> w = filled(9 * g.in_c * g.out_c, 52);
+    const std::vector<float> dy = filled(g.batch * g.out_h * g.out_w * g.out_c, 55);
     const std::vector<float> scale = filled(g.in_c, 53), shift = filled(g.in_c, 54);
-    for (std::size_t group : {std::size_t{1}, std::size_t{3}, std::size_t{16}}) {
-      SCOPED_TRACE(std::string(c.name) + ", group " + std::to_string(group) + ", " + describe(g));
-      const std::size_t image = g.out_h * g.out_w * g.out_c;
-      std::vector<float> y(g.batch * image, std::nanf(""));
-      hook_record r;
-      r.output = y.data();
-      r.image_size = image;
-      r.group = group;
-      r.calls.assign(g.batch, 0);
-      r.sums.assign(g.batch, 0.0);
-      r.last_of.assign(g.batch, -1);
-      const mwstrat::nn::kernels::conv2d_image_hook hook{&r, &hook_record::run, group};
-      conv2d_workspace ws;
-      ws.path = c.path;
-      if (c.transform)
-        mwstrat::nn::kernels::conv2d_forward(g, x.data(), {scale.data(), shift.data(), true}, w.data(), nullptr,
-                                             y.data(), ws, &hook);
-      else
-        mwstrat::nn::kernels::conv2d_forward(g, x.data(), w.data(), nullptr, y.data(), ws, &hook);
-      EXPECT_TRUE(r.in_order);
-      for (std::size_t n = 0; n < g.batch; ++n) {
-        EXPECT_EQ(r.calls[n], 1u) << "image " << n;
-        double finished = 0;
-        for (std::size_t i = 0; i < image; ++i) finished += y[n * image + i];
-        EXPECT_EQ(r.sums[n], finished) << "image " << n;  // NaN (unfinished) compares unequal
-      }
+    const std::size_t out_image = g.out_h * g.out_w * g.out_c, in_image = g.in_h * g.in_w * g.in_c;
+    std::vector<float> y(g.batch * out_image), dx(g.batch * in_image);
+    conv2d_workspace ws;
+    ws.path = c.path;
+    {
+      SCOPED_TRACE("forward");
+      check_image_hook(g.batch, out_image, y.data(), false, [&](const k::conv2d_image_hook& h) {
+        k::conv2d_forward(g, x.data(), w.data(), nullptr, y.data(), ws, &h);
+      });
+    }
+    {
+      SCOPED_TRACE("forward, input transform");
+      check_image_hook(g.batch, out_image, y.data(), false, [&](const k::conv2d_image_hook& h) {
+        k::conv2d_forward(g, x.data(), {scale.data(), shift.data(), true}, w.data(), nullptr, y.data(), ws, &h);
+      });
+    }
+    for (bool add : {false, true}) {
+      SCOPED_TRACE(add ? "data gradient, added" : "data gradient");
+      check_image_hook(g.batch, in_image, dx.data(), add, [&](const k::conv2d_image_hook& h) {
+        k::conv2d_backward_data(g, dy.data(), w.data(), dx.data(), ws, add, &h);
+      });
     }
   }
 }

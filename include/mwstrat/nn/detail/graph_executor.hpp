@@ -23,7 +23,10 @@
 // Statistics in the producer's pass, in training: a batch norm whose input is written by a convolution read by
 // nothing else has that convolution run its sums on each image as the image is written (layer_impl::input_sums_hook
 // and forward_with_output_hook: the kernels' conv2d_image_hook), rather than in a pass of its own that reads the
-// whole output back from memory. The same sums in the same order: the same bits.
+// whole output back from memory. The same sums in the same order: the same bits. The same in the backward pass: a
+// batch norm whose output (or its fused ReLU's) only a convolution reads has that convolution's data gradient,
+// which is the batch norm's output gradient, summed with its input on each image as the image is written
+// (output_gradient_sums_hook, backward_args::dx_hook).
 //
 // Gradient buffers are shared: the gradient w.r.t. a node's output lives only from the backward step of its last
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
@@ -107,6 +110,7 @@ class graph_executor {
     skipped_in_inference_.assign(layers_.size(), 0);
     deferred_.assign(layers_.size(), 0);
     sums_for_.assign(layers_.size(), no_layer);
+    gradient_sums_of_.assign(layers_.size(), no_layer);
     alias_of_.assign(layers_.size(), no_layer);
     deferred_map_.resize(layers_.size());
     mapped_inputs_.assign(layers_.size(), {});
@@ -117,6 +121,7 @@ class graph_executor {
       plan_inference_folding(sole);
       plan_training_deferral(sole);
       plan_sums_in_producers(sole);
+      plan_gradient_sums_in_readers(sole);
     }
   }
 
@@ -152,6 +157,12 @@ class graph_executor {
   [[nodiscard]] std::size_t sums_in_producers() const {
     return static_cast<std::size_t>(
         std::count_if(sums_for_.begin(), sums_for_.end(), [](std::size_t r) { return r != no_layer; }));
+  }
+
+  // How many layers have their output gradient's sums made by the layer that writes it, in training (above).
+  [[nodiscard]] std::size_t gradient_sums_in_readers() const {
+    return static_cast<std::size_t>(
+        std::count_if(gradient_sums_of_.begin(), gradient_sums_of_.end(), [](std::size_t b) { return b != no_layer; }));
   }
 
   // How many batch norms leave their map to the Add that reads them, in training (above).
@@ -329,6 +340,15 @@ class graph_executor {
       const bool adds = share_gradients_ && ins.size() == 1 && dxs_[0] != nullptr && written_[ins[0]] &&
                         l.can_add_to_dx();
       if (adds) dxs_[0] = grads_[ins[0] - 1];
+      // The sums of the batch norm whose output gradient this layer writes, made as it writes it (above): only when
+      // dx is that gradient's own buffer and this layer writes all of it.
+      const mwstrat::nn::kernels::conv2d_image_hook* dx_hook = nullptr;
+      if (gradient_sums_of_[i] != no_layer && dxs_[0] != nullptr && !adds) {
+        const std::size_t b = gradient_sums_of_[i];
+        const std::size_t o = relu_of_[b] == no_layer ? b : relu_of_[b];
+        if (dxs_[0] == grads_[o])
+          dx_hook = layers_[b]->output_gradient_sums_hook(batch, node_values(inputs_[b][0]), grads_[o]);
+      }
       if (n > 0 || any_input) {
         for (std::size_t k = 0; k < ins.size(); ++k) xs_[k] = node_values(ins[k]);
         if (l.aliases_input()) {
@@ -337,7 +357,7 @@ class graph_executor {
           const std::size_t o = relu_of_[i] == no_layer ? i : relu_of_[i];  // whose output and gradient
           l.backward({batch, xs_[0], acts_[o].data(), grads_[o], dxs_[0], pbase_ + info_[i].offset,
                       gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0, nullptr,
-                      adds});
+                      adds, dx_hook});
         }
         for (std::size_t k = 0; k < ins.size(); ++k) {
           if (dxs_[k] == nullptr) continue;
@@ -440,6 +460,18 @@ class graph_executor {
       const std::size_t p = node - 1;
       if (relu_of_[p] != no_layer || fused_away_[p] || !layers_[p]->can_run_output_hook()) continue;
       sums_for_[p] = r;
+    }
+  }
+
+  // Pairs each layer that can sum its output's gradient by a hook with the only reader of that output (of its fused
+  // ReLU's), where that reader writes the gradient in a pass that can run the hook.
+  void plan_gradient_sums_in_readers(const std::vector<std::size_t>& sole) {
+    for (std::size_t b = 0; b < layers_.size(); ++b) {
+      if (!layers_[b]->sums_output_gradient_by_hook() || inputs_[b].size() != 1 || deferred_[b]) continue;
+      const std::size_t o = relu_of_[b] == no_layer ? b : relu_of_[b];
+      const std::size_t r = sole[o + 1];
+      if (r == no_layer || inputs_[r].size() != 1 || !layers_[r]->can_run_input_gradient_hook()) continue;
+      gradient_sums_of_[r] = b;
     }
   }
 
@@ -550,6 +582,7 @@ class graph_executor {
   std::vector<std::size_t> alias_of_;                // per layer: whose gradient buffer its output's gradient is
   std::vector<std::uint8_t> deferred_;               // per layer: a batch norm whose reader applies its map (training)
   std::vector<std::size_t> sums_for_;                // per layer: the reader whose input sums it makes, or no_layer
+  std::vector<std::size_t> gradient_sums_of_;        // per layer: whose output gradient's sums it makes, or no_layer
   std::vector<mwstrat::detail::channel_map<T>> deferred_map_;  // per layer: that map, this pass's
   std::vector<std::vector<std::size_t>> mapped_inputs_;  // per layer: per input, the deferred batch norm, or no_layer
   std::vector<mwstrat::detail::channel_map<T>> maps_;    // per input slot: the map the reader applies

@@ -87,6 +87,8 @@ struct backward_args {
   const gradient_ready* ready = nullptr;
   // dx += the input gradient rather than dx = it (only where can_add_to_dx(); dxs[0] == dx, a single-input layer).
   bool add_to_dx = false;
+  // Run on each sample of dx once it is final (only where can_run_input_gradient_hook(); null: none).
+  const nn::kernels::conv2d_image_hook* dx_hook = nullptr;
 };
 
 // An L2 term of a layer's loss: λ·Σw² over `count` parameters from `offset` in the layer's parameters.
@@ -197,6 +199,16 @@ class layer_impl {
   virtual void forward_with_output_hook(const forward_args<T>& /*a*/, const nn::kernels::conv2d_image_hook& /*hook*/) {
     throw std::logic_error(base_name() + ": cannot run a hook on its output");
   }
+  // The same in the backward pass: a batch norm sums the gradient it is given (with its input) over chunks of
+  // samples before anything else, so the layer that reads its output and writes that gradient (a convolution's data
+  // gradient) runs output_gradient_sums_hook's hook on each sample of it (backward_args::dx_hook).
+  [[nodiscard]] virtual bool sums_output_gradient_by_hook() const { return false; }
+  [[nodiscard]] virtual const nn::kernels::conv2d_image_hook* output_gradient_sums_hook(std::size_t /*batch*/,
+                                                                                       const T* /*x*/,
+                                                                                       const T* /*dy*/) {
+    throw std::logic_error(base_name() + ": sums its output's gradient in its own pass");
+  }
+  [[nodiscard]] virtual bool can_run_input_gradient_hook() const { return false; }
 
   // Gradient aliasing (the graph executor's): a layer whose every input's gradient is one tensor (Add: the output's,
   // through its fused ReLU's mask) writes it to each non-null dxs[k] it is given; the executor may give it only

@@ -108,7 +108,8 @@ inline void conv2d_forward_reference(const conv2d_geometry& g, const float* inpu
 
 /// Reference data gradient: patch gradients = grad_output * kernel^T (one GEMM), then col2im per image.
 inline void conv2d_backward_data_reference(const conv2d_geometry& g, const float* grad_output, const float* kernel,
-                                           float* grad_input, conv2d_workspace& ws) {
+                                           float* grad_input, conv2d_workspace& ws,
+                                           const conv2d_image_hook* hook = nullptr) {
   detail_conv::check_geometry(g, "conv2d_backward_data");
   const std::size_t patch = detail_conv::patch_size(g);
   const std::size_t rows = detail_conv::out_positions(g);
@@ -118,7 +119,7 @@ inline void conv2d_backward_data_reference(const conv2d_geometry& g, const float
   float* part = conv2d_workspace::ensure(ws.buffer_b, std::max<std::size_t>(scratch, 1));
   ::mwstrat::detail::gemm_nt<float>(m, patch, g.out_c, grad_output, g.out_c, kernel, g.out_c, cols, patch, nullptr, false,
                          std::span<float>(part, scratch));
-  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  for_each_image(g.batch, hook, [&](std::size_t n) {
     detail_conv::col2im_image(g, cols + n * rows * patch, grad_input + n * g.in_h * g.in_w * g.in_c);
   });
 }
@@ -220,31 +221,33 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
 /// grad_input = the gradient of the loss with respect to the input; overwritten, or with `add` added to what is
 /// there (each element's sum rounded once: the bits of computing the gradient apart and then adding it, which is
 /// what the other paths do; the Winograd path adds as it stores, saving a write and a read of the whole tensor).
+/// The hook (nullable) runs on each image of grad_input once it is final (nn/kernels/conv2d_image_hook.hpp).
 inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel,
-                                 float* grad_input, conv2d_workspace& ws, bool add = false) {
+                                 float* grad_input, conv2d_workspace& ws, bool add = false,
+                                 const conv2d_image_hook* hook = nullptr) {
   detail_conv::check_geometry(g, "conv2d_backward_data");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
-    winograd::backward_data(g, grad_output, kernel, grad_input, ws, add);
+    winograd::backward_data(g, grad_output, kernel, grad_input, ws, add, hook);
     return;
   }
   if (add) {
-    const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
-    float* own = conv2d_workspace::ensure(ws.gradient, n);
+    const std::size_t image = g.in_h * g.in_w * g.in_c;
+    float* own = conv2d_workspace::ensure(ws.gradient, g.batch * image);
     conv2d_backward_data(g, grad_output, kernel, own, ws);
-    ::mwstrat::detail::parallel_chunks(n, 1 << 16, [&](std::size_t b, std::size_t e) {
-      for (std::size_t i = b; i < e; ++i) grad_input[i] += own[i];
+    for_each_image(g.batch, hook, [&](std::size_t n) {
+      for (std::size_t i = n * image; i < (n + 1) * image; ++i) grad_input[i] += own[i];
     });
     return;
   }
   if (ws.path != conv2d_path::reference && scatter::applies(g)) {
-    scatter::backward_data(g, grad_output, kernel, grad_input, ws);
+    scatter::backward_data(g, grad_output, kernel, grad_input, ws, hook);
     return;
   }
   if (ws.path != conv2d_path::reference && direct::backward_data_applies(g)) {
-    direct::backward_data(g, grad_output, kernel, grad_input, ws);
+    direct::backward_data(g, grad_output, kernel, grad_input, ws, hook);
     return;
   }
-  conv2d_backward_data_reference(g, grad_output, kernel, grad_input, ws);
+  conv2d_backward_data_reference(g, grad_output, kernel, grad_input, ws, hook);
 }
 
 /// grad_kernel (HWIO) and grad_bias (nullable) = the gradients summed over the batch; overwritten.

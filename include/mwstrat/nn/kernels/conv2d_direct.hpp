@@ -409,7 +409,7 @@ inline axis_phase phase_of(std::size_t phase, std::size_t pad, std::size_t kerne
 }
 
 inline void backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel, float* grad_input,
-                          conv2d_workspace& ws) {
+                          conv2d_workspace& ws, const conv2d_image_hook* hook = nullptr) {
   const std::size_t sh = g.stride_h, sw = g.stride_w;
   const std::size_t OC = g.out_c, IC = g.in_c;
   // The padded output gradient: every phase's reads (offset + j over its positions, count taps) stay inside it.
@@ -520,8 +520,9 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
   };
   const auto in_px = static_cast<std::ptrdiff_t>(OC);
   const auto out_px = static_cast<std::ptrdiff_t>(sw * IC);
-  // One task per image: its padded output gradient is made by the task, in cache, and read by every phase.
-  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  // One task per image (per group of the hook's images): its padded output gradient is made by the task, in cache,
+  // and read by every phase.
+  for_each_image(g.batch, hook, [&](std::size_t n) {
     const float* image = staged.stage(n, 1);
     float* dx_image = grad_input + n * g.in_h * g.in_w * IC;
     if (unreached && first_live == phases)

@@ -16,6 +16,7 @@
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
+#include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
 
 #include <algorithm>
 #include <array>
@@ -88,7 +89,7 @@ inline std::size_t pixels_per_tile(std::size_t extent) {
 }
 
 inline void backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel_hwio,
-                          float* grad_input, conv2d_workspace& ws) {
+                          float* grad_input, conv2d_workspace& ws, const conv2d_image_hook* hook = nullptr) {
   const std::size_t OC = g.out_c;
   constexpr auto L = static_cast<std::size_t>(lanes);
   constexpr auto K = static_cast<std::size_t>(kernel);
@@ -101,7 +102,7 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
   // Columns past the last window's end get no gradient (a `valid` convolution can leave some).
   const std::size_t covered = std::min(g.in_w, (g.out_w - 1) * stride + K - g.pad_left);
   const auto in_w = static_cast<std::ptrdiff_t>(g.in_w);
-  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  for_each_image(g.batch, hook, [&](std::size_t n) {
     const float* dy_image = grad_output + n * g.out_h * g.out_w * OC;
     float* dx_image = grad_input + n * g.in_h * g.in_w * L;
     for (std::size_t iy = 0; iy < g.in_h; ++iy) {

@@ -501,16 +501,17 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
 
 /// The data gradient: the output gradient convolved with the kernel flipped in both axes and transposed (input
 /// and output channels swapped), over the output gradient padded by 2 - pad on the top and left; with `add`,
-/// added to grad_input.
+/// added to grad_input. The hook (nullable) runs on each image of grad_input once it is complete.
 inline void backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel,
-                          float* grad_input, conv2d_workspace& ws, bool add = false) {
+                          float* grad_input, conv2d_workspace& ws, bool add = false,
+                          const conv2d_image_hook* hook = nullptr) {
   const conv2d_geometry t{g.batch, g.out_h, g.out_w, g.out_c, g.in_c, 3, 3, 1, 1, 2 - g.pad_top, 2 - g.pad_left,
                           g.in_h, g.in_w};
   const auto OC = static_cast<std::ptrdiff_t>(g.out_c);
   const auto IC = static_cast<std::ptrdiff_t>(g.in_c);
   // (ky, kx, i = oc, o = ic) of the flipped kernel is kernel[2 - ky][2 - kx][ic][oc].
   const kernel_view flipped{kernel + 8 * IC * OC, -3 * IC * OC, -IC * OC, 1, OC};
-  convolve(t, grad_output, nullptr, flipped, nullptr, grad_input, ws, add);
+  convolve(t, grad_output, nullptr, flipped, nullptr, grad_input, ws, add, hook);
 }
 
 }  // namespace mwstrat::nn::kernels::winograd

@@ -156,6 +156,30 @@ class batch_normalization_layer final : public layer_impl<T> {
     return &hook_;
   }
 
+  // The same for the backward pass's sums, on each sample of the gradient as the layer that reads this one's
+  // output writes it (layer_impl::output_gradient_sums_hook): a chunk is finished after its last sample.
+  bool sums_output_gradient_by_hook() const override { return true; }
+  const nn::kernels::conv2d_image_hook* output_gradient_sums_hook(std::size_t batch, const T* x,
+                                                                 const T* dy) override {
+    const std::size_t chunks = chunks_for(batch * per_sample_rows_);
+    ensure_partials(chunks);
+    std::fill_n(partial_.data(), chunks * 2 * channels_, 0.0);
+    hooked_x_ = x;
+    hooked_dy_ = dy;
+    hooked_batch_ = batch;
+    hook_.context = this;
+    if (relu_)
+      hook_.run = [](void* self, std::size_t n) {
+        static_cast<batch_normalization_layer*>(self)->template add_sample_gradient_sums<true>(n);
+      };
+    else
+      hook_.run = [](void* self, std::size_t n) {
+        static_cast<batch_normalization_layer*>(self)->template add_sample_gradient_sums<false>(n);
+      };
+    hook_.group = chunk_samples();
+    return &hook_;
+  }
+
   // Training mode (the statistics of the last forward pass in training).
   void backward(const backward_args<T>& a) override {
     if (relu_) backward_through<true>(a);
@@ -271,6 +295,44 @@ class batch_normalization_layer final : public layer_impl<T> {
     add_input_sums(hooked_, n * rows, (n + 1) * rows, partial_.data() + (n / chunk_samples()) * 2 * channels_);
   }
 
+  // part[0, C) += Σdy and part[C, 2C) += Σdy·x per channel over rows [r0, r1), row by row, dy masked as
+  // output_gradient masks it.
+  template <bool Relu>
+  void add_gradient_sums(const T* x, const T* dy, std::size_t r0, std::size_t r1, double* part) const noexcept {
+    const std::size_t c = channels_;
+    const channel_map<T> m{map_.data(), map_.data() + c, map_.data() + 2 * c};  // the forward pass's
+    double* __restrict s1 = part;
+    double* __restrict s2 = part + c;
+    std::size_t j = 0;
+    for (; j + L <= c; j += L)
+      add_gradient_products<Relu>(x + r0 * c + j, dy + r0 * c + j, {m.mean + j, m.scale + j, m.shift + j}, r1 - r0,
+                                  c, s1 + j, s2 + j);
+    for (std::size_t r = r0; r < r1 && j < c; ++r) {
+      const T* __restrict xr = x + r * c;
+      const T* __restrict dyr = dy + r * c;
+      for (std::size_t i = j; i < c; ++i) {
+        const double g = static_cast<double>(output_gradient<Relu>(xr, dyr, m, i, i));
+        s1[i] += g;
+        s2[i] += g * static_cast<double>(xr[i]);
+      }
+    }
+  }
+
+  // A chunk's Σdy·x into Σdy·x̂ = inv_std·(Σdy·x − mean·Σdy), once all its rows are in.
+  void finish_gradient_chunk(double* part) const noexcept {
+    const std::size_t c = channels_;
+    for (std::size_t i = 0; i < c; ++i) part[c + i] = inv_std_[i] * (part[c + i] - mean_[i] * part[i]);
+  }
+
+  // The backward hook's work on sample n: its rows into its chunk's sums, and the chunk finished after its last.
+  template <bool Relu>
+  void add_sample_gradient_sums(std::size_t n) noexcept {
+    const std::size_t rows = per_sample_rows_, per_chunk = chunk_samples();
+    double* part = partial_.data() + (n / per_chunk) * 2 * channels_;
+    add_gradient_sums<Relu>(hooked_x_, hooked_dy_, n * rows, (n + 1) * rows, part);
+    if (n % per_chunk == per_chunk - 1 || n + 1 == hooked_batch_) finish_gradient_chunk(part);
+  }
+
   // s1 += x, s2 += x·x.
   static void add_squares(const T* x, std::size_t rows, std::size_t stride, double* s1, double* s2) noexcept {
     sum_rows(rows, stride, s1, s2, [x](std::size_t at, std::size_t, half_wide_t& a1, half_wide_t& a2) {
@@ -315,29 +377,19 @@ class batch_normalization_layer final : public layer_impl<T> {
     // double and turns the second into Σdy·x̂ = inv_std·(Σdy·x − mean·Σdy) (x̂ is not formed per element). The
     // gradients are summed in T from the chunks' sums, as the replicas' mean will add them, so that their tree goes
     // on there.
-    const double* mean = mean_.data();
-    const double* inv_std = inv_std_.data();
-    channel_sums(
-        rows,
-        [=](std::size_t r0, std::size_t r1, double* part) {
-          double* __restrict s1 = part;
-          double* __restrict s2 = part + c;
-          std::size_t j = 0;
-          for (; j + L <= c; j += L)
-            add_gradient_products<Relu>(x + r0 * c + j, dyp + r0 * c + j, {m.mean + j, m.scale + j, m.shift + j},
-                                        r1 - r0, c, s1 + j, s2 + j);
-          for (std::size_t r = r0; r < r1 && j < c; ++r) {
-            const T* __restrict xr = x + r * c;
-            const T* __restrict dyr = dyp + r * c;
-            for (std::size_t i = j; i < c; ++i) {
-              const double dy = static_cast<double>(output_gradient<Relu>(xr, dyr, m, i, i));
-              s1[i] += dy;
-              s2[i] += dy * static_cast<double>(xr[i]);
-            }
-          }
-          for (std::size_t i = 0; i < c; ++i) s2[i] = inv_std[i] * (s2[i] - mean[i] * s1[i]);
-        },
-        true);
+    // The chunks' sums may have been made by the hook of the layer that wrote dy (output_gradient_sums_hook).
+    if (hooked_dy_ != nullptr && hooked_dy_ == dyp && hooked_x_ == x && hooked_batch_ == a.batch) {
+      finish_sums(chunks_for(rows), true);
+    } else {
+      channel_sums(
+          rows,
+          [this, x, dyp](std::size_t r0, std::size_t r1, double* part) {
+            add_gradient_sums<Relu>(x, dyp, r0, r1, part);
+            finish_gradient_chunk(part);
+          },
+          true);
+    }
+    hooked_dy_ = nullptr;
     for (std::size_t j = 0; j < c; ++j) {
       a.grads[j] = grad_partial_[c + j];  // dgamma
       a.grads[c + j] = grad_partial_[j];  // dbeta
@@ -443,8 +495,11 @@ class batch_normalization_layer final : public layer_impl<T> {
   std::vector<T> map_;           // the last training forward pass's map: [mean | scale | shift (β)], in T
   // The input whose chunk sums the producer's hook is making (input_sums_hook), until forward_statistics takes them.
   const T* hooked_ = nullptr;
-  std::size_t hooked_batch_ = 0;
-  nn::kernels::conv2d_image_hook hook_;
+  std::size_t hooked_batch_ = 0;  // of either hook
+  // The input and gradient whose chunk sums the backward hook is making, until the backward pass takes them.
+  const T* hooked_x_ = nullptr;
+  const T* hooked_dy_ = nullptr;
+  nn::kernels::conv2d_image_hook hook_;  // the one in use (the forward's, then the backward's)
 };
 
 }  // namespace mwstrat::detail

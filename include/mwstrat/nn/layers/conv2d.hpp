@@ -120,7 +120,8 @@ class conv2d_layer final : public layer_impl<T> {
     }
     layer_impl<T>::forward_with_input_affine(a, scale, shift, relu);  // refuses: takes_input_affine() is false
   }
-  // Statistics in the producer's pass (layer_impl): the kernels run the reader's hook on each output image.
+  // Statistics in the producer's pass (layer_impl): the kernels run the reader's hook on each output image, and
+  // the batch norm's hook on each image of the data gradient (backward_args::dx_hook).
   bool can_run_output_hook() const override { return uses_kernels(); }
   void forward_with_output_hook(const forward_args<T>& a, const nn::kernels::conv2d_image_hook& hook) override {
     if constexpr (std::is_same_v<T, float>) {
@@ -133,6 +134,7 @@ class conv2d_layer final : public layer_impl<T> {
     }
     layer_impl<T>::forward_with_output_hook(a, hook);  // refuses: can_run_output_hook() is false
   }
+  bool can_run_input_gradient_hook() const override { return uses_kernels(); }
   // The kernels add a data gradient as they store it on the Winograd path, and through a buffer of their own on
   // the others (layer_impl::can_add_to_dx).
   bool can_add_to_dx() const override { return uses_kernels(); }
@@ -148,7 +150,8 @@ class conv2d_layer final : public layer_impl<T> {
         }
         // Final now: its reduction can start while the input gradient is computed.
         if (a.ready != nullptr) (*a.ready)(0, this->param_count());
-        if (a.dx != nullptr) nn::kernels::conv2d_backward_data(g, a.dy, a.params, a.dx, kernels_ws_, a.add_to_dx);
+        if (a.dx != nullptr)
+          nn::kernels::conv2d_backward_data(g, a.dy, a.params, a.dx, kernels_ws_, a.add_to_dx, a.dx_hook);
         return;
       }
     }
