@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <span>
 #include <sstream>
 #include <string>
@@ -506,6 +507,20 @@ void expect_same_passes(const pass_bits& fused, const pass_bits& plain) {
             static_cast<std::ptrdiff_t>(fused.grads.size() * 9 / 10));
 }
 
+// For each batch: the passes with the executor's optimisations against the plain ones (gradient buffers shared in
+// both), bit for bit, and `count` of them applied `expected` times (none in the plain passes).
+void expect_optimised_like_plain(const nn::graph_detail::graph_plan& plan, std::initializer_list<std::size_t> batches,
+                                 std::size_t pass_bits::*count, std::size_t expected) {
+  for (std::size_t batch : batches) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const pass_bits fused = run_passes(plan, true, true, batch);
+    const pass_bits plain = run_passes(plan, false, true, batch);
+    EXPECT_EQ(fused.*count, expected);
+    EXPECT_EQ(plain.*count, 0u);
+    expect_same_passes(fused, plain);
+  }
+}
+
 }  // namespace
 
 TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPasses) {
@@ -626,14 +641,7 @@ TEST(NnGraphExecutor, BatchNormsDeferredToTheirAddInTrainingGiveTheBitsOfThePlai
     auto b2 = lay.relu(nn::add{}({b1, lay.bn()(lay.conv()(b1)), lay.relu(lay.bn()(lay.conv()(twice))), twice}));
     auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(b2));
     const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
-    for (std::size_t batch : {std::size_t{3}, std::size_t{8}}) {
-      SCOPED_TRACE("batch " + std::to_string(batch));
-      const pass_bits fused = run_passes(plan, true, true, batch);
-      const pass_bits plain = run_passes(plan, false, true, batch);
-      EXPECT_EQ(fused.deferred, 2u);
-      EXPECT_EQ(plain.deferred, 0u);
-      expect_same_passes(fused, plain);
-    }
+    expect_optimised_like_plain(plan, {3, 8}, &pass_bits::deferred, 2);
   }
 }
 
@@ -657,14 +665,7 @@ TEST(NnGraphExecutor, BatchNormSumsMadeByTheConvolutionThatWritesTheirInputGiveT
   auto f = lay.relu(nn::add{}({lay.bn()(twice), twice}));
   auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(f));
   const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
-  for (std::size_t batch : {std::size_t{3}, std::size_t{9}}) {
-    SCOPED_TRACE("batch " + std::to_string(batch));
-    const pass_bits fused = run_passes(plan, true, true, batch);
-    const pass_bits plain = run_passes(plan, false, true, batch);
-    EXPECT_EQ(fused.sums, 6u);
-    EXPECT_EQ(plain.sums, 0u);
-    expect_same_passes(fused, plain);
-  }
+  expect_optimised_like_plain(plan, {3, 9}, &pass_bits::sums, 6);
 }
 
 TEST(NnGraphExecutor, BatchNormGradientSumsMadeByTheConvolutionThatReadsTheirOutputGiveTheBitsOfThePlainPasses) {
@@ -687,14 +688,7 @@ TEST(NnGraphExecutor, BatchNormGradientSumsMadeByTheConvolutionThatReadsTheirOut
   auto g = lay.relu(nn::add{}({lay.bn()(conv(16, 1, 1)(f)), conv(16, 3, 1)(f)}));  // deferred: its own pass
   auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(g));
   const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
-  for (std::size_t batch : {std::size_t{3}, std::size_t{9}}) {
-    SCOPED_TRACE("batch " + std::to_string(batch));
-    const pass_bits fused = run_passes(plan, true, true, batch);
-    const pass_bits plain = run_passes(plan, false, true, batch);
-    EXPECT_EQ(fused.gradient_sums, 5u);
-    EXPECT_EQ(plain.gradient_sums, 0u);
-    expect_same_passes(fused, plain);
-  }
+  expect_optimised_like_plain(plan, {3, 9}, &pass_bits::gradient_sums, 5);
 }
 
 TEST(NnGraphExecutor, GradientsSharedByAnAddsInputsOrAddedInPlaceGiveTheBitsOfThePlainPasses) {
