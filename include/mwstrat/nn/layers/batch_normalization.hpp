@@ -145,15 +145,10 @@ class batch_normalization_layer final : public layer_impl<T> {
   // the own pass adds them (a chunk's samples in order, by one task: the hook's group), so the same bits.
   bool sums_input_by_hook() const override { return true; }
   const nn::kernels::conv2d_image_hook* input_sums_hook(std::size_t batch, const T* x) override {
-    const std::size_t chunks = chunks_for(batch * per_sample_rows_);
-    ensure_partials(chunks);
-    std::fill_n(partial_.data(), chunks * 2 * channels_, 0.0);
     hooked_ = x;
-    hooked_batch_ = batch;
-    hook_.context = this;
-    hook_.run = [](void* self, std::size_t n) { static_cast<batch_normalization_layer*>(self)->add_sample_sums(n); };
-    hook_.group = chunk_samples();
-    return &hook_;
+    return start_hook(batch, [](void* self, std::size_t n) {
+      static_cast<batch_normalization_layer*>(self)->add_sample_sums(n);
+    });
   }
 
   // The same for the backward pass's sums, on each sample of the gradient as the layer that reads this one's
@@ -161,23 +156,15 @@ class batch_normalization_layer final : public layer_impl<T> {
   bool sums_output_gradient_by_hook() const override { return true; }
   const nn::kernels::conv2d_image_hook* output_gradient_sums_hook(std::size_t batch, const T* x,
                                                                  const T* dy) override {
-    const std::size_t chunks = chunks_for(batch * per_sample_rows_);
-    ensure_partials(chunks);
-    std::fill_n(partial_.data(), chunks * 2 * channels_, 0.0);
     hooked_x_ = x;
     hooked_dy_ = dy;
-    hooked_batch_ = batch;
-    hook_.context = this;
     if (relu_)
-      hook_.run = [](void* self, std::size_t n) {
+      return start_hook(batch, [](void* self, std::size_t n) {
         static_cast<batch_normalization_layer*>(self)->template add_sample_gradient_sums<true>(n);
-      };
-    else
-      hook_.run = [](void* self, std::size_t n) {
-        static_cast<batch_normalization_layer*>(self)->template add_sample_gradient_sums<false>(n);
-      };
-    hook_.group = chunk_samples();
-    return &hook_;
+      });
+    return start_hook(batch, [](void* self, std::size_t n) {
+      static_cast<batch_normalization_layer*>(self)->template add_sample_gradient_sums<false>(n);
+    });
   }
 
   // Training mode (the statistics of the last forward pass in training).
@@ -270,6 +257,16 @@ class batch_normalization_layer final : public layer_impl<T> {
     std::memcpy(s1 + H, &a1[1], sizeof a1[1]);
     std::memcpy(s2, &a2[0], sizeof a2[0]);
     std::memcpy(s2 + H, &a2[1], sizeof a2[1]);
+  }
+
+  // The hook for `batch` samples that runs `run` on each: every chunk's sums zeroed, its group a chunk's samples.
+  const nn::kernels::conv2d_image_hook* start_hook(std::size_t batch, void (*run)(void*, std::size_t)) {
+    const std::size_t chunks = chunks_for(batch * per_sample_rows_);
+    ensure_partials(chunks);
+    std::fill_n(partial_.data(), chunks * 2 * channels_, 0.0);
+    hooked_batch_ = batch;
+    hook_ = {this, run, chunk_samples()};
+    return &hook_;
   }
 
   // part[0, C) += Σx and part[C, 2C) += Σx² per channel over rows [r0, r1) of x, row by row.
