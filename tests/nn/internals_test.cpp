@@ -470,12 +470,12 @@ pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, bool s
   for (std::size_t i = 0; i < batch; ++i) labels[i] = static_cast<std::int64_t>(i % exec.output_size());
   const std::vector<float> weights(batch, 1.0f);
   pass_bits b;
-  b.fused = exec.fused_relus();
-  b.deferred = exec.deferred_batch_norms();
+  b.fused = exec.fusion().fused_relus();
+  b.deferred = exec.fusion().deferred_batch_norms();
   b.buffers = exec.gradient_buffers();
   b.aliased = exec.aliased_gradients();
-  b.sums = exec.sums_in_producers();
-  b.gradient_sums = exec.gradient_sums_in_readers();
+  b.sums = exec.fusion().sums_in_producers();
+  b.gradient_sums = exec.fusion().gradient_sums_in_readers();
   auto ready = [](std::size_t, std::size_t) {};
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1)
@@ -572,7 +572,7 @@ std::pair<std::vector<float>, std::size_t> inference_bits(const nn::graph_detail
   std::vector<float> x(batch * exec.input_size());
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(2 * d::random_unit(15, 0, i) - 1);
   exec.forward_pass(x.data(), batch, false, false);
-  return {std::vector<float>(exec.outputs().begin(), exec.outputs().end()), exec.folded_batch_norms()};
+  return {std::vector<float>(exec.outputs().begin(), exec.outputs().end()), exec.fusion().folded_batch_norms()};
 }
 
 }  // namespace

@@ -3,30 +3,8 @@
 // state out in arenas, and runs the forward, loss and backward passes over the activation and gradient buffers.
 // It checks nothing a caller passes (nn::basic_graph_model does) and runs in whatever task arena it is called from.
 //
-// ReLU fusion: a plain ReLU (an Activation or ReLU layer) whose input is the output of a layer that can apply it
-// itself (batch norm, Add) and is read by nothing else runs inside that layer's passes (layer_impl::fuse_relu):
-// the producer writes max(output, 0) into the ReLU's buffer and differentiates through the mask, the ReLU layer is
-// skipped, and the producer's own output and output-gradient buffers are never made. The bits are the two layers'.
-//
-// Batch-norm folding, in inference only: a batch norm (with its fused ReLU, if any) whose output is read by one
-// convolution and nothing else is applied by that convolution as it reads its input (layer_impl::takes_input_affine:
-// the kernels' conv2d_input_transform, in the pass that stages each image), and the batch norm's own pass is skipped.
-// With the moving statistics a batch norm is a fixed per-channel map, so nothing is lost. In training it is not
-// done: the batch's statistics need the whole output of the layer before it first, and the backward pass reads the
-// normalised values, so they are written anyway. Folded and plain passes give the same bits.
-//
-// Batch-norm deferral, in training: a batch norm with no fused ReLU whose output is read by one Add and nothing
-// else computes its statistics only (layer_impl::forward_statistics), and the Add applies the map as it reads that
-// input (a ResNet's second batch norm of every block, before the residual sum). The batch norm's backward pass does
-// not read its output, so the output is never written. Deferred and plain passes give the same bits.
-//
-// Statistics in the producer's pass, in training: a batch norm whose input is written by a convolution read by
-// nothing else has that convolution run its sums on each image as the image is written (layer_impl::input_sums_hook
-// and forward_with_output_hook: the kernels' conv2d_image_hook), rather than in a pass of its own that reads the
-// whole output back from memory. The same sums in the same order: the same bits. The same in the backward pass: a
-// batch norm whose output (or its fused ReLU's) only a convolution reads has that convolution's data gradient,
-// which is the batch norm's output gradient, summed with its input on each image as the image is written
-// (output_gradient_sums_hook, backward_args::dx_hook).
+// Which layers run inside other layers' passes (ReLU fusion, batch-norm folding and deferral, statistics in the
+// producer's pass) is decided once, from the graph, by nn/detail/graph_fusion_plan.hpp; the passes here follow it.
 //
 // Gradient buffers are shared: the gradient w.r.t. a node's output lives only from the backward step of its last
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
@@ -40,6 +18,7 @@
 // its part before then. One write of an activation-sized tensor fewer per residual block.
 
 #include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/graph_fusion_plan.hpp>
 #include <mwstrat/nn/detail/graph_layer_factory.hpp>
 #include <mwstrat/nn/detail/graph_layer_info.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
@@ -66,8 +45,8 @@ class graph_executor {
  public:
   using layer_ptr = std::unique_ptr<mwstrat::detail::layer_impl<T>>;
 
-  // `fuse`: fuse ReLUs into their producers; `share`: share gradient buffers (above). Off only to compare with the
-  // plain passes.
+  // `fuse`: run layers inside others' passes (graph_fusion_plan.hpp); `share`: share gradient buffers (above).
+  // Off only to compare with the plain passes.
   explicit graph_executor(const graph_plan& plan, bool fuse = true, bool share = true)
       : input_shape_(plan.input_shape), output_softmax_(plan.output_softmax), share_gradients_(share) {
     std::size_t offset = 0, state_offset = 0;
@@ -104,25 +83,11 @@ class graph_executor {
     written_.assign(layers_.size() + 1, 0);
     xs_.resize(arity);
     dxs_.resize(arity);
-    relu_of_.assign(layers_.size(), no_layer);
-    fused_away_.assign(layers_.size(), 0);
-    folded_.assign(layers_.size(), no_layer);
-    skipped_in_inference_.assign(layers_.size(), 0);
-    deferred_.assign(layers_.size(), 0);
-    sums_for_.assign(layers_.size(), no_layer);
-    gradient_sums_of_.assign(layers_.size(), no_layer);
     alias_of_.assign(layers_.size(), no_layer);
     deferred_map_.resize(layers_.size());
-    mapped_inputs_.assign(layers_.size(), {});
     maps_.resize(arity);
-    if (fuse) {
-      const std::vector<std::size_t> sole = sole_readers();
-      plan_relu_fusion(sole);
-      plan_inference_folding(sole);
-      plan_training_deferral(sole);
-      plan_sums_in_producers(sole);
-      plan_gradient_sums_in_readers(sole);
-    }
+    fusion_ = graph_fusion_plan<T>(layers_, inputs_, fuse);
+    affine_.assign(2 * fusion_.widest_folded, T{});
   }
 
   // ---------------------------------------------------------------------------------------- layout
@@ -136,38 +101,13 @@ class graph_executor {
   [[nodiscard]] bool output_softmax() const noexcept { return output_softmax_; }
   // How many gradient buffers the passes use (after reserve()).
   [[nodiscard]] std::size_t gradient_buffers() const noexcept { return grad_slots_.size(); }
-  // How many ReLU layers run inside their producers (above).
-  [[nodiscard]] std::size_t fused_relus() const {
-    return static_cast<std::size_t>(std::count(fused_away_.begin(), fused_away_.end(), std::uint8_t{1}));
-  }
-
-  // How many batch norms run inside the convolution that reads them, in inference (above).
-  [[nodiscard]] std::size_t folded_batch_norms() const {
-    return static_cast<std::size_t>(
-        std::count_if(folded_.begin(), folded_.end(), [](std::size_t p) { return p != no_layer; }));
-  }
+  // What the fusion plan (nn/detail/graph_fusion_plan.hpp) runs inside other layers' passes.
+  [[nodiscard]] const graph_fusion_plan<T>& fusion() const noexcept { return fusion_; }
 
   // How many layers read their output's gradient from another layer's buffer (gradient aliasing, above).
   [[nodiscard]] std::size_t aliased_gradients() const {
     return static_cast<std::size_t>(
         std::count_if(alias_of_.begin(), alias_of_.end(), [](std::size_t p) { return p != no_layer; }));
-  }
-
-  // How many layers have their input's statistics summed by the layer that writes it, in training (above).
-  [[nodiscard]] std::size_t sums_in_producers() const {
-    return static_cast<std::size_t>(
-        std::count_if(sums_for_.begin(), sums_for_.end(), [](std::size_t r) { return r != no_layer; }));
-  }
-
-  // How many layers have their output gradient's sums made by the layer that writes it, in training (above).
-  [[nodiscard]] std::size_t gradient_sums_in_readers() const {
-    return static_cast<std::size_t>(
-        std::count_if(gradient_sums_of_.begin(), gradient_sums_of_.end(), [](std::size_t b) { return b != no_layer; }));
-  }
-
-  // How many batch norms leave their map to the Add that reads them, in training (above).
-  [[nodiscard]] std::size_t deferred_batch_norms() const {
-    return static_cast<std::size_t>(std::count(deferred_.begin(), deferred_.end(), std::uint8_t{1}));
   }
 
   // ---------------------------------------------------------------------------------------- arenas
@@ -236,7 +176,7 @@ class graph_executor {
     std::size_t widest = 0;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       layers_[i]->reserve(batch);
-      if (relu_of_[i] == no_layer) acts_[i].assign(batch * layers_[i]->output_size(), T{});  // fused: the ReLU's
+      if (fusion_.relu_of[i] == no_layer) acts_[i].assign(batch * layers_[i]->output_size(), T{});  // fused: the ReLU's
       for (std::size_t in : inputs_[i]) widest = std::max(widest, node_size(in));
     }
     for (auto& s : scratch_) s.assign(batch * widest, T{});
@@ -252,31 +192,31 @@ class graph_executor {
     last_batch_ = batch;
     const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      if (fused_away_[i]) continue;  // its producer applied it
-      if (!training && skipped_in_inference_[i]) continue;  // its reader applies it
+      if (fusion_.fused_away[i]) continue;  // its producer applied it
+      if (!training && fusion_.skipped_in_inference[i]) continue;  // its reader applies it
       for (std::size_t k = 0; k < inputs_[i].size(); ++k) xs_[k] = node_values(inputs_[i][k]);
       T* state = info_[i].state_count != 0 && update_state ? state_.data() + info_[i].state_offset : nullptr;
       if (info_[i].state_count != 0 && !training) state = state_.data() + info_[i].state_offset;
-      if (!training && folded_[i] != no_layer) {  // runs on the folded batch norm's input, applying its map
-        const std::size_t p = folded_[i];
+      if (!training && fusion_.folded[i] != no_layer) {  // runs on the folded batch norm's input, applying its map
+        const std::size_t p = fusion_.folded[i];
         T* scale = affine_.data();
         T* shift = scale + layers_[p]->output_shape().back();
         layers_[p]->inference_affine(pbase_ + info_[p].offset, state_.data() + info_[p].state_offset, scale, shift);
         xs_[0] = node_values(inputs_[p][0]);
         layers_[i]->forward_with_input_affine(
             {batch, xs_[0], acts_[i].data(), pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, scale,
-            shift, relu_of_[p] != no_layer);
+            shift, fusion_.relu_of[p] != no_layer);
         continue;
       }
-      if (training && deferred_[i]) {  // statistics only: its reader applies the map
+      if (training && fusion_.deferred[i]) {  // statistics only: its reader applies the map
         deferred_map_[i] = layers_[i]->forward_statistics(
             {batch, xs_[0], nullptr, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()});
         continue;
       }
-      T* y = relu_of_[i] == no_layer ? acts_[i].data() : acts_[relu_of_[i]].data();
-      if (training && !mapped_inputs_[i].empty()) {  // reads deferred batch norms' inputs through their maps
+      T* y = fusion_.relu_of[i] == no_layer ? acts_[i].data() : acts_[fusion_.relu_of[i]].data();
+      if (training && !fusion_.mapped_inputs[i].empty()) {  // reads deferred batch norms' inputs through their maps
         for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
-          const std::size_t p = mapped_inputs_[i][k];
+          const std::size_t p = fusion_.mapped_inputs[i][k];
           maps_[k] = p == no_layer ? mwstrat::detail::channel_map<T>{} : deferred_map_[p];
           if (p != no_layer) xs_[k] = node_values(inputs_[p][0]);
         }
@@ -284,8 +224,8 @@ class graph_executor {
             {batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, maps_.data());
         continue;
       }
-      if (training && sums_for_[i] != no_layer) {  // runs its reader's sums on each image it writes
-        const std::size_t r = sums_for_[i];
+      if (training && fusion_.sums_for[i] != no_layer) {  // runs its reader's sums on each image it writes
+        const std::size_t r = fusion_.sums_for[i];
         const auto* hook = layers_[r]->input_sums_hook(batch, node_values(i + 1));
         layers_[i]->forward_with_output_hook(
             {batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, *hook);
@@ -317,7 +257,7 @@ class graph_executor {
     std::fill(written_.begin(), written_.end(), 0);
     written_.back() = 1;  // the output's gradient is the loss's
     for (std::size_t i = layers_.size(); i-- > 0;) {
-      if (fused_away_[i]) continue;  // its producer differentiates through it
+      if (fusion_.fused_away[i]) continue;  // its producer differentiates through it
       auto& l = *layers_[i];
       const std::size_t n = l.param_count();
       const auto& ins = inputs_[i];
@@ -340,12 +280,12 @@ class graph_executor {
       const bool adds = share_gradients_ && ins.size() == 1 && dxs_[0] != nullptr && written_[ins[0]] &&
                         l.can_add_to_dx();
       if (adds) dxs_[0] = grads_[ins[0] - 1];
-      // The sums of the batch norm whose output gradient this layer writes, made as it writes it (above): only when
-      // dx is that gradient's own buffer and this layer writes all of it.
+      // The sums of the batch norm whose output gradient this layer writes, made as it writes it
+      // (graph_fusion_plan.hpp): only when dx is that gradient's own buffer and this layer writes all of it.
       const mwstrat::nn::kernels::conv2d_image_hook* dx_hook = nullptr;
-      if (gradient_sums_of_[i] != no_layer && dxs_[0] != nullptr && !adds) {
-        const std::size_t b = gradient_sums_of_[i];
-        const std::size_t o = relu_of_[b] == no_layer ? b : relu_of_[b];
+      if (fusion_.gradient_sums_of[i] != no_layer && dxs_[0] != nullptr && !adds) {
+        const std::size_t b = fusion_.gradient_sums_of[i];
+        const std::size_t o = fusion_.relu_of[b] == no_layer ? b : fusion_.relu_of[b];
         if (dxs_[0] == grads_[o])
           dx_hook = layers_[b]->output_gradient_sums_hook(batch, node_values(inputs_[b][0]), grads_[o]);
       }
@@ -354,7 +294,7 @@ class graph_executor {
         if (l.aliases_input()) {
           if (dxs_[0] != nullptr) std::copy(grads_[i], grads_[i] + batch * l.output_size(), dxs_[0]);
         } else {
-          const std::size_t o = relu_of_[i] == no_layer ? i : relu_of_[i];  // whose output and gradient
+          const std::size_t o = fusion_.relu_of[i] == no_layer ? i : fusion_.relu_of[i];  // whose output and gradient
           l.backward({batch, xs_[0], acts_[o].data(), grads_[o], dxs_[0], pbase_ + info_[i].offset,
                       gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0, nullptr,
                       adds, dx_hook});
@@ -387,94 +327,6 @@ class graph_executor {
   }
 
  private:
-  static constexpr std::size_t no_layer = static_cast<std::size_t>(-1);
-
-  // Per model node: the one layer that reads it, or no_layer where no layer or several do (a layer that takes it
-  // twice counts twice) and for the model's output (the loss reads that too). What each fusion asks of a node.
-  [[nodiscard]] std::vector<std::size_t> sole_readers() const {
-    std::vector<std::size_t> count(layers_.size() + 1, 0), reader(layers_.size() + 1, no_layer);
-    for (std::size_t c = 0; c < layers_.size(); ++c)
-      for (std::size_t in : inputs_[c]) {
-        ++count[in];
-        reader[in] = c;
-      }
-    for (std::size_t node = 0; node <= layers_.size(); ++node)
-      if (count[node] != 1 || node == layers_.size()) reader[node] = no_layer;
-    return reader;
-  }
-
-  // Pairs each plain ReLU with the producer of its only input when that producer can fuse it and nothing else
-  // reads the producer's output (the model's output is read by the loss: never fused away).
-  void plan_relu_fusion(const std::vector<std::size_t>& sole) {
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      if (!layers_[i]->is_plain_relu() || inputs_[i].size() != 1) continue;
-      const std::size_t node = inputs_[i][0];
-      if (node == 0 || sole[node] != i) continue;
-      const std::size_t p = node - 1;
-      if (relu_of_[p] != no_layer || !layers_[p]->can_fuse_relu()) continue;
-      layers_[p]->fuse_relu();
-      relu_of_[p] = i;
-      fused_away_[i] = 1;
-    }
-  }
-
-  // Pairs each batch norm that is an affine map in inference with the convolution that is the only reader of its
-  // output (or of its fused ReLU's), where that convolution can apply the map to its input.
-  void plan_inference_folding(const std::vector<std::size_t>& sole) {
-    std::size_t widest = 0;
-    for (std::size_t p = 0; p < layers_.size(); ++p) {
-      if (!layers_[p]->is_inference_affine() || inputs_[p].size() != 1) continue;
-      const std::size_t out = relu_of_[p] == no_layer ? p : relu_of_[p];  // the layer whose output is read
-      const std::size_t c = sole[out + 1];
-      if (c == no_layer || inputs_[c].size() != 1 || relu_of_[c] != no_layer || !layers_[c]->takes_input_affine()) continue;
-      folded_[c] = p;
-      skipped_in_inference_[p] = 1;
-      widest = std::max(widest, layers_[p]->output_shape().back());
-    }
-    affine_.assign(2 * widest, T{});
-  }
-
-  // Pairs each batch norm that can leave its map to its reader (no fused ReLU) with the Add that is the only reader
-  // of its output.
-  void plan_training_deferral(const std::vector<std::size_t>& sole) {
-    for (std::size_t p = 0; p < layers_.size(); ++p) {
-      if (!layers_[p]->can_defer_map() || inputs_[p].size() != 1) continue;
-      const std::size_t node = p + 1;
-      const std::size_t c = sole[node];
-      if (c == no_layer || !layers_[c]->takes_input_maps()) continue;
-      auto& mapped = mapped_inputs_[c];
-      if (mapped.empty()) mapped.assign(inputs_[c].size(), no_layer);
-      for (std::size_t k = 0; k < inputs_[c].size(); ++k)
-        if (inputs_[c][k] == node) mapped[k] = p;
-      deferred_[p] = 1;
-    }
-  }
-
-  // Pairs each layer that can sum its input by a hook with the layer that writes that input, where that layer can
-  // run the hook and nothing else reads its output (so its output is the reader's input, unfused).
-  void plan_sums_in_producers(const std::vector<std::size_t>& sole) {
-    for (std::size_t r = 0; r < layers_.size(); ++r) {
-      if (!layers_[r]->sums_input_by_hook() || inputs_[r].size() != 1) continue;
-      const std::size_t node = inputs_[r][0];
-      if (node == 0 || sole[node] != r) continue;
-      const std::size_t p = node - 1;
-      if (relu_of_[p] != no_layer || fused_away_[p] || !layers_[p]->can_run_output_hook()) continue;
-      sums_for_[p] = r;
-    }
-  }
-
-  // Pairs each layer that can sum its output's gradient by a hook with the only reader of that output (of its fused
-  // ReLU's), where that reader writes the gradient in a pass that can run the hook.
-  void plan_gradient_sums_in_readers(const std::vector<std::size_t>& sole) {
-    for (std::size_t b = 0; b < layers_.size(); ++b) {
-      if (!layers_[b]->sums_output_gradient_by_hook() || inputs_[b].size() != 1 || deferred_[b]) continue;
-      const std::size_t o = relu_of_[b] == no_layer ? b : relu_of_[b];
-      const std::size_t r = sole[o + 1];
-      if (r == no_layer || inputs_[r].size() != 1 || !layers_[r]->can_run_input_gradient_hook()) continue;
-      gradient_sums_of_[r] = b;
-    }
-  }
-
   // Points grads_[i] at a slot for every layer whose output gradient is made: the layer's own backward step reads it
   // (time i) and its last reader's writes it first (time = that reader's index; the loss's, past every layer, for
   // the output); the backward pass runs time down, and two gradients share a slot when their lifetimes
@@ -488,7 +340,7 @@ class graph_executor {
     std::vector<std::size_t> read_at(n);  // when the gradient w.r.t. layer i's output is read
     for (std::size_t i = 0; i < n; ++i) read_at[i] = i;
     for (std::size_t p = 0; p < n; ++p)
-      if (relu_of_[p] != no_layer) read_at[relu_of_[p]] = p;
+      if (fusion_.relu_of[p] != no_layer) read_at[fusion_.relu_of[p]] = p;
     alias_of_.assign(n, no_layer);
     if (share_gradients_) plan_gradient_aliases(last_reader, read_at);
     struct life {
@@ -497,7 +349,7 @@ class graph_executor {
     std::vector<life> lives;
     for (std::size_t i = 0; i < n; ++i) {
       grads_[i] = nullptr;
-      if (relu_of_[i] != no_layer || (!grad_needed_[i + 1] && i + 1 != n) || alias_of_[i] != no_layer) continue;
+      if (fusion_.relu_of[i] != no_layer || (!grad_needed_[i + 1] && i + 1 != n) || alias_of_[i] != no_layer) continue;
       lives.push_back({i, read_at[i], i + 1 == n ? n : std::max(last_reader[i], i)});
     }
     std::sort(lives.begin(), lives.end(), [](const life& a, const life& b) { return a.hi > b.hi; });
@@ -529,9 +381,9 @@ class graph_executor {
   // once; another input takes the primary's buffer if this layer is its only reader, it is read while the buffer is
   // still live (not below the primary's read), and no other reader of the primary adds its part in between.
   void plan_gradient_aliases(const std::vector<std::size_t>& last_reader, const std::vector<std::size_t>& read_at) {
-    const std::vector<std::size_t> sole = sole_readers();
+    const std::vector<std::size_t> sole = sole_readers(inputs_);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      if (fused_away_[i] || !layers_[i]->gives_every_input_one_gradient()) continue;
+      if (fusion_.fused_away[i] || !layers_[i]->gives_every_input_one_gradient()) continue;
       const auto& ins = inputs_[i];
       std::size_t primary = no_layer;
       for (std::size_t in : ins)
@@ -574,17 +426,10 @@ class graph_executor {
   std::vector<mwstrat::detail::aligned_vector<T>> grad_slots_;  // the gradient buffers, shared (above)
   std::vector<mwstrat::detail::aligned_vector<T>> scratch_; // per input slot: a second consumer's gradient
   std::vector<std::uint8_t> written_;                       // per node: its gradient has a first part this step
-  std::vector<std::size_t> relu_of_;      // per layer: the ReLU layer fused into it, or no_layer
-  std::vector<std::uint8_t> fused_away_;  // per layer: a ReLU its producer applies
-  std::vector<std::size_t> folded_;                  // per layer: the batch norm it applies in inference, or no_layer
-  std::vector<std::uint8_t> skipped_in_inference_;   // per layer: a batch norm its reader applies in inference
+  graph_fusion_plan<T> fusion_;                      // which layer runs inside which (fixed at construction)
   std::vector<T> affine_;                            // the folded batch norm's [scale | shift] of the moment
   std::vector<std::size_t> alias_of_;                // per layer: whose gradient buffer its output's gradient is
-  std::vector<std::uint8_t> deferred_;               // per layer: a batch norm whose reader applies its map (training)
-  std::vector<std::size_t> sums_for_;                // per layer: the reader whose input sums it makes, or no_layer
-  std::vector<std::size_t> gradient_sums_of_;        // per layer: whose output gradient's sums it makes, or no_layer
-  std::vector<mwstrat::detail::channel_map<T>> deferred_map_;  // per layer: that map, this pass's
-  std::vector<std::vector<std::size_t>> mapped_inputs_;  // per layer: per input, the deferred batch norm, or no_layer
+  std::vector<mwstrat::detail::channel_map<T>> deferred_map_;  // per layer: a deferred batch norm's map, this pass's
   std::vector<mwstrat::detail::channel_map<T>> maps_;    // per input slot: the map the reader applies
   std::vector<const T*> xs_;
   std::vector<T*> dxs_;
