@@ -1178,7 +1178,8 @@ def rate_bits(rate):
 
 
 def short_cpu(rec):
-    return rec.get("machine", {}).get("cpu", "?").split(" (")[0]
+    """The record's CPU name, family and model kept (one name covers several generations of cloud CPU)."""
+    return rec.get("machine", {}).get("cpu", "?")
 
 
 def human_bytes(n):

@@ -58,7 +58,10 @@ inline void kernel_nn(std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdif
     V bv[NV];
     const T* bk = b + k * ldb;
     MWSTRAT_NN_UNROLL
-    for (int v = 0; v < NV; ++v) vload(bv[v], bk + v * L);
+    for (int v = 0; v < NV; ++v) {
+      vload(bv[v], bk + v * L);
+      in_register(bv[v]);
+    }
     const std::ptrdiff_t ko = static_cast<std::ptrdiff_t>(k) * aks;
     MWSTRAT_NN_UNROLL
     for (int i = 0; i < MR; ++i) {

@@ -64,7 +64,10 @@ void tile(std::size_t taps, const std::ptrdiff_t* tap_off, std::size_t K, const 
     const float* b = w + t * K * width;
     for (std::size_t k = 0; k < K; ++k) {
       V bv[NV];
-      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vload(bv[v], b + k * width + static_cast<std::size_t>(v * lanes));
+      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) {
+        ::mwstrat::detail::vload(bv[v], b + k * width + static_cast<std::size_t>(v * lanes));
+        ::mwstrat::detail::in_register(bv[v]);
+      }
       MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) {
         const float s = a[i * in_px + static_cast<std::ptrdiff_t>(k)];
         MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vfma(acc[i][v], s, bv[v]);

@@ -56,7 +56,10 @@ void filter_tile(std::size_t images, std::size_t rows, std::size_t cols, const f
       const float* ac = ar;
       for (std::size_t c = 0; c < cols; ++c, gc += g_px, ac += a_px) {
         V gv[NV];
-        MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vload(gv[v], gc + v * lanes);
+        MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NV; ++v) {
+          ::mwstrat::detail::vload(gv[v], gc + v * lanes);
+          ::mwstrat::detail::in_register(gv[v]);
+        }
         MWSTRAT_CONV_FILTER_UNROLL for (int i = 0; i < MR; ++i) {
           const float s = ac[i];
           MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vfma(acc[i][v], s, gv[v]);
@@ -86,7 +89,10 @@ void filter_tile_transposed(std::size_t rows, std::size_t cols, const float* a, 
     const float* gc = g + static_cast<std::ptrdiff_t>(r * cols) * g_px;
     for (std::size_t c = 0; c < cols; ++c, ac += a_px, gc += g_px) {
       V av[NVK];
-      MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) ::mwstrat::detail::vload(av[v], ac + v * lanes);
+      MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) {
+        ::mwstrat::detail::vload(av[v], ac + v * lanes);
+        ::mwstrat::detail::in_register(av[v]);
+      }
       MWSTRAT_CONV_FILTER_UNROLL for (int j = 0; j < MRC; ++j) {
         const float s = gc[j];
         MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) ::mwstrat::detail::vfma(acc[j][v], s, av[v]);

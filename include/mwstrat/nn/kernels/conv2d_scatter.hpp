@@ -53,8 +53,10 @@ void tile(std::size_t OC, const float* dy, const float* w, float* dx, std::ptrdi
   const std::ptrdiff_t oc_step = static_cast<std::ptrdiff_t>(OC) * lanes;
   for (std::size_t oc = 0; oc < OC; ++oc) {
     V wk[kernel];
-    MWSTRAT_SCATTER_UNROLL for (int kx = 0; kx < kernel; ++kx)
+    MWSTRAT_SCATTER_UNROLL for (int kx = 0; kx < kernel; ++kx) {
       ::mwstrat::detail::vload(wk[kx], w + kx * oc_step + static_cast<std::ptrdiff_t>(oc) * lanes);
+      ::mwstrat::detail::in_register(wk[kx]);
+    }
     MWSTRAT_SCATTER_UNROLL for (int m = 0; m < M; ++m) {
       const float s = dy[static_cast<std::size_t>(m) * OC + oc];
       MWSTRAT_SCATTER_UNROLL for (int kx = 0; kx < kernel; ++kx)

@@ -233,8 +233,10 @@ struct fixed_products {
           MWSTRAT_WINOGRAD_UNROLL for (int v = 0; v < nv; ++v) acc[i][v] = V{};
         _Pragma("GCC unroll 16") for (std::size_t k = 0; k < C; ++k) {
           V bv[nv];
-          MWSTRAT_WINOGRAD_UNROLL for (int v = 0; v < nv; ++v)
+          MWSTRAT_WINOGRAD_UNROLL for (int v = 0; v < nv; ++v) {
             ::mwstrat::detail::vload(bv[v], w + k * width + static_cast<std::size_t>(v * lanes));
+            ::mwstrat::detail::in_register(bv[v]);
+          }
           MWSTRAT_WINOGRAD_UNROLL for (int i = 0; i < mr; ++i) {
             const float x = a[static_cast<std::size_t>(i) * row + k];
             MWSTRAT_WINOGRAD_UNROLL for (int v = 0; v < nv; ++v) ::mwstrat::detail::vfma(acc[i][v], x, bv[v]);
