@@ -8,6 +8,7 @@
 // the unfused passes, and its shared gradient buffers against one buffer per layer.
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/graph_executor.hpp>
+#include <mwstrat/nn/detail/graph_fusion_plan.hpp>
 #include <mwstrat/nn/detail/graph_layer_factory.hpp>
 #include <mwstrat/nn/detail/graph_layer_info.hpp>
 #include <mwstrat/nn/detail/graph_summary.hpp>
@@ -441,6 +442,22 @@ TEST(NnConv2dDirect, ForwardAndBothGradientsMatchTheDefinition) {
     near(dk, dk_ref, "kernel gradient");
     near(db, db_ref, "bias gradient");
   }
+}
+
+// ---------------------------------------------------------------------------------------------------- fusion plan
+
+TEST(NnGraphFusionPlan, SoleReadersCountEveryReadOfANode) {
+  // Every fusion removes a value that one layer alone reads. Node 0 is the input, node i + 1 layer i's output (the
+  // last is the model's, which no layer reads).
+  const std::vector<std::vector<std::size_t>> inputs = {
+      {0},     // layer 0 reads the input
+      {1},     // layer 1 and layer 2 both read layer 0
+      {1},
+      {3, 3},  // layer 3 reads layer 2 twice
+      {2, 4},  // layer 4 reads layers 1 and 3
+  };
+  const std::size_t none = nn::graph_detail::no_layer;
+  EXPECT_EQ(nn::graph_detail::sole_readers(inputs), (std::vector<std::size_t>{0, none, 4, none, 4, none}));
 }
 
 // ---------------------------------------------------------------------------------------------------- ReLU fusion
