@@ -31,6 +31,7 @@
 //
 // Exit status: 0 when every worker succeeded; 75 when the workers stopped for preemption (and the launcher itself
 // was signalled); otherwise the first failure's (128 + signal for a signal).
+#include <mwstrat/cluster/free_ports.hpp>
 #include <mwstrat/version.hpp>
 
 #include <fcntl.h>
@@ -200,26 +201,16 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-// N ports that are free now: bound together (so they differ), then released for the workers to listen on.
+// N ports that are free now, outside the ephemeral range (mwstrat/cluster/free_ports.hpp says why).
 std::vector<int> free_ports(const std::string& host, int n) {
-  std::vector<int> fds, ports;
-  for (int k = 0; k < n; ++k) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = 0;
-    if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) usage("--host: '" + host + "' is not an IPv4 address");
-    socklen_t len = sizeof a;
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      std::fprintf(stderr, "mwstrat-launch: cannot find a free port on %s: %s\n", host.c_str(), std::strerror(errno));
-      std::exit(1);
-    }
-    fds.push_back(fd);
-    ports.push_back(ntohs(a.sin_port));
+  try {
+    return mwstrat::free_listen_ports(host, n);
+  } catch (const std::invalid_argument& e) {
+    usage(std::string("--host: ") + e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mwstrat-launch: %s\n", e.what());
+    std::exit(1);
   }
-  for (const int fd : fds) ::close(fd);
-  return ports;
 }
 
 std::string tf_config(const options& o, const std::vector<int>& ports, int index) {

@@ -8,6 +8,7 @@
 #include <mwstrat/cluster/cluster_spec.hpp>
 #include <mwstrat/cluster/concepts.hpp>
 #include <mwstrat/cluster/environment.hpp>
+#include <mwstrat/cluster/free_ports.hpp>
 #include <mwstrat/cluster/hostlist.hpp>
 #include <mwstrat/cluster/simple_resolver.hpp>
 #include <mwstrat/cluster/mpi_resolver.hpp>

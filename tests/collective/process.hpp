@@ -5,6 +5,8 @@
 
 #include <support/temp_dir.hpp>
 
+#include <mwstrat/cluster/free_ports.hpp>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -24,23 +26,9 @@
 
 namespace mwstrat::test {
 
-// Ports the kernel just gave out; released again for the workers to bind (SO_REUSEADDR on their side).
-inline std::vector<int> free_ports(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("bind");
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(a.sin_port));
-  }
-  for (int fd : fds) ::close(fd);
-  return ports;
-}
+/// `n` distinct loopback ports, free now and outside the ephemeral range (mwstrat/cluster/free_ports.hpp: a port
+/// from bind(0) was once taken by another test's outgoing connection before a worker could listen on it).
+inline std::vector<int> free_ports(int n) { return ::mwstrat::free_listen_ports("127.0.0.1", n); }
 
 inline std::string join_ports(const std::vector<int>& ports) {
   std::string s;

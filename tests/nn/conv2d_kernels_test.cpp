@@ -155,6 +155,8 @@ std::vector<conv2d_geometry> geometries() {
       // `valid` one that leaves the last row and column without a window, and odd sizes padded before and after
       make(1, 8, 6, 16, 16, 3, 2, false),  make(2, 9, 8, 8, 16, 3, 2, true),   make(2, 7, 7, 4, 16, 3, 2, true),
       make(1, 30, 29, 16, 8, 3, 2, true),  make(1, 6, 23, 8, 16, 3, 2, true),  make(1, 5, 21, 4, 8, 3, 2, true),
+      // 1x1 stride-1 layers (read in place) whose rows no tile divides: 5 and 23 pixels
+      make(2, 7, 5, 16, 32, 1, 1, false),  make(3, 1, 23, 32, 16, 1, 1, true),
   };
 }
 
@@ -221,7 +223,7 @@ TEST(Conv2dKernels, FastPathAgreesWithReferenceOnResNetShapes) {
   const conv2d_geometry shapes[] = {
       make(2, 34, 34, 3, 16, 3, 1, false), make(2, 32, 32, 16, 16, 3, 1, true), make(2, 32, 32, 16, 32, 3, 2, true),
       make(2, 32, 32, 16, 32, 1, 2, true), make(2, 16, 16, 32, 32, 3, 1, true), make(2, 16, 16, 32, 64, 3, 2, true),
-      make(2, 16, 16, 32, 64, 1, 2, true), make(2, 8, 8, 64, 64, 3, 1, true),
+      make(2, 16, 16, 32, 64, 1, 2, true), make(2, 8, 8, 64, 64, 3, 1, true),  make(2, 32, 32, 16, 16, 1, 1, true),
   };
   std::uint64_t seed = 99;
   for (const conv2d_geometry& g : shapes) {

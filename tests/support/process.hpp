@@ -2,6 +2,8 @@
 // Running real programs from tests: a shell command with a hard time limit, its output and exit status; free
 // loopback ports for TF_CONFIG. Every wait is bounded by `timeout -s KILL`.
 
+#include <mwstrat/cluster/free_ports.hpp>
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -64,25 +66,9 @@ inline process_result run(const std::string& command, int limit_seconds = 300) {
   return p.finish();
 }
 
-/// `n` distinct loopback ports that are free now.
-inline std::vector<int> free_ports(int n) {
-  std::vector<int> fds, ports;
-  for (int k = 0; k < n; ++k) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      throw std::runtime_error("no free loopback port");
-    }
-    fds.push_back(fd);
-    ports.push_back(ntohs(a.sin_port));
-  }
-  for (const int fd : fds) ::close(fd);
-  return ports;
-}
+/// `n` distinct loopback ports, free now and outside the ephemeral range (mwstrat/cluster/free_ports.hpp: a port
+/// from bind(0) was once taken by another test's outgoing connection before a worker could listen on it).
+inline std::vector<int> free_ports(int n) { return ::mwstrat::free_listen_ports("127.0.0.1", n); }
 
 /// TF_CONFIG for worker `index` of a cluster of loopback `ports`.
 inline std::string tf_config(const std::vector<int>& ports, int index) {

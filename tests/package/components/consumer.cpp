@@ -5,14 +5,13 @@
 // It trains a softmax regression on Gaussian blobs with two worker processes on loopback (this program forks them)
 // and checks that the loss fell and that both workers end with the same parameters, bit for bit. Exit code 0 means
 // it worked.
+#include <mwstrat/cluster/free_ports.hpp>
 #include <mwstrat/cluster/tf_config.hpp>
 #include <mwstrat/strategy/multi_worker_mirrored_strategy.hpp>
 #include <mwstrat/tensor/concepts.hpp>
 #include <mwstrat/train/fit.hpp>
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -152,25 +151,14 @@ class blobs {
 
 namespace {
 
-// Two loopback ports free now.
+// Two loopback ports free now, outside the ephemeral range (as mwstrat-launch picks them).
 std::vector<int> free_ports() {
-  std::vector<int> fds, ports;
-  for (int k = 0; k < 2; ++k) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      std::perror("consumer: no free port");
-      std::exit(2);
-    }
-    fds.push_back(fd);
-    ports.push_back(ntohs(a.sin_port));
+  try {
+    return mwstrat::free_listen_ports("127.0.0.1", 2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "consumer: %s\n", e.what());
+    std::exit(2);
   }
-  for (const int fd : fds) ::close(fd);
-  return ports;
 }
 
 // One worker: trains, writes its final parameters to `out`, exits 0 when the loss fell.
