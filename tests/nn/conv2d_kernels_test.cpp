@@ -155,7 +155,7 @@ std::vector<conv2d_geometry> geometries() {
       // `valid` one that leaves the last row and column without a window, and odd sizes padded before and after
       make(1, 8, 6, 16, 16, 3, 2, false),  make(2, 9, 8, 8, 16, 3, 2, true),   make(2, 7, 7, 4, 16, 3, 2, true),
       make(1, 30, 29, 16, 8, 3, 2, true),  make(1, 6, 23, 8, 16, 3, 2, true),  make(1, 5, 21, 4, 8, 3, 2, true),
-      // 1x1 stride-1 layers (read in place) whose rows no tile divides: 5 and 23 pixels
+      // 1x1 stride-1 layers, read in place, with rows of 5 and 23 pixels
       make(2, 7, 5, 16, 32, 1, 1, false),  make(3, 1, 23, 32, 16, 1, 1, true),
   };
 }
