@@ -155,6 +155,25 @@ inline void vfma(V& acc, T s, const V& b) noexcept {
   acc += s * b;
 }
 
+// a * b + c lane by lane, rounded once (one FMA instruction) where the ISA has FMA, else a multiply and an add:
+// fmadd's bits in every lane, for the element-wise passes that must agree with a scalar fmadd elsewhere.
+template <class V>
+inline V vfmadd(const V& a, const V& b, const V& c) noexcept {
+#if defined(__AVX512F__) || defined(__FMA__)
+  using T = std::remove_cvref_t<decltype(a[0])>;
+  constexpr bool f = std::is_same_v<T, float>, d = std::is_same_v<T, double>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64 && f) return _mm512_fmadd_ps(a, b, c);
+  if constexpr (sizeof(V) == 64 && d) return _mm512_fmadd_pd(a, b, c);
+#endif
+  if constexpr (sizeof(V) == 32 && f) return _mm256_fmadd_ps(a, b, c);
+  if constexpr (sizeof(V) == 32 && d) return _mm256_fmadd_pd(a, b, c);
+  if constexpr (sizeof(V) == 16 && f) return _mm_fmadd_ps(a, b, c);
+  if constexpr (sizeof(V) == 16 && d) return _mm_fmadd_pd(a, b, c);
+#endif
+  return a * b + c;
+}
+
 // Keeps a loaded vector in a register for all the FMAs that use it: the empty asm statement stands for an
 // instruction that produced the value, so the compiler cannot fold the load into each FMA instead (GCC does so in
 // the register tiles when it counts registers as short: on Zen 3 with AVX2 the direct tile<4, 2> then issued 12

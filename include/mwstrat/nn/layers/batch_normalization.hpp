@@ -21,6 +21,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mwstrat::detail {
@@ -241,6 +242,12 @@ class batch_normalization_layer final : public layer_impl<T> {
     std::memcpy(&v, p, sizeof v);
     return __builtin_convertvector(v, half_wide_t);
   }
+  // Half h (0: the first lanes) of a whole vector, widened, without going through memory.
+  template <std::size_t... I>
+  static half_wide_t widen_half(const vec_t<T>& v, std::size_t h, std::index_sequence<I...>) noexcept {
+    return h == 0 ? __builtin_convertvector(__builtin_shufflevector(v, v, I...), half_wide_t)
+                  : __builtin_convertvector(__builtin_shufflevector(v, v, (I + H)...), half_wide_t);
+  }
   // The loop both sums share: `add(at, h, a1, a2)` for each half h (0, then 1) of each row (`at` its offset from
   // the first), a1 and a2 that half's two sums, loaded from s1 and s2 before and stored back after.
   template <class Add>
@@ -345,14 +352,26 @@ class batch_normalization_layer final : public layer_impl<T> {
   static void add_gradient_products(const T* x, const T* dy, const channel_map<T>& m, std::size_t rows,
                                     std::size_t stride, double* s1, double* s2) noexcept {
     if constexpr (Relu) {
-      alignas(L * sizeof(T)) T g[L];
-      sum_rows(rows, stride, s1, s2, [x, dy, m, &g](std::size_t at, std::size_t h, half_wide_t& a1, half_wide_t& a2) {
-        if (h == 0)  // the row's whole vector, for both halves
-          for (std::size_t j = 0; j < L; ++j) g[j] = output_gradient<true>(x + at, dy + at, m, j, j);
-        const half_wide_t gd = widen_half(g + h * H);
-        a1 += gd;
-        a2 += gd * widen_half(x + at);
-      });
+      // The mask in registers, a whole vector at once: output_gradient's expression lane by lane (vfmadd is
+      // fmadd's bits). Formed lane by lane into memory and read back as halves, it cost a stalled store-to-load
+      // forward per row, and this sum was a tenth of a ResNet step.
+      vec_t<T> mean, scale, shift, g;
+      vload(mean, m.mean);
+      vload(scale, m.scale);
+      vload(shift, m.shift);
+      sum_rows(rows, stride, s1, s2,
+               [x, dy, &mean, &scale, &shift, &g](std::size_t at, std::size_t h, half_wide_t& a1, half_wide_t& a2) {
+                 if (h == 0) {  // the row's whole vector, for both halves
+                   vec_t<T> xv, dyv;
+                   vload(xv, x + at);
+                   vload(dyv, dy + at);
+                   const vec_t<T> zero = {};
+                   g = vfmadd(xv - mean, scale, shift) > zero ? dyv : zero;
+                 }
+                 const half_wide_t gd = widen_half(g, h, std::make_index_sequence<H>{});
+                 a1 += gd;
+                 a2 += gd * widen_half(x + at);
+               });
     } else {
       (void)m;
       sum_rows(rows, stride, s1, s2, [x, dy](std::size_t at, std::size_t, half_wide_t& a1, half_wide_t& a2) {
