@@ -248,22 +248,35 @@ class batch_normalization_layer final : public layer_impl<T> {
     return h == 0 ? __builtin_convertvector(__builtin_shufflevector(v, v, I...), half_wide_t)
                   : __builtin_convertvector(__builtin_shufflevector(v, v, (I + H)...), half_wide_t);
   }
-  // The loop both sums share: `add(at, h, a1, a2)` for each half h (0, then 1) of each row (`at` its offset from
-  // the first), a1 and a2 that half's two sums, loaded from s1 and s2 before and stored back after.
-  template <class Add>
+  // The loop every sum shares, over K vectors of channels at once (2K halves, 4K sums in registers: enough
+  // independent additions to hide their latency, and each row read once): `add(at, k, h, a1, a2)` for each half h
+  // (0, then 1) of vector k of each row (`at` its offset from the first), a1 and a2 that half's two sums, loaded
+  // from s1 and s2 before and stored back after. Each channel's sums still take the rows in order: the same bits
+  // whatever K.
+  template <std::size_t K, class Add>
   static void sum_rows(std::size_t rows, std::size_t stride, double* s1, double* s2, Add&& add) noexcept {
-    half_wide_t a1[2];
-    half_wide_t a2[2];
-    std::memcpy(&a1[0], s1, sizeof a1[0]);
-    std::memcpy(&a1[1], s1 + H, sizeof a1[1]);
-    std::memcpy(&a2[0], s2, sizeof a2[0]);
-    std::memcpy(&a2[1], s2 + H, sizeof a2[1]);
+    half_wide_t a1[2 * K];
+    half_wide_t a2[2 * K];
+    for (std::size_t i = 0; i < 2 * K; ++i) {
+      std::memcpy(&a1[i], s1 + i * H, sizeof a1[i]);
+      std::memcpy(&a2[i], s2 + i * H, sizeof a2[i]);
+    }
     for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t h = 0; h < 2; ++h) add(r * stride + h * H, h, a1[h], a2[h]);
-    std::memcpy(s1, &a1[0], sizeof a1[0]);
-    std::memcpy(s1 + H, &a1[1], sizeof a1[1]);
-    std::memcpy(s2, &a2[0], sizeof a2[0]);
-    std::memcpy(s2 + H, &a2[1], sizeof a2[1]);
+      for (std::size_t k = 0; k < K; ++k)
+        for (std::size_t h = 0; h < 2; ++h) add(r * stride + k * L + h * H, k, h, a1[2 * k + h], a2[2 * k + h]);
+    for (std::size_t i = 0; i < 2 * K; ++i) {
+      std::memcpy(s1 + i * H, &a1[i], sizeof a1[i]);
+      std::memcpy(s2 + i * H, &a2[i], sizeof a2[i]);
+    }
+  }
+
+  // `sum(j, K)` over the channels' whole vectors, K = 2 vectors at a time then 1; returns the first channel left.
+  template <class Sum>
+  static std::size_t for_channel_vectors(std::size_t c, Sum&& sum) {
+    std::size_t j = 0;
+    for (; j + 2 * L <= c; j += 2 * L) sum(j, std::integral_constant<std::size_t, 2>{});
+    for (; j + L <= c; j += L) sum(j, std::integral_constant<std::size_t, 1>{});
+    return j;
   }
 
   // The hook for `batch` samples that runs `run` on each: every chunk's sums zeroed, its group a chunk's samples.
@@ -281,8 +294,9 @@ class batch_normalization_layer final : public layer_impl<T> {
     const std::size_t c = channels_;
     double* __restrict s1 = part;
     double* __restrict s2 = part + c;
-    std::size_t j = 0;
-    for (; j + L <= c; j += L) add_squares(x + r0 * c + j, r1 - r0, c, s1 + j, s2 + j);
+    const std::size_t j = for_channel_vectors(c, [&](std::size_t at, auto k) {
+      add_squares<decltype(k)::value>(x + r0 * c + at, r1 - r0, c, s1 + at, s2 + at);
+    });
     for (std::size_t r = r0; r < r1 && j < c; ++r) {
       const T* __restrict xr = x + r * c;
       for (std::size_t i = j; i < c; ++i) {
@@ -307,10 +321,11 @@ class batch_normalization_layer final : public layer_impl<T> {
     const channel_map<T> m{map_.data(), map_.data() + c, map_.data() + 2 * c};  // the forward pass's
     double* __restrict s1 = part;
     double* __restrict s2 = part + c;
-    std::size_t j = 0;
-    for (; j + L <= c; j += L)
-      add_gradient_products<Relu>(x + r0 * c + j, dy + r0 * c + j, {m.mean + j, m.scale + j, m.shift + j}, r1 - r0,
-                                  c, s1 + j, s2 + j);
+    const std::size_t j = for_channel_vectors(c, [&](std::size_t at, auto k) {
+      add_gradient_products<Relu, decltype(k)::value>(x + r0 * c + at, dy + r0 * c + at,
+                                                      {m.mean + at, m.scale + at, m.shift + at}, r1 - r0, c,
+                                                      s1 + at, s2 + at);
+    });
     for (std::size_t r = r0; r < r1 && j < c; ++r) {
       const T* __restrict xr = x + r * c;
       const T* __restrict dyr = dy + r * c;
@@ -337,48 +352,51 @@ class batch_normalization_layer final : public layer_impl<T> {
     if (n % per_chunk == per_chunk - 1 || n + 1 == hooked_batch_) finish_gradient_chunk(part);
   }
 
-  // s1 += x, s2 += x·x.
+  // s1 += x, s2 += x·x, for K vectors of channels.
+  template <std::size_t K>
   static void add_squares(const T* x, std::size_t rows, std::size_t stride, double* s1, double* s2) noexcept {
-    sum_rows(rows, stride, s1, s2, [x](std::size_t at, std::size_t, half_wide_t& a1, half_wide_t& a2) {
-      const half_wide_t xd = widen_half(x + at);
-      a1 += xd;
-      a2 += xd * xd;
-    });
+    sum_rows<K>(rows, stride, s1, s2,
+                [x](std::size_t at, std::size_t, std::size_t, half_wide_t& a1, half_wide_t& a2) {
+                  const half_wide_t xd = widen_half(x + at);
+                  a1 += xd;
+                  a2 += xd * xd;
+                });
   }
 
-  // s1 += dy, s2 += dy·x, for one vector of channels (`m` at its first), dy masked as output_gradient masks it.
+  // s1 += dy, s2 += dy·x, for K vectors of channels (`m` at the first), dy masked as output_gradient masks it.
   // With a fused ReLU a row's masked dy is formed in T first, as the element-wise passes form it, then widened.
-  template <bool Relu>
+  template <bool Relu, std::size_t K>
   static void add_gradient_products(const T* x, const T* dy, const channel_map<T>& m, std::size_t rows,
                                     std::size_t stride, double* s1, double* s2) noexcept {
     if constexpr (Relu) {
       // The mask in registers, a whole vector at once: output_gradient's expression lane by lane (vfmadd is
       // fmadd's bits). Formed lane by lane into memory and read back as halves, it cost a stalled store-to-load
       // forward per row, and this sum was a tenth of a ResNet step.
-      vec_t<T> mean, scale, shift, g;
-      vload(mean, m.mean);
-      vload(scale, m.scale);
-      vload(shift, m.shift);
-      sum_rows(rows, stride, s1, s2,
-               [x, dy, &mean, &scale, &shift, &g](std::size_t at, std::size_t h, half_wide_t& a1, half_wide_t& a2) {
-                 if (h == 0) {  // the row's whole vector, for both halves
-                   vec_t<T> xv, dyv;
-                   vload(xv, x + at);
-                   vload(dyv, dy + at);
-                   const vec_t<T> zero = {};
-                   g = vfmadd(xv - mean, scale, shift) > zero ? dyv : zero;
-                 }
-                 const half_wide_t gd = widen_half(g, h, std::make_index_sequence<H>{});
-                 a1 += gd;
-                 a2 += gd * widen_half(x + at);
-               });
+      vec_t<T> g;
+      sum_rows<K>(rows, stride, s1, s2,
+                  [x, dy, m, &g](std::size_t at, std::size_t k, std::size_t h, half_wide_t& a1, half_wide_t& a2) {
+                    if (h == 0) {  // vector k's whole row, for both halves
+                      vec_t<T> xv, dyv, mean, scale, shift;
+                      vload(xv, x + at);
+                      vload(dyv, dy + at);
+                      vload(mean, m.mean + k * L);
+                      vload(scale, m.scale + k * L);
+                      vload(shift, m.shift + k * L);
+                      const vec_t<T> zero = {};
+                      g = vfmadd(xv - mean, scale, shift) > zero ? dyv : zero;
+                    }
+                    const half_wide_t gd = widen_half(g, h, std::make_index_sequence<H>{});
+                    a1 += gd;
+                    a2 += gd * widen_half(x + at);
+                  });
     } else {
       (void)m;
-      sum_rows(rows, stride, s1, s2, [x, dy](std::size_t at, std::size_t, half_wide_t& a1, half_wide_t& a2) {
-        const half_wide_t gd = widen_half(dy + at);
-        a1 += gd;
-        a2 += gd * widen_half(x + at);
-      });
+      sum_rows<K>(rows, stride, s1, s2,
+                  [x, dy](std::size_t at, std::size_t, std::size_t, half_wide_t& a1, half_wide_t& a2) {
+                    const half_wide_t gd = widen_half(dy + at);
+                    a1 += gd;
+                    a2 += gd * widen_half(x + at);
+                  });
     }
   }
 
