@@ -155,12 +155,14 @@ inline void vfma(V& acc, T s, const V& b) noexcept {
   acc += s * b;
 }
 
-// a * b + c lane by lane, rounded once (one FMA instruction) where the ISA has FMA, else a multiply and an add:
-// fmadd's bits in every lane, for the element-wise passes that must agree with a scalar fmadd elsewhere.
+// a * b + c lane by lane, rounded once where the ISA has FMA (one instruction on x86), else a multiply and an add:
+// fmadd's bits in every lane, whatever the compiler contracts, for the element-wise passes that must agree with a
+// scalar fmadd elsewhere.
 template <class V>
 inline V vfmadd(const V& a, const V& b, const V& c) noexcept {
-#if defined(__AVX512F__) || defined(__FMA__)
+#if defined(__FMA__) || defined(__AVX512F__) || defined(__ARM_FEATURE_FMA)
   using T = std::remove_cvref_t<decltype(a[0])>;
+#if defined(__FMA__) || defined(__AVX512F__)
   constexpr bool f = std::is_same_v<T, float>, d = std::is_same_v<T, double>;
 #if defined(__AVX512F__)
   if constexpr (sizeof(V) == 64 && f) return _mm512_fmadd_ps(a, b, c);
@@ -171,7 +173,12 @@ inline V vfmadd(const V& a, const V& b, const V& c) noexcept {
   if constexpr (sizeof(V) == 16 && f) return _mm_fmadd_ps(a, b, c);
   if constexpr (sizeof(V) == 16 && d) return _mm_fmadd_pd(a, b, c);
 #endif
-  return a * b + c;
+  V r;  // elsewhere (AArch64): std::fma lane by lane, as fmadd rounds
+  for (std::size_t i = 0; i < sizeof(V) / sizeof(T); ++i) r[i] = std::fma(a[i], b[i], c[i]);
+  return r;
+#else
+  return a * b + c;  // no FMA instruction to contract into
+#endif
 }
 
 // Keeps a loaded vector in a register for all the FMAs that use it: the empty asm statement stands for an
