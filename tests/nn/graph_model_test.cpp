@@ -112,8 +112,9 @@ TEST(NnGraphGradientCheck, OptionAShortcutWithoutBiases) {
 TEST(NnGraphGradientCheck, BatchNormOverTwentyChannels) {
   // The batch norms' sums run over two vectors of channels at a time, then one, then the channels left: 20 doubles
   // take all three on AVX2 (4 lanes), two vectors and the rest on AVX-512, pairs of vectors only on SSE2 (whose
-  // other branches the float executor tests and the smaller checks above reach). The first batch norm's ReLU is fused and its output gradient's
-  // sums made by the convolution that reads it; the second's sums are a pass of its own.
+  // other branches the float executor tests and the smaller checks above reach). The first batch norm's ReLU is
+  // fused and its output gradient's sums made by the convolution that reads it; the second's sums are a pass of its
+  // own.
   const auto conv = [] { return nn::conv2d{20, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same}; };
   const auto in = nn::input_tensor({4, 4, 3});
   auto x = nn::activation_layer{nn::activation::relu}(nn::batch_normalization{0.9, 1e-3}(conv()(in)));
