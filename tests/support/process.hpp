@@ -4,8 +4,6 @@
 
 #include <mwstrat/cluster/free_ports.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
