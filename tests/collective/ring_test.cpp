@@ -380,7 +380,9 @@ bool throws_kind(const std::exception_ptr& e, std::string* what = nullptr) {
 }
 
 // The rank whose hello is refused fails at once; the refusing rank logs the reason and keeps waiting for the
-// right peer (a stranger must not end the job), so it fails at its deadline, naming the refusal.
+// right peer (a stranger must not end the job). Here each rank is the other's previous rank, so the refusing rank
+// is usually refused in turn (the refused one answers it before leaving); if not, it fails at its deadline, naming
+// the refusal.
 TEST(ring_collective, a_mismatched_fingerprint_or_token_fails_fast_with_a_reason) {
   for (int variant = 0; variant < 2; ++variant) {
     auto opts = options_for(2, 3s);

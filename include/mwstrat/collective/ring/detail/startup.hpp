@@ -46,6 +46,11 @@ inline constexpr std::chrono::seconds connect_attempt_limit{2};
 // listening), then doubling, but at most half a second, so a rank that starts late is found soon after.
 inline constexpr std::chrono::milliseconds connect_backoff_first{10};
 inline constexpr std::chrono::milliseconds connect_backoff_max{500};
+// How long a rank whose handshake was refused (a fingerprint, world or token that retrying cannot change) keeps
+// answering its previous rank before it leaves, unless it has already refused that rank itself: without it, the
+// previous rank's pending connection is reset and that rank finds out only at its own deadline. Four times the
+// longest backoff, so a rank between two attempts comes back within it even on a loaded machine.
+inline constexpr std::chrono::milliseconds refusal_grace{4 * connect_backoff_max};
 
 // One ring log line ("[mwstrat.ring] rank r: ..."), to `options.log` or standard error.
 inline void ring_log(const ring_options& options, int rank, const std::string& text) {
@@ -168,11 +173,12 @@ class ring_startup {
     if (rank_ == 0 && !quiet_)
       log("started: tcp://" + address(0) + ", waiting for " + std::to_string(n_) + " workers");
 
-    std::atomic<bool> stop{false};
+    // When the acceptor stops; the far future while this rank still connects.
+    std::atomic<steady::rep> stop_at{steady::time_point::max().time_since_epoch().count()};
     std::exception_ptr accept_error;
     std::thread accepting([&] {
       try {
-        accept_prev(acceptor.native_handle(), deadline, stop);
+        accept_prev(acceptor.native_handle(), deadline, stop_at);
       } catch (...) {
         accept_error = std::current_exception();
       }
@@ -180,9 +186,14 @@ class ring_startup {
     std::exception_ptr connect_error;
     try {
       connect_next(deadline);
+    } catch (const protocol_error&) {
+      // A refusal: the previous rank (the next one, in a ring of two) is likely configured alike and knocking now.
+      // Answer it for a moment, so it fails with the same reason instead of a reset and a wait to its deadline.
+      connect_error = std::current_exception();
+      stop_at = (steady::now() + refusal_grace).time_since_epoch().count();
     } catch (...) {
       connect_error = std::current_exception();
-      stop = true;
+      stop_at = steady::now().time_since_epoch().count();
     }
     accepting.join();
     if (connect_error) std::rethrow_exception(connect_error);
@@ -190,9 +201,15 @@ class ring_startup {
     if (rank_ == 0 && !quiet_) log("ring of " + std::to_string(n_) + " ranks connected");
   }
 
-  void accept_prev(int listener, steady::time_point deadline, const std::atomic<bool>& stop) {
+  // Takes the previous rank's connections until the link is complete, the deadline passes or `stop_at` (set by the
+  // connecting side when it fails); after a refusal of our own there is nothing left to tell that rank.
+  void accept_prev(int listener, steady::time_point deadline, const std::atomic<steady::rep>& stop_at) {
     std::string last_refusal;
-    while (!stop) {
+    const auto stopping = [&] {
+      const steady::time_point at{steady::duration(stop_at.load())};
+      return steady::now() >= at || (at != steady::time_point::max() && !last_refusal.empty());
+    };
+    while (!stopping()) {
       if (steady::now() >= deadline)
         throw timeout_error({"ring", rank_},
                             "rank " + std::to_string(prev()) + " (" + address(prev()) + ") did not connect within " +
