@@ -26,7 +26,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
-                "checkpoint", "data", "resnet", "resnet_tta", "resnet56_tta", "collective_hosts", "train_hosts", "fault_campaign"]
+                "checkpoint", "data", "resnet", "kernels", "resnet_tta", "resnet56_tta", "collective_hosts", "train_hosts", "fault_campaign"]
 
 
 def cnn_flops_per_sample():
@@ -737,6 +737,66 @@ class Page:
                                    limit, short_source(t), next((c for c in t["commands"] if "mwstrat-launch -n "
                                                                  + str(n) in c), t["commands"][0])))
 
+    def kernels(self):
+        """The convolution kernels against oneDNN (PyTorch), pass by pass on ResNet-56's shapes (issue 17's goal:
+        faster on every shape)."""
+        k = self.r.get("kernels")
+        if not k:
+            return
+        w = self.w
+        med = statistics.median
+        peak, _ = self.peak(k, 1)
+        w("### Convolution kernels against oneDNN, each of ResNet-56's shapes")
+        w()
+        w(f"Measured: {where(k)}.  ")
+        w(f"Command: `{k['commands'][0]}`")
+        w()
+        w(f"nn/kernels (`benchmarks/kernels/conv_bench.cpp`) and PyTorch's oneDNN convolutions "
+          f"(`benchmarks/kernels/torch_conv_bench.py`, channels-last) on one thread at batch 128, taking turns for "
+          f"{k['rounds']} round(s) of at least {k['seconds']} s per pass. *Best* is the ratio of each side's best time "
+          f"over the rounds; *median* is the median of each round's own ratio, the steadier figure on a machine "
+          f"whose speed drifts between rounds. GFLOP/s count the direct convolution's multiply-adds, so Winograd's "
+          f"passes (3×3, stride 1) read an effective rate that may pass the peak. Layers: how many of ResNet-56's "
+          f"convolutions have the shape (the totals weight each shape by it).")
+        w()
+        self.busy_note(k)
+        w("| pass / shape (batch 128) | layers | mwstrat GFLOP/s | of the FMA peak | oneDNN GFLOP/s "
+          "| mwstrat ÷ oneDNN, best | median of rounds |")
+        w("|---|---:|---:|---:|---:|---:|---:|")
+        behind = []
+        for r in k["rows"]:
+            best = r["mwstrat_gflops"] / r["torch_gflops"] if r.get("torch_gflops") else None
+            median = med(r["round_ratios"]) if r.get("round_ratios") else None
+            if (best is not None and best < 1) or (median is not None and median < 1):
+                behind.append(r["name"])
+            w(f"| {r['name']} | {r['layers']} | {fmt(r['mwstrat_gflops'], 1)} | "
+              f"{pct(r['mwstrat_gflops'] / peak) if peak else '—'} | {fmt(r.get('torch_gflops'), 1)} | "
+              f"{'**' if best is not None and best < 1 else ''}{times(best)}{'**' if best is not None and best < 1 else ''}"
+              f" | {times(median)} |")
+        w()
+        totals = k.get("totals_ms") or {}
+        if totals:
+            w("| ResNet-56 convolutions, one batch of 128 | mwstrat ms | oneDNN ms | oneDNN ÷ mwstrat |")
+            w("|---|---:|---:|---:|")
+            for p, v in totals.items():
+                w(f"| {p} | {fmt(v['mwstrat'], 1)} | {fmt(v['torch'], 1)} | {times(v['torch'] / v['mwstrat'])} |")
+            a = sum(v["mwstrat"] for v in totals.values())
+            b = sum(v["torch"] for v in totals.values())
+            w(f"| all three | {fmt(a, 1)} | {fmt(b, 1)} | **{times(b / a)}** |")
+            w()
+            self.headlines.append(("ResNet-56's convolutions, 1 thread, batch 128 (ms per batch)", fmt(a, 1),
+                                   f"{times(b / a)} oneDNN (PyTorch)",
+                                   f"{len(k['rows']) - len(behind)} of {len(k['rows'])} passes ahead of oneDNN by both "
+                                   f"measures", short_source(k), k["commands"][0]))
+        if behind:
+            w(f"Against issue 17's goal (faster than oneDNN on every shape): **not met** here; {len(behind)} of "
+              f"{len(k['rows'])} passes are behind by the best or the median: {', '.join(behind)}. "
+              f"[kernels/README.md](kernels/README.md) has what was tried on them.")
+        else:
+            w(f"Against issue 17's goal (faster than oneDNN on every shape): met in this run, every pass ahead by "
+              f"both measures.")
+        w()
+
     def fault_campaign(self):
         """mwstrat-fault-campaign's figures (docs/fault_campaign.md): recorded by hand, not by scripts/bench."""
         c = self.r.get("fault_campaign")
@@ -1114,7 +1174,7 @@ class Page:
         machine = self.lines
         self.lines = []
         body_start = 0
-        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.resnet,
+        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.resnet, self.kernels,
                         self.resnet_time_to_accuracy, self.hosts,
                         self.fault_campaign):
             section()
@@ -1129,8 +1189,8 @@ class Page:
         w("The current figures of every comparison in `benchmarks/`, each with the command that produced it, its ratio "
           "to the peers (PyTorch DDP, TensorFlow MultiWorkerMirroredStrategy, Gloo, Open MPI, OpenBLAS) and to the "
           "machine's limit (FP32 FMA peak, loopback link, disk). To rerun everything on your machine: `scripts/bench` "
-          "(`--quick` for one short repeat of each, `--only train|collective|nn|checkpoint|data|peak|resnet|hosts` for "
-          "one). How "
+          "(`--quick` for one short repeat of each, `--only "
+          "train|collective|nn|checkpoint|data|peak|resnet|kernels|tta|hosts` for one). How "
           "each figure came about, pass by pass: [history/](history/).")
         w()
         if any(r.get("source") != "scripts/bench" for r in self.r.values()):

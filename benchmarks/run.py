@@ -18,6 +18,9 @@ Families and what each writes (RESULTS.md's sections):
   resnet      resnet.json                ResNet-56 on CIFAR-10 training samples/s: mwstrat (resnet/resnet_throughput.cpp)
                                          vs PyTorch (both layouts) and TensorFlow MWMS, 1 and 2 workers × 1 thread,
                                          interleaved rounds; mwstrat's convolutions alone (--conv-kernels)
+  kernels     kernels.json               the convolution kernels vs oneDNN (PyTorch) on each of ResNet-56's layer
+                                         shapes, forward / data gradient / filter gradient, one thread, batch 128,
+                                         interleaved rounds (kernels/compare.py)
   tta         resnet_tta.json            time to accuracy: ResNet-20 test accuracy against wall time, 2 workers, mwstrat
                                          (examples/cifar10_resnet: the build needs -DMWSTRAT_BUILD_EXAMPLES=ON) then
                                          PyTorch channels_last, the same short cosine recipe, each alone for up to
@@ -46,7 +49,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 
-FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet", "tta", "hosts"]
+FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet", "kernels", "tta", "hosts"]
 
 
 class Failed(Exception):
@@ -282,6 +285,28 @@ def family_resnet(a, log):
     benchlib.write_json(os.path.join(a.results, "resnet.json"), record)
     if not any(x["label"] == "mwstrat" for x in rows):
         raise Failed("no mwstrat run succeeded: " + "; ".join(failures))
+
+
+def family_kernels(a, log):
+    # Every convolution pass of ResNet-56 (each shape once, weighted by its layer count in the totals): mwstrat's
+    # nn/kernels (kernels/conv_bench.cpp) and PyTorch's oneDNN (kernels/torch_conv_bench.py) taking turns round by
+    # round, both on one thread; each side's best time per pass and the median of the rounds' own ratios.
+    started = benchlib.start()
+    rounds, seconds = ("1", "0.1") if a.quick else ("3", "0.5")
+    bench = os.path.join(a.build, "benchmarks", "kernels", "mwstrat_bench_conv")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "kernels.json")
+        argv = ["/usr/bin/python3", os.path.join(HERE, "kernels", "compare.py"), "--bench", bench,  # Debian's torch
+                "--rounds", rounds, "--seconds", seconds, "--json-out", out]
+        run(argv, log, 3600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        with open(out) as f:
+            compared = json.load(f)
+    command = " ".join(benchlib.rel(x) if os.sep in x else x for x in argv[:-2])
+    record = benchlib.meta("kernels", [command], a.quick, started)
+    record.update(compared)
+    benchlib.write_json(os.path.join(a.results, "kernels.json"), record)
+    if not any(r["torch_gflops"] for r in record["rows"]):
+        raise Failed("no pass was timed on both sides")
 
 
 # Time to accuracy per depth: the results file and the recipe's changes from time_to_accuracy.py's default (ResNet-20,

@@ -5,10 +5,12 @@ so that both see the same background load, keeps each one's best CPU time per (p
 Markdown table: shape, mwstrat GFLOP/s, % of the FMA peak, torch GFLOP/s, the ratio of the bests, and the median
 of the rounds' own ratios (on a VM whose speed drifts between rounds, the median of paired rounds is the steadier
 figure); then the whole network's convolution time per pass (each shape weighted by how many ResNet-56 layers
-have it). `--filter` (a substring of the names) times only some passes and leaves the totals out.
+have it). `--filter` (a substring of the names) times only some passes and leaves the totals out. `--json-out`
+also writes every pass's best times and round ratios, and the totals (what benchmarks/run.py's kernels family
+records for RESULTS.md).
 
     /usr/bin/python3 benchmarks/kernels/compare.py --bench build/release/benchmarks/kernels/mwstrat_bench_conv \
-        [--peak 115.6] [--rounds 2] [--seconds 0.5] [--filter forward/16x16]
+        [--peak 115.6] [--rounds 2] [--seconds 0.5] [--filter forward/16x16] [--json-out FILE]
 """
 import argparse
 import json
@@ -54,6 +56,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=0.5)
     ap.add_argument("--filter", default="", help="time only the passes whose names contain this")
+    ap.add_argument("--json-out", default=None, help="also write the passes and totals here as JSON")
     args = ap.parse_args()
     mine, theirs = {}, {}
     paired = {}  # name -> each round's torch time / mwstrat time
@@ -83,6 +86,15 @@ def main():
         if t:
             tot[0] += m["layers"] * m["cpu_s"]
             tot[1] += m["layers"] * t["cpu_s"]
+    if args.json_out:
+        rows = [{"name": name, "layers": m["layers"], "mwstrat_cpu_s": m["cpu_s"], "mwstrat_gflops": m["gflops"],
+                 "torch_cpu_s": theirs[name]["cpu_s"] if name in theirs else None,
+                 "torch_gflops": theirs[name]["gflops"] if name in theirs else None,
+                 "round_ratios": paired.get(name, [])} for name, m in mine.items()]
+        with open(args.json_out, "w") as f:
+            json.dump({"rounds": args.rounds, "seconds": args.seconds, "filter": args.filter, "rows": rows,
+                       "totals_ms": {p: {"mwstrat": a * 1e3, "torch": b * 1e3} for p, (a, b) in totals.items()}
+                       if not args.filter else {}}, f, indent=1)
     if args.filter:
         return  # the network's totals need every shape
     print()
