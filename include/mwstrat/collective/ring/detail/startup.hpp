@@ -47,7 +47,7 @@ inline constexpr std::chrono::seconds connect_attempt_limit{2};
 inline constexpr std::chrono::milliseconds connect_backoff_first{10};
 inline constexpr std::chrono::milliseconds connect_backoff_max{500};
 // How long a rank whose handshake was refused (a fingerprint, world or token that retrying cannot change) keeps
-// answering its previous rank before it leaves, unless it has already refused that rank itself: without it, the
+// answering its previous rank before it leaves, unless it has already refused a connection itself: without it, the
 // previous rank's pending connection is reset and that rank finds out only at its own deadline. Four times the
 // longest backoff, so a rank between two attempts comes back within it even on a loaded machine.
 inline constexpr std::chrono::milliseconds refusal_grace{4 * connect_backoff_max};
