@@ -168,6 +168,15 @@ TEST(Cifar10, LabelTenNamesFileAndRecord) {
   write_file(file, bytes);
   expect_cifar_error([&] { (void)data::load_cifar10(dir.path(), data::cifar10_split::train, {4}); }, file,
                      {"record 2", "label 255"});
+  // One file read into vectors that already hold another's images: the refusal leaves them as they were.
+  std::vector<std::uint8_t> pixels;
+  std::vector<std::int64_t> labels;
+  data::read_cifar10_batch(bin / "data_batch_1.bin", 4, pixels, labels);
+  const auto pixels_before = pixels;
+  const auto labels_before = labels;
+  expect_cifar_error([&] { data::read_cifar10_batch(file, 4, pixels, labels); }, file, {"record 2", "label 255"});
+  EXPECT_EQ(pixels, pixels_before);
+  EXPECT_EQ(labels, labels_before);
 }
 
 TEST(Cifar10, ZeroRecordsPerFileIsAConfigError) {

@@ -43,9 +43,10 @@ inline std::vector<std::uint8_t> read_file(const std::filesystem::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-inline std::vector<std::uint8_t> gzip(const std::vector<std::uint8_t>& bytes) {
+// level 0 stores the bytes uncompressed (the largest a gzip of them can be).
+inline std::vector<std::uint8_t> gzip(const std::vector<std::uint8_t>& bytes, int level = Z_BEST_SPEED) {
   z_stream zs{};
-  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+  if (deflateInit2(&zs, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
     throw std::runtime_error("deflateInit2");
   }
   std::vector<std::uint8_t> out(deflateBound(&zs, static_cast<uLong>(bytes.size())) + 64);

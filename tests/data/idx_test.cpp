@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 namespace {
@@ -194,6 +195,55 @@ TEST(Idx, GzipDecompressionLimit) {
   data::idx_read_options options;
   options.max_bytes = 1000;
   expect_data_error([&] { (void)data::read_idx(file, options); }, file, "exceeds the limit of 1000 bytes");
+}
+
+TEST(Idx, ADirectoryOrAnOversizedFileIsRefusedBeforeAnythingIsRead) {
+  temp_dir dir;
+  const auto folder = (dir / "train-images-idx3-ubyte").string();
+  std::filesystem::create_directory(folder);
+  expect_data_error([&] { (void)data::read_idx(folder); }, folder, "not a regular file");
+  // A sparse file of 64 GiB: read whole, it would take the machine's memory (or end in bad_alloc).
+  const auto big = (dir / "big").string();
+  write_file(big, {});
+  std::filesystem::resize_file(big, std::uintmax_t{64} << 30U);
+  expect_data_error([&] { (void)data::read_idx(big); }, big,
+                    "file of 68719476736 bytes exceeds the limit of 8589934592 bytes");
+  data::idx_read_options options;
+  options.max_bytes = std::size_t{1} << 20U;
+  expect_data_error([&] { (void)data::read_idx(big, options); }, big, "exceeds the limit of 1048576 bytes");
+  // A file that starts like gzip is allowed a gzip's overhead over the limit, and its inflated size is checked.
+  const auto set = make_small_set(100, 10, 10);  // 10 016 bytes
+  const auto stored = (dir / "stored.gz").string();
+  write_file(stored, gzip(set.images, 0));
+  options.max_bytes = set.images.size();
+  EXPECT_EQ(data::read_idx(stored, options).data.size(), 10000U);
+  options.max_bytes = set.images.size() - 1;
+  expect_data_error([&] { (void)data::read_idx(stored, options); }, stored, "exceeds the limit of 10015 bytes");
+}
+
+// zlib takes its input in slices (1 GiB each for a real file): a member that runs on across slices inflates whole,
+// and only input that really ends inside a member is truncation.
+TEST(Idx, GzipMemberAcrossInputSlicesInflatesWhole) {
+  const auto set = make_small_set(40, 9, 9);
+  const auto packed = gzip(set.images);
+  ASSERT_GT(packed.size(), 100U);
+  for (const std::size_t slice : {std::size_t{1}, std::size_t{7}, std::size_t{64}, packed.size() - 1}) {
+    EXPECT_EQ(mwstrat::detail::gunzip(packed, "f.gz", std::size_t{1} << 20U, slice), set.images) << "slice " << slice;
+  }
+  auto two = gzip(std::vector<std::uint8_t>(set.images.begin(), set.images.begin() + 100));
+  const auto rest = gzip(std::vector<std::uint8_t>(set.images.begin() + 100, set.images.end()));
+  two.insert(two.end(), rest.begin(), rest.end());
+  EXPECT_EQ(mwstrat::detail::gunzip(two, "f.gz", std::size_t{1} << 20U, 5), set.images);
+  const std::vector<std::uint8_t> cut(packed.begin(), packed.end() - 8);
+  try {
+    (void)mwstrat::detail::gunzip(cut, "f.gz", std::size_t{1} << 20U, 7);
+    ADD_FAILURE() << "a member without its trailer inflated";
+  } catch (const mwstrat::data_error& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated gzip stream: input ended after " + std::to_string(cut.size()) +
+                                         " bytes"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Idx, GzipOfBrokenIdxReportsTheIdxDefect) {

@@ -44,7 +44,8 @@ struct cifar10_options {
 };
 
 /// Reads one batch file in the official layout (exactly `records` records), appending its images (converted to
-/// HWC) and labels. Throws io_error when it cannot be opened, data_error naming the file and record otherwise.
+/// HWC) and labels. Throws io_error when it cannot be opened, data_error naming the file and record otherwise; a
+/// refused file leaves both vectors as they were.
 inline void read_cifar10_batch(const std::filesystem::path& file, std::size_t records,
                                std::vector<std::uint8_t>& pixels, std::vector<std::int64_t>& labels) {
   constexpr std::size_t plane = 32 * 32;
@@ -78,17 +79,21 @@ inline void read_cifar10_batch(const std::filesystem::path& file, std::size_t re
     throw io_error({"cifar10"}, "cannot read " + name + " (" + std::to_string(in.gcount()) + " of " +
                                  std::to_string(raw.size()) + " bytes read)");
   }
+  // Every label is checked before the caller's vectors grow, so a refused file leaves them as they were.
+  for (std::size_t r = 0; r < records; ++r) {
+    const std::uint8_t label = raw[r * record_size];
+    if (label >= 10) {
+      throw data_error({"cifar10"}, name,
+                       name + ": corrupt: record " + std::to_string(r) + " (byte offset " +
+                           std::to_string(r * record_size) + ") has label " + std::to_string(label) +
+                           ", not in [0, 10)");
+    }
+  }
   const std::size_t first_pixel = pixels.size();
   pixels.resize(first_pixel + records * 3 * plane);
   labels.reserve(labels.size() + records);
   for (std::size_t r = 0; r < records; ++r) {
     const std::uint8_t* record = raw.data() + r * record_size;
-    if (record[0] >= 10) {
-      throw data_error({"cifar10"}, name,
-                       name + ": corrupt: record " + std::to_string(r) + " (byte offset " +
-                           std::to_string(r * record_size) + ") has label " + std::to_string(record[0]) +
-                           ", not in [0, 10)");
-    }
     labels.push_back(record[0]);
     std::uint8_t* image = pixels.data() + first_pixel + r * 3 * plane;
     for (std::size_t p = 0; p < plane; ++p) {  // planar CHW -> interleaved HWC

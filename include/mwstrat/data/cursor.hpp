@@ -9,8 +9,9 @@ namespace mwstrat::data {
 
 /// The position of a distributed input in its data: the next global step to produce. Plain data (three
 /// integers); the same on every worker, since it counts global steps, not per-worker examples. Restoring it
-/// (`distributed_batches::restore`) yields exactly the batches an uninterrupted run would have produced next,
-/// also with a different number of workers, as long as the global batch and the data set are unchanged.
+/// (`distributed_batches::restore`) yields exactly the batches an uninterrupted run would have produced next;
+/// with data sharding also with a different number of workers, as long as the global batch and the data set are
+/// unchanged (file sharding gives each worker count its own split of the files).
 ///
 /// `epoch` counts *passes over the data*, which are not `fit`'s epochs when `steps_per_epoch` differs from a
 /// pass: training input is a repeated pipeline (tf.data's `.repeat()`), each pass in its own shuffled order, and

@@ -124,7 +124,20 @@ inline void big_endian_to_host(std::span<std::uint8_t> bytes, std::size_t width)
   }
 }
 
-[[nodiscard]] inline std::vector<std::uint8_t> read_whole_file(const std::filesystem::path& path) {
+// The bytes of the file at `path`, refused before anything is allocated when it is not a regular file or is larger
+// than `max_bytes` allows: the raw size for a plain file, or for a gzip file (inflated and checked against
+// max_bytes later) the most a gzip of max_bytes can take: its stored blocks' overhead of 5 bytes in 65 535, and a
+// MiB for the members' headers and trailers.
+[[nodiscard]] inline std::vector<std::uint8_t> read_whole_file(const std::filesystem::path& path,
+                                                               std::size_t max_bytes) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec) {
+    throw io_error({"idx"}, "cannot open " + path.string() + ": " + ec.message());
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    throw idx_defect(path.string(), "not a regular file (a directory, device or socket): an IDX file is expected");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
@@ -136,6 +149,18 @@ inline void big_endian_to_host(std::span<std::uint8_t> bytes, std::size_t width)
     throw io_error({"idx"}, "cannot determine the size of " + path.string());
   }
   in.seekg(0, std::ios::beg);
+  const auto size = static_cast<std::uintmax_t>(length);
+  char magic[2] = {0, 0};
+  const bool gzipped = size >= 2 && in.read(magic, 2) && magic[0] == '\x1f' && magic[1] == '\x8b';
+  in.seekg(0, std::ios::beg);
+  const std::uintmax_t slack = max_bytes / 13107 + (std::uintmax_t{1} << 20U);  // headers, trailers, stored blocks
+  const std::uintmax_t most = std::numeric_limits<std::uintmax_t>::max();
+  const std::uintmax_t limit = !gzipped ? max_bytes : max_bytes > most - slack ? most : max_bytes + slack;
+  if (size > limit) {
+    throw idx_defect(path.string(), std::string(gzipped ? "gzip file" : "file") + " of " + std::to_string(size) +
+                                        " bytes exceeds the limit of " + std::to_string(max_bytes) +
+                                        (gzipped ? " bytes inflated" : " bytes") + " (idx_read_options::max_bytes)");
+  }
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(length));
   if (!bytes.empty() && !in.read(reinterpret_cast<char*>(bytes.data()), length)) {
     throw io_error({"idx"}, "cannot read " + path.string() + " (" + std::to_string(length) + " bytes)");
@@ -222,7 +247,7 @@ namespace mwstrat::data {
 
 /// Reads and validates an IDX file, raw or gzip-compressed.
 [[nodiscard]] inline idx_array read_idx(const std::filesystem::path& path, const idx_read_options& options = {}) {
-  return parse_idx(detail::read_whole_file(path), path.string(), options);
+  return parse_idx(detail::read_whole_file(path, options.max_bytes), path.string(), options);
 }
 
 }  // namespace mwstrat::data

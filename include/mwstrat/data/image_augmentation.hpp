@@ -15,13 +15,14 @@
 ///        - `unit_range`: x / 255 (what the pipeline does without a transform).
 ///
 /// The random choices of an example are a pure function of (seed, epoch, the example's index in the set): the
-/// same on every worker, with any number of workers, and after a resume from a data cursor, so 2 workers × B
-/// see exactly the augmented examples 1 worker × 2B sees. Nothing allocates per example.
+/// same on every worker, with any number of workers, and after a resume from a data cursor, so with data sharding
+/// 2 workers × B see exactly the augmented examples 1 worker × 2B sees. Nothing allocates per example.
 ///
 ///     data::augmentation_options aug;                       // pad 4, crop + flip, per-image standardization
 ///     aug.seed = seed;
 ///     data::distribution_options o;                         // global batch, workers, shuffle seed, ...
 ///     o.transform = data::image_augmentation(aug).transform();
+///     o.policy = data::data_shard{};  // one shared order (auto would shard CIFAR-10's five files by file)
 ///     mwstrat::distributed_input train(data::distributed_batches(train_set, o));
 ///     const auto eval = data::image_augmentation(aug.for_evaluation());   // standardization only
 ///     mwstrat::distributed_input test(

@@ -22,8 +22,10 @@ namespace mwstrat::detail {
 
 /// Inflates every gzip member in `in` (concatenated members are one file, as gzip(1) treats them), checking each
 /// member's CRC-32 and length; refuses to produce more than `max_bytes`. Throws data_error naming `path`.
+/// zlib takes at most `slice` bytes of input a call (its counts are 32-bit; 1 GiB unless a test asks for less), and
+/// a member may run on through any number of slices.
 [[nodiscard]] inline std::vector<std::uint8_t> gunzip(std::span<const std::uint8_t> in, const std::string& path,
-                                                      std::size_t max_bytes) {
+                                                      std::size_t max_bytes, std::size_t slice = std::size_t{1} << 30) {
   auto fail = [&](const std::string& what) -> data_error {
     return data_error({"idx"}, path, path + ": " + what);
   };
@@ -43,7 +45,7 @@ namespace mwstrat::detail {
   while (consumed < in.size()) {
     zs.next_in = const_cast<Bytef*>(in.data() + consumed);  // zlib's API is not const-correct; it only reads
     const std::size_t avail = in.size() - consumed;
-    zs.avail_in = static_cast<uInt>(avail < (std::size_t{1} << 30) ? avail : (std::size_t{1} << 30));
+    zs.avail_in = static_cast<uInt>(std::min({avail, std::max<std::size_t>(slice, 1), std::size_t{1} << 30}));
     const uInt given = zs.avail_in;
     int rc = Z_OK;
     do {
@@ -70,6 +72,9 @@ namespace mwstrat::detail {
     } while (rc != Z_STREAM_END && (zs.avail_in > 0 || zs.avail_out == 0));
     consumed += given - zs.avail_in;
     if (rc != Z_STREAM_END) {
+      if (consumed < in.size()) {
+        continue;  // this slice is used up (the loop above leaves only then): the member goes on in the next one
+      }
       throw fail("truncated gzip stream: input ended after " + std::to_string(in.size()) +
                  " bytes inside a compressed member (" + std::to_string(out.size()) + " bytes inflated so far)");
     }
