@@ -137,20 +137,32 @@ TEST(backup_and_restore, resumed_run_is_bitwise_identical_to_an_uninterrupted_on
   }
 }
 
+// The backup is listed before the callback that halves the rate at the end of the first epoch (run() passes it
+// first): the epoch's backup must still hold the halved rate, so a backup's epoch-end hook runs after every other
+// callback's (saves_training_state).
 TEST(backup_and_restore, a_learning_rate_changed_during_training_is_restored_with_the_backup) {
   run_options o;
   o.halve_rate_after_first_epoch = true;
   const run_result reference = run(o);
   ASSERT_FALSE(reference.failed) << reference.error;
-  temp_dir dir;
-  o.backup = backup_options{dir.path(), save_frequency::every(4)};
-  o.die_at_step = 23;  // mid-epoch 2, after the rate was halved; the backup of step 20 holds the halved rate
-  ASSERT_TRUE(run(o).failed);
-  o.die_at_step.reset();
-  const run_result resumed = run(o);
-  ASSERT_FALSE(resumed.failed) << resumed.error;
-  EXPECT_EQ(resumed.resumed_at, 20u);
-  EXPECT_EQ(resumed.params, reference.params) << "the resumed run trains on with the halved rate";
+  struct save_point {
+    save_frequency freq;
+    std::uint64_t die_at, resumed_at;
+  };
+  // Every 4 steps: dies mid-epoch 2, the backup of step 20 came after the halving. Every epoch: dies in epoch 2,
+  // and the backup is the one written at the very epoch end that halved the rate.
+  for (const save_point p : {save_point{save_frequency::every(4), 23, 20}, save_point{save_frequency::epoch(), 13, 10}}) {
+    temp_dir dir;
+    o.backup = backup_options{dir.path(), p.freq};
+    o.die_at_step = p.die_at;
+    ASSERT_TRUE(run(o).failed);
+    o.die_at_step.reset();
+    const run_result resumed = run(o);
+    ASSERT_FALSE(resumed.failed) << resumed.error;
+    EXPECT_EQ(resumed.resumed_at, p.resumed_at);
+    EXPECT_EQ(resumed.params, reference.params) << "the resumed run trains on with the halved rate, resumed at step "
+                                                << p.resumed_at;
+  }
 }
 
 TEST(backup_and_restore, a_corrupt_latest_backup_falls_back_to_the_previous_one) {

@@ -16,6 +16,7 @@
 #include <mwstrat/train/logs.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace mwstrat {
 
@@ -54,6 +55,15 @@ concept callback_for = has_on_train_begin<C, Ctx> || has_on_train_end<C, Ctx> ||
                        has_on_epoch_end<C, Ctx> || has_on_train_batch_begin<C, Ctx> ||
                        has_on_train_batch_end<C, Ctx> || has_on_test_begin<C, Ctx> || has_on_test_end<C, Ctx>;
 
+/// A callback that saves the training state (`backup_and_restore`) declares
+/// `static constexpr bool saves_training_state = true;`. Its `on_epoch_end` then runs after every other callback's,
+/// wherever it is listed, so an epoch's backup holds what the others changed at the epoch's end (Keras's callbacks
+/// change the training there: a learning rate cut on a plateau), and a resume from it goes on as the uninterrupted
+/// run did. Batch hooks keep the list's order (a callback that fails at a step, or waits for that step's backup,
+/// sees the order it was given); one that changes the training state in `on_train_batch_end` goes before the backup.
+template <class C>
+concept saves_training_state = requires { requires std::remove_cvref_t<C>::saves_training_state; };
+
 namespace detail {
 
 // One function per hook: calls it on every callback that has it, in the order given.
@@ -71,7 +81,8 @@ void fire_epoch_begin(Ctx& ctx, [[maybe_unused]] int epoch, C&... cs) {
 }
 template <class Ctx, class... C>
 void fire_epoch_end(Ctx& ctx, [[maybe_unused]] int epoch, const epoch_logs& logs, C&... cs) {
-  ([&] { if constexpr (has_on_epoch_end<C, Ctx>) cs.on_epoch_end(ctx, epoch, logs); }(), ...);
+  ([&] { if constexpr (has_on_epoch_end<C, Ctx> && !saves_training_state<C>) cs.on_epoch_end(ctx, epoch, logs); }(), ...);
+  ([&] { if constexpr (has_on_epoch_end<C, Ctx> && saves_training_state<C>) cs.on_epoch_end(ctx, epoch, logs); }(), ...);
 }
 template <class Ctx, class... C>
 void fire_batch_begin(Ctx& ctx, [[maybe_unused]] std::size_t step, C&... cs) {

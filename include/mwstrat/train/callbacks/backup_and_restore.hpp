@@ -107,6 +107,9 @@ class basic_backup_and_restore {
  public:
   /// Never stops training: fit need not agree on a stop after each step because of it (fit.hpp).
   static constexpr bool stops_one_worker = false;
+  /// An epoch's backup holds the other callbacks' changes of that epoch's end, wherever this one is listed
+  /// (callback.hpp, saves_training_state).
+  static constexpr bool saves_training_state = true;
 
   /// Backs up to a `checkpoint_manager` of `options.backup_dir` (made on the chief at the start of `fit`).
   explicit basic_backup_and_restore(backup_options options)
