@@ -6,6 +6,7 @@
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/model_checkpoint.hpp>
 #include <mwstrat/train/train_context.hpp>
+#include <mwstrat/nn/graph_model.hpp>
 #include <mwstrat/nn/model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/train/saved_model.hpp>
@@ -179,6 +180,84 @@ TEST(saved_keras_model, model_checkpoint_files_have_the_keras_layout_and_load_ba
     load_weights(dir.path() / "ckpt-01.safetensors", again);
     EXPECT_TRUE(std::ranges::equal(model.parameters(), again.parameters()));
   });
+}
+
+// A file refused for its optimizer part (slots of another optimizer, a step count that is not a number) leaves
+// the model and the optimizer as they were, and the error is a checkpoint_error naming the file.
+TEST(saved_keras_model, a_refused_optimizer_state_leaves_the_model_and_optimizer_untouched) {
+  temp_dir dir;
+  auto a = small_cnn(1);
+  nn::adam adam({});  // two slots per parameter; sgd with momentum has one
+  const auto x = inputs(4);
+  const std::vector<std::int64_t> y{1, 2, 3, 4};
+  a.train_batch(x, y, 4);
+  a.execute([&] { adam.apply(a.parameters(), a.gradients()); });
+  save_model(dir.path() / "adam.safetensors", a, adam);
+  auto b = small_cnn(2);
+  nn::sgd sgd({.learning_rate = 0.1, .momentum = 0.9});
+  const std::vector<float> before(b.parameters().begin(), b.parameters().end());
+  try {
+    load_model(dir.path() / "adam.safetensors", b, sgd);
+    FAIL() << "loaded another optimizer's slots";
+  } catch (const checkpoint_error& e) {
+    EXPECT_NE(std::string(e.what()).find("adam.safetensors: optimizer/state holds"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::ranges::equal(b.parameters(), before));
+
+  nn::sgd momentum({.learning_rate = 0.1, .momentum = 0.9});
+  save_model(dir.path() / "sgd.safetensors", a, momentum);
+  const safetensors_file file = safetensors_file::open(dir.path() / "sgd.safetensors");
+  std::vector<tensor_entry> entries;
+  for (const auto& t : file.tensors()) entries.push_back({t.name, t.type, t.shape, t.data});
+  metadata_map metadata;
+  for (const auto& [key, value] : file.metadata())
+    if (!key.starts_with("mwstrat.crc") && !key.starts_with("mwstrat.header")) metadata[key] = value;
+  metadata["mwstrat.optimizer_iterations"] = "lots";
+  save_safetensors(dir.path() / "lots.safetensors", entries, metadata);
+  try {
+    load_model(dir.path() / "lots.safetensors", b, sgd);
+    FAIL() << "loaded a step count of 'lots'";
+  } catch (const checkpoint_error& e) {
+    EXPECT_NE(std::string(e.what()).find("lots.safetensors: metadata mwstrat.optimizer_iterations is 'lots'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(std::ranges::equal(b.parameters(), before));
+  EXPECT_EQ(sgd.iterations(), 0u);
+}
+
+// A graph model's Keras weights include batch norm's moving statistics (its model state): a refused file puts
+// them back too.
+TEST(saved_keras_model, a_refused_file_leaves_a_graph_models_moving_statistics_untouched) {
+  temp_dir dir;
+  const auto make = [](std::uint64_t seed) {
+    const auto x = nn::input_tensor({4});
+    const auto y = nn::batch_normalization{}(x);
+    const auto z = nn::dense{2}(y);
+    return nn::graph_model(x, z, {.seed = seed});
+  };
+  auto saved = make(1);
+  for (float& v : saved.model_state()) v = 7.0f;
+  std::vector<tensor_entry> entries;
+  std::vector<std::vector<float>> kept;
+  kept.reserve(8);
+  for (const auto& w : saved.keras_weights()) {
+    if (w.name == "dense/bias") continue;  // the file lacks one weight, listed after the moving statistics
+    kept.emplace_back(w.values.begin(), w.values.end());
+    entries.push_back({w.name, dtype::f32, w.shape, std::as_bytes(std::span<const float>(kept.back()))});
+  }
+  save_safetensors(dir.path() / "g.safetensors", entries);
+  auto model = make(2);
+  const std::vector<float> params(model.parameters().begin(), model.parameters().end());
+  const std::vector<float> state(model.model_state().begin(), model.model_state().end());
+  try {
+    load_weights(dir.path() / "g.safetensors", model);
+    FAIL() << "loaded a file without dense/bias";
+  } catch (const checkpoint_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no weight 'dense/bias'"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::ranges::equal(model.parameters(), params));
+  EXPECT_TRUE(std::ranges::equal(model.model_state(), state)) << "the moving statistics were left overwritten";
 }
 
 }  // namespace

@@ -27,9 +27,11 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <concepts>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <ranges>
 #include <span>
 #include <string>
@@ -124,6 +126,14 @@ inline std::string architecture_summary(const boost::json::value& v) {
   return out;
 }
 
+// A non-negative decimal count, whole text; nothing otherwise.
+inline std::optional<std::int64_t> parse_count(std::string_view text) {
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
+  return value;
+}
+
 // load_model for a keras_layout_model: by name, whoever wrote the file; all or nothing.
 template <class Model, class Optimizer>
 void load_keras_layout(const safetensors_file& file, Model& model, Optimizer& optimizer) {
@@ -139,17 +149,42 @@ void load_keras_layout(const safetensors_file& file, Model& model, Optimizer& op
       fail("the file holds another architecture (" + architecture_summary(theirs) + "); this model is " +
            architecture_summary(ours));
   }
+  // Everything about the optimizer's part is checked before anything is written: a refused file leaves the model
+  // and the optimizer as they were.
+  const tensor_view* slots = nullptr;
+  for (const auto& t : file.tensors())
+    if (t.name == std::string(optimizer_slot_prefix) + "state") slots = &t;
+  [[maybe_unused]] std::optional<std::vector<float>> slot_values;
+  [[maybe_unused]] std::optional<std::int64_t> iterations;
+  if constexpr (checkpointable_optimizer<Optimizer>) {
+    if (slots != nullptr) {
+      slot_values = slots->copy_values<float>();
+      const std::size_t size = optimizer_slots(optimizer, model.parameters().size()).size();
+      if (!slot_values || slot_values->size() != size)
+        fail("optimizer/state holds " + std::to_string(slots->element_count()) + " values" +
+             (slot_values ? "" : " of " + std::string(to_string(slots->type))) + "; the optimizer has " +
+             std::to_string(size) + " F32 values");
+      if (const auto it = meta.find("mwstrat.optimizer_iterations"); it != meta.end()) {
+        iterations = parse_count(it->second);
+        if (!iterations) fail("metadata mwstrat.optimizer_iterations is '" + it->second + "', not a step count");
+      }
+    }
+  }
   std::vector<std::string> expected;
   for (const auto& w : model.keras_weights()) expected.push_back(w.name);
+  // The weights are set one by one: what was there before is put back if one is refused. A graph model's Keras
+  // weights include batch norm's moving statistics, which live in its model state.
   const std::vector<float> before(model.parameters().begin(), model.parameters().end());
+  [[maybe_unused]] std::vector<float> state_before;
+  if constexpr (stateful_model<Model>) state_before.assign(model.model_state().begin(), model.model_state().end());
+  const auto put_back = [&] {
+    std::ranges::copy(before, model.parameters().begin());
+    if constexpr (stateful_model<Model>) std::ranges::copy(state_before, model.model_state().begin());
+  };
   std::vector<std::string> seen;
-  const tensor_view* slots = nullptr;
   try {
     for (const auto& t : file.tensors()) {
-      if (t.name.starts_with(optimizer_slot_prefix)) {
-        if (t.name == std::string(optimizer_slot_prefix) + "state") slots = &t;
-        continue;
-      }
+      if (t.name.starts_with(optimizer_slot_prefix)) continue;
       const auto values = t.copy_values<float>();
       if (!values) fail("weight '" + t.name + "' is " + std::string(to_string(t.type)) + ", not F32");
       model.set_keras_weight(t.name, t.shape, std::span<const float>(*values));
@@ -158,22 +193,16 @@ void load_keras_layout(const safetensors_file& file, Model& model, Optimizer& op
     for (const auto& name : expected)
       if (std::ranges::find(seen, name) == seen.end()) fail("no weight '" + name + "' (the model has it)");
   } catch (const config_error& e) {
-    std::ranges::copy(before, model.parameters().begin());
+    put_back();
     fail(e.what());
   } catch (...) {
-    std::ranges::copy(before, model.parameters().begin());
+    put_back();
     throw;
   }
   if constexpr (checkpointable_optimizer<Optimizer>) {
-    if (slots != nullptr) {
-      const auto values = slots->copy_values<float>();
-      const std::span<float> into = optimizer_slots(optimizer, model.parameters().size());
-      if (!values || values->size() != into.size())
-        fail("optimizer/state holds " + std::to_string(slots->element_count()) + " values; the optimizer has " +
-             std::to_string(into.size()));
-      std::ranges::copy(*values, into.begin());
-      if (const auto it = meta.find("mwstrat.optimizer_iterations"); it != meta.end())
-        optimizer.set_iterations(static_cast<decltype(optimizer.iterations())>(std::stoll(it->second)));
+    if (slot_values) {
+      std::ranges::copy(*slot_values, optimizer_slots(optimizer, model.parameters().size()).begin());
+      if (iterations) optimizer.set_iterations(static_cast<decltype(optimizer.iterations())>(*iterations));
     }
   }
 }
@@ -199,6 +228,18 @@ void load_model(const std::filesystem::path& path, Model& model, Optimizer& opti
     throw checkpoint_error({"train"}, path.string(),
                            path.string() + ": the file holds another architecture ('" + s.model_fingerprint +
                                "'; this model is '" + fingerprint + "')");
+  }
+  if constexpr (checkpointable_optimizer<Optimizer>) {
+    // Checked before the weights are written, so a refused file leaves the model as it was.
+    if (!s.optimizer_slots.empty()) {
+      std::size_t total = 0;
+      for (const auto& t : s.optimizer_slots) total += t.values.size();
+      const std::size_t size = optimizer_slots(optimizer, model.parameters().size()).size();
+      if (total != size)
+        throw checkpoint_error({"train"}, path.string(),
+                               path.string() + ": the file's optimizer slots hold " + std::to_string(total) +
+                                   " values, the optimizer has " + std::to_string(size));
+    }
   }
   copy_weights_into(s.weights, model, "the file's weights", path.string(), {});
   if constexpr (checkpointable_optimizer<Optimizer>) {
