@@ -320,7 +320,9 @@ struct outcome {
   std::chrono::steady_clock::time_point finished;
 };
 
-std::vector<outcome> start_ring(std::vector<ring_options> opts, std::vector<std::string>* logs = nullptr) {
+// `late[r]`: how long rank r waits before it starts (none when absent).
+std::vector<outcome> start_ring(std::vector<ring_options> opts, std::vector<std::string>* logs = nullptr,
+                                const std::vector<std::chrono::milliseconds>& late = {}) {
   std::vector<outcome> out(opts.size());
   std::vector<std::thread> threads;
   std::mutex log_mutex;
@@ -330,6 +332,7 @@ std::vector<outcome> start_ring(std::vector<ring_options> opts, std::vector<std:
       logs->emplace_back(line);
     };
     threads.emplace_back([&, r] {
+      if (r < late.size()) std::this_thread::sleep_for(late[r]);
       try {
         ring_collective ring(opts[r]);
         std::vector<std::int32_t> v(5, ring.rank());
@@ -457,6 +460,23 @@ TEST(ring_collective, ranks_of_different_generations_refuse_each_other_and_the_n
   for (const auto& r : start_ring(rebuilt)) EXPECT_TRUE(r.ok && !r.error);
 }
 
+// Start-up connects each rank to its two neighbours only. In a ring of four whose rank 2 starts 3 s late, ranks 0
+// and 3 have their links at once; creation must still wait for rank 2 within connect_timeout (15 s here), not fail
+// their first operation under the shorter op_timeout (1 s), and rank 0 says the ring is connected only once it is.
+TEST(ring_collective, a_rank_that_starts_late_within_the_connect_timeout_joins_the_ring) {
+  auto opts = options_for(4, 15s);
+  for (auto& o : opts) o.op_timeout = 1s;
+  std::vector<std::string> logs;
+  const auto out = start_ring(opts, &logs, {0ms, 0ms, 3s});
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    std::string what;
+    if (out[r].error) throws_kind<std::exception>(out[r].error, &what);
+    EXPECT_TRUE(out[r].ok && !out[r].error) << "rank " << r << ": " << what;
+  }
+  EXPECT_EQ(std::ranges::count_if(logs, [](const std::string& l) { return l.find("ring of 4 ranks connected") != l.npos; }),
+            1);
+}
+
 TEST(ring_collective, a_missing_rank_is_a_timeout_naming_it) {
   auto opts = options_for(2, 300ms);
   try {
@@ -487,6 +507,22 @@ TEST(ring_collective, bad_options_are_config_errors) {
   EXPECT_THROW(ring_collective{o}, config_error);
   o.liveness_timeout = std::chrono::milliseconds(20);  // two beats per timeout: noise would decide
   EXPECT_THROW(ring_collective{o}, config_error);
+  o.liveness_timeout = std::chrono::seconds(5);
+  // A time of zero or less (seconds written as a count of 0, say) names the option instead of timing out.
+  for (auto ring_options::*field :
+       {&ring_options::connect_timeout, &ring_options::op_timeout, &ring_options::handshake_timeout})
+    for (const auto bad : {std::chrono::milliseconds(0), std::chrono::milliseconds(-1000)}) {
+      ring_options b = o;
+      b.*field = bad;
+      try {
+        ring_collective ring{b};
+        ADD_FAILURE() << "accepted a time of " << bad.count() << " ms";
+      } catch (const config_error& e) {
+        EXPECT_NE(std::string(e.what()).find("timeout is " + std::to_string(bad.count()) + " ms: expected a positive"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
 }
 
 // With or without spinning, operations give the same results. (The environment's MWSTRAT_RING_SPIN_US is read

@@ -201,6 +201,12 @@ class ring_collective : public detail::front_end<ring_collective> {
     id.listener = listener.release();
     id.quiet = sub != nullptr;
     id.liveness = sub == nullptr;
+    for (const auto& [name, value] : {std::pair{"connect_timeout", options_.connect_timeout},
+                                      std::pair{"op_timeout", options_.op_timeout},
+                                      std::pair{"handshake_timeout", options_.handshake_timeout}})
+      if (value <= std::chrono::milliseconds::zero())
+        throw config_error({"ring", rank_}, std::string("ring_options.") + name + " is " +
+                                                std::to_string(value.count()) + " ms: expected a positive time");
     if (options_.liveness_timeout < std::chrono::milliseconds::zero() ||
         (options_.liveness_timeout.count() != 0 && options_.liveness_timeout < std::chrono::milliseconds(100)))
       throw config_error({"ring", rank_}, "ring_options.liveness_timeout is " +
@@ -208,6 +214,7 @@ class ring_collective : public detail::front_end<ring_collective> {
                                               " ms: expected 0 (never judged) or at least 100 ms (heartbeats every "
                                               "fifth of it must outrun scheduling noise)");
     if (n_ > 1) {
+      const auto joined_by = steady::now() + options_.connect_timeout;  // every rank, not just the neighbours
       auto links = detail::ring_startup(options_, id).run();  // connected links (link.hpp)
       data_ = detail::ring_data_path(links, rank_, n_, chunk_bytes_, options_.spin, options_.addresses);
       if (!sub) {
@@ -217,7 +224,7 @@ class ring_collective : public detail::front_end<ring_collective> {
             std::move(links.liveness_out), next(), std::move(links.liveness_in), prev(), rank_,
             options_.liveness_timeout, options_.addresses, [o, me](const std::string& text) { detail::ring_log(*o, me, text); });
         data_.watch(liveness_.get());
-        arrange_hosts(id);
+        arrange_hosts(id, joined_by);
       }
     } else if (rank_ == 0 && !sub) {
       log("started: tcp://" + options_.addresses[0] + ", waiting for 1 worker (itself)");
@@ -356,13 +363,20 @@ class ring_collective : public detail::front_end<ring_collective> {
   // every host runs the same number L >= 2 of ranks, each rank joins two more rings on ports the kernel picks —
   // the ranks of its host (shared memory where proven) and the ranks with its index on every host (TCP) — and rank
   // 0 logs what it found.
-  void arrange_hosts(const detail::ring_identity& id) {
+  //
+  // Start-up connects a rank to its two neighbours only; this first gather is what proves every rank has joined. A
+  // rank that starts late is still within `connect_timeout`, so the gather waits until then (or for the operation
+  // timeout, if that is longer), and rank 0 says the ring is connected only once it has come round.
+  void arrange_hosts(const detail::ring_identity& id, steady::time_point joined_by) {
     const auto n = static_cast<std::size_t>(n_);
     std::array<std::int64_t, 4> mine{};
     static_assert(sizeof mine == sizeof id.host);
     std::memcpy(mine.data(), id.host.data(), sizeof mine);
     std::vector<std::int64_t> all(4 * n);
-    all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(joined_by - steady::now());
+    all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all),
+               op_options{std::max(left, options_.op_timeout)});
+    if (rank_ == 0) log("ring of " + std::to_string(n_) + " ranks connected");
     std::vector<int> host_of(n, -1);
     std::vector<std::vector<int>> members;  // per host, its ranks in order; hosts in order of their first rank
     for (std::size_t r = 0; r < n; ++r) {

@@ -198,7 +198,6 @@ class ring_startup {
     accepting.join();
     if (connect_error) std::rethrow_exception(connect_error);
     if (accept_error) std::rethrow_exception(accept_error);
-    if (rank_ == 0 && !quiet_) log("ring of " + std::to_string(n_) + " ranks connected");
   }
 
   // Takes the previous rank's connections until the link is complete, the deadline passes or `stop_at` (set by the
