@@ -16,8 +16,13 @@
 // Preemption: a worker that exits with 75 (mwstrat::preempted_exit_code: it was preempted at a step boundary and
 // wants to be resumed) is not a failure. The others, which stop at the same step, get the grace period to exit by
 // themselves, and the group is restarted without counting against --max-restarts (at most --max-preemptions
-// times, default 100). SIGTERM or SIGINT to the
-// launcher is forwarded to every worker (as SIGTERM); the launcher then waits for them and does not restart.
+// times, default 100). SIGTERM, SIGINT, SIGHUP or SIGQUIT to the launcher is forwarded to every worker (as SIGTERM);
+// the launcher then waits for them and does not restart. A launcher that dies without forwarding (SIGKILL) still
+// ends its workers: each is started with SIGTERM as its parent-death signal.
+//
+// Leftovers: each worker leads its own process group. Once a worker's leader has exited, whatever it left in its
+// group (a helper, a shell's background job) is ended as a worker is (SIGTERM, then SIGKILL after the grace period),
+// and the launcher waits for the group to be gone before it restarts or returns.
 // In-memory recovery (--replace-lost, with --max-restarts K): a worker that fails (killed, or exits with a status
 // other than 0, 69 and 75) is replaced alone, while the others keep running: the replacement gets the same TF_CONFIG
 // and MWSTRAT_RECOVERY_GENERATION = the ring generation it joins (one more per replacement), and the survivors, which
@@ -38,6 +43,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +51,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -57,6 +64,16 @@
 #include <vector>
 
 namespace {
+
+using steady_clock = std::chrono::steady_clock;
+// No deadline (plain time points, not optionals: GCC 12 under TSan reports a false maybe-uninitialized on the
+// optional).
+constexpr auto never = steady_clock::time_point::max();
+
+// The signals the launcher forwards to its workers. SIGHUP (a closed terminal or ssh session) and SIGQUIT reach the
+// launcher alone, since each worker leads its own process group: left at their default, they would end the launcher
+// and leave its workers running.
+constexpr std::array forwarded_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 struct options {
   int workers = 0;
@@ -222,13 +239,23 @@ std::string tf_config(const options& o, const std::vector<int>& ports, int index
          std::to_string(index) + "}}";
 }
 
+// What is left of a worker's process group once its leader has been reaped.
+enum class leftovers {
+  leader_runs,
+  terminated,  // the group has had SIGTERM; SIGKILL at `leftovers_deadline`
+  killed,      // the group has had SIGKILL; waited for until `leftovers_deadline`
+  gone,        // nothing left to wait for; the output pipe is closed
+};
+
 struct worker {
   int index = 0;
-  pid_t pid = -1;
+  pid_t pid = -1;        // also its process group's id
   int out = -1;          // read end of the worker's stdout+stderr
   std::string pending;   // a partial line
   std::optional<int> status;
   bool ended = false;    // the launcher killed it on the survivors' report
+  leftovers rest = leftovers::leader_runs;
+  steady_clock::time_point leftovers_deadline = never;
 };
 
 void emit(worker& w, bool flush_partial) {
@@ -255,6 +282,15 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
     std::exit(1);
   }
   const std::string config = tf_config(o, ports, index);
+  // Held back over the fork: until the child has reset them, a signal sent to end it would run the launcher's
+  // handler, which only sets a flag, and be lost.
+  sigset_t forwarded{};
+  sigset_t mask_before{};
+  ::sigemptyset(&forwarded);
+  for (const int sig : forwarded_signals) ::sigaddset(&forwarded, sig);
+  ::sigprocmask(SIG_BLOCK, &forwarded, &mask_before);
+  const pid_t launcher = ::getpid();
+  // The launcher forks from its only thread: a parent-death signal fires when the forking thread ends, not the process.
   const pid_t pid = ::fork();
   if (pid < 0) {
     std::perror("mwstrat-launch: fork");
@@ -262,6 +298,12 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
   }
   if (pid == 0) {
     ::setpgid(0, 0);  // its own group, so ending it ends whatever it started
+    for (const int sig : forwarded_signals) ::signal(sig, SIG_DFL);
+    // A launcher killed outright cannot forward anything; SIGTERM, not SIGKILL, so that an mwstrat worker stops at a
+    // step boundary and backs up, as on preemption.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    ::sigprocmask(SIG_SETMASK, &mask_before, nullptr);
+    if (::getppid() != launcher) std::_Exit(128 + SIGTERM);  // it died before the signal was armed
     ::dup2(fds[1], STDOUT_FILENO);
     ::dup2(fds[1], STDERR_FILENO);
     ::close(fds[0]);
@@ -282,6 +324,7 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
     std::fprintf(stderr, "mwstrat-launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
     std::_Exit(127);
   }
+  ::sigprocmask(SIG_SETMASK, &mask_before, nullptr);
   ::setpgid(pid, pid);
   ::close(fds[1]);
   ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
@@ -301,8 +344,6 @@ std::string describe(int status) {
 volatile sig_atomic_t interrupted = 0;
 void on_signal(int sig) { interrupted = sig; }
 
-// Runs one attempt of the whole group; returns 0, preempted_code when the workers stopped for preemption (none
-// failed otherwise), or the first failure's exit code.
 // Reads what is left of a finished worker's output (a replaced worker's) and closes it.
 void drain(worker& w) {
   if (w.out < 0) return;
@@ -313,9 +354,55 @@ void drain(worker& w) {
   emit(w, true);
 }
 
+bool group_gone(pid_t pgid) { return ::kill(-pgid, 0) != 0 && errno == ESRCH; }
+
+// A SIGKILLed process is gone at once; one that outlasts this is a zombie nobody reaps or stuck in the kernel.
+constexpr auto kill_wait = std::chrono::seconds(1);
+
+// Called once the leader of `w` is reaped, whether it failed or succeeded: what it left in its group would hold the
+// output pipe open (the launcher would wait for it), could hold its port (a restart would fail to bind), and would
+// outlive the job unnoticed. It is ended as a worker is, SIGTERM first, so that a helper can clean up.
+void end_leftovers(worker& w, steady_clock::time_point kill_at) {
+  w.rest = leftovers::terminated;
+  w.leftovers_deadline = kill_at;
+  ::kill(-w.pid, SIGTERM);
+  ::kill(-w.pid, SIGCONT);
+}
+
+// Each turn: SIGKILL the leftovers of `w` when their time is up, and stop waiting for them once they are gone or have
+// been killed for `kill_wait`. Their pipe is then closed, read or not: a process that left the group (a daemon) may
+// hold it for ever.
+void settle_leftovers(worker& w, steady_clock::time_point now) {
+  if (w.rest != leftovers::terminated && w.rest != leftovers::killed) return;
+  const bool gone = group_gone(w.pid);
+  if (!gone && now < w.leftovers_deadline) return;
+  if (!gone && w.rest == leftovers::terminated) {
+    ::kill(-w.pid, SIGKILL);
+    w.rest = leftovers::killed;
+    w.leftovers_deadline = now + kill_wait;
+    return;
+  }
+  w.rest = leftovers::gone;
+  drain(w);
+}
+
+// The leftovers of a worker about to be replaced, at once: its replacement binds the same port, and the survivors
+// are waiting for it.
+void kill_leftovers_now(worker& w) {
+  ::kill(-w.pid, SIGKILL);
+  const auto give_up = steady_clock::now() + kill_wait;
+  while (!group_gone(w.pid) && steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  w.rest = leftovers::gone;
+  drain(w);
+}
+
 constexpr int peer_lost_code = 69;  // mwstrat::peer_lost_exit_code: a survivor that gave up waiting
 
-// `restarts` counts failures restarted so far (replacements included), against --max-restarts.
+// Runs one attempt of the whole group; returns 0, preempted_code when the workers stopped for preemption (none
+// failed otherwise), or the first failure's exit code. `restarts` counts failures restarted so far (replacements
+// included), against --max-restarts.
 int run_group(const options& o, const std::vector<int>& ports, int attempt, int& restarts) {
   // The survivors' report channel (--replace-lost): its write end is every worker's, its read end the launcher's.
   int report[2] = {-1, -1};
@@ -337,21 +424,19 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
   std::optional<int> failure;    // the first exit that is neither 0 nor the preemption code
   bool preempted = false;        // a worker exited with the preemption code
   bool forwarded = false;        // the launcher's own signal went to the workers
-  // When the workers still running are asked to end (SIGTERM) and killed (SIGKILL); max() means no such deadline
-  // (plain time points, not optionals: GCC 12 under TSan reports a false maybe-uninitialized on the optional).
-  constexpr auto never = std::chrono::steady_clock::time_point::max();
+  // When the workers still running are asked to end (SIGTERM) and killed (SIGKILL); `never`: no such deadline.
   auto term_at = never;
   auto kill_at = never;
   auto end_all = [&](int sig) {
     for (auto& w : ws) {
-      if (w.status) continue;
+      if (w.status) continue;  // its group was ended when it was reaped (settle_leftovers)
       ::kill(-w.pid, sig);
       // A stopped worker (SIGSTOP, a hung machine) would hold a SIGTERM pending until the SIGKILL after the grace
       // period: continue it so it ends now (as shells do for a stopped job they kill).
       if (sig == SIGTERM) ::kill(-w.pid, SIGCONT);
     }
   };
-  auto grace = [&] { return std::chrono::steady_clock::now() + std::chrono::milliseconds(o.grace_ms); };
+  auto grace = [&] { return steady_clock::now() + std::chrono::milliseconds(o.grace_ms); };
   // "lost RANK GENERATION" from a survivor: end that worker, if it still runs in that generation (a stopped one
   // never exits by itself); its exit then gets it replaced below.
   auto read_reports = [&] {
@@ -397,6 +482,7 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       int status = 0;
       if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.status = status;
+        end_leftovers(w, grace());
         if (status == 0) continue;
         // --replace-lost: this worker alone is started again, and the others (waiting for it) go on.
         const int code = exit_code(status);
@@ -409,7 +495,7 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
                        "generation %llu)\n",
                        w.index, static_cast<int>(w.pid), describe(status).c_str(), restarts, o.max_restarts,
                        static_cast<unsigned long long>(generation));
-          drain(w);
+          kill_leftovers_now(w);
           w = start(o, ports, w.index, attempt, generation, report[1]);
           std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", w.index, static_cast<int>(w.pid));
           continue;
@@ -443,7 +529,7 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       term_at = never;
       if (kill_at == never) kill_at = grace();
     }
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = steady_clock::now();
     if (term_at != never && now >= term_at) {
       end_all(SIGTERM);
       term_at = never;
@@ -453,8 +539,9 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       end_all(SIGKILL);
       kill_at = never;
     }
+    for (auto& w : ws) settle_leftovers(w, now);
     bool running = false;
-    for (auto& w : ws) running = running || !w.status || w.out >= 0;
+    for (auto& w : ws) running = running || !w.status || w.rest != leftovers::gone;
     if (!running) break;
   }
   if (report[0] >= 0) {
@@ -472,8 +559,7 @@ int main(int argc, char** argv) {
   const options o = parse(argc, argv);
   struct sigaction sa{};
   sa.sa_handler = on_signal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
+  for (const int sig : forwarded_signals) ::sigaction(sig, &sa, nullptr);
   std::vector<int> ports;
   if (o.base_port != 0) {
     for (int i = 0; i < o.workers; ++i) ports.push_back(o.base_port + i);
