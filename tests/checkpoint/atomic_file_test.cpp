@@ -152,6 +152,10 @@ TEST(atomic_file, stale_temporaries_are_recognised_by_prefix_only) {
   EXPECT_FALSE(is_temporary_for(".ckpt-5.safetensors.tmp-123-0", "other"));
   EXPECT_FALSE(is_temporary_for("ckpt-5.safetensors", "ckpt"));
   EXPECT_FALSE(is_temporary_for(".ckpt-5.safetensors", "ckpt"));
+  // Exactly `.<target>.tmp-<pid>-<n>`: the marker alone is not enough, and the last one is the real one.
+  EXPECT_FALSE(is_temporary_for(".ckpt-5.tmp-notes.txt", "ckpt"));
+  EXPECT_FALSE(is_temporary_for(".ckpt-5.safetensors.tmp-123", "ckpt"));
+  EXPECT_TRUE(is_temporary_for(".run.tmp-a.bin.tmp-12-3", "run.tmp-a.bin"));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <stdexcept>
 #include <string>
@@ -169,6 +170,43 @@ TEST(checkpoint_manager, a_failed_save_keeps_the_previous_checkpoints_and_index)
   EXPECT_TRUE(*manager.restore_latest() == make_state(2, 2));
 }
 
+// A state whose metadata or tensor name is not UTF-8 would make a file no reader accepts; if the save succeeded, the
+// manager would then prune the readable checkpoints and leave nothing to restore.
+TEST(checkpoint_manager, a_state_that_is_not_utf8_is_refused_and_the_older_checkpoints_are_kept) {
+  temp_dir dir;
+  checkpoint_manager manager(dir.path(), 2);
+  manager.save(make_state(1, 1), 1);
+  manager.save(make_state(2, 2), 2);
+  const auto index_before = read_bytes(manager.index_path());
+
+  for (std::int64_t step = 3; step <= 5; ++step) {
+    training_state bad_note = make_state(3, step);
+    bad_note.extra["note"] = "caf\xe9";
+    const auto e = expect_checkpoint_error([&] { manager.save(bad_note, step); });
+    EXPECT_NE(e.detail().find("metadata 'note': the value is not valid UTF-8 (byte 0xe9 at offset 3)"),
+              std::string::npos)
+        << e.detail();
+  }
+  training_state bad_name = make_state(6, 6);
+  bad_name.weights[0].name = "w\xe9";
+  const auto e = expect_checkpoint_error([&] { manager.save(bad_name, 6); });
+  EXPECT_NE(e.detail().find("tensor 'w\\xe9': the name is not valid UTF-8 (byte 0xe9 at offset 1)"), std::string::npos)
+      << e.detail();
+
+  EXPECT_EQ(read_bytes(manager.index_path()), index_before);
+  std::vector<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path())) files.push_back(f.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"ckpt-1.safetensors", "ckpt-2.safetensors", "ckpt.index.json"}));
+  EXPECT_TRUE(*manager.restore_latest() == make_state(2, 2));
+
+  training_state accented = make_state(7, 7);
+  accented.extra["note"] = "caf\xc3\xa9";
+  accented.weights[0].name = "\xe6\x97\xa5\xe6\x9c\xac";
+  manager.save(accented, 7);
+  EXPECT_TRUE(*manager.restore_latest() == accented);
+}
+
 // The crash the issue names: a save killed (SIGKILL) between writing the new checkpoint and renaming it into
 // place. The previous checkpoint is what the manager loads, and the next save clears the debris.
 TEST(checkpoint_manager, sigkill_between_write_and_rename_leaves_the_previous_checkpoint_in_use) {
@@ -244,6 +282,36 @@ TEST(checkpoint_manager, cleans_only_its_own_temporaries) {
   EXPECT_FALSE(std::filesystem::exists(dir / ".ckpt-3.safetensors.tmp-1-0"));
   EXPECT_FALSE(std::filesystem::exists(dir / ".ckpt.index.json.tmp-1-1"));
   EXPECT_TRUE(std::filesystem::exists(dir / ".ckpt_best-3.safetensors.tmp-1-0"));
+}
+
+// "ckpt" is a prefix of "ckpt-best" and of its index "ckpt-best.index.json": a "ckpt" manager must still leave the
+// temporaries of a "ckpt-best" save alone, since that save may be in flight.
+TEST(checkpoint_manager, leaves_the_temporaries_of_a_prefix_that_extends_its_own) {
+  temp_dir dir;
+  const std::vector<std::byte> junk(10);
+  write_bytes(dir / ".ckpt-best-3.safetensors.tmp-1-0", junk);
+  write_bytes(dir / ".ckpt-best.index.json.tmp-1-1", junk);
+  write_bytes(dir / ".ckpt-9.safetensors.tmp-1-2", junk);  // ours: a crashed save
+  checkpoint_manager manager(dir.path(), 2);
+  manager.save(make_state(1), 1);
+  EXPECT_TRUE(std::filesystem::exists(dir / ".ckpt-best-3.safetensors.tmp-1-0"));
+  EXPECT_TRUE(std::filesystem::exists(dir / ".ckpt-best.index.json.tmp-1-1"));
+  EXPECT_FALSE(std::filesystem::exists(dir / ".ckpt-9.safetensors.tmp-1-2"));
+
+  // A "ckpt-best" save in flight, between write and rename, while the "ckpt" manager saves and removes everything.
+  checkpoint_manager_options best_options;
+  bool interleaved = false;
+  best_options.write.on_stage = [&](write_stage s, const std::filesystem::path&, const std::filesystem::path& target) {
+    if (s != write_stage::synced || target.extension() != ".safetensors" || interleaved) return;
+    interleaved = true;
+    manager.save(make_state(2), 2);
+    manager.remove_all();
+  };
+  checkpoint_manager best(dir.path(), 2, "ckpt-best", best_options);
+  EXPECT_NO_THROW(best.save(make_state(5), 5));
+  ASSERT_TRUE(interleaved);
+  EXPECT_TRUE(*best.restore_latest() == make_state(5));
+  EXPECT_FALSE(manager.latest().has_value());
 }
 
 TEST(checkpoint_manager, rejects_bad_configuration) {

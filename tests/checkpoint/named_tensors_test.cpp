@@ -10,6 +10,8 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -131,6 +133,17 @@ std::string load_error(const std::filesystem::path& path, auto&& destination) {
   return {};
 }
 
+std::string load_error_of(const std::filesystem::path& path, const auto& destinations) {
+  try {
+    load_tensors(path, destinations);
+  } catch (const checkpoint_error& e) {
+    EXPECT_EQ(e.path(), path.string());
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return {};
+}
+
 TEST(named_tensors, loading_checks_presence_dtype_and_shape_and_names_tensor_and_file) {
   test::temp_dir dir;
   const auto path = dir.path() / "w.safetensors";
@@ -156,6 +169,54 @@ TEST(named_tensors, loading_checks_presence_dtype_and_shape_and_names_tensor_and
   std::vector<double> flat(6);  // a flat destination takes any shape of the right count
   load_tensors(path, std::vector{named("w", flat)});
   EXPECT_EQ(flat, w.cells);
+}
+
+// Loading several tensors checks them all before writing any: a bad later one leaves the earlier ones untouched.
+TEST(named_tensors, a_bad_tensor_in_a_load_leaves_every_destination_unchanged) {
+  test::temp_dir dir;
+  const auto path = dir.path() / "a.safetensors";
+  std::vector<double> a{1, 2, 3};
+  std::vector<double> short_b{4};
+  save_tensors(path, std::vector{named("a", a), named("short_b", short_b)});
+
+  std::vector<double> x(3, -1.0);
+  std::vector<double> y(3, -1.0);
+  const auto missing = load_error_of(path, std::vector{named("a", x), named("b", y)});
+  EXPECT_NE(missing.find("no tensor 'b'"), std::string::npos) << missing;
+  EXPECT_EQ(x, std::vector<double>(3, -1.0)) << "'a' was copied before 'b' was found missing";
+  const auto wrong_shape = load_error_of(path, std::vector{named("a", x), named("short_b", y)});
+  EXPECT_NE(wrong_shape.find("tensor 'short_b' has shape [1]"), std::string::npos) << wrong_shape;
+  EXPECT_EQ(x, std::vector<double>(3, -1.0));
+
+  load_tensors(path, std::vector{named("a", x)});
+  EXPECT_EQ(x, a);
+}
+
+// A hostile file's BOOL byte 2 must not reach a bool (undefined behaviour): refused, naming the tensor and the
+// element. The destination is compared as bytes, so this test never loads a bad bool even when the check is gone.
+TEST(named_tensors, bool_bytes_other_than_0_and_1_are_refused) {
+  test::temp_dir dir;
+  const auto path = dir.path() / "flags.safetensors";
+  const std::string header = "{\"flags\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]}}";
+  const std::uint64_t length = header.size();
+  std::string file(reinterpret_cast<const char*>(&length), 8);
+  file += header;
+  file += std::string("\x01\x00\x02", 3);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << file;
+  }
+  std::array<bool, 3> flags{};
+  const auto e = load_error_of(path, std::vector{named("flags", flags)});
+  EXPECT_NE(e.find("tensor 'flags': BOOL element 2 is 2, not 0 or 1"), std::string::npos) << e;
+  std::array<unsigned char, 3> bytes{};
+  std::memcpy(bytes.data(), flags.data(), 3);
+  EXPECT_EQ(bytes, (std::array<unsigned char, 3>{0, 0, 0}));
+
+  std::array<bool, 3> good{true, false, true};
+  save_tensors(path, std::vector{named("flags", good)});
+  load_tensors(path, std::vector{named("flags", flags)});
+  EXPECT_EQ(flags, good);
 }
 
 TEST(named_tensors, a_tensor_whose_shape_does_not_match_its_values_is_refused_on_save) {

@@ -137,6 +137,49 @@ TEST(safetensors, writer_rejects_bad_entries_and_leaves_the_target_alone) {
   EXPECT_EQ(files, 1u) << "no temporary file may be left behind";
 }
 
+// The header is JSON, which readers refuse unless it is UTF-8: the writer must refuse such a name or metadata
+// entry up front instead of writing a file nothing can read.
+TEST(safetensors, names_and_metadata_that_are_not_utf8_are_refused_before_anything_is_written) {
+  temp_dir dir;
+  const auto target = dir / "t.safetensors";
+  std::vector<float> one{1};
+  const auto refused = [&](std::string name, const metadata_map& metadata) {
+    const std::vector<tensor_entry> entries{make_tensor_entry<float>(std::move(name), one)};
+    return expect_checkpoint_error([&] { save_safetensors(target, entries, metadata); });
+  };
+  const auto bad_name = refused("w\xe9", {});
+  EXPECT_EQ(bad_name.path(), target.string());
+  EXPECT_NE(bad_name.detail().find("tensor 'w\\xe9': the name is not valid UTF-8 (byte 0xe9 at offset 1)"),
+            std::string::npos)
+      << bad_name.detail();
+  const auto bad_value = refused("w", {{"note", "caf\xe9"}});
+  EXPECT_NE(bad_value.detail().find("metadata 'note': the value is not valid UTF-8 (byte 0xe9 at offset 3)"),
+            std::string::npos)
+      << bad_value.detail();
+  const auto bad_key = refused("w", {{"caf\xe9", "x"}});
+  EXPECT_NE(bad_key.detail().find("metadata key 'caf\\xe9': the key is not valid UTF-8 (byte 0xe9 at offset 3)"),
+            std::string::npos)
+      << bad_key.detail();
+  // Overlong '/', a surrogate (U+D800), U+110000, a lone continuation byte, a truncated sequence: all after "a".
+  for (const std::string bad : {"a\xc0\xaf", "a\xed\xa0\x80", "a\xf4\x90\x80\x80", "a\x80", "a\xe6\x97"}) {
+    const auto e = refused(bad, {});
+    EXPECT_NE(e.detail().find("not valid UTF-8 (byte 0x"), std::string::npos) << e.detail();
+    EXPECT_NE(e.detail().find("at offset 1)"), std::string::npos) << e.detail();
+  }
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, 0u) << "neither the file nor a temporary file may be written";
+
+  // Well-formed UTF-8 of every length, up to U+10FFFF, round-trips.
+  const std::vector<tensor_entry> entries{make_tensor_entry<float>("w\xc3\xa9", one),
+                                          make_tensor_entry<float>("\xe6\x97\xa5\xe6\x9c\xac", one)};
+  save_safetensors(target, entries, {{"caf\xc3\xa9", "\xf0\x9d\x84\x9e \xf4\x8f\xbf\xbf \xed\x9f\xbf"}});
+  const auto file = safetensors_file::open(target, {.rank = {}, .require_crc = true});
+  EXPECT_NE(file.find("w\xc3\xa9"), nullptr);
+  EXPECT_NE(file.find("\xe6\x97\xa5\xe6\x9c\xac"), nullptr);
+  EXPECT_EQ(file.metadata().at("caf\xc3\xa9"), "\xf0\x9d\x84\x9e \xf4\x8f\xbf\xbf \xed\x9f\xbf");
+}
+
 TEST(safetensors, every_truncation_is_refused_with_the_file_named) {
   temp_dir dir;
   const sample s;
@@ -220,6 +263,36 @@ TEST(safetensors, malformed_headers_are_refused_with_a_reason) {
     EXPECT_NE(e.detail().find(c.reason), std::string::npos) << c.header << "\n  gave: " << e.detail();
     EXPECT_EQ(e.path(), "bad");
   }
+}
+
+// A BOOL byte other than 0 or 1 is not a bool: reading it as one is undefined behaviour, so such a file is refused
+// when it is parsed, and the writer does not produce one. Nothing here reads a bad byte as bool.
+TEST(safetensors, bool_bytes_other_than_0_and_1_are_refused_naming_tensor_and_element) {
+  const std::string header = "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]}}";
+  auto bytes = with_header(header, 3);
+  const std::size_t data = 8 + header.size();
+  bytes[data] = std::byte{1};
+  bytes[data + 1] = std::byte{0};
+  bytes[data + 2] = std::byte{2};
+  const auto e = expect_checkpoint_error([&] { (void)safetensors_view::parse(bytes, "hostile"); });
+  EXPECT_EQ(e.path(), "hostile");
+  EXPECT_NE(e.detail().find("tensor 'm': BOOL element 2 is 2, not 0 or 1"), std::string::npos) << e.detail();
+
+  bytes[data + 2] = std::byte{1};
+  const auto view = safetensors_view::parse(bytes);
+  EXPECT_EQ(*view.find("m")->copy_values<bool>(), (std::vector<bool>{true, false, true}));
+
+  // A view built by hand is not parsed: the typed accessors refuse its bad bytes instead.
+  const std::byte odd[2] = {std::byte{0}, std::byte{0xff}};
+  const tensor_view by_hand{"h", dtype::boolean, {2}, odd};
+  EXPECT_FALSE(by_hand.try_values<bool>().has_value());
+  EXPECT_FALSE(by_hand.copy_values<bool>().has_value());
+
+  temp_dir dir;
+  const std::vector<tensor_entry> entries{tensor_entry{"flags", dtype::boolean, {2}, odd}};
+  const auto w = expect_checkpoint_error([&] { save_safetensors(dir / "b.safetensors", entries); });
+  EXPECT_NE(w.detail().find("tensor 'flags': BOOL element 1 is 255, not 0 or 1"), std::string::npos) << w.detail();
+  EXPECT_FALSE(std::filesystem::exists(dir / "b.safetensors"));
 }
 
 TEST(safetensors, files_without_checksums_are_read_unless_checksums_are_required) {

@@ -162,25 +162,54 @@ inline void write_bytes_atomically(const std::filesystem::path& target, std::spa
   write_file_atomically(target, [&](file_sink& sink) { sink.write(bytes); }, options);
 }
 
+namespace detail {
+/// The name of the file whose atomic write left the temporary `file_name` (exactly `.<target>.tmp-<pid>-<n>`, as
+/// `temporary_path_for` makes it), or nothing if `file_name` is not such a temporary.
+[[nodiscard]] inline std::optional<std::string_view> temporary_target(std::string_view file_name) noexcept {
+  const auto digits = [](std::string_view text) {
+    return !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  // The last marker: a target name may hold ".tmp-" itself, the "<pid>-<n>" after the real one never does.
+  const std::size_t marker = file_name.rfind(temporary_marker);
+  if (!file_name.starts_with('.') || marker == std::string_view::npos || marker < 2) return std::nullopt;
+  const std::string_view counters = file_name.substr(marker + temporary_marker.size());
+  const std::size_t dash = counters.find('-');
+  if (dash == std::string_view::npos || !digits(counters.substr(0, dash)) || !digits(counters.substr(dash + 1)))
+    return std::nullopt;
+  return file_name.substr(1, marker - 1);
+}
+}  // namespace detail
+
 /// Whether `file_name` is a temporary file that an atomic write of a file named `target_prefix...` left behind.
 [[nodiscard]] inline bool is_temporary_for(std::string_view file_name, std::string_view target_prefix) noexcept {
-  return file_name.size() > 1 && file_name.front() == '.' && file_name.substr(1).starts_with(target_prefix) &&
-         file_name.find(detail::temporary_marker) != std::string_view::npos;
+  const auto target = detail::temporary_target(file_name);
+  return target && target->starts_with(target_prefix);
 }
 
-/// Deletes temporary files of interrupted atomic writes in `folder` whose target names start with `target_prefix`
-/// (everything the prefix "" matches: all of them). Only the process that writes to `folder` may call it: it would
-/// also delete the temporary file of a write in progress. Returns how many it removed.
-inline std::size_t remove_stale_temporaries(const std::filesystem::path& folder, std::string_view target_prefix) {
+/// Deletes the temporary files of interrupted atomic writes in `folder` whose target's file name satisfies
+/// `owns_target`. Only the process that writes those targets may call it: it would also delete the temporary file
+/// of a write in progress. Returns how many it removed.
+template <class Predicate>
+  requires std::predicate<Predicate&, std::string_view>
+std::size_t remove_stale_temporaries_if(const std::filesystem::path& folder, Predicate&& owns_target) {
   std::size_t removed = 0;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!is_temporary_for(name, target_prefix)) continue;
+    const auto target = detail::temporary_target(name);
+    if (!target || !owns_target(*target)) continue;
     std::error_code remove_ec;
     if (std::filesystem::remove(it->path(), remove_ec)) ++removed;
   }
   return removed;
+}
+
+/// Deletes temporary files of interrupted atomic writes in `folder` whose target names start with `target_prefix`
+/// (everything the prefix "" matches: all of them); see `remove_stale_temporaries_if`. A prefix also matches the
+/// targets of longer names ("ckpt" those of "ckpt-best"): pass a predicate to match exact names.
+inline std::size_t remove_stale_temporaries(const std::filesystem::path& folder, std::string_view target_prefix) {
+  return remove_stale_temporaries_if(folder,
+                                     [&](std::string_view target) { return target.starts_with(target_prefix); });
 }
 
 }  // namespace mwstrat

@@ -7,7 +7,8 @@
 ///   - `ckpt-<step>.safetensors`  one training state each (see training_state.hpp);
 ///   - `ckpt.index.json`          `{"format":"mwstrat.checkpoint_index/1","latest":"ckpt-42.safetensors",
 ///                                  "checkpoints":["ckpt-40.safetensors","ckpt-42.safetensors"]}`, oldest first;
-///   - `.ckpt-….tmp-<pid>-<n>`    temporary files of an interrupted write, deleted by the next `save`.
+///   - `.ckpt-<step>.safetensors.tmp-<pid>-<n>`, `.ckpt.index.json.tmp-<pid>-<n>`: temporary files of an
+///                                interrupted write, deleted by the next `save` (and only this prefix's).
 ///
 /// Contract:
 ///   - every file, the index included, is replaced atomically (write_file_atomically); a crash at any instant
@@ -208,10 +209,12 @@ class checkpoint_manager {
     std::cerr << error::format({"checkpoint", rank()}, "warning: " + message) << std::endl;
   }
 
-  /// Temporaries of this prefix's checkpoints and index only ("ckpt" must not touch "ckpt_best"'s).
+  /// Temporaries of exactly this prefix's checkpoint files and index: "ckpt" must leave alone those of "ckpt_best"
+  /// and of "ckpt-best" (whose names start with "ckpt-"), which may belong to a save in flight.
   void remove_own_temporaries() const {
-    remove_stale_temporaries(directory_, prefix_ + "-");
-    remove_stale_temporaries(directory_, prefix_ + ".index.json");
+    remove_stale_temporaries_if(directory_, [&](std::string_view target) {
+      return step_of(target).has_value() || target == index_path().filename().string();
+    });
   }
 
   [[nodiscard]] std::string file_name(std::int64_t step) const {

@@ -12,7 +12,8 @@
 /// every other safetensors file mwstrat writes. Loading finds each tensor by name and checks, before copying
 /// anything into it, that the file has it, that the dtype is the tensor's and that the shape is the tensor's (a
 /// destination without a shape hook, a plain `std::vector` say, is flat: only the element count must match);
-/// any defect is a `checkpoint_error` naming the tensor and the file.
+/// any defect is a `checkpoint_error` naming the tensor and the file. Loading several checks all of them before
+/// copying into any. BOOL data other than bytes 0 and 1 never reaches a `bool`: reading refuses it.
 
 #include <mwstrat/checkpoint/atomic_file.hpp>
 #include <mwstrat/checkpoint/concepts.hpp>
@@ -106,34 +107,56 @@ template <detail::named_tensor_range R>
   return encode_safetensors(entries, metadata);
 }
 
-/// Fills `t` in place from the tensor of its name in `stored` (a `safetensors_view` or `safetensors_file`);
-/// `source` names the file in errors. Checks presence, dtype and shape first (see the file comment).
+namespace detail {
+/// The bytes `t` is to be filled from: those of the tensor of its name in `stored`, once it is known that the file
+/// has it, with `t`'s dtype and shape (see the file comment). Writes nothing.
+template <class Stored, class T>
+  requires restorable_tensor<T>
+std::span<const std::byte> checked_source(const Stored& stored, const named_tensor<T>& t,
+                                          const std::filesystem::path& source, std::optional<int> rank) {
+  using element = std::remove_cv_t<tensor_element_t<T>>;
+  const tensor_view* found = stored.find(t.name);
+  if (!found) checkpoint_fail(rank, source, "no tensor '" + t.name + "' in the file");
+  if (found->type != *dtype_of<element>)
+    checkpoint_fail(rank, source,
+                    "tensor '" + t.name + "' is " + std::string(to_string(found->type)) +
+                        " in the file; the destination holds " + std::string(to_string(*dtype_of<element>)));
+  const std::vector<std::int64_t> extents = int64_shape(t.tensor);
+  const bool flat_destination = !has_shape_hook<T>;
+  if (flat_destination ? found->element_count() != mwstrat::elements(t.tensor).size() : found->shape != extents)
+    checkpoint_fail(rank, source,
+                    "tensor '" + t.name + "' has shape " + shape_text(found->shape) +
+                        " in the file; the destination has shape " + shape_text(extents));
+  return found->data;
+}
+
+inline void copy_bytes(std::span<const std::byte> from, std::span<std::byte> into) noexcept {
+  if (!from.empty()) std::memcpy(into.data(), from.data(), from.size());
+}
+}  // namespace detail
+
+/// Fills `t` in place from the tensor of its name in `stored` (a `safetensors_view` or `safetensors_file`, whose
+/// BOOL data `parse` has checked); `source` names the file in errors. Checks presence, dtype and shape first (see
+/// the file comment).
 template <class Stored, class T>
   requires restorable_tensor<T>
 void load_tensor(const Stored& stored, const named_tensor<T>& t, const std::filesystem::path& source,
                  std::optional<int> rank = {}) {
-  using element = std::remove_cv_t<tensor_element_t<T>>;
-  const tensor_view* found = stored.find(t.name);
-  if (!found) detail::checkpoint_fail(rank, source, "no tensor '" + t.name + "' in the file");
-  if (found->type != *dtype_of<element>)
-    detail::checkpoint_fail(rank, source,
-                            "tensor '" + t.name + "' is " + std::string(to_string(found->type)) +
-                                " in the file; the destination holds " + std::string(to_string(*dtype_of<element>)));
-  const std::span<element> into = mwstrat::elements(t.tensor);
-  const std::vector<std::int64_t> extents = detail::int64_shape(t.tensor);
-  const bool flat_destination = !detail::has_shape_hook<T>;
-  if (flat_destination ? found->element_count() != into.size() : found->shape != extents)
-    detail::checkpoint_fail(rank, source,
-                            "tensor '" + t.name + "' has shape " + detail::shape_text(found->shape) +
-                                " in the file; the destination has shape " + detail::shape_text(extents));
-  if (!found->data.empty()) std::memcpy(into.data(), found->data.data(), found->data.size());
+  const std::span<const std::byte> from = detail::checked_source(stored, t, source, rank);
+  detail::copy_bytes(from, std::as_writable_bytes(mwstrat::elements(t.tensor)));
 }
 
-/// Fills every tensor of `tensors` in place from `stored` (see `load_tensor`).
+/// Fills every tensor of `tensors` in place from `stored` (see `load_tensor`). Every tensor is checked before any is
+/// written, so a bad one leaves all of them as they were.
 template <class Stored, detail::named_tensor_range R>
 void load_tensors(const Stored& stored, R&& tensors, const std::filesystem::path& source,
                   std::optional<int> rank = {}) {
-  for (const auto& t : tensors) load_tensor(stored, t, source, rank);
+  // The destinations' bytes, not the range's elements, are kept: an input range may be walked only once.
+  std::vector<std::pair<std::span<const std::byte>, std::span<std::byte>>> copies;
+  for (const auto& t : tensors)
+    copies.emplace_back(detail::checked_source(stored, t, source, rank),
+                        std::as_writable_bytes(mwstrat::elements(t.tensor)));
+  for (const auto& [from, into] : copies) detail::copy_bytes(from, into);
 }
 
 /// Reads and validates the safetensors file `path` and fills every tensor of `tensors` in place from it.

@@ -11,11 +11,13 @@
 /// Determinism: the writer orders tensors by element size (largest first, which keeps every tensor aligned to
 /// its element size) and then as given, writes `__metadata__` keys sorted, and adds the data's CRC32C under
 /// `mwstrat.crc32c` and one of the header's content under `mwstrat.header_crc32c`; the same tensors and metadata
-/// always give the same bytes.
+/// always give the same bytes. The writer refuses, before writing anything, what no reader would accept: a tensor
+/// name or metadata key or value that is not UTF-8 (the header is JSON), BOOL data other than bytes 0 and 1.
 ///
 /// Reading never trusts the file: the header length is checked against the file size and a 100 MB limit before
 /// anything is allocated; every entry's dtype, shape and offsets are checked; the tensors must tile the data
-/// exactly; the checksums, when present, must match. Any defect is a `checkpoint_error` naming the file.
+/// exactly; the checksums, when present, must match; BOOL data must be bytes 0 and 1 (any other byte read as a
+/// `bool` is undefined behaviour). Any defect is a `checkpoint_error` naming the file.
 
 #include <mwstrat/checkpoint/atomic_file.hpp>
 #include <mwstrat/checkpoint/crc32c.hpp>
@@ -125,21 +127,32 @@ struct tensor_view {
   [[nodiscard]] std::uint64_t element_count() const noexcept { return data.size() / size_of(type); }
 
   /// The elements as `T`, without a copy, when `T` is this tensor's type and the bytes are aligned for it
-  /// (they are in files written by mwstrat or by Python's safetensors); otherwise nothing.
+  /// (they are in files written by mwstrat or by Python's safetensors); otherwise nothing. Also nothing for `bool`
+  /// when a byte is neither 0 nor 1, which only a view built by hand can hold (`parse` refuses such data).
   template <class T>
   [[nodiscard]] std::optional<std::span<const T>> try_values() const noexcept {
     if (dtype_of<T> != type) return std::nullopt;
     if (reinterpret_cast<std::uintptr_t>(data.data()) % alignof(T) != 0) return std::nullopt;
+    if constexpr (std::is_same_v<T, bool>)
+      if (detail::first_non_boolean(data)) return std::nullopt;
     return std::span<const T>(reinterpret_cast<const T*>(data.data()), data.size() / sizeof(T));
   }
 
-  /// A copy of the elements as `T` (any alignment); nothing if `T` is not this tensor's type.
+  /// A copy of the elements as `T` (any alignment); nothing if `T` is not this tensor's type, or for `bool` (as
+  /// `try_values`) when a byte is neither 0 nor 1.
   template <class T>
   [[nodiscard]] std::optional<std::vector<T>> copy_values() const {
     if (dtype_of<T> != type) return std::nullopt;
-    std::vector<T> out(data.size() / sizeof(T));
-    if (!data.empty()) std::memcpy(out.data(), data.data(), data.size());
-    return out;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits: no data() to copy into
+      if (detail::first_non_boolean(data)) return std::nullopt;
+      std::vector<bool> out(data.size());
+      for (std::size_t i = 0; i < data.size(); ++i) out[i] = data[i] == std::byte{1};
+      return out;
+    } else {
+      std::vector<T> out(data.size() / sizeof(T));
+      if (!data.empty()) std::memcpy(out.data(), data.data(), data.size());
+      return out;
+    }
   }
 };
 
@@ -168,6 +181,10 @@ class safetensors_view {
     detail::parsed_header header = detail::parse_header(header_text, data_size, source, options.rank);
     const std::span<const std::byte> data = bytes.subspan(8 + header_length);
     verify_checksums(header, data_crc ? *data_crc : crc32c(data), source, options);
+    for (const auto& t : header.tensors)
+      if (t.type == dtype::boolean)
+        if (const auto bad = detail::first_non_boolean(data.subspan(t.begin, t.end - t.begin)))
+          fail("tensor '" + t.name + "': " + detail::non_boolean_text(*bad, data[t.begin + *bad]));
 
     safetensors_view view;
     view.metadata_ = std::move(header.metadata);
@@ -284,6 +301,18 @@ class safetensors_file {
 
 namespace detail {
 
+/// Throws `checkpoint_error` naming `target` unless `text` (which `what` names) is UTF-8: checked before anything is
+/// written, since a header that is not UTF-8 is a file no reader accepts.
+inline void require_utf8(std::string_view text, const std::string& what, const std::filesystem::path& target,
+                         std::optional<int> rank) {
+  const auto bad = first_invalid_utf8(text);
+  if (!bad) return;
+  const auto byte = static_cast<unsigned char>(text[*bad]);
+  checkpoint_fail(rank, target,
+                  what + " is not valid UTF-8 (byte 0x" + hex8(byte) + " at offset " + std::to_string(*bad) +
+                      "); a safetensors header is JSON, which must be UTF-8");
+}
+
 /// What a write will put where: validated entries in data order with their offsets.
 struct safetensors_plan {
   std::vector<const tensor_entry*> order;
@@ -310,16 +339,24 @@ inline safetensors_plan plan_safetensors(std::span<const tensor_entry> entries, 
 
   plan.stored.reserve(plan.order.size());
   for (const tensor_entry* e : plan.order) {
-    const std::string where = "cannot write tensor '" + e->name + "': ";
+    const std::string where = "cannot write tensor '" + escaped(e->name) + "': ";
     if (e->name.empty()) checkpoint_fail(rank, target, "cannot write a tensor with an empty name");
     if (e->name == safetensors_metadata_key) checkpoint_fail(rank, target, where + "the name is reserved");
+    require_utf8(e->name, where + "the name", target, rank);
     const auto bytes = tensor_bytes(e->shape, size_of(e->type), std::numeric_limits<std::uint64_t>::max());
     if (!bytes || *bytes != e->data.size())
       checkpoint_fail(rank, target,
                       where + "shape and dtype " + std::string(to_string(e->type)) + " do not match its " +
                           std::to_string(e->data.size()) + " bytes");
+    if (e->type == dtype::boolean)
+      if (const auto bad = first_non_boolean(e->data))
+        checkpoint_fail(rank, target, where + non_boolean_text(*bad, e->data[*bad]));
     plan.stored.push_back({e->name, e->type, e->shape, plan.data_size, plan.data_size + e->data.size()});
     plan.data_size += e->data.size();
+  }
+  for (const auto& [key, value] : plan.metadata) {
+    require_utf8(key, "cannot write metadata key '" + escaped(key) + "': the key", target, rank);
+    require_utf8(value, "cannot write metadata '" + escaped(key) + "': the value", target, rank);
   }
   return plan;
 }

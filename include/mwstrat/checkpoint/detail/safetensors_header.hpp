@@ -13,9 +13,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -70,6 +72,83 @@ inline std::optional<std::uint64_t> tensor_bytes(const std::vector<std::int64_t>
   }
   if (count > limit / element_size) return std::nullopt;
   return count * element_size;
+}
+
+/// The length of the well-formed UTF-8 sequence at `text[at]`, or 0 if an ill-formed one starts there (an overlong
+/// form, a surrogate, a code point above U+10FFFF, a stray continuation byte, a truncated sequence).
+inline std::size_t utf8_sequence_length(std::string_view text, std::size_t at) noexcept {
+  // Unicode's table 3-7: by lead byte, the length and the second byte's range (which is what excludes overlongs
+  // after E0 and F0, surrogates after ED, and > U+10FFFF after F4); later bytes are 80-BF.
+  struct sequence_form {
+    unsigned char lead_low, lead_high;
+    std::size_t length;
+    unsigned char second_low, second_high;
+  };
+  static constexpr sequence_form forms[] = {
+      {0x00, 0x7F, 1, 0x00, 0x00}, {0xC2, 0xDF, 2, 0x80, 0xBF}, {0xE0, 0xE0, 3, 0xA0, 0xBF},
+      {0xE1, 0xEC, 3, 0x80, 0xBF}, {0xED, 0xED, 3, 0x80, 0x9F}, {0xEE, 0xEF, 3, 0x80, 0xBF},
+      {0xF0, 0xF0, 4, 0x90, 0xBF}, {0xF1, 0xF3, 4, 0x80, 0xBF}, {0xF4, 0xF4, 4, 0x80, 0x8F},
+  };
+  const auto byte_at = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte_at(at);
+  const auto form = std::find_if(std::begin(forms), std::end(forms), [&](const sequence_form& f) {
+    return lead >= f.lead_low && lead <= f.lead_high;
+  });
+  if (form == std::end(forms) || text.size() - at < form->length) return 0;
+  if (form->length == 1) return 1;
+  if (byte_at(at + 1) < form->second_low || byte_at(at + 1) > form->second_high) return 0;
+  for (std::size_t k = 2; k < form->length; ++k)
+    if (byte_at(at + k) < 0x80 || byte_at(at + k) > 0xBF) return 0;
+  return form->length;
+}
+
+/// The offset of the first byte of `text` that starts an ill-formed UTF-8 sequence, or nothing when all of `text`
+/// is UTF-8. A header is JSON, which Boost.JSON and Python's safetensors refuse unless it is UTF-8.
+inline std::optional<std::size_t> first_invalid_utf8(std::string_view text) noexcept {
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t length = utf8_sequence_length(text, at);
+    if (length == 0) return at;
+    at += length;
+  }
+  return std::nullopt;
+}
+
+/// `value` as two lowercase hex digits.
+inline std::string hex8(unsigned char value) {
+  static constexpr char digits[] = "0123456789abcdef";
+  return {digits[value >> 4], digits[value & 0xFu]};
+}
+
+/// `text` for an error message: well-formed UTF-8 as it is, every other byte, control character and backslash as
+/// `\xNN`, so that a message about bad bytes shows them and is itself UTF-8.
+inline std::string escaped(std::string_view text) {
+  std::string out;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t length = utf8_sequence_length(text, at);
+    const auto b = static_cast<unsigned char>(text[at]);
+    if (length > 1 || (length == 1 && b >= 0x20 && b != 0x7F && b != '\\')) {
+      out += text.substr(at, length);
+      at += length;
+    } else {
+      out += "\\x" + hex8(b);
+      ++at;
+    }
+  }
+  return out;
+}
+
+/// The index of the first byte of BOOL data that is neither 0 nor 1, or nothing. Any other byte read as `bool` is
+/// undefined behaviour.
+inline std::optional<std::size_t> first_non_boolean(std::span<const std::byte> data) noexcept {
+  for (std::size_t i = 0; i < data.size(); ++i)
+    if (data[i] != std::byte{0} && data[i] != std::byte{1}) return i;
+  return std::nullopt;
+}
+
+/// The error text for BOOL element `index` holding `value`.
+inline std::string non_boolean_text(std::size_t index, std::byte value) {
+  return "BOOL element " + std::to_string(index) + " is " + std::to_string(std::to_integer<unsigned>(value)) +
+         ", not 0 or 1";
 }
 
 inline std::string hex32(std::uint32_t value) {
