@@ -322,6 +322,55 @@ TEST(fit_stop, a_stop_decided_in_on_epoch_end_on_the_chief_ends_every_worker_bef
   EXPECT_EQ(epochs[1], 2u);
 }
 
+// Sets stop_training on one rank only in on_epoch_begin of epoch `at` (or in on_train_begin when `at` is -1).
+struct stop_at_begin_on_rank {
+  int rank;
+  int at;
+  template <class Ctx>
+  void on_train_begin(Ctx& ctx) {
+    if (ctx.strategy.replica_id() == rank && at < 0) ctx.stop_training = true;
+  }
+  template <class Ctx>
+  void on_epoch_begin(Ctx& ctx, int epoch) {
+    if (ctx.strategy.replica_id() == rank && epoch == at) ctx.stop_training = true;
+  }
+};
+
+// A stop set in on_train_begin or on_epoch_begin on one worker: every worker stops before that epoch's steps (the
+// worker that set it used to skip them while the others ran them, and the ranks' operations went apart).
+TEST(fit_stop, a_stop_decided_in_a_begin_hook_on_one_worker_stops_every_worker_before_the_epochs_steps) {
+  const data::labeled_images set = blobs(96);
+  for (const int at : {1, -1}) {
+    std::vector<std::uint64_t> iterations(2);
+    std::vector<std::vector<float>> params(2);
+    std::vector<std::string> errors(2);
+    spawn_ranks(2, [&](local_collective& c) {
+      const auto r = static_cast<std::size_t>(c.rank());
+      try {
+        mirrored_strategy<local_collective&> strategy(c);
+        softmax_regression model(features, classes, 5);
+        momentum_sgd sgd(model.parameters().size());
+        distributed_input train(set, 16, strategy, 3);  // 6 steps an epoch
+        fit_options fo;
+        fo.epochs = 3;
+        stop_at_begin_on_rank stop{1, at};
+        const history h = fit(strategy, model, sgd, train, fo, stop);
+        EXPECT_TRUE(h.stopped_early);
+        iterations[r] = static_cast<std::uint64_t>(sgd.iterations());
+        params[r].assign(model.parameters().begin(), model.parameters().end());
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+    const std::uint64_t expected = at < 0 ? 0u : 6u * static_cast<std::uint64_t>(at);
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(errors[r], "") << "rank " << r << ", stop at " << at;
+      EXPECT_EQ(iterations[r], expected) << "rank " << r << ", stop at " << at;
+    }
+    EXPECT_EQ(params[0], params[1]);
+  }
+}
+
 // ------------------------------------------------------------------------------------------------ preemption
 
 // Requests preemption (as the SIGTERM handler would) on one rank after global step `at`, on the first run only.

@@ -91,6 +91,12 @@ constexpr bool may_stop_one_worker() {
 template <class C, class Ctx>
 concept needs_stop_agreement = has_batch_hooks<C, Ctx> && may_stop_one_worker<std::remove_cvref_t<C>>();
 
+// A callback whose on_train_begin or on_epoch_begin may set stop_training on one worker alone: then fit agrees on
+// it after those hooks too, or that worker would skip the epoch's steps while the others ran them.
+template <class C, class Ctx>
+concept needs_begin_agreement =
+    (has_on_train_begin<C, Ctx> || has_on_epoch_begin<C, Ctx>) && may_stop_one_worker<std::remove_cvref_t<C>>();
+
 // The number of examples in a batch, when its type says (`size`, `count` or `size()`), so that an evaluation
 // step that gives a worker nothing skips the model instead of handing it an empty batch.
 template <class B>
@@ -228,6 +234,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   static_assert(detail::check_sample_weights<Model, Validation>());
   constexpr bool batch_hooks = (detail::has_batch_hooks<Callbacks, context> || ...);
   constexpr bool agree_every_step = (detail::needs_stop_agreement<Callbacks, context> || ...);
+  constexpr bool agree_after_begin = (detail::needs_begin_agreement<Callbacks, context> || ...);
   // The metric sets among the callbacks (train/metrics.hpp): their states ride the step's reduction.
   constexpr std::size_t metric_doubles = detail::metric_state_size<Callbacks...>();
   std::array<double, metric_doubles> epoch_metrics{};  // summed over workers and the epoch's steps
@@ -292,6 +299,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   const preemption_signal_guard signals(options.catch_preemption_signals);
   int signal_number = 0;  // the signal this worker received, for the `preempted` message
   detail::fire_train_begin(ctx, callbacks...);  // BackupAndRestore may move ctx to where a backup left off
+  if constexpr (agree_after_begin) ctx.stop_training = detail::agree_to_stop(strategy, ctx.stop_training, false).stop;
 
   // A lost peer inside the loop, with recovery on: the survivors rebuild the ring with a replacement, take the
   // state of the latest step boundary (in_memory_recovery.hpp) and go on from there. Anything else propagates.
@@ -324,6 +332,8 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
         if (!begin_fired) {
           detail::fire_epoch_begin(ctx, epoch, callbacks...);
           begin_fired = true;
+          if constexpr (agree_after_begin)
+            ctx.stop_training = detail::agree_to_stop(strategy, ctx.stop_training, false).stop;
         }
         while (ctx.step < ctx.steps_per_epoch && !ctx.stop_training) {
           const std::size_t step = ctx.step;

@@ -17,6 +17,9 @@ namespace mwstrat {
 /// Writes epoch metrics to a CSV file on the chief.
 class csv_logger {
  public:
+  /// Never stops training (fit.hpp: no agreement after its hooks).
+  static constexpr bool stops_one_worker = false;
+
   /// `append` keeps an existing file's rows (a resumed run); otherwise the file is started afresh.
   explicit csv_logger(std::string path, bool append = false) : path_(std::move(path)), append_(append) {}
 

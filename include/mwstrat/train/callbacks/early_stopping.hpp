@@ -38,6 +38,9 @@ struct early_stopping_options {
 /// Stops training when `monitor` stops improving (see the file comment).
 class early_stopping {
  public:
+  /// Stops every worker alike: it decides at an epoch's end from the reduced logs, the same on every worker.
+  static constexpr bool stops_one_worker = false;
+
   explicit early_stopping(early_stopping_options options = {}) : options_(std::move(options)) {
     const std::optional<bool> up = monitor_maximises(options_.monitor, options_.mode);
     if (!up) {

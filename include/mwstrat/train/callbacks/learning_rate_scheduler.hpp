@@ -13,6 +13,9 @@ namespace mwstrat {
 /// Sets the learning rate at every epoch from a function of (epoch, current learning rate).
 class learning_rate_scheduler {
  public:
+  /// Never stops training (fit.hpp: no agreement after its hooks).
+  static constexpr bool stops_one_worker = false;
+
   explicit learning_rate_scheduler(std::function<double(int epoch, double learning_rate)> schedule)
       : schedule_(std::move(schedule)) {}
 

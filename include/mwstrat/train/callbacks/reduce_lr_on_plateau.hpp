@@ -37,6 +37,9 @@ struct reduce_lr_on_plateau_options {
 /// Reduces the optimizer's learning rate on a plateau (see the file comment). Needs `has_learning_rate`.
 class reduce_lr_on_plateau {
  public:
+  /// Never stops training (fit.hpp: no agreement after its hooks).
+  static constexpr bool stops_one_worker = false;
+
   explicit reduce_lr_on_plateau(reduce_lr_on_plateau_options options = {}) : options_(std::move(options)) {
     if (!(options_.factor > 0 && options_.factor < 1)) {
       throw config_error({"train.reduce_lr_on_plateau"},
