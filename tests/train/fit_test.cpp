@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -281,6 +282,31 @@ TEST(fit, learning_rate_schedule_applies_on_every_worker) {
     EXPECT_DOUBLE_EQ(*h.epochs[0].learning_rate, 0.4);
     EXPECT_DOUBLE_EQ(*h.epochs[2].learning_rate, 0.1);
   });
+}
+
+// With all_workers, every line a worker prints carries its rank, the live bar's redraws included.
+TEST(fit, every_workers_progress_lines_carry_its_rank) {
+  std::vector<std::string> printed(2);
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(128, features, classes, 32, 2, c.rank(), 1);
+    std::ostringstream out;
+    progress_logger progress({&out, true, 1, std::chrono::milliseconds(0)});
+    fit_options options;
+    options.epochs = 1;
+    fit(strategy, model, sgd, train, options, progress);
+    printed[static_cast<std::size_t>(c.rank())] = out.str();
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    const std::string prefix = "[rank " + std::to_string(r) + "] ";
+    EXPECT_NE(printed[r].find("\r" + prefix + "1/4 ["), std::string::npos) << printed[r];
+    std::size_t lines = 0;
+    for (std::size_t at = printed[r].find('\r'); at != std::string::npos; at = printed[r].find('\r', at + 1), ++lines)
+      EXPECT_EQ(printed[r].compare(at + 1, prefix.size(), prefix), 0) << "a redraw without the rank: " << printed[r];
+    EXPECT_GE(lines, 4u);
+  }
 }
 
 TEST(fit, only_the_chief_prints_progress_and_writes_the_csv_log) {

@@ -58,6 +58,10 @@ std::vector<std::string> feed(model_checkpoint_options o, const std::string& mon
       if (monitor == "accuracy") logs.accuracy = v;
       if (monitor == "val_loss") logs.val_loss = v;
       if (monitor == "val_accuracy") logs.val_accuracy = v;
+      if (monitor.find("top_k") != std::string::npos) {  // a metric of the user's (train/metrics.hpp)
+        logs.val_loss = 1.0;                              // validated
+        logs.metrics.push_back({monitor, v});
+      }
       ctx.epoch = e + 1;
       ctx.step = 0;
       checkpoint.on_epoch_end(ctx, e, logs);
@@ -104,6 +108,23 @@ TEST(model_checkpoint_options, save_best_only_saves_when_the_monitored_value_imp
   o.save_best_only = false;  // without it, every epoch
   o.filepath = "all/w.{epoch:02d}.safetensors";
   EXPECT_EQ(feed(o, "loss", {2.0, 3.0, 1.0}, dir.path()).size(), 3u);
+
+  // A metric's name, as monitor and in the file name (the README and docs/training.md promise both).
+  o.filepath = "metric/w.{epoch:02d}-{val_sparse_top_k_accuracy:.2f}.safetensors";
+  o.mode = "auto";
+  o.save_best_only = true;
+  o.monitor = "val_sparse_top_k_accuracy";
+  EXPECT_EQ(feed(o, "val_sparse_top_k_accuracy", {0.5, 0.4, 0.75}, dir.path()),
+            (std::vector<std::string>{"w.01-0.50.safetensors", "w.03-0.75.safetensors"}));
+  o.filepath = "metric/w.{epoch:02d}-{val_sparse_top_k_acuracy:.2f}.safetensors";  // misspelt: named at the save
+  try {
+    (void)feed(o, "val_sparse_top_k_accuracy", {0.5}, dir.path());
+    ADD_FAILURE() << "a misspelt field was formatted";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("{val_sparse_top_k_acuracy:.2f}: unknown field"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("val_sparse_top_k_accuracy)"), std::string::npos) << e.what();
+  }
 
   model_checkpoint_options bad;
   bad.filepath = (dir.path() / "x").string();

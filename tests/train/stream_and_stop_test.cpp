@@ -177,8 +177,9 @@ struct refuses_empty_batches : softmax_regression {
   }
 };
 
-// Evaluates a fixed model on `count` examples with `workers` workers and a global batch of `global_batch`.
-evaluation evaluate_with(int workers, std::size_t count, std::size_t global_batch) {
+// Evaluates a fixed model on `count` examples with `workers` workers and a global batch of `global_batch`, for
+// `steps` steps (0: the whole set).
+evaluation evaluate_with(int workers, std::size_t count, std::size_t global_batch, std::size_t steps = 0) {
   const data::labeled_images set = blobs(count, 8);
   evaluation result;
   std::mutex m;
@@ -186,7 +187,7 @@ evaluation evaluate_with(int workers, std::size_t count, std::size_t global_batc
     mirrored_strategy<local_collective&> strategy(c);
     refuses_empty_batches model(features, classes, 21);
     auto input = distributed_input::for_evaluation(set, global_batch, strategy);
-    const evaluation e = evaluate(strategy, model, input);
+    const evaluation e = evaluate(strategy, model, input, steps);
     if (c.rank() == 0) {
       const std::lock_guard lock(m);
       result = e;
@@ -210,6 +211,17 @@ TEST(evaluate, workers_whose_share_of_the_last_batch_is_empty_give_the_one_worke
     EXPECT_EQ(many.accuracy, one.accuracy) << s.workers << " workers, " << s.count << " examples";
     EXPECT_NEAR(many.loss, one.loss, 1e-6 * std::abs(one.loss)) << s.workers << " workers, " << s.count;
   }
+}
+
+// More steps than the data has (Keras: the input runs out): every example once, not the next pass's again.
+TEST(evaluate, more_steps_than_the_data_has_evaluate_every_example_once) {
+  const evaluation whole = evaluate_with(2, 10, 4);  // 3 steps
+  for (const std::size_t steps : {std::size_t{3}, std::size_t{4}, std::size_t{6}}) {
+    const evaluation e = evaluate_with(2, 10, 4, steps);
+    EXPECT_EQ(e.count, 10.0) << steps << " steps";
+    EXPECT_EQ(e.loss, whole.loss) << steps << " steps";
+  }
+  EXPECT_EQ(evaluate_with(2, 10, 4, 2).count, 8.0);
 }
 
 // ------------------------------------------------------------------------------------------------ validation_split

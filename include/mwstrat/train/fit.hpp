@@ -154,7 +154,8 @@ template <class Strategy>
 }  // namespace detail
 
 /// Evaluates `model` on `data` across all workers: every worker runs the same number of steps on its shard and the
-/// loss and accuracy are weighted by the examples each saw. `steps` = 0 runs the whole dataset. Any number of
+/// loss and accuracy are weighted by the examples each saw. `steps` = 0 (or more than the data has) runs the whole
+/// dataset once. Any number of
 /// workers evaluates any data-set size: a worker whose share of a step is empty (the last, partial batch of a
 /// set not divisible by the workers, or a set smaller than they are) skips the model for that step and adds
 /// nothing, so the result is the one-worker result.
@@ -166,7 +167,10 @@ evaluation evaluate_with(Strategy& strategy, Model& model, Data& data, std::size
                          Sets&... sets) {
   static_assert(check_sample_weights<Model, Data>());
   constexpr std::size_t metric_doubles = metric_state_size<Sets...>();
-  const std::size_t n = steps == 0 ? static_cast<std::size_t>(data.steps_per_epoch()) : steps;
+  // One pass at most: a step past the data's end would read the next pass and count its examples twice (Keras
+  // stops where its input runs out).
+  const auto pass = static_cast<std::size_t>(data.steps_per_epoch());
+  const std::size_t n = steps == 0 ? pass : std::min(steps, pass);
   // [loss_sum, correct, count, metric states...]: one reduction at the end.
   std::array<double, 3 + metric_doubles> local{};
   for (std::size_t s = 0; s < n; ++s) {
@@ -196,7 +200,8 @@ evaluation evaluate_with(Strategy& strategy, Model& model, Data& data, std::size
 }  // namespace detail
 
 /// Evaluates `model` on `data` across all workers: every worker runs the same number of steps on its shard and the
-/// loss and accuracy are weighted by the examples each saw. `steps` = 0 runs the whole dataset. Any number of
+/// loss and accuracy are weighted by the examples each saw. `steps` = 0 (or more than the data has) runs the whole
+/// dataset once. Any number of
 /// workers evaluates any data-set size: a worker whose share of a step is empty (the last, partial batch of a
 /// set not divisible by the workers, or a set smaller than they are) skips the model for that step and adds
 /// nothing, so the result is the one-worker result. `metric_sets` (`metrics<...>`, train/metrics.hpp) are

@@ -29,7 +29,8 @@ namespace mwstrat {
 /// Options of `model_checkpoint`, with Keras's names.
 struct model_checkpoint_options {
   std::string filepath;                 ///< may use {epoch}, {epoch:0Nd}, {loss}, {accuracy}, {val_loss}, ... {x:.Nf}
-  std::string monitor = "val_loss";     ///< the metric `save_best_only` compares
+                                        ///< and the name of any metric in the logs (train/metrics.hpp)
+  std::string monitor = "val_loss";     ///< the metric `save_best_only` compares (any name in the logs)
   bool save_best_only = false;
   bool save_weights_only = false;
   std::string mode = "auto";            ///< "min", "max" or "auto" (max for accuracies, else min)
@@ -74,7 +75,8 @@ class basic_model_checkpoint {
     }
     maximise_ = options_.mode == "max" ||
                 (options_.mode == "auto" && options_.monitor.find("acc") != std::string::npos);
-    (void)format(options_.filepath, 1, epoch_logs{});  // reject a malformed pattern now, not after an epoch of training
+    // A malformed pattern is refused now, not after an epoch of training (a metric's name is known only then).
+    (void)format(options_.filepath, 1, epoch_logs{}, true);
   }
 
  public:
@@ -98,8 +100,10 @@ class basic_model_checkpoint {
     if (options_.save_freq.per_epoch()) consider(ctx, logs);
   }
 
-  /// `pattern` with its fields replaced from `epoch` (1-based, as Keras prints it) and `logs`.
-  [[nodiscard]] static std::string format(const std::string& pattern, int epoch, const epoch_logs& logs) {
+  /// `pattern` with its fields replaced from `epoch` (1-based, as Keras prints it) and `logs`. `syntax_only`: any
+  /// field name is taken (the pattern's form is checked, before the logs exist).
+  [[nodiscard]] static std::string format(const std::string& pattern, int epoch, const epoch_logs& logs,
+                                          bool syntax_only = false) {
     std::string out;
     for (std::size_t i = 0; i < pattern.size(); ++i) {
       if (pattern[i] != '{') {
@@ -115,7 +119,7 @@ class basic_model_checkpoint {
       const std::size_t colon = field.find(':');
       const std::string name = field.substr(0, colon);
       const std::string spec = colon == std::string::npos ? "" : field.substr(colon + 1);
-      out += render(pattern, name, spec, epoch, logs);
+      out += render(pattern, name, spec, epoch, logs, syntax_only);
       i = close;
     }
     return out;
@@ -134,8 +138,8 @@ class basic_model_checkpoint {
         const bool validated = logs.val_loss.has_value() || logs.val_accuracy.has_value();
         if (options_.monitor.rfind("val_", 0) == 0 && !validated) return;
         throw config_error({"train.model_checkpoint", ctx.strategy.replica_id()},
-                           "monitor: '" + options_.monitor + "' is not among the logs (loss, accuracy, val_loss, "
-                           "val_accuracy; val_* need validation data)");
+                           "monitor: '" + options_.monitor + "' is not among the logs (" + logged_names(logs) +
+                               "; val_* need validation data)");
       }
       if (std::isnan(*value)) return;
       if (best_ && (maximise_ ? *value <= *best_ : *value >= *best_)) return;
@@ -157,17 +161,20 @@ class basic_model_checkpoint {
     }
   }
 
+  // The monitored or formatted value: the built-in logs and every metric's (logs.hpp, logged_value).
   static std::optional<double> metric(const std::string& name, const epoch_logs& logs) {
-    if (name == "loss") return logs.loss;
-    if (name == "accuracy") return logs.accuracy;
-    if (name == "val_loss") return logs.val_loss;
-    if (name == "val_accuracy") return logs.val_accuracy;
-    if (name == "learning_rate") return logs.learning_rate;
-    return std::nullopt;
+    return logged_value(logs, name);
+  }
+
+  // "loss, accuracy, val_loss, val_accuracy, learning_rate" and the metrics' names, for a message.
+  static std::string logged_names(const epoch_logs& logs) {
+    std::string names = "loss, accuracy, val_loss, val_accuracy, learning_rate";
+    for (const named_value& m : logs.metrics) names += ", " + m.name;
+    return names;
   }
 
   static std::string render(const std::string& pattern, const std::string& name, const std::string& spec, int epoch,
-                            const epoch_logs& logs) {
+                            const epoch_logs& logs, bool syntax_only) {
     auto bad = [&](const std::string& why) {
       return config_error({"train.model_checkpoint"}, "filepath '" + pattern + "': {" + name +
                                                           (spec.empty() ? "" : ":" + spec) + "}: " + why);
@@ -184,10 +191,14 @@ class basic_model_checkpoint {
       return buf;
     }
     const std::optional<double> value = metric(name, logs);
-    if (name != "loss" && name != "accuracy" && name != "val_loss" && name != "val_accuracy" &&
-        name != "learning_rate") {
-      throw bad("unknown field (epoch, loss, accuracy, val_loss, val_accuracy, learning_rate)");
-    }
+    const bool built_in = name == "loss" || name == "accuracy" || name == "val_loss" || name == "val_accuracy" ||
+                          name == "learning_rate";
+    if (name.empty() || name.find_first_of(" {}:") != std::string::npos) throw bad("not a field name");
+    // A metric's name is known from the logs; a val_* one is absent where nothing was validated (written as nan,
+    // as the built-in val_loss is).
+    const bool validated = logs.val_loss.has_value() || logs.val_accuracy.has_value();
+    if (!built_in && !value && !syntax_only && (validated || name.rfind("val_", 0) != 0))
+      throw bad("unknown field (epoch, " + logged_names(logs) + ")");
     int precision = 6;
     if (!spec.empty()) {
       if (spec.size() < 3 || spec[0] != '.' || spec.back() != 'f' ||

@@ -63,7 +63,7 @@ class progress_logger {
     last_draw_ = now;
     std::string text = line(step + 1, ctx.steps_per_epoch, now, logs.loss, logs.accuracy);
     for (const named_value& m : logs.metrics) text += " - " + m.name + ": " + fixed4(m.value);
-    *options_.out << '\r' << text << std::flush;
+    *options_.out << '\r' << prefix_ << text << std::flush;
   }
 
   template <class Ctx>
