@@ -7,6 +7,7 @@
 #include <mwstrat/train/callbacks/progress_logger.hpp>
 #include <mwstrat/train/callbacks/terminate_on_nan.hpp>
 #include <mwstrat/train/fit.hpp>
+#include <mwstrat/train/metrics.hpp>
 
 #include <support/softmax_regression.hpp>
 #include <support/temp_dir.hpp>
@@ -23,6 +24,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -306,6 +308,40 @@ TEST(fit, every_workers_progress_lines_carry_its_rank) {
     for (std::size_t at = printed[r].find('\r'); at != std::string::npos; at = printed[r].find('\r', at + 1), ++lines)
       EXPECT_EQ(printed[r].compare(at + 1, prefix.size(), prefix), 0) << "a redraw without the rank: " << printed[r];
     EXPECT_GE(lines, 4u);
+  }
+}
+
+// Keras's CSVLogger: a column for each metric and its val_ form, and the separator asked for.
+TEST(fit, the_csv_log_has_a_column_per_metric_and_its_separator) {
+  static_assert(!std::is_constructible_v<csv_logger, std::string, const char*>,
+                "a separator string must not convert to the append flag");
+  const test::temp_dir dir("mwstrat-csv");
+  const std::filesystem::path file = dir.path() / "log.csv";
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(128, features, classes, 32, 2, c.rank(), 1);
+    blob_batches val(64, features, classes, 32, 2, c.rank(), 2);
+    metrics ms(mean_loss{});
+    csv_logger csv(file.string(), {.separator = ';'});
+    fit_options options;
+    options.epochs = 2;
+    fit(strategy, model, sgd, train, val, options, ms, csv);
+  });
+  std::ifstream in(file);
+  std::string header, row;
+  std::getline(in, header);
+  EXPECT_EQ(header, "epoch;loss;accuracy;val_loss;val_accuracy;learning_rate;mean_loss;val_mean_loss");
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    ASSERT_TRUE(std::getline(in, row));
+    std::vector<std::string> cells;
+    std::stringstream cut(row);
+    for (std::string cell; std::getline(cut, cell, ';');) cells.push_back(cell);
+    ASSERT_EQ(cells.size(), 8u) << row;
+    EXPECT_EQ(cells[0], std::to_string(epoch));
+    EXPECT_EQ(cells[6], cells[1]) << "mean_loss is the epoch's loss: " << row;
+    EXPECT_EQ(cells[7], cells[3]) << "val_mean_loss is the validation loss: " << row;
   }
 }
 

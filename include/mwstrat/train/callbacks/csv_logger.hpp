@@ -1,18 +1,28 @@
 #pragma once
 /// \file
-/// Keras's CSVLogger: one row per epoch (epoch, loss, accuracy, and val_*/learning_rate when known), written by
-/// the chief only and flushed at every epoch so a crashed job keeps what it logged.
+/// Keras's CSVLogger: one row per epoch (epoch, loss, accuracy, val_loss, val_accuracy, learning_rate, then each
+/// metric of the logs and its val_ form; a value not known in an epoch is an empty cell), written by the chief only
+/// and flushed at every epoch so a crashed job keeps what it logged. As in Keras, the columns are fixed by the first
+/// epoch's logs, and the header is written then (unless rows are appended to a file that has them).
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/logs.hpp>
 
+#include <concepts>
 #include <cstdio>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace mwstrat {
+
+/// Options of `csv_logger`, with Keras's names and defaults.
+struct csv_logger_options {
+  char separator = ',';  ///< between the cells of a row
+  bool append = false;   ///< keep an existing file's rows (a resumed run); otherwise the file is started afresh
+};
 
 /// Writes epoch metrics to a CSV file on the chief.
 class csv_logger {
@@ -20,23 +30,43 @@ class csv_logger {
   /// Never stops training (fit.hpp: no agreement after its hooks).
   static constexpr bool stops_one_worker = false;
 
-  /// `append` keeps an existing file's rows (a resumed run); otherwise the file is started afresh.
-  explicit csv_logger(std::string path, bool append = false) : path_(std::move(path)), append_(append) {}
+  explicit csv_logger(std::string path, csv_logger_options options = {})
+      : path_(std::move(path)), options_(options) {}
+  /// `append` alone (the form before the options): a bool only, so that a separator string cannot convert to it.
+  template <std::same_as<bool> Append>
+  csv_logger(std::string path, Append append) : csv_logger(std::move(path), csv_logger_options{',', append}) {}
 
   template <class Ctx>
   void on_train_begin(Ctx& ctx) {
     if (!ctx.strategy.is_chief()) return;
-    const bool had_rows = append_ && std::ifstream(path_).peek() != std::ifstream::traits_type::eof();
-    out_.open(path_, append_ ? std::ios::app : std::ios::trunc);
+    had_rows_ = options_.append && std::ifstream(path_).peek() != std::ifstream::traits_type::eof();
+    out_.open(path_, options_.append ? std::ios::app : std::ios::trunc);
     if (!out_) throw io_error({"train.csv_logger", ctx.strategy.replica_id()}, path_ + ": cannot open for writing");
-    if (!had_rows) out_ << "epoch,loss,accuracy,val_loss,val_accuracy,learning_rate\n";
   }
 
   template <class Ctx>
   void on_epoch_end(Ctx& ctx, int epoch, const epoch_logs& logs) {
     if (!out_.is_open()) return;
-    out_ << epoch << ',' << number(logs.loss) << ',' << number(logs.accuracy) << ',' << optional(logs.val_loss)
-         << ',' << optional(logs.val_accuracy) << ',' << optional(logs.learning_rate) << '\n';
+    const char sep = options_.separator;
+    if (!columns_fixed_) {
+      // Each metric of the first epoch and its val_ form, whether or not that epoch validated.
+      for (const named_value& m : logs.metrics)
+        if (!m.name.starts_with("val_")) {
+          metric_columns_.push_back(m.name);
+          metric_columns_.push_back("val_" + m.name);
+        }
+      columns_fixed_ = true;
+      if (!had_rows_) {
+        out_ << "epoch" << sep << "loss" << sep << "accuracy" << sep << "val_loss" << sep << "val_accuracy" << sep
+             << "learning_rate";
+        for (const std::string& name : metric_columns_) out_ << sep << name;
+        out_ << '\n';
+      }
+    }
+    out_ << epoch << sep << number(logs.loss) << sep << number(logs.accuracy) << sep << optional(logs.val_loss) << sep
+         << optional(logs.val_accuracy) << sep << optional(logs.learning_rate);
+    for (const std::string& name : metric_columns_) out_ << sep << optional(logged_value(logs, name));
+    out_ << '\n';
     out_.flush();
     if (!out_) throw io_error({"train.csv_logger", ctx.strategy.replica_id()}, path_ + ": write failed");
   }
@@ -55,7 +85,10 @@ class csv_logger {
   static std::string optional(const std::optional<double>& v) { return v ? number(*v) : std::string(); }
 
   std::string path_;
-  bool append_;
+  csv_logger_options options_;
+  bool had_rows_ = false;
+  bool columns_fixed_ = false;
+  std::vector<std::string> metric_columns_;
   std::ofstream out_;
 };
 
