@@ -334,6 +334,27 @@ TEST(fit_stop, a_stop_decided_in_on_epoch_end_on_the_chief_ends_every_worker_bef
   EXPECT_EQ(epochs[1], 2u);
 }
 
+// As in Keras, an epoch that a stop ends part-way is still validated: its logs have val_loss.
+TEST(fit_stop, an_epoch_stopped_part_way_is_validated) {
+  const data::labeled_images set = blobs(96);
+  const data::labeled_images held_out = blobs(32, 9);
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    momentum_sgd sgd(model.parameters().size());
+    distributed_input train(set, 16, strategy, 3);  // 6 steps an epoch
+    auto validation = distributed_input::for_evaluation(held_out, 16, strategy);
+    fit_options fo;
+    fo.epochs = 3;
+    stop_on_rank stop{0, 8};  // two steps into the second epoch
+    const history h = fit(strategy, model, sgd, train, validation, fo, stop);
+    ASSERT_EQ(h.epochs.size(), 2u);
+    EXPECT_EQ(h.epochs[1].steps, 2u);
+    ASSERT_TRUE(h.epochs[1].val_loss.has_value());
+    EXPECT_EQ(*h.epochs[1].val_loss, evaluate(strategy, model, validation).loss);
+  });
+}
+
 // Sets stop_training on one rank only in on_epoch_begin of epoch `at` (or in on_train_begin when `at` is -1).
 struct stop_at_begin_on_rank {
   int rank;

@@ -405,7 +405,8 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
         }
         const bool finished_epoch = ctx.step == ctx.steps_per_epoch;
         if constexpr (batch_source<Validation>) {
-          if ((epoch + 1) % options.validation_freq == 0 && (finished_epoch || !ctx.stop_training)) {
+          // An epoch stopped part-way (not preempted: that one was left above) is validated too, as in Keras.
+          if ((epoch + 1) % options.validation_freq == 0) {
             detail::fire_test_begin(ctx, callbacks...);
             const evaluation val =
                 detail::evaluate_with(strategy, model, validation, options.validation_steps, "val_", callbacks...);
