@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 #include <oneapi/tbb/global_control.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <sstream>
+#include <string>
 #include <vector>
 
 namespace nn = mwstrat::nn;
@@ -251,6 +254,39 @@ TEST(NnModel, EvaluateCountsAndLeavesGradients) {
   const double expected = std::log(1 + std::exp(-2.0)) + std::log(1 + std::exp(2.0)) + std::log(2.0);
   EXPECT_NEAR(st.loss_sum, expected, 1e-5);
   for (float g : model.gradients()) EXPECT_EQ(g, 0.0f);
+}
+
+// A Conv2D without a bias has no bias weight in Keras's layout: listing one named the next layer's values (and read
+// past the arena when the convolution was last).
+TEST(NnModel, ABiaslessConvolutionListsNoBiasWeight) {
+  for (const bool last : {false, true}) {
+    nn::sequential m = last ? nn::sequential({nn::input{{4, 4, 2}}, nn::conv2d{.filters = 3, .kernel_size = {2, 2},
+                                                                               .use_bias = false}})
+                            : nn::sequential({nn::input{{4, 4, 2}},
+                                              nn::conv2d{.filters = 3, .kernel_size = {2, 2}, .use_bias = false},
+                                              nn::flatten{}, nn::dense{2}});
+    std::vector<std::string> names;
+    std::size_t values = 0;
+    for (const auto& w : m.keras_weights()) {
+      names.push_back(w.name);
+      values += w.values.size();
+    }
+    EXPECT_EQ(values, m.parameters().size()) << "last " << last;
+    EXPECT_EQ(names.front(), "conv2d/kernel");
+    EXPECT_TRUE(std::ranges::find(names, std::string("conv2d/bias")) == names.end()) << "last " << last;
+    EXPECT_NE(m.architecture().find("\"use_bias\":false"), std::string::npos) << m.architecture();
+  }
+}
+
+// predict of no samples on a graph model that has never run a batch: nothing to compute, and no buffers (batch norm's
+// among them) to compute it in.
+TEST(NnModel, AGraphModelPredictsNothingForNoSamples) {
+  const auto x = nn::input_tensor({4, 4, 2});
+  const auto y = nn::batch_normalization{}(nn::conv2d{.filters = 3}(x));
+  nn::graph_model m(x, nn::dense{2}(nn::global_average_pooling2d{}(y)));
+  EXPECT_TRUE(m.predict(std::span<const float>(), 0).empty());
+  const std::vector<float> one(32, 0.5f);
+  EXPECT_EQ(m.predict(one, 1).size(), 2u);
 }
 
 TEST(NnModel, BadArgumentsAreReported) {

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,6 +134,21 @@ TEST(NnOptimizers, OptionsThatContradictAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(message([] { nn::piecewise_constant_decay({2, 1}, {1, 2, 3}); }).find("increase"), std::string::npos);
   EXPECT_NE(message([] { nn::cosine_decay(0.1, 0); }).find("decay_steps"), std::string::npos);
+}
+
+// Keras's CosineDecay warms up only when a warm-up target is given: warmup_steps alone change nothing, and a target
+// without warm-up steps is where the decay starts.
+TEST(NnOptimizers, CosineDecayWarmsUpOnlyTowardsAGivenTarget) {
+  const nn::cosine_decay no_target(0.1, 1000, 0.0, std::nullopt, 100);
+  const nn::cosine_decay plain(0.1, 1000);
+  for (const std::int64_t step : {0, 50, 100, 500, 1200}) EXPECT_EQ(no_target(step), plain(step)) << step;
+  EXPECT_NEAR(no_target(50), 0.1 * 0.5 * (1 + std::cos(std::numbers::pi * 0.05)), 1e-15);
+  const nn::cosine_decay from_target(0.1, 10, 0.0, 0.3);
+  EXPECT_DOUBLE_EQ(from_target(0), 0.3);
+  EXPECT_DOUBLE_EQ(from_target(5), 0.15);
+  const nn::cosine_decay warm(0.0, 10, 0.0, 0.3, 4);
+  EXPECT_DOUBLE_EQ(warm(2), 0.15);
+  EXPECT_DOUBLE_EQ(warm(4), 0.3);
 }
 
 TEST(NnOptimizers, AScheduledRateFollowsTheStepAndCannotBeSet) {

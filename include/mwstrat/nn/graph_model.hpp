@@ -342,6 +342,7 @@ class basic_graph_model {
     if (inputs.size() != batch * input_size())
       mwstrat::detail::nn_config_error("predict: " + std::to_string(inputs.size()) + " input values for a batch of " +
                                        std::to_string(batch) + " samples of " + std::to_string(input_size()));
+    if (batch == 0) return {};  // nothing to run (and a model never reserved has no buffers to run it in)
     reserve(batch);
     arena_threads_->execute([&] { exec_.forward_pass(inputs.data(), batch, training, false); });
     if (!exec_.output_softmax()) return exec_.outputs();

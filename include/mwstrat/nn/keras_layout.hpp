@@ -46,8 +46,10 @@ inline std::vector<tensor_layout> tensors_of(const layer_spec& spec, const shape
         const auto i64 = [](std::size_t v) { return static_cast<std::int64_t>(v); };
         if constexpr (std::is_same_v<S, conv2d>) {
           const std::size_t c = in.back(), k = s.kernel_size[0] * s.kernel_size[1] * c * s.filters;
-          return {{"kernel", {i64(s.kernel_size[0]), i64(s.kernel_size[1]), i64(c), i64(s.filters)}, 0, k, 0, 0},
-                  {"bias", {i64(s.filters)}, k, s.filters, 0, 0}};
+          std::vector<tensor_layout> t{
+              {"kernel", {i64(s.kernel_size[0]), i64(s.kernel_size[1]), i64(c), i64(s.filters)}, 0, k, 0, 0}};
+          if (s.use_bias) t.push_back({"bias", {i64(s.filters)}, k, s.filters, 0, 0});  // the layer has none without
+          return t;
         } else if constexpr (std::is_same_v<S, dense>) {
           const std::size_t inputs = in.back(), k = inputs * s.units;
           return {{"kernel", {i64(inputs), i64(s.units)}, 0, k, s.units, inputs},
@@ -78,7 +80,7 @@ inline boost::json::object config_of(const layer_spec& spec) {
           o["strides"] = ints(s.strides);
           o["padding"] = padding_name(s.padding);
           o["activation"] = activation_name(s.activation);
-          o["use_bias"] = true;
+          o["use_bias"] = s.use_bias;
         } else if constexpr (std::is_same_v<S, max_pool2d>) {
           o["pool_size"] = ints(s.pool_size);
           o["strides"] = s.strides[0] == 0 ? ints(s.pool_size) : ints(s.strides);

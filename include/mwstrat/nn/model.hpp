@@ -431,7 +431,11 @@ class basic_sequential {
   }
   std::unique_ptr<detail::layer_impl<T>> make(const dense& s, const shape_t& in, std::size_t) {
     if (s.activation == activation::softmax)
-      detail::nn_config_error("dense: a softmax activation is a graph model's output only; use nn::softmax here");
+      detail::nn_config_error(
+          "dense: a softmax activation is a graph model's output only. The loss takes logits (Keras's "
+          "from_logits=True) and predict returns them: end a sequential model with a linear Dense, and apply a "
+          "softmax to predict's logits where probabilities are wanted (an nn::softmax layer at the end would be "
+          "trained through a second softmax)");
     return std::make_unique<detail::dense_layer<T>>(s, in);
   }
   std::unique_ptr<detail::layer_impl<T>> make(const dropout& s, const shape_t& in, std::size_t i) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -61,14 +62,15 @@ class piecewise_constant_decay {
   std::vector<double> values_;
 };
 
-/// `CosineDecay(initial_learning_rate, decay_steps, alpha, warmup_target, warmup_steps)`. Without warm-up:
-/// initial * ((1 - alpha) * 0.5 * (1 + cos(pi * min(step, decay_steps) / decay_steps)) + alpha). With a warm-up
-/// (warmup_steps > 0): the rate rises linearly from `initial_learning_rate` to `warmup_target` over warmup_steps,
-/// then decays from `warmup_target` as above over the next decay_steps.
+/// `CosineDecay(initial_learning_rate, decay_steps, alpha, warmup_target, warmup_steps)`. Without a warm-up target
+/// (Keras's None; warmup_steps is then unused, as in Keras): initial * ((1 - alpha) * 0.5 * (1 + cos(pi *
+/// min(step, decay_steps) / decay_steps)) + alpha). With one: the rate rises linearly from `initial_learning_rate`
+/// to `warmup_target` over warmup_steps (none: it starts there), then decays from `warmup_target` as above over
+/// the next decay_steps.
 class cosine_decay {
  public:
-  cosine_decay(double initial_learning_rate, std::int64_t decay_steps, double alpha = 0.0, double warmup_target = 0.0,
-               std::int64_t warmup_steps = 0)
+  cosine_decay(double initial_learning_rate, std::int64_t decay_steps, double alpha = 0.0,
+               std::optional<double> warmup_target = std::nullopt, std::int64_t warmup_steps = 0)
       : initial_(initial_learning_rate), decay_steps_(decay_steps), alpha_(alpha), target_(warmup_target),
         warmup_steps_(warmup_steps) {
     if (decay_steps <= 0)
@@ -78,11 +80,11 @@ class cosine_decay {
   }
   [[nodiscard]] double operator()(std::int64_t step) const {
     const double s = static_cast<double>(step);
-    if (warmup_steps_ == 0) return decay(std::min(s, static_cast<double>(decay_steps_)), initial_);
+    if (!target_) return decay(std::min(s, static_cast<double>(decay_steps_)), initial_);
     const double w = static_cast<double>(warmup_steps_);
     const double clamped = std::min(s, static_cast<double>(decay_steps_) + w);
-    if (clamped < w) return (target_ - initial_) * (clamped / w) + initial_;
-    return decay(clamped - w, target_);
+    if (clamped < w) return (*target_ - initial_) * (clamped / w) + initial_;
+    return decay(clamped - w, *target_);
   }
 
  private:
@@ -93,7 +95,7 @@ class cosine_decay {
   double initial_;
   std::int64_t decay_steps_;
   double alpha_;
-  double target_;
+  std::optional<double> target_;
   std::int64_t warmup_steps_;
 };
 
