@@ -63,6 +63,17 @@ TEST(NnGradientCheck, DenseReluAndDenseOnTheLastAxis) {
   EXPECT_LT(max_relative_error(model, make_batch(model, 5, 11)), 1e-6);
 }
 
+// L2 regularizers on kernels and biases: the loss the model reports holds λ·Σw² (as Keras's and the graph model's),
+// so its derivative is the gradient the backward pass gives (which holds 2λw).
+TEST(NnGradientCheck, L2RegularizersAreInTheLossAsInTheGradient) {
+  nn::basic_sequential<double> model(
+      {nn::input{{3, 3, 2}},
+       nn::conv2d{.filters = 2, .kernel_size = {2, 2}, .kernel_regularizer = 0.05, .bias_regularizer = 0.02},
+       nn::flatten{}, nn::dense{3, nn::activation::linear, nn::initializer::glorot_uniform, 0.3, 0.1}},
+      {.seed = 4});
+  EXPECT_LT(max_relative_error(model, make_batch(model, 4, 12)), 1e-6);
+}
+
 TEST(NnGradientCheck, ConvSameStridedMaxPoolDropout) {
   nn::basic_sequential<double> model(
       {nn::input{{6, 5, 2}}, nn::conv2d{3, {3, 2}, nn::activation::relu, {1, 1}, nn::padding::same},

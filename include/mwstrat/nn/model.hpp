@@ -509,12 +509,17 @@ class basic_sequential {
   }
 
   // Keras's `sum_over_batch_size` of the weighted cross-entropy (nn/detail/loss_pass.hpp, shared with the graph
-  // model); `weights` empty: every example weighs 1.
+  // model); `weights` empty: every example weighs 1. As in Keras (and the graph model), the layers' L2 terms,
+  // which the mean gains once: their gradients are in the backward pass, so the loss reported is the one trained.
   step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
                        bool with_grad) {
-    return detail::weighted_loss_pass<T>(output_ptr(), with_grad ? grads_[layers_.size()].data() : nullptr,
-                                         output_size(), labels, weights, batch, losses_.data(), hits_.data(),
-                                         static_cast<T>(options_.label_smoothing));
+    step_stats st = detail::weighted_loss_pass<T>(output_ptr(), with_grad ? grads_[layers_.size()].data() : nullptr,
+                                                  output_size(), labels, weights, batch, losses_.data(), hits_.data(),
+                                                  static_cast<T>(options_.label_smoothing));
+    double penalty = 0;  // zero without regularizers (each layer's term is skipped at λ = 0)
+    for (std::size_t i = 0; i < layers_.size(); ++i) penalty += layers_[i]->regularization(pbase_ + offsets_[i]);
+    st.loss_sum += static_cast<double>(batch) * penalty;
+    return st;
   }
 
   // A layer may report parts of its gradient as final during its backward (before its input gradient, or a large
