@@ -283,6 +283,19 @@ TEST(NnGraphModel, ShapeErrorsNameTheLayer) {
     EXPECT_NE(std::string(e.what()).find("layer conv2d_2 applied to (8, 8, 3): conv2d: window 9x9 larger"),
               std::string::npos) << e.what();
   }
+  // Every kind of layer is named, not just the ones with weights.
+  try {
+    (void)nn::reshape{{3}}(flat);
+    FAIL() << "no error";
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer reshape applied to (4,): "), std::string::npos) << e.what();
+  }
+  try {
+    (void)nn::dropout{1.5}(flat);
+    FAIL() << "no error";
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer dropout applied to (4,): "), std::string::npos) << e.what();
+  }
 }
 
 // What fit, the checkpoints and the saved-model path ask of a model.

@@ -85,8 +85,7 @@ std::unique_ptr<mwstrat::detail::layer_impl<T>> make_graph_layer(const graph_lay
       spec);
 }
 
-// Keras's base name of the layer a spec would make, for an error raised before the layer exists ("layer" where
-// no error can name it otherwise).
+// Keras's base name of the layer a spec would make (its base_name()), for an error raised before the layer exists.
 inline std::string keras_base_name(const graph_layer_spec& spec) {
   return std::visit(
       [](const auto& s) -> std::string {
@@ -101,7 +100,12 @@ inline std::string keras_base_name(const graph_layer_spec& spec) {
                : std::is_same_v<S, max_pool2d>               ? "max_pooling2d"
                : std::is_same_v<S, pad_channels_shortcut>    ? "lambda"
                : std::is_same_v<S, activation_layer>         ? "activation"
-                                                             : "layer";
+               : std::is_same_v<S, reshape>                  ? "reshape"
+               : std::is_same_v<S, flatten>                  ? "flatten"
+               : std::is_same_v<S, dropout>                  ? "dropout"
+               : std::is_same_v<S, relu>                     ? "re_lu"
+               : std::is_same_v<S, softmax>                  ? "softmax"
+                                                             : "input_layer";
       },
       spec);
 }
