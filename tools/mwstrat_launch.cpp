@@ -74,6 +74,9 @@ constexpr auto never = steady_clock::time_point::max();
 // launcher alone, since each worker leads its own process group: left at their default, they would end the launcher
 // and leave its workers running.
 constexpr std::array forwarded_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// Those of them the launcher handles: one it found ignored (nohup, a background job's SIGINT and SIGQUIT) stays
+// ignored, in the launcher and in its workers, as it was before the launcher existed.
+sigset_t handled_signals{};
 
 struct options {
   int workers = 0;
@@ -298,7 +301,8 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
   }
   if (pid == 0) {
     ::setpgid(0, 0);  // its own group, so ending it ends whatever it started
-    for (const int sig : forwarded_signals) ::signal(sig, SIG_DFL);
+    for (const int sig : forwarded_signals)
+      if (::sigismember(&handled_signals, sig) == 1) ::signal(sig, SIG_DFL);
     // A launcher killed outright cannot forward anything; SIGTERM, not SIGKILL, so that an mwstrat worker stops at a
     // step boundary and backs up, as on preemption.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -559,7 +563,13 @@ int main(int argc, char** argv) {
   const options o = parse(argc, argv);
   struct sigaction sa{};
   sa.sa_handler = on_signal;
-  for (const int sig : forwarded_signals) ::sigaction(sig, &sa, nullptr);
+  ::sigemptyset(&handled_signals);
+  for (const int sig : forwarded_signals) {
+    struct sigaction before{};
+    if (::sigaction(sig, nullptr, &before) == 0 && before.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &sa, nullptr);
+    ::sigaddset(&handled_signals, sig);
+  }
   std::vector<int> ports;
   if (o.base_port != 0) {
     for (int i = 0; i < o.workers; ++i) ports.push_back(o.base_port + i);

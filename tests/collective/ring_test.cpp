@@ -460,14 +460,15 @@ TEST(ring_collective, ranks_of_different_generations_refuse_each_other_and_the_n
   for (const auto& r : start_ring(rebuilt)) EXPECT_TRUE(r.ok && !r.error);
 }
 
-// Start-up connects each rank to its two neighbours only. In a ring of four whose rank 2 starts 3 s late, ranks 0
-// and 3 have their links at once; creation must still wait for rank 2 within connect_timeout (15 s here), not fail
-// their first operation under the shorter op_timeout (1 s), and rank 0 says the ring is connected only once it is.
+// Start-up connects each rank to its two neighbours only. In a ring of four whose rank 2 starts 6 s late, ranks 0
+// and 3 have their links at once; creation must still wait for rank 2 within connect_timeout (30 s here), not fail
+// their first operation under the shorter op_timeout (2 s, which still bounds the operations after start-up on a
+// loaded machine), and rank 0 says the ring is connected only once it is.
 TEST(ring_collective, a_rank_that_starts_late_within_the_connect_timeout_joins_the_ring) {
-  auto opts = options_for(4, 15s);
-  for (auto& o : opts) o.op_timeout = 1s;
+  auto opts = options_for(4, 30s);
+  for (auto& o : opts) o.op_timeout = 2s;
   std::vector<std::string> logs;
-  const auto out = start_ring(opts, &logs, {0ms, 0ms, 3s});
+  const auto out = start_ring(opts, &logs, {0ms, 0ms, 6s});
   for (std::size_t r = 0; r < out.size(); ++r) {
     std::string what;
     if (out[r].error) throws_kind<std::exception>(out[r].error, &what);

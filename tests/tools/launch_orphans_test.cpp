@@ -194,6 +194,33 @@ TEST(launch_orphans, sighup_or_sigquit_to_the_launcher_is_forwarded_like_sigterm
   }
 }
 
+// Started with SIGHUP ignored (nohup), the launcher leaves it ignored: a hangup ends neither it nor its workers.
+TEST(launch_orphans, a_launcher_started_under_nohup_ignores_sighup_and_so_do_its_workers) {
+  mwstrat::test::temp_dir dir("mwstrat-launch");
+  reaper cleanup;
+  const std::string script =
+      write_worker(dir, "echo $$ > \"$0.$i.tmp\" && mv \"$0.$i.tmp\" \"$0.$i\"\nsleep 1.5\necho finished $i");
+  struct sigaction ignore{}, before{};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGHUP, &ignore, &before);  // inherited by the launcher, as nohup leaves it
+  const pid_t launched = spawn_launcher({"-n", "2", "--", "sh", script}, (dir / "log").string());
+  ::sigaction(SIGHUP, &before, nullptr);
+  ASSERT_GT(launched, 0);
+  cleanup.pids.push_back(launched);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(read_pid(script + "." + std::to_string(i), 20s)) << read_all(dir / "log");
+  ::kill(launched, SIGHUP);
+  for (int i = 0; i < 2; ++i) {
+    const auto worker = read_pid(script + "." + std::to_string(i), 1s);
+    if (worker) ::kill(*worker, SIGHUP);
+  }
+  const auto status = wait_for(launched, 20s);
+  const std::string log = read_all(dir / "log");
+  ASSERT_TRUE(status) << "the launcher did not end\n" << log;
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "wait status " << *status << "\n" << log;
+  EXPECT_NE(log.find("finished 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("finished 1"), std::string::npos) << log;
+}
+
 TEST(launch_orphans, a_launcher_killed_outright_takes_its_workers_with_it) {
   mwstrat::test::temp_dir dir("mwstrat-launch");
   reaper cleanup;

@@ -328,6 +328,7 @@ TEST(fit, the_csv_log_has_a_column_per_metric_and_its_separator) {
     fit_options options;
     options.epochs = 2;
     fit(strategy, model, sgd, train, val, options, ms, csv);
+    fit(strategy, model, sgd, train, val, options, ms, csv);  // the same logger again: a fresh file, with its header
   });
   std::ifstream in(file);
   std::string header, row;

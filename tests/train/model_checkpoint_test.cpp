@@ -4,6 +4,7 @@
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/model_checkpoint.hpp>
 #include <mwstrat/train/fit.hpp>
+#include <mwstrat/train/metrics.hpp>
 #include <mwstrat/train/saved_model.hpp>
 #include <mwstrat/train/train_context.hpp>
 
@@ -145,12 +146,14 @@ TEST(model_checkpoint_options, save_freq_in_steps_saves_every_n_global_steps_acr
     momentum_sgd sgd(model.parameters().size());
     blob_batches train(240, features, classes, 24, 2, c.rank(), 9);  // 10 steps an epoch
     model_checkpoint_options o;
-    o.filepath = (dir.path() / "s.{epoch:02d}-{loss:.6f}.safetensors").string();
+    // A metric's name in a step save's file name: the batch logs carry the metrics' values so far.
+    o.filepath = (dir.path() / "s.{epoch:02d}-{loss:.6f}-{mean_loss:.6f}.safetensors").string();
     o.save_freq = save_frequency::every(4);
     model_checkpoint every4(o);
+    metrics ms(mean_loss{});
     fit_options fo;
     fo.epochs = 3;
-    fit(strategy, model, sgd, train, fo, every4);
+    fit(strategy, model, sgd, train, fo, ms, every4);
     saved[static_cast<std::size_t>(c.rank())] = names(every4.saved());
   });
   // Global steps 4, 8 (epoch 1), 12, 16, 20 (epoch 2), 24, 28 (epoch 3): seven saves, none at the epochs' ends.
@@ -160,6 +163,8 @@ TEST(model_checkpoint_options, save_freq_in_steps_saves_every_n_global_steps_acr
   for (std::size_t i = 0; i < saved[0].size(); ++i) {
     EXPECT_EQ(saved[0][i].substr(2, 2), epochs_of_saves[i]) << saved[0][i];
     EXPECT_TRUE(fs::exists(dir.path() / saved[0][i]));
+    const std::string loss = saved[0][i].substr(5, 8);  // s.EE-<loss>-<mean_loss>.safetensors: the same value
+    EXPECT_EQ(saved[0][i].substr(14, 8), loss) << saved[0][i];
   }
 
   // Per step, save_best_only compares the running training loss; val_* is not in a step's logs.

@@ -66,7 +66,8 @@ concept saves_training_state = requires { requires std::remove_cvref_t<C>::saves
 
 namespace detail {
 
-// One function per hook: calls it on every callback that has it, in the order given.
+// One function per hook: calls it on every callback that has it, in the order given (on_epoch_end: those that save
+// the training state last).
 template <class Ctx, class... C>
 void fire_train_begin(Ctx& ctx, C&... cs) {
   ([&] { if constexpr (has_on_train_begin<C, Ctx>) cs.on_train_begin(ctx); }(), ...);

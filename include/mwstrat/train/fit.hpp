@@ -223,7 +223,8 @@ evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t st
 ///
 /// Stopping: a callback may set `ctx.stop_training` on any worker (the chief alone, say); the workers agree at the
 /// step boundary (one all-reduce of two numbers after the batch hooks, only when some callback has them; once per
-/// epoch after `on_epoch_end`), so every worker stops after the same step. A SIGTERM or SIGINT to any worker
+/// epoch after `on_epoch_end`; after `on_train_begin` and `on_epoch_begin` when a callback with those hooks may stop
+/// one worker alone, except under in-memory recovery), so every worker stops after the same step. A SIGTERM or SIGINT to any worker
 /// (train/preemption.hpp) rides the same agreement and the step's metric reduction: every worker stops after the
 /// same step, the epoch is left unfinished (no validation, no `on_epoch_end`: a resume finishes it), `on_train_end`
 /// runs (BackupAndRestore writes its backup there) and `fit` throws `preempted`.
@@ -304,7 +305,10 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   const preemption_signal_guard signals(options.catch_preemption_signals);
   int signal_number = 0;  // the signal this worker received, for the `preempted` message
   detail::fire_train_begin(ctx, callbacks...);  // BackupAndRestore may move ctx to where a backup left off
-  if constexpr (agree_after_begin) ctx.stop_training = detail::agree_to_stop(strategy, ctx.stop_training, false).stop;
+  // Not under in-memory recovery: a replacement runs these hooks again where the survivors do not, so an agreement
+  // here would meet their next collective (a stop set in a begin hook must then be set on every worker).
+  const bool agree_begin = agree_after_begin && !recovering;
+  if (agree_begin) ctx.stop_training = detail::agree_to_stop(strategy, ctx.stop_training, false).stop;
 
   // A lost peer inside the loop, with recovery on: the survivors rebuild the ring with a replacement, take the
   // state of the latest step boundary (in_memory_recovery.hpp) and go on from there. Anything else propagates.
@@ -337,8 +341,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
         if (!begin_fired) {
           detail::fire_epoch_begin(ctx, epoch, callbacks...);
           begin_fired = true;
-          if constexpr (agree_after_begin)
-            ctx.stop_training = detail::agree_to_stop(strategy, ctx.stop_training, false).stop;
+          if (agree_begin) ctx.stop_training = detail::agree_to_stop(strategy, ctx.stop_training, false).stop;
         }
         while (ctx.step < ctx.steps_per_epoch && !ctx.stop_training) {
           const std::size_t step = ctx.step;

@@ -40,6 +40,8 @@ class csv_logger {
   void on_train_begin(Ctx& ctx) {
     if (!ctx.strategy.is_chief()) return;
     had_rows_ = options_.append && std::ifstream(path_).peek() != std::ifstream::traits_type::eof();
+    columns_fixed_ = false;  // each fit fixes its own columns (and writes its header, unless appending to rows)
+    metric_columns_.clear();
     out_.open(path_, options_.append ? std::ios::app : std::ios::trunc);
     if (!out_) throw io_error({"train.csv_logger", ctx.strategy.replica_id()}, path_ + ": cannot open for writing");
   }
