@@ -82,8 +82,12 @@ void fire_epoch_begin(Ctx& ctx, [[maybe_unused]] int epoch, C&... cs) {
 }
 template <class Ctx, class... C>
 void fire_epoch_end(Ctx& ctx, [[maybe_unused]] int epoch, const epoch_logs& logs, C&... cs) {
-  ([&] { if constexpr (has_on_epoch_end<C, Ctx> && !saves_training_state<C>) cs.on_epoch_end(ctx, epoch, logs); }(), ...);
-  ([&] { if constexpr (has_on_epoch_end<C, Ctx> && saves_training_state<C>) cs.on_epoch_end(ctx, epoch, logs); }(), ...);
+  ([&] {
+    if constexpr (has_on_epoch_end<C, Ctx> && !saves_training_state<C>) cs.on_epoch_end(ctx, epoch, logs);
+  }(), ...);
+  ([&] {
+    if constexpr (has_on_epoch_end<C, Ctx> && saves_training_state<C>) cs.on_epoch_end(ctx, epoch, logs);
+  }(), ...);
 }
 template <class Ctx, class... C>
 void fire_batch_begin(Ctx& ctx, [[maybe_unused]] std::size_t step, C&... cs) {

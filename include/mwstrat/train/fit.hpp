@@ -155,10 +155,9 @@ template <class Strategy>
 
 /// Evaluates `model` on `data` across all workers: every worker runs the same number of steps on its shard and the
 /// loss and accuracy are weighted by the examples each saw. `steps` = 0 (or more than the data has) runs the whole
-/// dataset once. Any number of
-/// workers evaluates any data-set size: a worker whose share of a step is empty (the last, partial batch of a
-/// set not divisible by the workers, or a set smaller than they are) skips the model for that step and adds
-/// nothing, so the result is the one-worker result.
+/// dataset once. Any number of workers evaluates any data-set size: a worker whose share of a step is empty (the
+/// last, partial batch of a set not divisible by the workers, or a set smaller than they are) skips the model for
+/// that step and adds nothing, so the result is the one-worker result.
 namespace detail {
 
 // evaluate, with the metric sets found among `sets` (fit passes its callbacks; the others are skipped).
@@ -201,10 +200,9 @@ evaluation evaluate_with(Strategy& strategy, Model& model, Data& data, std::size
 
 /// Evaluates `model` on `data` across all workers: every worker runs the same number of steps on its shard and the
 /// loss and accuracy are weighted by the examples each saw. `steps` = 0 (or more than the data has) runs the whole
-/// dataset once. Any number of
-/// workers evaluates any data-set size: a worker whose share of a step is empty (the last, partial batch of a
-/// set not divisible by the workers, or a set smaller than they are) skips the model for that step and adds
-/// nothing, so the result is the one-worker result. `metric_sets` (`metrics<...>`, train/metrics.hpp) are
+/// dataset once. Any number of workers evaluates any data-set size: a worker whose share of a step is empty (the
+/// last, partial batch of a set not divisible by the workers, or a set smaller than they are) skips the model for
+/// that step and adds nothing, so the result is the one-worker result. `metric_sets` (`metrics<...>`, train/metrics.hpp) are
 /// reduced in the same all-reduce and reported in `evaluation::metrics`.
 template <strategy Strategy, batch_source Data, class Model, class... MetricSets>
   requires trainable_model<Model, batch_of<Data>> && (metric_set<MetricSets> && ...)
@@ -224,10 +222,10 @@ evaluation evaluate(Strategy& strategy, Model& model, Data& data, std::size_t st
 /// Stopping: a callback may set `ctx.stop_training` on any worker (the chief alone, say); the workers agree at the
 /// step boundary (one all-reduce of two numbers after the batch hooks, only when some callback has them; once per
 /// epoch after `on_epoch_end`; after `on_train_begin` and `on_epoch_begin` when a callback with those hooks may stop
-/// one worker alone, except under in-memory recovery), so every worker stops after the same step. A SIGTERM or SIGINT to any worker
-/// (train/preemption.hpp) rides the same agreement and the step's metric reduction: every worker stops after the
-/// same step, the epoch is left unfinished (no validation, no `on_epoch_end`: a resume finishes it), `on_train_end`
-/// runs (BackupAndRestore writes its backup there) and `fit` throws `preempted`.
+/// one worker alone, except under in-memory recovery), so every worker stops after the same step. A SIGTERM or
+/// SIGINT to any worker (train/preemption.hpp) rides the same agreement and the step's metric reduction: every
+/// worker stops after the same step, the epoch is left unfinished (no validation, no `on_epoch_end`: a resume
+/// finishes it), `on_train_end` runs (BackupAndRestore writes its backup there) and `fit` throws `preempted`.
 template <strategy Strategy, class Model, optimizer_for Optimizer, batch_source Train, class Validation,
           class... Callbacks>
   requires trainable_model<Model, batch_of<Train>> &&
