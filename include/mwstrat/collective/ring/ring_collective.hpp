@@ -43,6 +43,7 @@
 #include <mwstrat/collective/ring/detail/hierarchy.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/liveness.hpp>
+#include <mwstrat/collective/ring/detail/option_checks.hpp>
 #include <mwstrat/collective/ring/detail/plan.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
@@ -159,12 +160,9 @@ class ring_collective : public detail::front_end<ring_collective> {
   ring_collective(ring_options options, detail::unique_socket listener, const sub_ring_info* sub)
       : options_(std::move(options)), uncaught_(std::uncaught_exceptions()) {
     if (sub) sub_ = *sub;
+    detail::check_ring_options(options_);  // before anything listens or connects
     n_ = static_cast<int>(options_.addresses.size());
     rank_ = options_.rank;
-    if (n_ < 1) throw config_error({"ring"}, "ring_options.addresses is empty");
-    if (rank_ < 0 || rank_ >= n_)
-      throw config_error({"ring"}, "rank " + std::to_string(rank_) + " is out of range for " + std::to_string(n_) +
-                                       " addresses");
     detail::ring_identity id;
     id.rank = rank_;
     id.world = n_;
@@ -181,16 +179,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     chunk_bytes_ = std::max<std::size_t>(4096, (options_.chunk_bytes + 63) / 64 * 64);
     id.chunk_bytes = chunk_bytes_;
     id.want_shm = options_.transport == ring_transport::automatic;
-    if (options_.spin < std::chrono::microseconds::zero())
-      throw config_error({"ring", rank_}, "ring_options.spin is negative");
-    static_assert(ring_max_streams_per_peer == static_cast<int>(detail::max_streams_per_peer));
-    if (options_.streams_per_peer < 1 || options_.streams_per_peer > static_cast<int>(detail::max_streams_per_peer))
-      throw config_error({"ring", rank_}, "ring_options.streams_per_peer is " + std::to_string(options_.streams_per_peer) +
-                                              ": expected 1.." + std::to_string(detail::max_streams_per_peer) +
-                                              " connections per link between hosts");
     id.streams = static_cast<unsigned>(options_.streams_per_peer);
-    if (options_.host_identity && options_.host_identity->empty())
-      throw config_error({"ring", rank_}, "ring_options.host_identity is empty (leave it unset to derive it)");
     if (n_ > 1) id.host = options_.host_identity ? detail::explicit_host_identity(*options_.host_identity)
                                                  : detail::host_identity();
     // A later generation (a ring rebuilt after a lost rank) has its own digest: nothing of another generation connects.
@@ -201,18 +190,6 @@ class ring_collective : public detail::front_end<ring_collective> {
     id.listener = listener.release();
     id.quiet = sub != nullptr;
     id.liveness = sub == nullptr;
-    for (const auto& [name, value] : {std::pair{"connect_timeout", options_.connect_timeout},
-                                      std::pair{"op_timeout", options_.op_timeout},
-                                      std::pair{"handshake_timeout", options_.handshake_timeout}})
-      if (value <= std::chrono::milliseconds::zero())
-        throw config_error({"ring", rank_}, std::string("ring_options.") + name + " is " +
-                                                std::to_string(value.count()) + " ms: expected a positive time");
-    if (options_.liveness_timeout < std::chrono::milliseconds::zero() ||
-        (options_.liveness_timeout.count() != 0 && options_.liveness_timeout < std::chrono::milliseconds(100)))
-      throw config_error({"ring", rank_}, "ring_options.liveness_timeout is " +
-                                              std::to_string(options_.liveness_timeout.count()) +
-                                              " ms: expected 0 (never judged) or at least 100 ms (heartbeats every "
-                                              "fifth of it must outrun scheduling noise)");
     if (n_ > 1) {
       const auto joined_by = steady::now() + options_.connect_timeout;  // every rank, not just the neighbours
       auto links = detail::ring_startup(options_, id).run();  // connected links (link.hpp)
