@@ -320,7 +320,10 @@ struct outcome {
   std::chrono::steady_clock::time_point finished;
 };
 
-// `late[r]`: how long rank r waits before it starts (none when absent).
+// Stands for a rank that is never started, in start_ring's `late`.
+constexpr std::chrono::milliseconds never{-1};
+
+// `late[r]`: how long rank r waits before it starts (none when absent; `never`: it does not start).
 std::vector<outcome> start_ring(std::vector<ring_options> opts, std::vector<std::string>* logs = nullptr,
                                 const std::vector<std::chrono::milliseconds>& late = {}) {
   std::vector<outcome> out(opts.size());
@@ -331,6 +334,7 @@ std::vector<outcome> start_ring(std::vector<ring_options> opts, std::vector<std:
       const std::lock_guard lock(log_mutex);
       logs->emplace_back(line);
     };
+    if (r < late.size() && late[r] == never) continue;
     threads.emplace_back([&, r] {
       if (r < late.size()) std::this_thread::sleep_for(late[r]);
       try {
@@ -486,6 +490,29 @@ TEST(ring_collective, a_missing_rank_is_a_timeout_naming_it) {
   } catch (const timeout_error& e) {
     EXPECT_EQ(e.peer_rank(), 1);
     EXPECT_NE(std::string(e.what()).find(opts[0].addresses[1]), std::string::npos) << e.what();
+  }
+}
+
+// In a ring of four whose rank 2 never starts, ranks 1 and 3 fail to reach it, and rank 0, whose own links came up,
+// learns why from them: every rank's error names rank 2, none blames the neighbour that gave up on it.
+TEST(ring_collective, a_rank_that_never_starts_is_named_by_every_rank) {
+  const auto opts = options_for(4, 2s);
+  const auto out = start_ring(opts, nullptr, {0ms, 0ms, never, 0ms});
+  const std::string missing = "rank 2 (" + opts[2].addresses[2] + ")";
+  for (const std::size_t r : {0u, 1u, 3u}) {
+    std::string what;
+    ASSERT_TRUE(out[r].error) << "rank " << r;
+    ASSERT_TRUE(throws_kind<timeout_error>(out[r].error, &what)) << "rank " << r << ": " << what;
+    try {
+      std::rethrow_exception(out[r].error);
+    } catch (const timeout_error& e) {
+      EXPECT_EQ(e.peer_rank(), 2) << what;
+    }
+    const std::string says = r == 1 ? "could not connect to " + missing
+                           : r == 3 ? missing + " did not connect"
+                                    : "could not join the ring: ";
+    EXPECT_NE(what.find(says), std::string::npos) << what;
+    EXPECT_EQ(what.find("was lost"), std::string::npos) << "rank " << r << ": " << what;
   }
 }
 

@@ -3,9 +3,12 @@
 // start-up deadline) while accepting the previous one, handshake both connections (magic, protocol version, world
 // size, ranks, cluster and model fingerprints, an HMAC-SHA256 proof of the job token when one is set), and, when
 // both ends of a link share a host and want it, set up the link's shared-memory region. The result is the two
-// connected links (link.hpp); nothing here runs once the ring is up.
+// connected links (link.hpp); nothing here runs once the ring is up. A rank whose start-up fails after one of its
+// liveness connections is up tells that neighbour why (an abort frame, abort.hpp), so that a rank whose own links
+// all came up names the rank that never came, not the neighbour that gave up on it.
 
 #include <mwstrat/cluster/address.hpp>
+#include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
@@ -196,8 +199,38 @@ class ring_startup {
       stop_at = steady::now().time_since_epoch().count();
     }
     accepting.join();
-    if (connect_error) std::rethrow_exception(connect_error);
-    if (accept_error) std::rethrow_exception(accept_error);
+    if (connect_error || accept_error) {
+      const std::exception_ptr first = connect_error ? connect_error : accept_error;
+      tell_neighbours(first);
+      std::rethrow_exception(first);
+    }
+  }
+
+  // Sends the reason this start-up failed to the neighbours whose liveness connection is up: they passed their own
+  // start-up and would otherwise find only this rank's connections closing, and blame it. The culprit is the rank
+  // the error names (the one that did not connect or answer), else this rank.
+  void tell_neighbours(const std::exception_ptr& failed) noexcept {
+    if (!links_.liveness_out && !links_.liveness_in) return;
+    ring_failure f{error_kind::io, rank_, ""};
+    try {
+      std::rethrow_exception(failed);
+    } catch (const timeout_error& e) {
+      f = {e.kind(), e.peer_rank().value_or(rank_), e.detail()};
+    } catch (const peer_lost_error& e) {
+      f = {e.kind(), e.peer_rank(), e.detail()};
+    } catch (const error& e) {
+      f = {e.kind(), rank_, e.detail()};
+    } catch (const std::exception& e) {
+      f.text = e.what();
+    } catch (...) {
+      f.text = "an unknown exception";
+    }
+    if (f.culprit < 0 || f.culprit >= n_) f.culprit = rank_;
+    f.text = "rank " + std::to_string(rank_) + " could not join the ring: " + f.text;
+    const abort_frame frame = make_abort_frame(f);
+    const auto limit = steady::now() + abort_send_grace;
+    for (const unique_socket* s : {&links_.liveness_out, &links_.liveness_in})
+      if (*s) (void)write_all(s->get(), frame.bytes.data(), frame.size, limit);
   }
 
   // Takes the previous rank's connections until the link is complete, the deadline passes or `stop_at` (set by the
