@@ -29,6 +29,7 @@ MWSTRAT_PACKAGES=(
   libpng-dev                                    # tools/cifar10_convert (CIFAR-10 from PNG sprites)
   dataset-fashion-mnist                         # real Fashion-MNIST (gzipped IDX)
   python3 python3-venv python3-pip python3-numpy  # Conan (in a venv), checkpoint interop test
+  locales                                       # tests under a decimal-comma locale (tests/support/comma_locale.hpp)
 )
 
 # apt_install_missing <what> <package...>: apt-get installs whichever of the packages are missing (after one

@@ -7,10 +7,13 @@
 #include <mwstrat/strategy/local_mirrored_strategy.hpp>
 #include <mwstrat/train.hpp>
 
+#include "support/comma_locale.hpp"
 #include "support/temp_dir.hpp"
 
+#include <boost/json/parse.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -224,6 +227,28 @@ TEST(NnGraphModel, ResNet56ParameterCountsAsKeras) {
   const auto he = nn::resnet_cifar(20, he_options);
   EXPECT_EQ(he.parameter_count(), 269722u);
   EXPECT_THROW(nn::resnet_cifar(21), mwstrat::config_error);
+}
+
+// A model's fingerprint (which a backup must match to resume) and its architecture JSON (which Python reads) do not
+// depend on the locale: a backup written by a program without a locale resumes in one that set a decimal comma.
+TEST(NnGraphModel, FingerprintAndArchitectureIgnoreTheLocale) {
+  const auto resnet = nn::resnet_cifar(20);  // L2 2e-4, batch-norm momentum 0.997 and epsilon 1e-5
+  const nn::sequential with_dropout({nn::input{{6}}, nn::dense{4}, nn::dropout{0.25}, nn::dense{2}});
+  const std::string fingerprint = resnet.fingerprint(), architecture = resnet.architecture_json();
+  const std::string dropout_fingerprint = with_dropout.fingerprint();
+  EXPECT_NE(fingerprint.find("l2k=0.0002"), std::string::npos) << fingerprint;
+  const mwstrat::test::comma_locale comma;
+  // Where the texts differ, not the whole of both (they are long).
+  const auto first_difference = [](const std::string& a, const std::string& b) {
+    const auto at = static_cast<std::size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+    return a.substr(at, 40) + " (at " + std::to_string(at) + ")";
+  };
+  EXPECT_TRUE(resnet.fingerprint() == fingerprint) << first_difference(resnet.fingerprint(), fingerprint);
+  EXPECT_TRUE(resnet.architecture_json() == architecture) << first_difference(resnet.architecture_json(), architecture);
+  EXPECT_EQ(with_dropout.fingerprint(), dropout_fingerprint);
+  boost::json::error_code ec;
+  (void)boost::json::parse(resnet.architecture_json(), ec);
+  EXPECT_FALSE(ec) << ec.message();
 }
 
 TEST(NnGraphModel, SummaryIsKerasTable) {

@@ -6,8 +6,8 @@
 #include <mwstrat/train/fit.hpp>
 #include <mwstrat/train/saved_model.hpp>
 
+#include <support/comma_locale.hpp>
 #include <support/softmax_regression.hpp>
-
 #include <support/temp_dir.hpp>
 
 #include <gtest/gtest.h>
@@ -162,6 +162,36 @@ TEST(backup_and_restore, a_learning_rate_changed_during_training_is_restored_wit
     EXPECT_EQ(resumed.resumed_at, p.resumed_at);
     EXPECT_EQ(resumed.params, reference.params) << "the resumed run trains on with the halved rate, resumed at step "
                                                 << p.resumed_at;
+  }
+}
+
+// A program may set a locale whose decimal point is a comma (setlocale(LC_ALL, "") on a German system). A backup
+// written without one resumes under one and the other way round: its numbers (here the halved learning rate and
+// the epoch's sums) are written and read in the C locale's form whatever the locale.
+TEST(backup_and_restore, a_backup_resumes_under_another_decimal_point) {
+  run_options o;
+  o.halve_rate_after_first_epoch = true;
+  const run_result reference = run(o);
+  ASSERT_FALSE(reference.failed) << reference.error;
+  for (const bool comma_when_written : {false, true}) {
+    temp_dir dir;
+    o.backup = backup_options{dir.path(), save_frequency::every(4)};
+    o.die_at_step = 23;
+    {
+      std::optional<test::comma_locale> comma;
+      if (comma_when_written) comma.emplace();
+      ASSERT_TRUE(run(o).failed);
+    }
+    o.die_at_step.reset();
+    run_result resumed;
+    {
+      std::optional<test::comma_locale> comma;
+      if (!comma_when_written) comma.emplace();
+      resumed = run(o);
+    }
+    ASSERT_FALSE(resumed.failed) << resumed.error;
+    EXPECT_EQ(resumed.resumed_at, 20u);
+    EXPECT_EQ(resumed.params, reference.params) << "written with a comma locale: " << comma_when_written;
   }
 }
 

@@ -1,5 +1,6 @@
 // fit/evaluate over the local collective (replicas as threads) with a model on the test's own types.
 #include <mwstrat/collective/local/local_collective.hpp>
+#include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/csv_logger.hpp>
@@ -9,6 +10,7 @@
 #include <mwstrat/train/fit.hpp>
 #include <mwstrat/train/metrics.hpp>
 
+#include <support/comma_locale.hpp>
 #include <support/softmax_regression.hpp>
 #include <support/temp_dir.hpp>
 
@@ -20,6 +22,7 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <regex>
 #include <span>
 #include <sstream>
 #include <string>
@@ -344,6 +347,44 @@ TEST(fit, the_csv_log_has_a_column_per_metric_and_its_separator) {
     EXPECT_EQ(cells[6], cells[1]) << "mean_loss is the epoch's loss: " << row;
     EXPECT_EQ(cells[7], cells[3]) << "val_mean_loss is the validation loss: " << row;
   }
+}
+
+// Under a locale with a decimal comma and a thousands separator (a program that called setlocale(LC_ALL, "") on a
+// German system), the CSV log keeps its comma-separated columns and the progress lines read as Keras's: numbers in
+// the C locale's form, whatever the locale of the streams.
+TEST(fit, logs_keep_a_decimal_point_under_a_comma_locale) {
+  const test::comma_locale comma;
+  const test::temp_dir dir("mwstrat-csv");
+  const std::filesystem::path file = dir.path() / "log.csv";
+  std::ostringstream printed;  // made under the locale, as std::cout would be in such a program
+  spawn_ranks(2, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    softmax_regression model(features, classes, 5);
+    plain_sgd sgd;
+    blob_batches train(128, features, classes, 32, 2, c.rank(), 1);
+    blob_batches val(64, features, classes, 32, 2, c.rank(), 2);
+    csv_logger csv(file.string());
+    progress_logger progress({&printed, false, 0});
+    fit_options options;
+    options.initial_epoch = 1000;
+    options.epochs = 1001;
+    fit(strategy, model, sgd, train, val, options, csv, progress);
+  });
+  std::ifstream in(file);
+  std::string header, row;
+  std::getline(in, header);
+  ASSERT_TRUE(std::getline(in, row));
+  std::vector<std::string> cells;
+  std::stringstream cut(row);
+  for (std::string cell; std::getline(cut, cell, ',');) cells.push_back(cell);
+  ASSERT_EQ(cells.size(), 6u) << row;
+  EXPECT_EQ(cells[0], "1000");
+  for (std::size_t i = 1; i < cells.size(); ++i)
+    EXPECT_TRUE(mwstrat::detail::parse_number(cells[i]).has_value()) << "column " << i << " of " << row;
+  const std::string text = printed.str();
+  EXPECT_NE(text.find("Epoch 1001/1001\n"), std::string::npos) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex(" - loss: [0-9]+\\.[0-9]{4} - accuracy: [0-9]\\.[0-9]{4}"))) << text;
+  EXPECT_EQ(text.find(','), std::string::npos) << text;
 }
 
 TEST(fit, only_the_chief_prints_progress_and_writes_the_csv_log) {

@@ -26,6 +26,7 @@
 /// first step boundary), `on_train_end` or what runs after `fit`. One `fit` per process: a replacement joins the
 /// first `fit` it runs.
 
+#include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
@@ -227,13 +228,11 @@ void exchange_state(Strategy& strategy, Ctx& ctx, training_snapshot& snap, bool 
   snap.restore(ctx);
   if (me == source || me == 0) {
     const double ms = std::chrono::duration<double, std::milli>(clock::now() - began).count();
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "training state of global step %llu (epoch %d, step %zu) %s rank %d's memory: %.1f MB in %.0f ms",
-                  static_cast<unsigned long long>(ctx.global_step()), ctx.epoch + 1, ctx.step,
-                  me == source ? "sent from" : "received from", source,
-                  static_cast<double>(snap.floats().size_bytes()) / 1e6, ms);
-    recovery_log(me, line);
+    recovery_log(me, "training state of global step " + std::to_string(ctx.global_step()) + " (epoch " +
+                         std::to_string(ctx.epoch + 1) + ", step " + std::to_string(ctx.step) + ") " +
+                         (me == source ? "sent from" : "received from") + " rank " + std::to_string(source) +
+                         "'s memory: " + detail::fixed_text(static_cast<double>(snap.floats().size_bytes()) / 1e6, 1) +
+                         " MB in " + detail::fixed_text(ms, 0) + " ms");
   }
 }
 

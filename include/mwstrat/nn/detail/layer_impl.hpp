@@ -3,6 +3,7 @@
 // (sized for the largest batch by reserve()), reads its parameters from and writes its gradients to the model's
 // arena, and splits its work into tasks by shape only, so its results do not depend on the number of threads.
 
+#include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
@@ -13,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -257,11 +257,7 @@ inline std::string json_list(const std::vector<std::size_t>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
 }
-inline std::string json_number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+inline std::string json_number(double v) { return general_text(v, 17); }
 inline std::string activation_name(nn::activation a) {
   return a == nn::activation::relu ? "relu" : a == nn::activation::softmax ? "softmax" : "linear";
 }

@@ -25,11 +25,11 @@ class dropout_layer final : public layer_impl<T> {
  public:
   dropout_layer(const nn::dropout& spec, const nn_shape& in, std::uint64_t stream)
       : layer_impl<T>(in, in), spec_(spec), stream_(stream) {
-    if (!(spec.rate >= 0.0 && spec.rate < 1.0)) nn_config_error("dropout: rate " + std::to_string(spec.rate) + " outside [0, 1)");
+    if (!(spec.rate >= 0.0 && spec.rate < 1.0)) nn_config_error("dropout: rate " + fixed_text(spec.rate, 6) + " outside [0, 1)");
   }
   std::string keras_type() const override { return "Dropout"; }
   std::string base_name() const override { return "dropout"; }
-  std::string config() const override { return "dropout(" + std::to_string(spec_.rate) + ")"; }
+  std::string config() const override { return "dropout(" + fixed_text(spec_.rate, 6) + ")"; }
   void initialize(std::span<T>, std::uint64_t seed, std::uint64_t) override { seed_ = seed; }
   void forward(const forward_args<T>& a) override { apply(a.batch, a.x, a.y, a.training, a.step); }
   void backward(const backward_args<T>& a) override {

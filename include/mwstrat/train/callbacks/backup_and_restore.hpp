@@ -33,6 +33,7 @@
 #include <mwstrat/checkpoint/manager.hpp>
 #include <mwstrat/checkpoint/training_state.hpp>
 #include <mwstrat/data/cursor.hpp>
+#include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
@@ -44,7 +45,6 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -474,22 +474,17 @@ class basic_backup_and_restore {
     }
   }
 
-  static std::string exact(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%a", v);  // hexadecimal: the same bits come back
-    return buf;
-  }
+  static std::string exact(double v) { return detail::exact_text(v); }  // hexadecimal: the same bits come back
 
   double parse_double(const training_state& state, const std::string& key) const {
     const auto it = state.extra.find(key);
     if (it == state.extra.end()) return 0.0;
-    char* end = nullptr;
-    const double v = std::strtod(it->second.c_str(), &end);
-    if (end == it->second.c_str() || *end != '\0') {
+    const std::optional<double> v = detail::parse_number(it->second);
+    if (!v) {
       throw checkpoint_error({"train.backup"}, source_, source_ + ": metadata " + key + ": '" + it->second +
                                                             "' is not a number");
     }
-    return v;
+    return *v;
   }
 
   backup_options options_;

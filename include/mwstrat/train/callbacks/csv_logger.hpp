@@ -5,11 +5,11 @@
 /// and flushed at every epoch so a crashed job keeps what it logged. As in Keras, the columns are fixed by the first
 /// epoch's logs, and the header is written then (unless rows are appended to a file that has them).
 
+#include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/logs.hpp>
 
 #include <concepts>
-#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -65,7 +65,7 @@ class csv_logger {
         out_ << '\n';
       }
     }
-    out_ << epoch << sep << number(logs.loss) << sep << number(logs.accuracy) << sep << optional(logs.val_loss) << sep
+    out_ << std::to_string(epoch) << sep << number(logs.loss) << sep << number(logs.accuracy) << sep << optional(logs.val_loss) << sep
          << optional(logs.val_accuracy) << sep << optional(logs.learning_rate);
     for (const std::string& name : metric_columns_) out_ << sep << optional(logged_value(logs, name));
     out_ << '\n';
@@ -79,11 +79,7 @@ class csv_logger {
   }
 
  private:
-  static std::string number(double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.9g", v);
-    return buf;
-  }
+  static std::string number(double v) { return detail::general_text(v, 9); }
   static std::string optional(const std::optional<double>& v) { return v ? number(*v) : std::string(); }
 
   std::string path_;

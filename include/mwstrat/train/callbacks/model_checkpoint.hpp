@@ -10,6 +10,7 @@
 /// e.g. one that uploads to an object store; `saved()` lists what it returned.
 
 #include <mwstrat/checkpoint/concepts.hpp>
+#include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/callbacks/backup_and_restore.hpp>
 #include <mwstrat/train/logs.hpp>
@@ -206,11 +207,12 @@ class basic_model_checkpoint {
           spec.substr(1, spec.size() - 2).find_first_not_of("0123456789") != std::string::npos) {
         throw bad("a metric takes a format such as .4f");
       }
+      if (spec.size() > 5) throw bad("a precision of at most 100 digits");
       precision = std::atoi(spec.substr(1, spec.size() - 2).c_str());
+      if (precision > 100) throw bad("a precision of at most 100 digits");
     }
     if (!value) return "nan";
-    std::snprintf(buf, sizeof buf, "%.*f", precision, *value);
-    return buf;
+    return detail::fixed_text(*value, precision);
   }
 
   model_checkpoint_options options_;

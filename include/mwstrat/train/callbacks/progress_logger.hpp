@@ -8,6 +8,7 @@
 /// On a terminal the bar is redrawn as steps complete; otherwise (a log file, a pipe) one line per epoch is
 /// printed, so logs stay readable. Workers other than the chief print nothing unless `all_workers` is set.
 
+#include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/train/logs.hpp>
 
 #include <unistd.h>
@@ -15,7 +16,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
-#include <cstdio>
 #include <iostream>
 #include <ostream>
 #include <string>
@@ -49,7 +49,7 @@ class progress_logger {
   template <class Ctx>
   void on_epoch_begin(Ctx& ctx, int epoch) {
     if (!enabled_) return;
-    *options_.out << prefix_ << "Epoch " << epoch + 1 << '/' << ctx.epochs << '\n' << std::flush;
+    *options_.out << prefix_ << "Epoch " << std::to_string(epoch + 1) << '/' << std::to_string(ctx.epochs) << '\n' << std::flush;
     started_ = clock::now();
     last_draw_ = started_;
     first_step_ = ctx.step;
@@ -87,11 +87,7 @@ class progress_logger {
  private:
   using clock = std::chrono::steady_clock;
 
-  static std::string fixed4(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.4f", v);
-    return buf;
-  }
+  static std::string fixed4(double v) { return detail::fixed_text(v, 4); }
 
   std::string line(std::size_t done, std::size_t total, clock::time_point now, double loss, double accuracy) const {
     constexpr std::size_t width = 30;

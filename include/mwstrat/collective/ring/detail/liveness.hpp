@@ -16,6 +16,7 @@
 #include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
+#include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 
 #include <sys/eventfd.h>
@@ -29,7 +30,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -51,9 +51,7 @@ inline std::chrono::milliseconds heartbeat_interval(std::chrono::milliseconds li
 
 // "5.0 s"
 inline std::string liveness_seconds(steady::duration d) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", std::chrono::duration<double>(d).count());
-  return text;
+  return fixed_text(std::chrono::duration<double>(d).count(), 1) + " s";
 }
 
 class liveness_monitor {
