@@ -7,7 +7,12 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -15,6 +20,36 @@ namespace {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
+
+// Runs `body` and ends the test program if it has not returned within `limit`: a hang is the defect some tests
+// look for, and a thread stuck in a collective cannot be cancelled.
+template <class Body>
+void within(std::chrono::seconds limit, Body&& body) {
+  auto done = std::async(std::launch::async, std::forward<Body>(body));
+  if (done.wait_for(limit) == std::future_status::timeout) {
+    std::fprintf(stderr, "%s: still running after %lld s (a hang)\n",
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                 static_cast<long long>(limit.count()));
+    std::abort();
+  }
+  done.get();
+}
+
+// The detail of each rank's protocol_error, "" where the rank threw none.
+struct protocol_errors {
+  std::mutex mutex;
+  std::vector<std::string> detail;
+  explicit protocol_errors(int n) : detail(static_cast<std::size_t>(n)) {}
+  template <class Op>
+  void record(int rank, Op&& op) {
+    try {
+      op();
+    } catch (const protocol_error& e) {
+      const std::lock_guard lock(mutex);
+      detail[static_cast<std::size_t>(rank)] = e.detail();
+    }
+  }
+};
 
 TEST(local_collective, a_failing_rank_makes_the_others_fail_fast_naming_it) {
   std::array<std::atomic<int>, 4> lost_peer{};
@@ -143,6 +178,98 @@ TEST(local_collective, async_failure_surfaces_on_wait) {
         throw std::runtime_error("rank 0 saw the failure");
       },
       local_options{30s}));
+}
+
+TEST(local_collective, a_barrier_against_another_operation_fails_every_rank_with_the_same_protocol_error) {
+  // Rank 1 calls barrier while the others all-reduce: the barrier used not to look at the others' calls, so it
+  // returned, and the count of reading ranks went wrong, so its next failure waited forever.
+  protocol_errors first(3), later(3);
+  within(30s, [&] {
+    spawn_ranks(
+        3,
+        [&](local_collective& c) {
+          std::vector<float> g(8, 1.0f);
+          first.record(c.rank(), [&] {
+            if (c.rank() == 1)
+              c.barrier();
+            else
+              c.all_reduce(std::span<float>(g), reduce_op::sum);
+          });
+          // The others return (and leave): rank 1 fails at once, not at a deadline, and does not hang.
+          if (c.rank() == 1) later.record(1, [&] { c.all_reduce(std::span<float>(g), reduce_op::sum, op_options{2s}); });
+        },
+        local_options{20s});
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(first.detail[static_cast<std::size_t>(r)], first.detail[0]) << "rank " << r;
+    EXPECT_NE(first.detail[static_cast<std::size_t>(r)].find("all_reduce<float>(8 elements, sum) #0"),
+              std::string::npos)
+        << "rank " << r << ": " << first.detail[static_cast<std::size_t>(r)];
+    EXPECT_NE(first.detail[static_cast<std::size_t>(r)].find("rank 1 called barrier #0"), std::string::npos)
+        << "rank " << r << ": " << first.detail[static_cast<std::size_t>(r)];
+  }
+  EXPECT_EQ(later.detail[1], first.detail[0]);
+}
+
+TEST(local_collective, a_disagreement_breaks_the_group_for_every_later_operation) {
+  protocol_errors first(2), later(2);
+  within(30s, [&] {
+    spawn_ranks(
+        2,
+        [&](local_collective& c) {
+          std::vector<float> g(static_cast<std::size_t>(4 + 4 * c.rank()), 1.0f);
+          first.record(c.rank(), [&] { c.all_reduce(std::span<float>(g), reduce_op::sum); });
+          // The same call on both ranks now, but the group stays failed, as a ring does.
+          std::vector<float> h(4, 1.0f);
+          later.record(c.rank(), [&] { c.all_reduce(std::span<float>(h), reduce_op::sum); });
+        },
+        local_options{20s});
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(first.detail[static_cast<std::size_t>(r)].find("rank 1 called all_reduce<float>(8 elements"),
+              std::string::npos)
+        << "rank " << r << ": " << first.detail[static_cast<std::size_t>(r)];
+    EXPECT_EQ(later.detail[static_cast<std::size_t>(r)], first.detail[0]) << "rank " << r;
+  }
+}
+
+TEST(local_collective, a_dropped_async_handle_s_failure_surfaces_on_the_next_operation) {
+  // handle.hpp's promise: nobody waits for the mismatched all-reduce, so the barrier after it must fail.
+  protocol_errors next(2);
+  within(30s, [&] {
+    spawn_ranks(
+        2,
+        [&](local_collective& c) {
+          std::vector<float> g(static_cast<std::size_t>(4 + 4 * c.rank()), 1.0f);
+          { auto dropped = c.all_reduce_async(std::span<float>(g), reduce_op::sum); }
+          next.record(c.rank(), [&] { c.barrier(); });
+        },
+        local_options{20s});
+  });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(next.detail[static_cast<std::size_t>(r)].find("ranks disagree"), std::string::npos)
+        << "rank " << r << ": " << next.detail[static_cast<std::size_t>(r)];
+}
+
+TEST(local_collective, the_longest_timeout_waits_rather_than_expiring_at_once) {
+  // now + milliseconds::max() used to wrap into the past: the first rank to arrive timed out at once.
+  for (const bool per_op : {true, false}) {
+    std::array<float, 2> sums{};
+    const auto run = [&] {
+      spawn_ranks(
+          2,
+          [&](local_collective& c) {
+            if (c.rank() == 1) std::this_thread::sleep_for(200ms);
+            std::vector<float> g(4, 1.0f);
+            c.all_reduce(std::span<float>(g), reduce_op::sum,
+                         per_op ? op_options{std::chrono::milliseconds::max()} : op_options{});
+            sums[static_cast<std::size_t>(c.rank())] = g[3];
+          },
+          per_op ? local_options{20s} : local_options{std::chrono::milliseconds::max()});
+    };
+    EXPECT_NO_THROW(within(30s, run));
+    for (float s : sums) EXPECT_EQ(s, 2.0f) << (per_op ? "op_options" : "local_options");
+  }
 }
 
 }  // namespace

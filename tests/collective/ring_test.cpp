@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -513,6 +514,110 @@ TEST(ring_collective, a_rank_that_never_starts_is_named_by_every_rank) {
                                     : "could not join the ring: ";
     EXPECT_NE(what.find(says), std::string::npos) << what;
     EXPECT_EQ(what.find("was lost"), std::string::npos) << "rank " << r << ": " << what;
+  }
+}
+
+// Runs `body(ring)` on each rank of an in-process ring (threads); each rank's exception, if any.
+template <class Body>
+std::vector<std::exception_ptr> on_each_rank(const std::vector<ring_options>& opts, Body body) {
+  std::vector<std::exception_ptr> errors(opts.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < opts.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ring_collective ring(opts[r]);
+        body(ring);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+// A rank that takes itself for a broadcast's root only sends: ranks called with different roots used to end with
+// different data and no error, and a root never saw another rank's different size or type. Every rank now fails,
+// before any data moves, naming what differed.
+TEST(ring_collective, a_broadcast_whose_ranks_disagree_fails_on_every_rank_naming_the_difference) {
+  struct disagreement {
+    const char* named;
+    std::function<void(ring_collective&)> call;
+  };
+  const std::vector<disagreement> cases = {
+      {"roots from 0 to 1", [](ring_collective& ring) {
+         std::vector<float> v(8, static_cast<float>(ring.rank()));
+         ring.broadcast(std::span<float>(v), ring.rank() == 1 ? 1 : 0);
+       }},
+      {"element counts from 4 to 8", [](ring_collective& ring) {
+         std::vector<float> v(ring.rank() == 0 ? 8 : 4);
+         ring.broadcast(std::span<float>(v), 0);
+       }},
+      {"element types from float to double", [](ring_collective& ring) {
+         if (ring.rank() == 2) {
+           std::vector<double> v(8);
+           ring.broadcast(std::span<double>(v), 0);
+         } else {
+           std::vector<float> v(8);
+           ring.broadcast(std::span<float>(v), 0);
+         }
+       }},
+  };
+  for (const auto& c : cases) {
+    const auto errors = on_each_rank(options_for(3, 10s), c.call);
+    for (std::size_t r = 0; r < errors.size(); ++r) {
+      std::string what;
+      ASSERT_TRUE(throws_kind<protocol_error>(errors[r], &what)) << c.named << ", rank " << r << ": " << what;
+      EXPECT_NE(what.find(c.named), std::string::npos) << what;
+      EXPECT_NE(what.find("broadcast #"), std::string::npos) << what;
+    }
+  }
+  // Ranks that agree still broadcast (every root, a size that is not a multiple of the rank count).
+  const auto errors = on_each_rank(options_for(3, 10s), [](ring_collective& ring) {
+    for (int root = 0; root < ring.size(); ++root) {
+      std::vector<std::int64_t> v(7, ring.rank() == root ? 40 + root : -1);
+      ring.broadcast(std::span<std::int64_t>(v), root);
+      for (const auto x : v)
+        if (x != 40 + root) throw std::runtime_error("broadcast from " + std::to_string(root) + " gave " + std::to_string(x));
+    }
+  });
+  for (const auto& e : errors) {
+    std::string what;
+    if (e) (void)throws_kind<std::exception>(e, &what);
+    EXPECT_FALSE(e) << what;
+  }
+}
+
+// A timeout of milliseconds::max() means "no deadline", not a deadline already past (now() + max overflowed).
+TEST(ring_collective, the_longest_timeouts_wait_instead_of_expiring_at_once) {
+  auto opts = options_for(2, std::chrono::milliseconds::max());
+  for (auto& o : opts) o.op_timeout = std::chrono::milliseconds::max();
+  const auto errors = on_each_rank(opts, [](ring_collective& ring) {
+    if (ring.rank() == 1) std::this_thread::sleep_for(300ms);
+    std::vector<float> v(4, 1.0f);
+    ring.all_reduce(std::span<float>(v), reduce_op::sum, op_options{std::chrono::milliseconds::max()});
+    ring.all_reduce(std::span<float>(v), reduce_op::sum);
+    if (v[0] != 4.0f) throw std::runtime_error("sum " + std::to_string(v[0]));
+  });
+  for (const auto& e : errors) {
+    std::string what;
+    if (e) (void)throws_kind<std::exception>(e, &what);
+    EXPECT_FALSE(e) << what;
+  }
+}
+
+TEST(ring_collective, the_address_of_a_rank_outside_the_ring_is_a_config_error) {
+  ring_options o;
+  o.addresses = {"127.0.0.1:0"};
+  ring_collective ring(o);
+  EXPECT_EQ(ring.address(0), "127.0.0.1:0");
+  for (const int r : {-1, 1}) {
+    try {
+      (void)ring.address(r);
+      ADD_FAILURE() << "address(" << r << ") answered";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find("address(" + std::to_string(r) + "): no such rank in a ring of 1"),
+                std::string::npos) << e.what();
+    }
   }
 }
 

@@ -6,9 +6,11 @@
 #include <mwstrat/collective/concepts.hpp>
 #include <mwstrat/error.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -109,6 +111,39 @@ void check_async(C& c) {
   expect_equal(b, 4, std::int64_t{c.size()}, "async then sync (sum)");
 }
 
+// min and max with NaNs: an element is NaN in the result when it is NaN on any rank, whichever rank holds it and in
+// whatever order the backend combines ranks (rank r holds a NaN at elements r and 2r + 1 of 40); the others are
+// the plain minimum and maximum. Counts large enough to give every rank segments of its own in a ring.
+template <class T, collective C>
+void check_nan_min_max(C& c) {
+  constexpr std::size_t count = 40;
+  const auto nan_somewhere = [&](std::size_t i) {
+    for (int r = 0; r < c.size(); ++r)
+      if (i == static_cast<std::size_t>(r) || i == static_cast<std::size_t>(2 * r + 1)) return true;
+    return false;
+  };
+  for (const reduce_op op : {reduce_op::min, reduce_op::max}) {
+    std::vector<T> data(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const bool mine = i == static_cast<std::size_t>(c.rank()) || i == static_cast<std::size_t>(2 * c.rank() + 1);
+      data[i] = mine ? std::numeric_limits<T>::quiet_NaN() : input_value<T>(c.rank(), i);
+    }
+    c.all_reduce(std::span<T>(data), op);
+    for (std::size_t i = 0; i < count; ++i) {
+      const bool want_nan = nan_somewhere(i);
+      T plain = input_value<T>(0, i);  // over the ranks without a NaN here (every rank, where want_nan is false)
+      for (int k = 1; k < c.size(); ++k) {
+        const T v = input_value<T>(k, i);
+        plain = op == reduce_op::min ? (v < plain ? v : plain) : (plain < v ? v : plain);
+      }
+      if (want_nan ? !std::isnan(data[i]) : data[i] != plain)
+        throw std::runtime_error(std::string("all_reduce ") + std::string(to_string(op)) + " with NaNs on rank " +
+                                 std::to_string(c.rank()) + ": element " + std::to_string(i) + " is " +
+                                 std::to_string(data[i]) + ", expected " + (want_nan ? "NaN" : std::to_string(plain)));
+    }
+  }
+}
+
 template <class T, collective C>
 void sweep_type(C& c, const std::vector<std::size_t>& counts) {
   for (auto count : counts)
@@ -199,6 +234,8 @@ void run_sweep(C& c, bool large) {
   sweep_type<double>(c, counts);
   sweep_type<std::int32_t>(c, counts);
   sweep_type<std::int64_t>(c, counts);
+  check_nan_min_max<float>(c);
+  check_nan_min_max<double>(c);
   for (int root : {0, c.size() - 1, c.size() / 2})
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{100003}}) check_broadcast<float>(c, count, root);
   check_broadcast<std::int64_t>(c, 1001, c.size() - 1);

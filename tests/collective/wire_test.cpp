@@ -73,7 +73,7 @@ TEST(ring_wire, hello_round_trips_and_is_judged) {
   EXPECT_EQ(back->rank, 2u);
   EXPECT_EQ(back->nonce, h.nonce);
   EXPECT_EQ(back->host, h.host);
-  EXPECT_EQ(back->version, 5);
+  EXPECT_EQ(back->version, 6);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true), refusal::none);
   // streams_per_peer travels in the flags (with the connection's index) and must match.
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true, 2), refusal::streams_mismatch);

@@ -6,8 +6,20 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace mwstrat::detail {
+
+// True for a NaN (the only value unequal to itself); integers have none.
+template <class T>
+constexpr bool is_nan_value(T v) noexcept {
+  if constexpr (std::is_floating_point_v<T>) {
+    return v != v;
+  } else {
+    (void)v;
+    return false;
+  }
+}
 
 template <class T>
 inline void reduce_into(T* __restrict acc, const T* __restrict in, std::size_t n, reduce_op op) noexcept {
@@ -16,11 +28,13 @@ inline void reduce_into(T* __restrict acc, const T* __restrict in, std::size_t n
     case reduce_op::mean:
       for (std::size_t i = 0; i < n; ++i) acc[i] += in[i];
       break;
+    // A NaN on any rank makes the element NaN, in whatever order the ranks combine (as numpy's minimum and
+    // PyTorch's amin do): a NaN in `acc` stays, since no comparison with it is true, and one in `in` is taken.
     case reduce_op::min:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = in[i] < acc[i] ? in[i] : acc[i];
+      for (std::size_t i = 0; i < n; ++i) acc[i] = (in[i] < acc[i] || is_nan_value(in[i])) ? in[i] : acc[i];
       break;
     case reduce_op::max:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = acc[i] < in[i] ? in[i] : acc[i];
+      for (std::size_t i = 0; i < n; ++i) acc[i] = (acc[i] < in[i] || is_nan_value(in[i])) ? in[i] : acc[i];
       break;
   }
 }
@@ -58,7 +72,15 @@ constexpr std::size_t dtype_size(wire_dtype t) noexcept {
 }
 
 // Which operation a message or rendezvous belongs to (also on the wire).
-enum class op_kind : std::uint8_t { all_reduce = 1, broadcast = 2, all_gather = 3, barrier = 4, all_reduce_update = 5 };
+// broadcast_check: the all-reduce before a ring's broadcast in which the ranks compare their roots, types and counts.
+enum class op_kind : std::uint8_t {
+  all_reduce = 1,
+  broadcast = 2,
+  all_gather = 3,
+  barrier = 4,
+  all_reduce_update = 5,
+  broadcast_check = 6
+};
 
 constexpr const char* op_name(op_kind k) noexcept {
   switch (k) {
@@ -67,6 +89,7 @@ constexpr const char* op_name(op_kind k) noexcept {
     case op_kind::all_gather: return "all_gather";
     case op_kind::barrier: return "barrier";
     case op_kind::all_reduce_update: return "all_reduce_update";
+    case op_kind::broadcast_check: return "broadcast_check";
   }
   return "?";
 }

@@ -7,9 +7,12 @@
 /// in rank order, and writes the result to every buffer): no copies, deterministic bits. Failure semantics are
 /// the ring's: when a rank fails (`spawn_ranks` reports it, or its `local_collective` is destroyed by an
 /// exception) every other rank's current and later operations throw `peer_lost_error` naming it; a rank that
-/// does not arrive by the deadline makes the others throw `timeout_error` naming it.
+/// does not arrive by the deadline makes the others throw `timeout_error` naming it; ranks that call different
+/// operations (kind, element type, count, op or root) all throw the same `protocol_error` naming both calls. A
+/// failed group stays failed: every later operation on every rank throws its first error.
 
 #include <mwstrat/collective/concepts.hpp>
+#include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/detail/front_end.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/handle.hpp>
@@ -115,6 +118,7 @@ class local_group {
   std::uint64_t phase_ = 0;
   int arrived_ = 0;
   int computing_ = 0;  // ranks between the two rendezvous of an operation that reads others' buffers
+  // The first failure; set under `mutex_` and never cleared, so every later operation throws it.
   std::optional<failure> failed_;
 };
 
@@ -165,7 +169,7 @@ class local_collective : public detail::front_end<local_collective> {
     const auto deadline = deadline_of(options);
     post(gradients.data(), params.data(), gradients.size(), detail::dtype_of<T>(), detail::op_kind::all_reduce_update,
          op, 0, seq);
-    rendezvous(deadline, seq, detail::op_kind::all_reduce_update, true);
+    rendezvous(deadline, seq, detail::op_kind::all_reduce_update, stage::before_reading);
     const std::size_t count = gradients.size();
     const auto n = static_cast<std::size_t>(size());
     const std::size_t begin = count * static_cast<std::size_t>(rank_) / n;
@@ -182,7 +186,7 @@ class local_collective : public detail::front_end<local_collective> {
           std::copy(params.data() + b, params.data() + b + len, static_cast<T*>(group_->slots_[k].out) + b);
     }
     finish_compute();
-    rendezvous(deadline, seq, detail::op_kind::all_reduce_update, false);
+    rendezvous(deadline, seq, detail::op_kind::all_reduce_update, stage::after_reading);
   }
 
   template <class T>
@@ -190,11 +194,11 @@ class local_collective : public detail::front_end<local_collective> {
     const auto seq = next_seq_++;
     const auto deadline = deadline_of(options);
     post(data.data(), data.data(), data.size(), detail::dtype_of<T>(), detail::op_kind::broadcast, {}, root, seq);
-    rendezvous(deadline, seq, detail::op_kind::broadcast, true);
+    rendezvous(deadline, seq, detail::op_kind::broadcast, stage::before_reading);
     const auto& s = group_->slots_[static_cast<std::size_t>(root)];
     if (rank_ != root && !data.empty()) std::memcpy(data.data(), s.in, data.size_bytes());
     finish_compute();
-    rendezvous(deadline, seq, detail::op_kind::broadcast, false);
+    rendezvous(deadline, seq, detail::op_kind::broadcast, stage::after_reading);
   }
 
   template <class T>
@@ -203,26 +207,27 @@ class local_collective : public detail::front_end<local_collective> {
     const auto seq = next_seq_++;
     const auto deadline = deadline_of(options);
     post(mine.data(), all.data(), mine.size(), detail::dtype_of<T>(), detail::op_kind::all_gather, {}, 0, seq);
-    rendezvous(deadline, seq, detail::op_kind::all_gather, true);
+    rendezvous(deadline, seq, detail::op_kind::all_gather, stage::before_reading);
     for (std::size_t k = 0; k < n; ++k) {
       const auto& s = group_->slots_[k];
       if (!mine.empty() && all.data() + k * mine.size() != s.in)
         std::memmove(all.data() + k * mine.size(), s.in, mine.size_bytes());
     }
     finish_compute();
-    rendezvous(deadline, seq, detail::op_kind::all_gather, false);
+    rendezvous(deadline, seq, detail::op_kind::all_gather, stage::after_reading);
   }
 
   void barrier_now(op_options options) {
     const auto seq = next_seq_++;
     post(nullptr, nullptr, 0, detail::wire_dtype::i32, detail::op_kind::barrier, {}, 0, seq);
-    rendezvous(deadline_of(options), seq, detail::op_kind::barrier, false);
+    rendezvous(deadline_of(options), seq, detail::op_kind::barrier, stage::barrier);
   }
 
   using clock = std::chrono::steady_clock;
 
+  // Saturates: a timeout too long to add to now (milliseconds::max() for "no deadline") must not wrap into the past.
   clock::time_point deadline_of(op_options options) const {
-    return clock::now() + (options.timeout.count() > 0 ? options.timeout : group_->options().op_timeout);
+    return detail::deadline_after(options.timeout.count() > 0 ? options.timeout : group_->options().op_timeout);
   }
 
   template <class T>
@@ -231,7 +236,7 @@ class local_collective : public detail::front_end<local_collective> {
     const auto deadline = deadline_of(options);
     const int n = size();
     post(data.data(), data.data(), data.size(), detail::dtype_of<T>(), detail::op_kind::all_reduce, op, 0, seq);
-    rendezvous(deadline, seq, detail::op_kind::all_reduce, true);
+    rendezvous(deadline, seq, detail::op_kind::all_reduce, stage::before_reading);
     // Rank r owns slice r of every buffer: combine in rank order, then write the result everywhere.
     const std::size_t count = data.size();
     const std::size_t begin = count * static_cast<std::size_t>(rank_) / static_cast<std::size_t>(n);
@@ -245,7 +250,7 @@ class local_collective : public detail::front_end<local_collective> {
         std::copy(acc, acc + len, static_cast<T*>(group_->slots_[static_cast<std::size_t>(k)].out) + b);
     }
     finish_compute();
-    rendezvous(deadline, seq, detail::op_kind::all_reduce, false);
+    rendezvous(deadline, seq, detail::op_kind::all_reduce, stage::after_reading);
   }
 
   // acc[0, len) = the reduction, in rank order, of elements [b, b + len) of every rank's posted input (then / n
@@ -275,6 +280,8 @@ class local_collective : public detail::front_end<local_collective> {
   }
 
   [[noreturn]] void throw_failure(const local_group::failure& f, std::uint64_t seq, detail::op_kind kind) const {
+    // A disagreement is about the operation that met it, not this one: every rank throws the same text.
+    if (f.kind == error_kind::protocol) throw protocol_error({"local", rank_}, f.reason);
     const std::string where = std::string(detail::op_name(kind)) + " #" + std::to_string(seq);
     const std::string peer = "local/" + std::to_string(f.rank);
     if (f.kind == error_kind::timeout)
@@ -287,12 +294,18 @@ class local_collective : public detail::front_end<local_collective> {
                               f.reason);
   }
 
-  // Waits until every rank has posted this phase. `compute`: the ranks read each other's buffers next, so the
-  // following phase may not be left by a deadline while another rank still reads ours.
-  void rendezvous(clock::time_point deadline, std::uint64_t seq, detail::op_kind kind, bool compute) {
+  // What a rendezvous ends. `before_reading`: the ranks have posted an operation and read each other's buffers
+  // next, so the following rendezvous may not be left by a deadline while another rank still reads ours.
+  // `barrier`: posted, nothing to read. `after_reading`: the reading is over.
+  enum class stage { before_reading, barrier, after_reading };
+
+  // Waits until every rank has reached this rendezvous. The last to arrive judges for all (under the lock, so every
+  // rank sees one verdict): at a posting stage it checks that every rank posted the same operation, and only a
+  // phase that completes without a failure lets the ranks read. A failure marks the group failed for good.
+  void rendezvous(clock::time_point deadline, std::uint64_t seq, detail::op_kind kind, stage at) {
     auto& g = *group_;
     std::unique_lock lock(g.mutex_);
-    if (g.failed_) throw_failure(*g.failed_, seq, kind);
+    if (g.failed_) fail(lock, seq, kind);
     const auto me = static_cast<std::size_t>(rank_);
     const std::uint64_t phase = g.phase_;
     g.entered_[me] = phase + 1;
@@ -307,54 +320,68 @@ class local_collective : public detail::front_end<local_collective> {
       return -1;
     };
     if (++g.arrived_ == g.size_) {
+      // No rank reads now: each arrived here after its reading for the previous operation.
       g.arrived_ = 0;
-      ++g.phase_;
-      if (compute) g.computing_ = g.size_;
-      lock.unlock();
+      if (at != stage::after_reading) g.failed_ = disagreement();
+      if (!g.failed_) {
+        ++g.phase_;
+        if (at == stage::before_reading) g.computing_ = g.size_;
+      }
       g.cv_.notify_all();
     } else {
       const bool met = g.cv_.wait_until(lock, deadline, [&] {
         return g.phase_ != phase || g.failed_.has_value() || departed() >= 0;
       });
-      if (g.phase_ == phase) {
-        if (!g.failed_) {
-          if (const int gone = departed(); gone >= 0)
-            g.failed_ = local_group::failure{error_kind::peer_lost, gone, "it left the group"};
-          else if (!met)
-            g.failed_ = local_group::failure{error_kind::timeout, missing(),
-                                             "deadline passed while rank " + std::to_string(rank_) + " waited"};
-          g.cv_.notify_all();
-        }
-        // Nobody may leave while a rank still reads the buffers posted for this operation.
-        g.cv_.wait(lock, [&] { return g.computing_ == 0; });
-        throw_failure(*g.failed_, seq, kind);
+      if (g.phase_ == phase && !g.failed_) {
+        if (const int gone = departed(); gone >= 0)
+          g.failed_ = local_group::failure{error_kind::peer_lost, gone, "it left the group"};
+        else if (!met)
+          g.failed_ = local_group::failure{error_kind::timeout, missing(),
+                                           "deadline passed while rank " + std::to_string(rank_) + " waited"};
+        g.cv_.notify_all();
       }
     }
-    if (!lock.owns_lock()) lock.lock();
-    if (!compute) return;
-    const auto& first = g.slots_[0];
-    for (std::size_t k = 0; k < g.slots_.size(); ++k) {
-      const auto& s = g.slots_[k];
+    if (g.phase_ != phase) return;  // met: read (or return), even if a failure was reported meanwhile
+    fail(lock, seq, kind);
+  }
+
+  // Throws the group's failure once no rank reads the buffers posted for the previous operation: leaving earlier
+  // would let it touch freed memory. Not bounded by the deadline on purpose; the count is exact (set only when all
+  // ranks read next, dropped once by each) and reading waits on nobody, so the wait ends.
+  [[noreturn]] void fail(std::unique_lock<std::mutex>& lock, std::uint64_t seq, detail::op_kind kind) const {
+    auto& g = *group_;
+    g.cv_.wait(lock, [&] { return g.computing_ == 0; });
+    throw_failure(*g.failed_, seq, kind);
+  }
+
+  // The failure to report when the ranks did not all post the same operation (the seq too: one rank may be an
+  // operation ahead), naming rank 0's call and the first that differs.
+  [[nodiscard]] std::optional<local_group::failure> disagreement() const {
+    const auto& slots = group_->slots_;
+    const auto& first = slots[0];
+    for (std::size_t k = 1; k < slots.size(); ++k) {
+      const auto& s = slots[k];
       if (s.kind != first.kind || s.type != first.type || s.count != first.count || s.op != first.op ||
-          s.root != first.root || s.seq != first.seq) {
-        lock.unlock();
-        finish_compute();
-        throw protocol_error({"local", rank_},
-                             "ranks disagree on operation #" + std::to_string(seq) + ": rank 0 called " +
-                                 describe(first) + ", rank " + std::to_string(k) + " called " + describe(s));
-      }
+          s.root != first.root || s.seq != first.seq)
+        return local_group::failure{error_kind::protocol, static_cast<int>(k),
+                                    "ranks disagree on operation #" + std::to_string(first.seq) + ": rank 0 called " +
+                                        describe(first) + ", rank " + std::to_string(k) + " called " + describe(s)};
     }
+    return std::nullopt;
   }
 
   static std::string describe(const local_group::slot& s) {
     std::string text = detail::op_name(s.kind);
-    text += "<";
-    text += detail::dtype_name(s.type);
-    text += ">(" + std::to_string(s.count) + " elements";
-    if (s.kind == detail::op_kind::all_reduce || s.kind == detail::op_kind::all_reduce_update)
-      text += ", " + std::string(to_string(s.op));
-    if (s.kind == detail::op_kind::broadcast) text += ", root " + std::to_string(s.root);
-    text += ") #" + std::to_string(s.seq);
+    if (s.kind != detail::op_kind::barrier) {
+      text += "<";
+      text += detail::dtype_name(s.type);
+      text += ">(" + std::to_string(s.count) + " elements";
+      if (s.kind == detail::op_kind::all_reduce || s.kind == detail::op_kind::all_reduce_update)
+        text += ", " + std::string(to_string(s.op));
+      if (s.kind == detail::op_kind::broadcast) text += ", root " + std::to_string(s.root);
+      text += ")";
+    }
+    text += " #" + std::to_string(s.seq);
     return text;
   }
 

@@ -15,6 +15,7 @@
 /// OpenMPI's algorithms give for a fixed communicator size, not something the MPI standard promises.
 
 #include <mwstrat/collective/concepts.hpp>
+#include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/detail/front_end.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/handle.hpp>
@@ -59,6 +60,8 @@ class mpi_collective : public detail::front_end<mpi_collective> {
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
     threaded_ = provided >= MPI_THREAD_SERIALIZED;
+    check(MPI_Op_create(&nan_min, 1, &min_), "MPI_Op_create", 0);
+    check(MPI_Op_create(&nan_max, 1, &max_), "MPI_Op_create", 0);
   }
 
   mpi_collective(const mpi_collective&) = delete;
@@ -69,6 +72,10 @@ class mpi_collective : public detail::front_end<mpi_collective> {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized && !broken_) MPI_Comm_free(&comm_);
+    if (!finalized) {
+      MPI_Op_free(&min_);
+      MPI_Op_free(&max_);
+    }
   }
 
   /// This rank, in [0, size()).
@@ -127,16 +134,34 @@ class mpi_collective : public detail::front_end<mpi_collective> {
     else return MPI_INT64_T;
   }
 
-  static MPI_Op op_of(reduce_op op) {
+  MPI_Op op_of(reduce_op op) const {
     switch (op) {
-      case reduce_op::min: return MPI_MIN;
-      case reduce_op::max: return MPI_MAX;
+      case reduce_op::min: return min_;
+      case reduce_op::max: return max_;
       default: return MPI_SUM;
     }
   }
 
+  // MPI's own MPI_MIN and MPI_MAX keep or drop a NaN depending on the order they combine ranks in; these follow the
+  // other backends (detail::reduce_into): a NaN on any rank makes the element NaN.
+  template <reduce_op Op>
+  static void nan_aware(void* in, void* inout, int* len, MPI_Datatype* type) {
+    const auto n = static_cast<std::size_t>(*len);
+    const auto as = [&]<class T>(T*) { detail::reduce_into(static_cast<T*>(inout), static_cast<const T*>(in), n, Op); };
+    if (*type == MPI_FLOAT) as(static_cast<float*>(nullptr));
+    else if (*type == MPI_DOUBLE) as(static_cast<double*>(nullptr));
+    else if (*type == MPI_INT32_T) as(static_cast<std::int32_t*>(nullptr));
+    else as(static_cast<std::int64_t*>(nullptr));
+  }
+  static void nan_min(void* in, void* inout, int* len, MPI_Datatype* type) {
+    nan_aware<reduce_op::min>(in, inout, len, type);
+  }
+  static void nan_max(void* in, void* inout, int* len, MPI_Datatype* type) {
+    nan_aware<reduce_op::max>(in, inout, len, type);
+  }
+
   std::chrono::steady_clock::time_point deadline_of(op_options o) const {
-    return std::chrono::steady_clock::now() + (o.timeout.count() > 0 ? o.timeout : options_.op_timeout);
+    return detail::deadline_after(o.timeout.count() > 0 ? o.timeout : options_.op_timeout);
   }
 
   template <class T>
@@ -182,6 +207,7 @@ class mpi_collective : public detail::front_end<mpi_collective> {
 
   mpi_options options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Op min_ = MPI_OP_NULL, max_ = MPI_OP_NULL;  // nan_min and nan_max
   int rank_ = 0;
   int size_ = 1;
   bool threaded_ = false;

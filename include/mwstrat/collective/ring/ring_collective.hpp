@@ -34,6 +34,7 @@
 
 #include <mwstrat/cluster/address.hpp>
 #include <mwstrat/collective/concepts.hpp>
+#include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/detail/front_end.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/handle.hpp>
@@ -111,8 +112,13 @@ class ring_collective : public detail::front_end<ring_collective> {
   [[nodiscard]] int hosts() const noexcept { return hosts_; }
   /// True when all-reduce is hierarchical: within each host, then a TCP ring between hosts (see `ring_topology`).
   [[nodiscard]] bool hierarchical() const noexcept { return local_ != nullptr; }
-  /// The configured address of rank `r`.
-  [[nodiscard]] const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
+  /// The configured address of rank `r`; a rank outside [0, size()) is a `config_error`.
+  [[nodiscard]] const std::string& address(int r) const {
+    if (r < 0 || r >= n_)
+      throw config_error({"ring", rank_}, "address(" + std::to_string(r) + "): no such rank in a ring of " +
+                                              std::to_string(n_));
+    return options_.addresses[static_cast<std::size_t>(r)];
+  }
   /// Which ring of the job this is (`ring_options::generation`).
   [[nodiscard]] std::uint64_t generation() const noexcept { return options_.generation; }
   /// The options of the ring that replaces this one once it has lost a rank (in-memory recovery): the same ranks,
@@ -191,7 +197,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     id.quiet = sub != nullptr;
     id.liveness = sub == nullptr;
     if (n_ > 1) {
-      const auto joined_by = steady::now() + options_.connect_timeout;  // every rank, not just the neighbours
+      const auto joined_by = detail::deadline_after(options_.connect_timeout);  // every rank, not just the neighbours
       auto links = detail::ring_startup(options_, id).run();  // connected links (link.hpp)
       data_ = detail::ring_data_path(links, rank_, n_, chunk_bytes_, options_.spin, options_.addresses);
       if (!sub) {
@@ -310,9 +316,41 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   template <class T>
   void broadcast_now(std::span<T> data, int root, op_options options) {
+    check_broadcast(root, detail::dtype_of<T>(), data.size(), options);
     plan p = make_plan(detail::broadcast_schedule(rank_, n_, root, data.size(), sizeof(T), chunk_bytes_),
                        reduce_op::sum, 0, data.data());
     run<T>(p, options);
+  }
+
+  // Before a broadcast moves data, the ranks compare what they were called with: a rank that takes itself for the
+  // root only sends, so ranks passing different roots would otherwise each end with their own data and no error, and
+  // the root, which receives nothing, would not see another rank's different size or type. One all-reduce of the
+  // maximum of each value and of its negation gives every rank the range of each; all must be single values.
+  void check_broadcast(int root, detail::wire_dtype type, std::size_t count, op_options options) {
+    if (n_ == 1) return;
+    const auto c = static_cast<std::int64_t>(count), t = static_cast<std::int64_t>(type);
+    std::array<std::int64_t, 6> v{root, -root, c, -c, t, -t};
+    const std::uint64_t seq = next_seq_;
+    plan p = make_plan(detail::all_reduce_schedule(detail::op_kind::broadcast_check, rank_, n_, v.size(),
+                                                   sizeof(std::int64_t), chunk_bytes_),
+                       reduce_op::max, static_cast<std::uint8_t>(reduce_op::max), v.data());
+    run<std::int64_t>(p, options);
+    std::string differ;
+    const auto range = [&](const char* what, std::int64_t low, std::int64_t high, auto name) {
+      if (low == high) return;
+      differ += std::string(differ.empty() ? "" : ", ") + what + " from " + name(low) + " to " + name(high);
+    };
+    const auto number = [](std::int64_t x) { return std::to_string(x); };
+    const auto type_name = [](std::int64_t x) {
+      return std::string(detail::dtype_name(static_cast<detail::wire_dtype>(x)));
+    };
+    range("roots", -v[1], v[0], number);
+    range("element counts", -v[3], v[2], number);
+    range("element types", -v[5], v[4], type_name);
+    if (!differ.empty())
+      throw protocol_error({"ring", rank_}, "broadcast #" + std::to_string(seq + 1) +
+                                                ": the ranks were called with different arguments (" + differ +
+                                                "); every rank must pass the same root, type and size");
   }
 
   template <class T>
@@ -485,7 +523,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     if (auto* monitor = data_.monitor(); monitor && monitor->fired())
       fail(p, *monitor->verdict());  // a peer was lost between operations
     const auto timeout = options.timeout.count() > 0 ? options.timeout : options_.op_timeout;
-    const auto deadline = steady::now() + timeout;
+    const auto deadline = detail::deadline_after(timeout);
     std::optional<failure> f = data_.pump<T>(p, deadline, timeout);
     if (f) fail(p, *f);
   }

@@ -5,6 +5,7 @@
 // a template on the ring type so that this header needs nothing of ring_collective.hpp, which includes it. The rings
 // themselves are joined by ring_collective::arrange_hosts once the flat ring is up.
 
+#include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
@@ -75,7 +76,7 @@ struct ring_hierarchy {
   template <class Ring>
   static auto remaining(const Ring& ring, op_options options) {
     const auto timeout = options.timeout.count() > 0 ? options.timeout : ring.options_.op_timeout;
-    const auto deadline = steady::now() + timeout;
+    const auto deadline = deadline_after(timeout);
     return [deadline] {
       op_options o;
       o.timeout = std::max(std::chrono::milliseconds(1),

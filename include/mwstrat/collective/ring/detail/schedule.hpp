@@ -156,7 +156,7 @@ inline bool recv_chunk(const ring_schedule& s, std::size_t t, chunk_move& m) {
   const auto step = static_cast<long long>(t / s.chunks);
   if (!chunk_of(s, t, ring_mod(s.rank - step - 1, s.world), m)) return false;
   const bool reducing = s.kind == op_kind::all_reduce || s.kind == op_kind::all_reduce_update ||
-                        s.kind == op_kind::barrier;
+                        s.kind == op_kind::barrier || s.kind == op_kind::broadcast_check;
   m.reduce = reducing && step < s.world - 1;
   m.finish = reducing && step == s.world - 2;
   return true;

@@ -8,6 +8,7 @@
 // all came up names the rank that never came, not the neighbour that gave up on it.
 
 #include <mwstrat/cluster/address.hpp>
+#include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
@@ -157,7 +158,7 @@ class ring_startup {
 
   void connect_ring() {
     namespace ip = boost::asio::ip;
-    const auto deadline = steady::now() + options_.connect_timeout;
+    const auto deadline = deadline_after(options_.connect_timeout);
     boost::asio::io_context io;
     ip::tcp::acceptor acceptor(io);
     boost::system::error_code ec;
@@ -256,7 +257,7 @@ class ring_startup {
       if (fd < 0) continue;
       detail::unique_socket conn(fd);
       const auto who = peer_name(from);
-      const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
+      const auto limit = std::min(deadline, deadline_after(options_.handshake_timeout));
       bool liveness = false;
       unsigned lane = 0;
       if (auto refused = serve_handshake(conn.get(), limit, liveness, lane)) {
@@ -499,7 +500,7 @@ class ring_startup {
         }
       }
       if (rc == 0) {
-        const auto limit = std::min(deadline, steady::now() + options_.handshake_timeout);
+        const auto limit = std::min(deadline, deadline_after(options_.handshake_timeout));
         auto outcome = client_handshake(fd.get(), limit, liveness, lane);
         if (!outcome) return fd;
         last = *outcome;

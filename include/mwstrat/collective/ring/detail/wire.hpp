@@ -65,8 +65,9 @@ inline digest random_nonce() {
 
 inline constexpr std::array<std::uint8_t, 8> hello_magic = {'M', 'W', 'S', 'R', 'I', 'N', 'G', '1'};
 // 2: host identity, shm offer, slot/credit frames; 3: shm proof; 4: a liveness connection beside each link
-// (flag_liveness), heartbeat and goodbye frames; 5: several data connections per link between hosts (lane_flags).
-inline constexpr std::uint16_t protocol_version = 5;
+// (flag_liveness), heartbeat and goodbye frames; 5: several data connections per link between hosts (lane_flags);
+// 6: each broadcast starts with a broadcast_check all-reduce of the ranks' roots, types and counts.
+inline constexpr std::uint16_t protocol_version = 6;
 inline constexpr std::uint16_t flag_token = 1;     // the sender holds a job token and will prove it
 inline constexpr std::uint16_t flag_shm = 2;       // the sender would carry payloads through shared memory
 inline constexpr std::uint16_t flag_liveness = 4;  // this connection is the link's liveness connection (liveness.hpp)
@@ -346,7 +347,7 @@ struct enum_range<frame_type> {
 };
 template <>
 struct enum_range<op_kind> {
-  static constexpr op_kind first = op_kind::all_reduce, last = op_kind::all_reduce_update;
+  static constexpr op_kind first = op_kind::all_reduce, last = op_kind::broadcast_check;
   static constexpr const char* unknown = "unknown operation in frame";
 };
 template <>
