@@ -7,6 +7,7 @@
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/strategy/gradient_sync.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
+#include <mwstrat/strategy/local_mirrored_strategy.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 
 #include <support/ring_threads.hpp>
@@ -14,10 +15,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -594,6 +599,109 @@ TEST(collective_gradient_sync, an_optimizer_that_clips_by_the_global_norm_is_not
     executed[static_cast<std::size_t>(ring.rank())] = model.executed;
   });
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(executed[static_cast<std::size_t>(r)], 1) << "rank " << r;
+}
+
+}  // namespace
+
+namespace {
+
+// An optimizer whose update throws on rank 0, in each of the calls the collectives make mid-operation: the sharded
+// update's apply_part and the streamed update's apply_range (after the first part, so a part was done).
+struct throwing_optimizer {
+  int rank = 0;
+  int parts = 0;
+  bool elementwise_stateless() const { return true; }
+  bool elementwise() const { return true; }
+  void update(std::span<float> p, std::span<const float> g) {
+    if (rank == 0 && ++parts > 1) throw std::runtime_error("the optimizer found a non-finite gradient");
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.1f * g[i];
+  }
+  void apply(std::span<float> p, std::span<const float> g) { update(p, g); }
+  void apply_part(std::span<float> p, std::span<const float> g) { update(p, g); }
+  void apply_range(std::span<float> p, std::span<const float> g, std::size_t first, std::size_t count) {
+    update(p.subspan(first, count), g.subspan(first, count));
+  }
+  void count_step() {}
+};
+
+// The collectives call an update back in the middle of an operation, where it must not throw: an in-process group
+// waited without end for the rank that threw, or read its freed buffers (ASan). The step now fails on that rank
+// with the optimizer's exception once the collective is done, and the other ranks finish theirs.
+TEST(collective_gradient_sync, an_update_that_throws_fails_its_step_without_hanging_the_other_replicas) {
+  constexpr std::size_t n = 1 << 16;
+  const auto run_step = [&](auto& strategy, int rank) {
+    arena_model model;
+    model.p = std::vector<float>(n, 1.0f);
+    model.g = std::vector<float>(n, 1.0f);
+    throwing_optimizer opt{rank};
+    auto sync = strategy.make_gradient_sync(model, opt);
+    sync.step([](auto&&) { return 0; });
+    return sync.placement();
+  };
+  // In-process replicas, the sharded update (all_reduce_update).
+  local_options lo;
+  lo.op_timeout = std::chrono::seconds(20);
+  std::atomic<int> finished{0};
+  try {
+    run_mirrored_replicas(
+        2,
+        [&](local_mirrored_strategy& s) {
+          EXPECT_EQ(run_step(s, s.replica_id()), update_placement::sharded);
+          ++finished;
+        },
+        lo, with(reduction_overlap::never, update_placement::sharded));
+    ADD_FAILURE() << "the optimizer's exception was lost";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite gradient"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(finished.load(), 1) << "rank 1 finishes its step";
+  // A ring's ranks (threads), the sharded update and the streamed one (all_reduce_streamed); every thread returns
+  // (on_ring_threads joins them all) and rank 0's error is the optimizer's.
+  for (const auto placement : {update_placement::sharded, update_placement::replicated}) {
+    std::atomic<int> done{0};
+    try {
+      test::on_ring_threads(2, [](ring_options& o) { o.chunk_bytes = 4096; }, [&](ring_collective& ring) {
+        mirrored_strategy<ring_collective&> strategy(ring, with(reduction_overlap::never, placement));
+        (void)run_step(strategy, ring.rank());
+        ++done;
+      });
+      ADD_FAILURE() << "the optimizer's exception was lost";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("non-finite gradient"), std::string::npos) << e.what();
+    }
+    // Rank 1 finishes its step, or finds rank 0 gone as it leaves (its ring closes while rank 1 still reads the
+    // last frames): either way it returns.
+    EXPECT_LE(done.load(), 1);
+  }
+}
+
+// A strategy whose rejoin failed (no replacement came) holds no collective: its rank and size still answer (the
+// error paths of fit and the examples ask is_chief), and a collective call is a config_error, not a crash.
+TEST(mirrored_strategy, a_strategy_whose_rejoin_failed_answers_its_rank_and_refuses_collectives) {
+  using ring_strategy = mirrored_strategy<std::unique_ptr<ring_collective>>;
+  EXPECT_THROW(ring_strategy(std::unique_ptr<ring_collective>{}), config_error);
+  const auto ports = test::free_ports(2);
+  std::vector<ring_options> opts(2);
+  for (int r = 0; r < 2; ++r) {
+    auto& o = opts[static_cast<std::size_t>(r)];
+    for (int port : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(port));
+    o.rank = r;
+    o.connect_timeout = std::chrono::seconds(20);
+    o.log = [](std::string_view) {};
+  }
+  std::thread other([&] { ring_collective ring(opts[1]); });  // joins the first ring, then leaves for good
+  ring_strategy chief(std::make_unique<ring_collective>(opts[0]));
+  other.join();
+  EXPECT_THROW(chief.rejoin_collective(std::chrono::milliseconds(300)), mwstrat::error);
+  EXPECT_TRUE(chief.is_chief());
+  EXPECT_EQ(chief.replica_id(), 0);
+  EXPECT_EQ(chief.num_replicas_in_sync(), 2);
+  try {
+    chief.barrier();
+    ADD_FAILURE() << "a barrier without a collective returned";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds no collective"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

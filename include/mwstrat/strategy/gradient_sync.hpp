@@ -23,6 +23,7 @@
 #include <mwstrat/collective/types.hpp>
 #include <mwstrat/strategy/bucketed_reduction.hpp>
 #include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/strategy/detail/deferred_exception.hpp>
 #include <mwstrat/strategy/detail/host_topology.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 #include <mwstrat/train/after_backward.hpp>
@@ -176,10 +177,14 @@ class collective_gradient_sync {
       if (placement_ == update_placement::shared_host_copy) {
         auto result = std::forward<Backward>(backward)(after_backward{});
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
+        detail::deferred_exception failed;  // the arena calls back mid-operation (deferred_exception.hpp)
         arena_->mean_and_update([&](std::size_t first, std::size_t count) {
-          regularization_.add(first, count);
-          optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+          failed.run([&] {
+            regularization_.add(first, count);
+            optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+          });
         });
+        failed.rethrow_if_any();
         optimizer_.count_step();
         return result;
       }
@@ -188,10 +193,14 @@ class collective_gradient_sync {
     if constexpr (can_shard) {
       if (placement_ == update_placement::sharded) {
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
+        detail::deferred_exception failed;
         collective_.all_reduce_update(grads, reduce_op::mean, params, [&](std::size_t first, std::size_t count) {
-          regularization_.add(first, count);
-          optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+          failed.run([&] {
+            regularization_.add(first, count);
+            optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+          });
         });
+        failed.rethrow_if_any();
         optimizer_.count_step();
         return result;
       }
@@ -202,10 +211,14 @@ class collective_gradient_sync {
         // travels: the same operations per element as the whole update after the all-reduce, one pass fewer over
         // the gradients.
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
+        detail::deferred_exception failed;
         collective_.all_reduce_streamed(grads, reduce_op::mean, [&](std::size_t first, std::size_t count) {
-          regularization_.add(first, count);
-          optimizer_.apply_range(params, std::span<const float>(grads), first, count);
+          failed.run([&] {
+            regularization_.add(first, count);
+            optimizer_.apply_range(params, std::span<const float>(grads), first, count);
+          });
         });
+        failed.rethrow_if_any();
         optimizer_.count_step();
         return result;
       }

@@ -5,8 +5,14 @@
 /// strategy (`mirrored_strategy`'s constructor, `communication_options::gradient_sync`), as TensorFlow keeps its
 /// `CommunicationOptions` with the strategy; `fit` never sees it.
 ///
-/// Every choice gives the same bits (the same elements are summed in the same order; an elementwise update of an
-/// element reads only its own parameter and gradient): the options trade only speed and memory.
+/// Every placement of the update gives the same bits (the same elements are summed in the same order; an
+/// elementwise update of an element reads only its own parameter and gradient). Overlap and `bucket_bytes` decide
+/// where the gradient is cut into all-reduces: with two replicas that changes no bit (a sum of two terms is the same
+/// in either order), but with three or more the ring adds an element's terms starting from the rank that owns its
+/// part of the bucket, so another cut can change the last bits of the mean (3 ranks, buckets of one layer against
+/// one all-reduce: about a quarter of the elements differ, in their last bit). A fixed choice gives the same bits on
+/// every replica and in every run; `automatic` overlap depends on the hosts' CPUs, so with three or more replicas
+/// two clusters of different machines may round differently. Otherwise the options trade only speed and memory.
 ///
 /// `automatic` decides as follows, the same way on every replica:
 ///   1. overlap: reduce in buckets while backward runs, unless some machine runs more than one replica and their

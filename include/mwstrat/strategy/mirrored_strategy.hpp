@@ -44,8 +44,16 @@ struct collective_holder {
 template <class C>
 struct collective_holder<std::unique_ptr<C>> {
   using type = C;
-  static C& get(std::unique_ptr<C>& held) { return *held; }
-  static const C& get(const std::unique_ptr<C>& held) { return *held; }
+  static C& get(std::unique_ptr<C>& held) { return *checked(held.get()); }
+  static const C& get(const std::unique_ptr<C>& held) { return *checked(held.get()); }
+  // Null when the strategy was given none, or after a rejoin_collective that threw.
+  template <class P>
+  static P* checked(P* p) {
+    if (p == nullptr)
+      throw config_error({"strategy"}, "the strategy holds no collective (it was given a null one, or "
+                                       "rejoin_collective failed and the strategy cannot run collectives any more)");
+    return p;
+  }
 };
 }  // namespace detail
 
@@ -60,23 +68,27 @@ class mirrored_strategy {
   /// Takes (or refers to) a connected collective; `task` names this replica in logs and file paths; `sync` says how
   /// gradients are synchronised (throws `config_error` for options that contradict themselves).
   mirrored_strategy(Collective c, task_info task, gradient_sync_options sync = {})
-      : held_(std::forward<Collective>(c)), task_(std::move(task)), sync_(sync) {
-    detail::validate(sync_, collective().rank());
+      : held_(std::forward<Collective>(c)), task_(std::move(task)), sync_(sync),
+        rank_(collective().rank()), size_(collective().size()) {
+    detail::validate(sync_, rank_);
   }
 
   /// As above, with the task `worker:<rank>`.
   explicit mirrored_strategy(Collective c, gradient_sync_options sync = {})
-      : held_(std::forward<Collective>(c)), sync_(sync) {
-    task_.index = collective().rank();
-    detail::validate(sync_, collective().rank());
+      : held_(std::forward<Collective>(c)), sync_(sync), rank_(collective().rank()), size_(collective().size()) {
+    task_.index = rank_;
+    detail::validate(sync_, rank_);
   }
 
+  // The rank and size are the collective's at construction: a rejoined collective has the same ranks, and a
+  // strategy whose rejoin failed still answers them (its error paths log as the chief, or not).
+
   /// Number of replicas that take part in every step.
-  [[nodiscard]] int num_replicas_in_sync() const { return collective().size(); }
+  [[nodiscard]] int num_replicas_in_sync() const noexcept { return size_; }
   /// This replica's rank; 0 is the chief.
-  [[nodiscard]] int replica_id() const { return collective().rank(); }
+  [[nodiscard]] int replica_id() const noexcept { return rank_; }
   /// Whether this replica is the chief: the one that logs and writes files.
-  [[nodiscard]] bool is_chief() const { return collective().rank() == 0; }
+  [[nodiscard]] bool is_chief() const noexcept { return rank_ == 0; }
   /// TF_CONFIG's task type of this replica ("chief" or "worker").
   [[nodiscard]] const std::string& task_type() const { return task_.type; }
   /// TF_CONFIG's task index of this replica.
@@ -159,6 +171,7 @@ class mirrored_strategy {
   Collective held_;
   task_info task_;
   gradient_sync_options sync_;
+  int rank_ = 0, size_ = 1;
 };
 
 }  // namespace mwstrat

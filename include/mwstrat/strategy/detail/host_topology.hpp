@@ -6,8 +6,8 @@
 // that can only run on those same cores: overlapping then interleaves them with the matrix kernels (context
 // switches, caches refilled) and the step gets slower — 2 workers × 1 thread on 2 cores trained ~3% faster without
 // it (median of 14 interleaved pairs; benchmarks/history/2026-passes-1-6.md). Whether to overlap never changes
-// which elements are summed, only the bucket boundaries; every replica takes the same decision from the same
-// gathered facts.
+// which elements are summed, only the bucket boundaries (which, with three or more replicas, can change the last
+// bits of the mean: gradient_sync_options.hpp); every replica takes the same decision from the same gathered facts.
 
 #include <mwstrat/detail/hash.hpp>
 #include <mwstrat/detail/host_identity.hpp>
