@@ -128,6 +128,16 @@ TEST(local_collective, ranks_disagreeing_on_the_operation_get_a_protocol_error) 
 
 TEST(local_collective, bad_arguments_are_config_errors) {
   EXPECT_THROW(local_group(0), config_error);
+  // A timeout of zero or less is refused by name, not taken for a deadline already past.
+  for (const auto bad : {std::chrono::milliseconds(0), std::chrono::milliseconds(-5)}) {
+    try {
+      local_group refused(2, local_options{bad});
+      ADD_FAILURE() << "accepted op_timeout " << bad.count() << " ms";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find("local_options.op_timeout is " + std::to_string(bad.count()) + " ms"),
+                std::string::npos) << e.what();
+    }
+  }
   local_group g(2);
   EXPECT_THROW(local_collective(g, 2), config_error);
   EXPECT_THROW(spawn_ranks(1,

@@ -48,7 +48,7 @@ class local_group {
  public:
   /// A group of `size` ranks (>= 1).
   explicit local_group(int size, local_options options = {})
-      : size_(size), options_(options), slots_(check_size(size)), entered_(slots_.size(), 0),
+      : size_(size), options_(check_options(options)), slots_(check_size(size)), entered_(slots_.size(), 0),
         left_(slots_.size(), false) {}
 
   local_group(const local_group&) = delete;
@@ -87,6 +87,14 @@ class local_group {
  private:
   friend class local_collective;
 
+  // A timeout of zero or less would fail every operation at once as a "timeout": refused by name instead (as the
+  // ring refuses its own); milliseconds::max() is the way to ask for no deadline.
+  static local_options check_options(const local_options& o) {
+    if (o.op_timeout.count() <= 0)
+      throw config_error({"local"}, "local_options.op_timeout is " + std::to_string(o.op_timeout.count()) +
+                                        " ms: expected a positive time");
+    return o;
+  }
   static std::size_t check_size(int size) {
     if (size < 1) throw config_error({"local"}, "a local group needs at least one rank, got " + std::to_string(size));
     return static_cast<std::size_t>(size);
