@@ -128,6 +128,12 @@ TEST(local_collective, ranks_disagreeing_on_the_operation_get_a_protocol_error) 
 
 TEST(local_collective, bad_arguments_are_config_errors) {
   EXPECT_THROW(local_group(0), config_error);
+  EXPECT_THROW(spawn_ranks(1,
+                           [](local_collective& c) {
+                             std::vector<float> d(3);
+                             c.all_reduce(std::span<float>(d), static_cast<reduce_op>(9));
+                           }),
+               config_error);
   // A timeout of zero or less is refused by name, not taken for a deadline already past.
   for (const auto bad : {std::chrono::milliseconds(0), std::chrono::milliseconds(-5)}) {
     try {

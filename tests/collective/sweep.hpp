@@ -14,6 +14,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
 #include <vector>
 
@@ -144,6 +145,17 @@ void check_nan_min_max(C& c) {
   }
 }
 
+// Integer sums that overflow wrap around (two's complement) on every backend, rather than being undefined: each
+// rank adds the type's maximum.
+template <class T, collective C>
+void check_integer_wrap(C& c) {
+  using U = std::make_unsigned_t<T>;
+  std::vector<T> data(5, std::numeric_limits<T>::max());
+  c.all_reduce(std::span<T>(data), reduce_op::sum);
+  const auto want = static_cast<T>(static_cast<U>(std::numeric_limits<T>::max()) * static_cast<U>(c.size()));
+  for (std::size_t i = 0; i < data.size(); ++i) expect_equal(data, i, want, "a wrapping integer sum");
+}
+
 template <class T, collective C>
 void sweep_type(C& c, const std::vector<std::size_t>& counts) {
   for (auto count : counts)
@@ -236,6 +248,8 @@ void run_sweep(C& c, bool large) {
   sweep_type<std::int64_t>(c, counts);
   check_nan_min_max<float>(c);
   check_nan_min_max<double>(c);
+  check_integer_wrap<std::int32_t>(c);
+  check_integer_wrap<std::int64_t>(c);
   for (int root : {0, c.size() - 1, c.size() / 2})
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{100003}}) check_broadcast<float>(c, count, root);
   check_broadcast<std::int64_t>(c, 1001, c.size() - 1);

@@ -30,6 +30,7 @@ class front_end {
   template <collective_element T>
   void all_reduce(std::span<T> data, reduce_op op, op_options options = {}) {
     queue_.drain();
+    check_op("all_reduce", op);
     self().all_reduce_now(data, op, options);
   }
 
@@ -37,6 +38,7 @@ class front_end {
   /// alive and untouched until the handle's `wait()` returns.
   template <collective_element T>
   [[nodiscard]] op_handle all_reduce_async(std::span<T> data, reduce_op op, op_options options = {}) {
+    check_op("all_reduce_async", op);
     Backend* b = &self();
     auto task = [b, data, op, options] { b->all_reduce_now(data, op, options); };
     if constexpr (requires(const Backend& c) { c.async_on_worker(); }) {
@@ -55,6 +57,7 @@ class front_end {
   void all_reduce_update(std::span<T> gradients, reduce_op op, std::span<T> params, Update&& update,
                          op_options options = {}) {
     queue_.drain();
+    check_op("all_reduce_update", op);
     if (params.size() != gradients.size())
       throw config_error({Backend::component, self().rank()},
                          "all_reduce_update: " + std::to_string(params.size()) + " parameters but " +
@@ -70,6 +73,7 @@ class front_end {
     requires requires(B& c, std::span<T> v, OnFinal& f) { c.all_reduce_streamed_now(v, reduce_op::sum, f, op_options{}); }
   void all_reduce_streamed(std::span<T> data, reduce_op op, OnFinal&& on_final, op_options options = {}) {
     queue_.drain();
+    check_op("all_reduce_streamed", op);
     self().all_reduce_streamed_now(data, op, on_final, options);
   }
 
@@ -103,6 +107,14 @@ class front_end {
   }
 
  protected:
+  // A reduce_op that is none of the four (a cast from a bad integer) would leave the data unreduced.
+  void check_op(const char* call, reduce_op op) {
+    if (op != reduce_op::sum && op != reduce_op::mean && op != reduce_op::min && op != reduce_op::max)
+      throw config_error({Backend::component, self().rank()},
+                         std::string(call) + ": reduce_op " + std::to_string(static_cast<int>(op)) +
+                             " is not sum, mean, min or max");
+  }
+
   front_end() = default;
   ~front_end() = default;
   front_end(const front_end&) = delete;

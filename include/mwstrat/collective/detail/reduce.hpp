@@ -26,7 +26,13 @@ inline void reduce_into(T* __restrict acc, const T* __restrict in, std::size_t n
   switch (op) {
     case reduce_op::sum:
     case reduce_op::mean:
-      for (std::size_t i = 0; i < n; ++i) acc[i] += in[i];
+      if constexpr (std::is_integral_v<T>) {
+        // Integers wrap around on overflow, as two's complement does, instead of the undefined signed overflow.
+        using U = std::make_unsigned_t<T>;
+        for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(static_cast<U>(acc[i]) + static_cast<U>(in[i]));
+      } else {
+        for (std::size_t i = 0; i < n; ++i) acc[i] += in[i];
+      }
       break;
     // A NaN on any rank makes the element NaN, in whatever order the ranks combine (as numpy's minimum and
     // PyTorch's amin do): a NaN in `acc` stays, since no comparison with it is true, and one in `in` is taken.
