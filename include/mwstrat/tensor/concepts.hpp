@@ -5,14 +5,20 @@
 /// mwstrat moves parameters and gradients as flat, contiguous runs of numbers (all-reduce, broadcast,
 /// checkpoint). A type is `tensor_like` when `mwstrat::elements(t)` yields a `std::span` over its elements and
 /// `mwstrat::shape(t)` its extents. Requirements, in order:
-///   1. `mwstrat::elements(t)` is valid: either an ADL hook `mwstrat_elements(t)`, declared in the type's own
-///      namespace, returns something convertible to `std::span<E>`; or, without a hook, the type is a
-///      contiguous, sized range (std::vector, std::array, std::span, ...).
+///   1. `mwstrat::elements(t)` is valid, on a `T&` and on a `const T&` (saving and shapes read through const
+///      references), and both give the same element type up to `const`. Either an ADL hook
+///      `mwstrat_elements(t)`, declared in the type's own namespace, returns a `std::span<E>` or an lvalue
+///      reference to a contiguous, sized range of `E` (`std::vector<E>&`, viewed as a span); or, without a hook,
+///      the type is a contiguous, sized range (std::vector, std::array, std::span, ...). Nothing else is
+///      accepted: not a type merely convertible to `std::span<E>`, not a container returned by value (the span
+///      would outlive it).
 ///   2. The element type `E` is a tensor element: arithmetic, or opted in by specialising
 ///      `mwstrat::enable_tensor_element<E>` (a bf16 struct, say).
-///   3. `mwstrat::shape(t)` is valid: an ADL hook `mwstrat_shape(t)` returning a range of `std::size_t`-
-///      convertible extents, or, without a hook, the shape `{size}`. The product of the extents must equal the
-///      number of elements (checked where a shape is used, not by the concept).
+///   3. `mwstrat::shape(t)` is valid on a `const T&`: an ADL hook `mwstrat_shape(const T&)` returning a range of
+///      `std::size_t`-convertible extents, or, without a hook, the shape `{size}`. A hook that takes a non-const
+///      reference only is refused (`mwstrat::shape` stops with a static_assert naming it) rather than passed over
+///      for the flat default. The product of the extents must equal the number of elements (checked where a
+///      shape is used, not by the concept).
 ///
 /// Opt-in scheme (the same for every mwstrat concept): structural — the hooks are all a type needs; there is no
 /// tag. (`enable_tensor_element<E>` is a trait on the element type, letting a non-arithmetic number type in.)
@@ -55,8 +61,13 @@ void mwstrat_shape() = delete;
 template <class T>
 concept has_elements_hook = requires(T& t) { mwstrat_elements(t); };
 
+// Shapes are read through const references: only a hook callable on a `const T&` counts.
 template <class T>
 concept has_shape_hook = requires(const T& t) { mwstrat_shape(t); };
+
+// A shape hook for a non-const reference only: ignoring it would save a matrix flat without a word, so it is refused.
+template <class T>
+concept has_non_const_shape_hook = !has_shape_hook<T> && requires(std::remove_cv_t<T>& t) { mwstrat_shape(t); };
 
 template <class S>
 struct span_element {};
@@ -69,7 +80,9 @@ template <class T>
 auto elements_of(T& t) {
   if constexpr (has_elements_hook<T>) {
     using result = decltype(mwstrat_elements(t));
-    if constexpr (std::ranges::contiguous_range<result> && std::ranges::sized_range<result>) {
+    // borrowed_range: a span, or an lvalue reference to the type's own storage; never a container by value.
+    if constexpr (std::ranges::contiguous_range<result> && std::ranges::sized_range<result> &&
+                  std::ranges::borrowed_range<result>) {
       return std::span<std::remove_reference_t<std::ranges::range_reference_t<result>>>(mwstrat_elements(t));
     } else {
       return mwstrat_elements(t);  // not a span: rejected by the concept below
@@ -101,8 +114,11 @@ inline constexpr elements_fn elements{};
 struct shape_fn {
   template <class T>
   std::vector<std::size_t> operator()(const T& t) const
-    requires(detail::has_shape_hook<T> || detail::elements_reachable<const T>)
+    requires(detail::has_shape_hook<T> || detail::has_non_const_shape_hook<T> || detail::elements_reachable<const T>)
   {
+    static_assert(!detail::has_non_const_shape_hook<T>,
+                  "[mwstrat.tensor] mwstrat_shape(T&) takes a non-const reference; mwstrat reads shapes through "
+                  "const references: declare it mwstrat_shape(const T&)");
     if constexpr (detail::has_shape_hook<T>) {
       std::vector<std::size_t> out;
       for (auto extent : mwstrat_shape(t)) out.push_back(static_cast<std::size_t>(extent));
@@ -121,6 +137,18 @@ concept shape_hook_ok = !has_shape_hook<T> || requires(const T& t) {
   requires std::ranges::input_range<decltype(mwstrat_shape(t))>;
   requires std::convertible_to<std::ranges::range_value_t<decltype(mwstrat_shape(t))>, std::size_t>;
 };
+
+template <class T>
+using element_of = typename span_element<decltype(elements_of(std::declval<T&>()))>::type;
+
+// Requirement 1 on a const T: saving reads the elements through a const reference, and must find the same ones.
+template <class T>
+concept const_elements_reachable =
+    elements_reachable<const T> &&
+    requires(const T& t) {
+      { mwstrat::elements(t) } -> std::same_as<std::span<typename span_element<decltype(mwstrat::elements(t))>::type>>;
+    } &&
+    std::same_as<std::remove_cv_t<element_of<const T>>, std::remove_cv_t<element_of<T>>>;
 }  // namespace detail
 
 /// A value whose elements mwstrat can read and write in place as one contiguous run, with a shape.
@@ -130,9 +158,9 @@ concept tensor_like = detail::elements_reachable<T> &&
                         { mwstrat::elements(t) } -> std::same_as<std::span<typename detail::span_element<
                                                       decltype(mwstrat::elements(t))>::type>>;
                       } &&
-                      tensor_element<typename detail::span_element<decltype(detail::elements_of(
-                          std::declval<T&>()))>::type> &&
-                      detail::shape_hook_ok<T>;
+                      tensor_element<detail::element_of<T>> && detail::const_elements_reachable<T> &&
+                      !detail::has_non_const_shape_hook<T> && detail::shape_hook_ok<T> &&
+                      requires(const T& t) { mwstrat::shape(t); };
 
 /// The element type of a tensor-like type (const-qualified for a read-only view).
 template <tensor_like T>
