@@ -453,6 +453,14 @@ TEST(model_checkpoint, formats_paths_like_keras) {
   EXPECT_THROW((void)model_checkpoint::format("{epoch", 1, logs), config_error);
   EXPECT_THROW((void)model_checkpoint::format("{speed}", 1, logs), config_error);
   EXPECT_THROW(model_checkpoint({"x-{epoch:.2f}"}), config_error);
+  // A large value is written whole (it was cut at 63 characters), and a precision past 100 digits is refused.
+  logs.loss = 1e70;
+  const std::string whole = model_checkpoint::format("{loss:.2f}", 1, logs);
+  EXPECT_EQ(whole.size(), 71u + 3) << whole;  // 1e70's 71 digits, the point and two decimals
+  EXPECT_TRUE(whole.starts_with("1000000000") && whole.ends_with(".00")) << whole;
+  EXPECT_EQ(model_checkpoint::format("{loss:.100f}", 1, logs).size(), 71u + 1 + 100);
+  EXPECT_THROW((void)model_checkpoint::format("{loss:.101f}", 1, logs), config_error);
+  EXPECT_THROW((void)model_checkpoint::format("{loss:.99999999999f}", 1, logs), config_error);
 }
 
 TEST(model_checkpoint, chief_saves_each_epoch_or_only_the_best) {
