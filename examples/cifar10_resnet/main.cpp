@@ -17,13 +17,16 @@
 #include <mwstrat/nn/resnet_cifar.hpp>
 #include <mwstrat/train/callbacks/learning_rate_scheduler.hpp>
 
+#include "common/flags.hpp"
 #include "tutorial_schedule.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -49,81 +52,72 @@ struct flags {
   std::string backup_dir;
   std::string save_freq = "epoch";
   std::size_t validation_steps = 0;  // 0: the whole test set
-  std::size_t validation_freq = 1;   // validate after every n-th epoch (Keras's validation_freq)
+  int validation_freq = 1;           // validate after every n-th epoch (Keras's validation_freq)
   double connect_timeout_s = 60;
   double op_timeout_s = 300;
   bool evaluate_test = true;
 };
 
-[[noreturn]] void usage(const std::string& problem) {
-  std::cerr << "cifar10_resnet: " << problem << "\n"
-            << "usage: cifar10_resnet [--data-dir D] [--depth 6n+2] [--epochs N] [--steps-per-epoch N (0: a full pass)]\n"
-               "  [--batch-size B (per worker)] [--learning-rate X] [--schedule piecewise|cosine] [--warmup-epochs E]\n"
-               "  [--nesterov] [--label-smoothing E] [--variant tf|he] [--sync-batch-norm] [--seed S]\n"
-               "  [--bn-momentum M (0.997)]\n"
-               "  [--threads T] [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--validation-steps N]\n"
-               "  [--validation-freq N (every n-th epoch)] [--connect-timeout S] [--op-timeout S] [--no-test]\n";
-  std::exit(2);
-}
+const char* const usage =
+    "usage: cifar10_resnet [--data-dir D] [--depth 6n+2] [--epochs N] [--steps-per-epoch N (0: a full pass)]\n"
+    "  [--batch-size B (per worker)] [--learning-rate X] [--schedule piecewise|cosine] [--warmup-epochs E]\n"
+    "  [--nesterov] [--label-smoothing E (0..1)] [--variant tf|he] [--sync-batch-norm] [--seed S]\n"
+    "  [--bn-momentum M (0..1; 0.997)]\n"
+    "  [--threads T] [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--validation-steps N]\n"
+    "  [--validation-freq N (every n-th epoch)] [--connect-timeout S] [--op-timeout S] [--no-test] [--help]\n"
+    "A bad flag or value is refused before anything connects (status 2). Exit status: 0 trained, 1 an error,\n"
+    "69 another worker was lost (mwstrat::peer_lost_exit_code), 75 preempted (mwstrat::preempted_exit_code).\n";
+
+// Timeouts in seconds: above 0, at most this (about 11 days).
+constexpr double max_timeout_s = 1e6;
+// The schedules count steps in std::int64_t.
+constexpr auto max_steps = static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max());
 
 flags parse(int argc, char** argv) {
   flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&](const std::string& text) {
-      char* end = nullptr;
-      const double v = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || v < 0) usage(a + ": '" + text + "' is not a non-negative number");
-      return v;
-    };
-    auto count = [&](const std::string& text) {
-      const double v = number(text);
-      if (v != static_cast<double>(static_cast<std::size_t>(v))) usage(a + ": '" + text + "' is not a whole number");
-      return static_cast<std::size_t>(v);
-    };
-    if (a == "--data-dir") f.data_dir = value();
-    else if (a == "--depth") f.depth = count(value());
-    else if (a == "--epochs") f.epochs = static_cast<int>(count(value()));
-    else if (a == "--steps-per-epoch") f.steps_per_epoch = count(value());
-    else if (a == "--batch-size") f.batch_size = count(value());
-    else if (a == "--learning-rate") f.learning_rate = number(value());
-    else if (a == "--schedule") f.schedule = value();
-    else if (a == "--warmup-epochs") f.warmup_epochs = number(value());
-    else if (a == "--nesterov") f.nesterov = true;
-    else if (a == "--label-smoothing") f.label_smoothing = number(value());
-    else if (a == "--variant") f.variant = value();
-    else if (a == "--sync-batch-norm") f.sync_batch_norm = true;
-    else if (a == "--bn-momentum") f.bn_momentum = number(value());
-    else if (a == "--seed") f.seed = count(value());
-    else if (a == "--threads") f.threads = static_cast<int>(count(value()));
-    else if (a == "--model-dir") f.model_dir = value();
-    else if (a == "--backup-dir") f.backup_dir = value();
-    else if (a == "--save-freq") f.save_freq = value();
-    else if (a == "--validation-steps") f.validation_steps = count(value());
-    else if (a == "--validation-freq") f.validation_freq = count(value());
-    else if (a == "--connect-timeout") f.connect_timeout_s = number(value());
-    else if (a == "--op-timeout") f.op_timeout_s = number(value());
-    else if (a == "--no-test") f.evaluate_test = false;
-    else usage("unknown flag '" + a + "'");
+  example_flags::reader args(argc, argv, "cifar10_resnet", usage);
+  while (args.next()) {
+    if (args.is("--data-dir")) f.data_dir = args.value();
+    else if (args.is("--depth")) f.depth = args.whole<std::size_t>(0);
+    else if (args.is("--epochs")) f.epochs = args.whole(1);
+    else if (args.is("--steps-per-epoch")) f.steps_per_epoch = args.whole<std::size_t>(0, max_steps);
+    else if (args.is("--batch-size")) f.batch_size = args.whole<std::size_t>(1);
+    else if (args.is("--learning-rate")) f.learning_rate = args.positive();
+    else if (args.is("--schedule")) f.schedule = args.value();
+    else if (args.is("--warmup-epochs")) f.warmup_epochs = args.real(0, std::numeric_limits<int>::max());
+    else if (args.is("--nesterov")) f.nesterov = true;
+    else if (args.is("--label-smoothing")) f.label_smoothing = args.real(0, 1);
+    else if (args.is("--variant")) f.variant = args.value();
+    else if (args.is("--sync-batch-norm")) f.sync_batch_norm = true;
+    else if (args.is("--bn-momentum")) f.bn_momentum = args.real(0, 1);
+    else if (args.is("--seed")) f.seed = args.whole<std::uint64_t>(0);
+    else if (args.is("--threads")) f.threads = args.whole(1);
+    else if (args.is("--model-dir")) f.model_dir = args.value();
+    else if (args.is("--backup-dir")) f.backup_dir = args.value();
+    else if (args.is("--save-freq")) f.save_freq = args.epoch_or_steps();
+    else if (args.is("--validation-steps")) f.validation_steps = args.whole<std::size_t>(0);
+    else if (args.is("--validation-freq")) f.validation_freq = args.whole(1, 1000000);
+    else if (args.is("--connect-timeout")) f.connect_timeout_s = args.positive(max_timeout_s);
+    else if (args.is("--op-timeout")) f.op_timeout_s = args.positive(max_timeout_s);
+    else if (args.is("--no-test")) f.evaluate_test = false;
+    else args.unknown();
   }
-  if (f.variant != "tf" && f.variant != "he") usage("--variant: '" + f.variant + "' is not tf or he");
+  if (f.variant != "tf" && f.variant != "he") args.fail("--variant: '" + f.variant + "' is not tf or he");
   if (f.schedule != "piecewise" && f.schedule != "cosine")
-    usage("--schedule: '" + f.schedule + "' is not piecewise or cosine");
-  if (f.warmup_epochs >= f.epochs) usage("--warmup-epochs must be fewer than --epochs");
-  if (f.depth < 8 || (f.depth - 2) % 6 != 0) usage("--depth: " + std::to_string(f.depth) + " is not 6n + 2 (20, 32, 44, 56, 110)");
-  if (f.bn_momentum > 1) usage("--bn-momentum must be in [0, 1]");
-  if (f.label_smoothing > 1) usage("--label-smoothing must be in [0, 1]");
-  if (f.batch_size == 0) usage("--batch-size must be at least 1");
-  if (f.threads < 1) usage("--threads must be at least 1");
-  if (f.validation_freq < 1 || f.validation_freq > 1000000) usage("--validation-freq must be in [1, 1000000]");
+    args.fail("--schedule: '" + f.schedule + "' is not piecewise or cosine");
+  if (f.warmup_epochs >= f.epochs) {
+    args.fail("--warmup-epochs must be fewer than --epochs (" + example_flags::bound_text(f.warmup_epochs) +
+              " is not fewer than " + std::to_string(f.epochs) + ")");
+  }
+  if (f.depth < 8 || (f.depth - 2) % 6 != 0)
+    args.fail("--depth: " + std::to_string(f.depth) + " is not 6n + 2 (20, 32, 44, 56, 110)");
   return f;
 }
 
-std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
+// A checked time in seconds (parse bounds it) as whole milliseconds, rounded up so that it stays above 0.
+std::chrono::milliseconds seconds(double s) {
+  return std::chrono::milliseconds(static_cast<long long>(std::ceil(s * 1000)));
+}
 
 int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   namespace data = mwstrat::data;
@@ -179,7 +173,7 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   options.epochs = f.epochs;
   options.steps_per_epoch = f.steps_per_epoch;
   options.validation_steps = f.validation_steps;
-  options.validation_freq = static_cast<int>(f.validation_freq);
+  options.validation_freq = f.validation_freq;
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
   auto run = [&](auto&... schedule) {
@@ -222,8 +216,15 @@ int main(int argc, char** argv) {
     comm.op_timeout = seconds(f.op_timeout_s);
     auto strategy = mwstrat::make_multi_worker_mirrored_strategy(comm);  // waits for every worker
     return train(f, strategy);
+  } catch (const mwstrat::peer_lost_error& e) {
+    // Another worker died, stopped or was cut off (every survivor names the same one): not this worker's fault.
+    std::cerr << e.what() << "\n";
+    return mwstrat::peer_lost_exit_code;
   } catch (const mwstrat::error& e) {
     std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {  // not mwstrat's (out of memory, a thread that could not start): still a message
+    std::cerr << "cifar10_resnet: " << e.what() << "\n";
     return 1;
   }
 }

@@ -3,7 +3,7 @@
 // threads), the mirrored strategy over it, a sharding policy for the input, `fit`, a checkpointer, and the model's own
 // tensors stored and reloaded in place through `tensor_like` (`save_tensors` / `load_tensors`).
 //
-//   custom_tensor [--data-dir .cache/mnist] [--replicas 2] [--steps 150] [--checkpoint-dir DIR]
+//   custom_tensor [--data-dir .cache/mnist] [--replicas 2] [--steps 150] [--checkpoint-dir DIR] [--help]
 #include <mwstrat/checkpoint.hpp>
 #include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/data.hpp>
@@ -13,6 +13,8 @@
 
 #include <Eigen/Core>
 
+#include "common/flags.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -20,6 +22,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -172,19 +175,25 @@ bool round_trip(my::mlp& model, const std::filesystem::path& file) {
   return same;
 }
 
+const char* const usage =
+    "usage: custom_tensor [--data-dir D (.cache/mnist)] [--replicas N (2)] [--steps N (150)] [--checkpoint-dir DIR]\n"
+    "  [--help]\n"
+    "A bad flag or value is refused at once (status 2). Exit status: 0 trained, 1 an error, 75 preempted\n"
+    "(SIGTERM or SIGINT stops every replica at the next step: mwstrat::preempted_exit_code).\n";
+
 int main(int argc, char** argv) {
   std::string data_dir = ".cache/mnist", checkpoint_dir;
   int replicas = 2;
   std::size_t steps = 150;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--data-dir") data_dir = v;
-    else if (a == "--replicas") replicas = std::atoi(v.c_str());
-    else if (a == "--steps") steps = static_cast<std::size_t>(std::atol(v.c_str()));
-    else if (a == "--checkpoint-dir") checkpoint_dir = v;
-    else { std::cerr << "custom_tensor: unknown flag " << a << "\n"; return 2; }
+  constexpr auto max_steps = static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max());  // a checkpoint's step
+  example_flags::reader args(argc, argv, "custom_tensor", usage);
+  while (args.next()) {
+    if (args.is("--data-dir")) data_dir = args.value();
+    else if (args.is("--replicas")) replicas = args.whole(1);
+    else if (args.is("--steps")) steps = args.whole<std::size_t>(1, max_steps);
+    else if (args.is("--checkpoint-dir")) checkpoint_dir = args.value();
+    else args.unknown();
   }
-  if (replicas < 1) { std::cerr << "custom_tensor: --replicas must be at least 1\n"; return 2; }
   try {
     const auto train_set = mwstrat::data::load_mnist(data_dir, mwstrat::data::mnist_split::train);
     const auto test_set = mwstrat::data::load_mnist(data_dir, mwstrat::data::mnist_split::test);
@@ -210,8 +219,15 @@ int main(int argc, char** argv) {
         }
       }
     });
+  } catch (const mwstrat::preempted& p) {
+    // SIGTERM/SIGINT: every replica stopped after the same step (fit's preemption is not an mwstrat::error).
+    std::cerr << p.what() << "\n";
+    return mwstrat::preempted_exit_code;
   } catch (const mwstrat::error& e) {
     std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {  // not mwstrat's (out of memory, a thread that could not start): still a message
+    std::cerr << "custom_tensor: " << e.what() << "\n";
     return 1;
   }
   return 0;

@@ -10,6 +10,8 @@
 // `--collective mpi`: the gradients then go through MPI itself (mpi_collective).
 #include <mwstrat/mwstrat.hpp>
 
+#include "common/flags.hpp"
+
 #include <unistd.h>
 #ifdef MWSTRAT_EXAMPLE_WITH_MPI
 #include <mwstrat/collective/mpi/mpi_collective.hpp>
@@ -17,6 +19,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -147,80 +150,66 @@ struct fault_injector {
   }
 };
 
-[[noreturn]] void usage(const std::string& problem) {
-  std::cerr << "mnist_multiworker: " << problem << "\n"
-            << "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
-               "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
-               "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
-               "  [--no-test] [--kill-at-step N [--kill-rank R] [--fault-signal kill|stop]] [--tensorboard DIR]\n"
-               "  [--collective ring|mpi] [--in-memory-recovery [--recovery-timeout S]]\n"
-                "  [--train-examples N] [--test-examples N]\n"
-               "  [--stop-at-step N] [--early-stopping PATIENCE] [--pause-at-step N (tests: 2 s there)]\n"
-               "SIGTERM or SIGINT stops every worker at the next step boundary (the chief backs up when --backup-dir is\n"
-               "given); each then exits with status 75 (mwstrat::preempted_exit_code): restart the job to resume.\n"
-               "--in-memory-recovery (or MWSTRAT_REPLACE_LOST=1, set by mwstrat-launch --replace-lost): a lost worker's\n"
-               "survivors wait (--recovery-timeout, or MWSTRAT_RECOVERY_TIMEOUT_MS; default 60 s) for its replacement\n"
-               "and hand it the training state from memory; without one in time they exit with status 69.\n";
-  std::exit(2);
-}
+const char* const usage =
+    "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
+    "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
+    "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
+    "  [--no-test] [--kill-at-step N [--kill-rank R] [--fault-signal kill|stop]] [--tensorboard DIR]\n"
+    "  [--collective ring|mpi] [--in-memory-recovery [--recovery-timeout S]]\n"
+    "  [--train-examples N] [--test-examples N]\n"
+    "  [--stop-at-step N] [--early-stopping PATIENCE] [--pause-at-step N (tests: 2 s there)] [--help]\n"
+    "A bad flag or value is refused before anything connects (status 2). Exit status: 0 trained, 1 an error,\n"
+    "69 another worker was lost (mwstrat::peer_lost_exit_code), 75 preempted (mwstrat::preempted_exit_code).\n"
+    "SIGTERM or SIGINT stops every worker at the next step boundary (the chief backs up when --backup-dir is\n"
+    "given); each then exits with status 75: restart the job to resume.\n"
+    "--in-memory-recovery (or MWSTRAT_REPLACE_LOST=1, set by mwstrat-launch --replace-lost): a lost worker's\n"
+    "survivors wait (--recovery-timeout, or MWSTRAT_RECOVERY_TIMEOUT_MS; default 60 s) for its replacement\n"
+    "and hand it the training state from memory; without one in time they exit with status 69.\n";
+
+// Timeouts in seconds: above 0, at most this (about 11 days).
+constexpr double max_timeout_s = 1e6;
 
 flags parse(int argc, char** argv) {
   flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&](const std::string& text) {
-      char* end = nullptr;
-      const double v = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || v < 0) usage(a + ": '" + text + "' is not a non-negative number");
-      return v;
-    };
-    auto count = [&](const std::string& text) {
-      const double v = number(text);
-      if (v != static_cast<double>(static_cast<std::size_t>(v))) usage(a + ": '" + text + "' is not a whole number");
-      return static_cast<std::size_t>(v);
-    };
-    if (a == "--data-dir") f.data_dir = value();
-    else if (a == "--epochs") f.epochs = static_cast<int>(count(value()));
-    else if (a == "--steps-per-epoch") f.steps_per_epoch = count(value());
-    else if (a == "--batch-size") f.batch_size = count(value());
-    else if (a == "--optimizer") f.optimizer = value();
-    else if (a == "--learning-rate") f.learning_rate = number(value());
-    else if (a == "--seed") f.seed = count(value());
-    else if (a == "--threads") f.threads = static_cast<int>(count(value()));
-    else if (a == "--model-dir") f.model_dir = value();
-    else if (a == "--tensorboard") f.tensorboard_dir = value();
-    else if (a == "--backup-dir") f.backup_dir = value();
-    else if (a == "--save-freq") f.save_freq = value();
-    else if (a == "--connect-timeout") f.connect_timeout_s = number(value());
-    else if (a == "--op-timeout") f.op_timeout_s = number(value());
-    else if (a == "--no-test") f.evaluate_test = false;
-    else if (a == "--kill-at-step") f.kill_at_step = count(value());
-    else if (a == "--kill-rank") f.kill_rank = static_cast<int>(count(value()));
-    else if (a == "--fault-signal") {
-      const std::string v = value();
-      if (v != "kill" && v != "stop") usage("--fault-signal: '" + v + "' is not kill or stop");
+  example_flags::reader args(argc, argv, "mnist_multiworker", usage);
+  while (args.next()) {
+    if (args.is("--data-dir")) f.data_dir = args.value();
+    else if (args.is("--epochs")) f.epochs = args.whole(0);  // 0: no training, the untrained model is evaluated
+    else if (args.is("--steps-per-epoch")) f.steps_per_epoch = args.whole<std::size_t>(0);
+    else if (args.is("--batch-size")) f.batch_size = args.whole<std::size_t>(1);
+    else if (args.is("--optimizer")) f.optimizer = args.value();
+    else if (args.is("--learning-rate")) f.learning_rate = args.positive();
+    else if (args.is("--seed")) f.seed = args.whole<std::uint64_t>(0);
+    else if (args.is("--threads")) f.threads = args.whole(1);
+    else if (args.is("--model-dir")) f.model_dir = args.value();
+    else if (args.is("--tensorboard")) f.tensorboard_dir = args.value();
+    else if (args.is("--backup-dir")) f.backup_dir = args.value();
+    else if (args.is("--save-freq")) f.save_freq = args.epoch_or_steps();
+    else if (args.is("--connect-timeout")) f.connect_timeout_s = args.positive(max_timeout_s);
+    else if (args.is("--op-timeout")) f.op_timeout_s = args.positive(max_timeout_s);
+    else if (args.is("--no-test")) f.evaluate_test = false;
+    else if (args.is("--kill-at-step")) f.kill_at_step = args.whole<std::uint64_t>(0);
+    else if (args.is("--kill-rank")) f.kill_rank = args.whole(0);
+    else if (args.is("--fault-signal")) {
+      const std::string v = args.value();
+      if (v != "kill" && v != "stop") args.fail("--fault-signal: '" + v + "' is not kill or stop");
       f.stop_instead = v == "stop";
     }
-    else if (a == "--in-memory-recovery") f.in_memory_recovery = true;
-    else if (a == "--recovery-timeout") f.recovery_timeout_s = number(value());
-    else if (a == "--collective") f.collective = value();
-    else if (a == "--train-examples") f.train_examples = count(value());
-    else if (a == "--test-examples") f.test_examples = count(value());
-    else if (a == "--stop-at-step") f.stop_at_step = count(value());
-    else if (a == "--pause-at-step") f.pause_at_step = count(value());
-    else if (a == "--early-stopping") f.early_stopping_patience = static_cast<int>(count(value()));
-    else usage("unknown flag '" + a + "'");
+    else if (args.is("--in-memory-recovery")) f.in_memory_recovery = true;
+    else if (args.is("--recovery-timeout")) f.recovery_timeout_s = args.positive(max_timeout_s);
+    else if (args.is("--collective")) f.collective = args.value();
+    else if (args.is("--train-examples")) f.train_examples = args.whole<std::size_t>(0);
+    else if (args.is("--test-examples")) f.test_examples = args.whole<std::size_t>(0);
+    else if (args.is("--stop-at-step")) f.stop_at_step = args.whole<std::uint64_t>(0);
+    else if (args.is("--pause-at-step")) f.pause_at_step = args.whole<std::uint64_t>(0);
+    else if (args.is("--early-stopping")) f.early_stopping_patience = args.whole(0);
+    else args.unknown();
   }
-  if (f.optimizer != "sgd" && f.optimizer != "adam") usage("--optimizer: '" + f.optimizer + "' is not sgd or adam");
-  if (f.batch_size == 0) usage("--batch-size must be at least 1");
-  if (f.threads < 1) usage("--threads must be at least 1");
-  if (f.collective != "ring" && f.collective != "mpi") usage("--collective: '" + f.collective + "' is not ring or mpi");
+  if (f.optimizer != "sgd" && f.optimizer != "adam") args.fail("--optimizer: '" + f.optimizer + "' is not sgd or adam");
+  if (f.collective != "ring" && f.collective != "mpi")
+    args.fail("--collective: '" + f.collective + "' is not ring or mpi");
 #ifndef MWSTRAT_EXAMPLE_WITH_MPI
-  if (f.collective == "mpi") usage("--collective mpi: this build has no MPI (mnist_multiworker_mpi has)");
+  if (f.collective == "mpi") args.fail("--collective mpi: this build has no MPI (mnist_multiworker_mpi has)");
 #endif
   const char* attempt = std::getenv("MWSTRAT_LAUNCH_ATTEMPT");
   if (attempt && std::string(attempt) != "0") f.kill_at_step.reset();  // a restarted job runs clean
@@ -228,15 +217,19 @@ flags parse(int argc, char** argv) {
   if (generation && std::string(generation) != "0") f.kill_at_step.reset();  // so does a replacement worker
   if (const char* on = std::getenv("MWSTRAT_REPLACE_LOST"); on && std::string(on) == "1") f.in_memory_recovery = true;
   if (const char* ms = std::getenv("MWSTRAT_RECOVERY_TIMEOUT_MS"); ms && *ms) {
-    char* end = nullptr;
-    const double v = std::strtod(ms, &end);
-    if (*end != '\0' || v < 0) usage(std::string("MWSTRAT_RECOVERY_TIMEOUT_MS: '") + ms + "' is not milliseconds");
-    f.recovery_timeout_s = v / 1000;
+    const std::optional<double> v = example_flags::to_real(ms);
+    if (!v || *v <= 0 || *v > max_timeout_s * 1000)
+      args.fail(std::string("MWSTRAT_RECOVERY_TIMEOUT_MS: '") + ms + "' is not milliseconds in (0, " +
+                example_flags::bound_text(max_timeout_s * 1000) + "]");
+    f.recovery_timeout_s = *v / 1000;
   }
   return f;
 }
 
-std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
+// A checked time in seconds (parse bounds it) as whole milliseconds, rounded up so that it stays above 0.
+std::chrono::milliseconds seconds(double s) {
+  return std::chrono::milliseconds(static_cast<long long>(std::ceil(s * 1000)));
+}
 
 template <class Strategy, class Optimizer>
 int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
@@ -374,6 +367,9 @@ int main(int argc, char** argv) {
     return mwstrat::peer_lost_exit_code;
   } catch (const mwstrat::error& e) {
     std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {  // not mwstrat's (out of memory, a thread that could not start): still a message
+    std::cerr << "mnist_multiworker: " << e.what() << "\n";
     return 1;
   }
 }

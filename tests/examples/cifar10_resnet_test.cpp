@@ -38,7 +38,7 @@ TEST(cifar10_resnet_example, refuses_an_unknown_schedule_and_a_warm_up_as_long_a
 TEST(cifar10_resnet_example, refuses_a_validation_frequency_of_zero) {
   const auto r = run(resnet_example + " --validation-freq 0", 60);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--validation-freq must be in [1, 1000000]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--validation-freq: '0' is not a whole number in [1, 1000000]"), std::string::npos) << r.output;
 }
 
 // The tutorial trains epochs 1-30 at the rate, 31-45 at a tenth, 46-60 at a hundredth (`epoch >= 30` with Keras's
