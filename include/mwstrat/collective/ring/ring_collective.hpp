@@ -347,10 +347,12 @@ class ring_collective : public detail::front_end<ring_collective> {
     range("roots", -v[1], v[0], number);
     range("element counts", -v[3], v[2], number);
     range("element types", -v[5], v[4], type_name);
+    // As any protocol failure: the verdict goes to the neighbours before this rank leaves, so a rank still in the
+    // check reads it rather than finding this one gone; the ring stays failed.
     if (!differ.empty())
-      throw protocol_error({"ring", rank_}, "broadcast #" + std::to_string(seq + 1) +
-                                                ": the ranks were called with different arguments (" + differ +
-                                                "); every rank must pass the same root, type and size");
+      fail(p, failure{error_kind::protocol, rank_,
+                      "broadcast #" + std::to_string(seq + 1) + ": the ranks were called with different arguments (" +
+                          differ + "); every rank must pass the same root, type and size"});
   }
 
   template <class T>
