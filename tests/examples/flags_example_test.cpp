@@ -163,6 +163,20 @@ TEST(cifar10_resnet_example, a_lost_peer_exits_with_the_peer_lost_code) {
 }
 #endif
 
+// custom_loop read --steps with atol ("abc" was 0 steps, "-1" about 2^64) and ignored a trailing flag.
+const std::string custom_loop = std::string(MWSTRAT_EXAMPLE_CUSTOM_LOOP) + " --data-dir /nonexistent/mnist";
+
+TEST(custom_loop_example_flags, values_are_read_strictly_and_a_flag_needs_its_value) {
+  expect_refused(custom_loop, "--steps", "abc");
+  expect_refused(custom_loop, "--steps", "-1");
+  expect_refused(custom_loop, "--steps", "0");
+  const auto r = run_before_connecting(custom_loop + " --steps");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--steps needs a value"), npos) << r.output;
+}
+
+TEST(custom_loop_example_flags, help_prints_the_usage_and_succeeds) { expect_help(custom_loop, "custom_loop"); }
+
 #ifdef MWSTRAT_EXAMPLE_CUSTOM_TENSOR
 const std::string custom_tensor = std::string(MWSTRAT_EXAMPLE_CUSTOM_TENSOR) + " --data-dir /nonexistent/mnist";
 
