@@ -25,7 +25,8 @@ class dropout_layer final : public layer_impl<T> {
  public:
   dropout_layer(const nn::dropout& spec, const nn_shape& in, std::uint64_t stream)
       : layer_impl<T>(in, in), spec_(spec), stream_(stream) {
-    if (!(spec.rate >= 0.0 && spec.rate < 1.0)) nn_config_error("dropout: rate " + fixed_text(spec.rate, 6) + " outside [0, 1)");
+    if (!(spec.rate >= 0.0 && spec.rate < 1.0))
+      nn_config_error("dropout: rate " + fixed_text(spec.rate, 6) + " outside [0, 1)");
   }
   std::string keras_type() const override { return "Dropout"; }
   std::string base_name() const override { return "dropout"; }

@@ -65,8 +65,9 @@ class csv_logger {
         out_ << '\n';
       }
     }
-    out_ << std::to_string(epoch) << sep << number(logs.loss) << sep << number(logs.accuracy) << sep << optional(logs.val_loss) << sep
-         << optional(logs.val_accuracy) << sep << optional(logs.learning_rate);
+    // Every number as text of its own: the stream's locale would group the epoch ("1.000") or comma the decimals.
+    out_ << std::to_string(epoch) << sep << number(logs.loss) << sep << number(logs.accuracy) << sep
+         << optional(logs.val_loss) << sep << optional(logs.val_accuracy) << sep << optional(logs.learning_rate);
     for (const std::string& name : metric_columns_) out_ << sep << optional(logged_value(logs, name));
     out_ << '\n';
     out_.flush();

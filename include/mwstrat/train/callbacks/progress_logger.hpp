@@ -49,7 +49,9 @@ class progress_logger {
   template <class Ctx>
   void on_epoch_begin(Ctx& ctx, int epoch) {
     if (!enabled_) return;
-    *options_.out << prefix_ << "Epoch " << std::to_string(epoch + 1) << '/' << std::to_string(ctx.epochs) << '\n' << std::flush;
+    // Numbers as text of their own: the stream's locale would group them ("Epoch 1.001").
+    *options_.out << prefix_ << "Epoch " << std::to_string(epoch + 1) << '/' << std::to_string(ctx.epochs) << '\n'
+                  << std::flush;
     started_ = clock::now();
     last_draw_ = started_;
     first_step_ = ctx.step;
