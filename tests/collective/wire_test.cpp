@@ -1,6 +1,7 @@
 // The ring's wire formats: addresses, handshake messages, frame headers, abort notices, HMAC.
 
 #include <mwstrat/cluster/address.hpp>
+#include <mwstrat/collective/ring/detail/option_checks.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
 
@@ -19,6 +20,8 @@
 namespace {
 
 using namespace mwstrat::detail;
+using mwstrat::config_error;
+using mwstrat::ring_options;
 
 // Encodes `h` and decodes it back, as the receiving end would; the decoder's reason lands in `why` on refusal.
 std::optional<frame_header> round_trip(const frame_header& h, std::string& why) {
@@ -32,6 +35,32 @@ std::optional<mwstrat::address> parse_address(std::string_view text) {
   auto parsed = parse_address_nothrow(text);
   if (!parsed.reason.empty()) return std::nullopt;
   return parsed.value;
+}
+
+// The options are checked before anything listens (detail::check_ring_options): a good set passes, and each bad
+// field is a config_error naming that field, without a ring being made.
+TEST(ring_options_check, each_bad_field_is_named) {
+  ring_options good;
+  good.addresses = {"127.0.0.1:1", "127.0.0.1:2"};
+  good.rank = 1;
+  EXPECT_NO_THROW(check_ring_options(good));
+  const auto refused = [&](auto change, const std::string& named) {
+    ring_options o = good;
+    change(o);
+    try {
+      check_ring_options(o);
+      ADD_FAILURE() << "accepted: " << named;
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  };
+  refused([](ring_options& o) { o.addresses.clear(); }, "ring_options.addresses is empty");
+  refused([](ring_options& o) { o.rank = 2; }, "rank 2 is out of range");
+  refused([](ring_options& o) { o.spin = std::chrono::microseconds(-1); }, "ring_options.spin is negative");
+  refused([](ring_options& o) { o.op_timeout = std::chrono::milliseconds(0); }, "ring_options.op_timeout is 0 ms");
+  refused([](ring_options& o) { o.connect_timeout = std::chrono::milliseconds(-3); },
+          "ring_options.connect_timeout is -3 ms");
+  refused([](ring_options& o) { o.host_identity = std::string(); }, "ring_options.host_identity is empty");
 }
 
 TEST(ring_wire, addresses) {

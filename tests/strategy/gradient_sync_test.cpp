@@ -5,6 +5,7 @@
 #include <mwstrat/nn/model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/concepts.hpp>
+#include <mwstrat/strategy/detail/deferred_exception.hpp>
 #include <mwstrat/strategy/gradient_sync.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 #include <mwstrat/strategy/local_mirrored_strategy.hpp>
@@ -673,6 +674,32 @@ TEST(collective_gradient_sync, an_update_that_throws_fails_its_step_without_hang
     // last frames): either way it returns.
     EXPECT_LE(done.load(), 1);
   }
+}
+
+// The first exception is kept, the calls after it are skipped, and it comes out once, where the caller asks.
+TEST(deferred_exception, keeps_the_first_exception_skips_the_rest_and_rethrows_it_once) {
+  detail::deferred_exception held;
+  int ran = 0;
+  held.run([&] { ++ran; });
+  EXPECT_NO_THROW(held.rethrow_if_any());
+  held.run([&] {
+    ++ran;
+    throw std::runtime_error("first");
+  });
+  held.run([&] {
+    ++ran;
+    throw std::logic_error("second");
+  });
+  EXPECT_EQ(ran, 2) << "the call after the failure was skipped";
+  try {
+    held.rethrow_if_any();
+    ADD_FAILURE() << "nothing rethrown";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "first");
+  }
+  EXPECT_NO_THROW(held.rethrow_if_any()) << "rethrown once";
+  held.run([&] { ++ran; });
+  EXPECT_EQ(ran, 3) << "after the rethrow, calls run again";
 }
 
 // A strategy whose rejoin failed (no replacement came) holds no collective: its rank and size still answer (the
