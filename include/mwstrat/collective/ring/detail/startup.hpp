@@ -12,6 +12,7 @@
 #include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
+#include <mwstrat/collective/ring/detail/startup_shm.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
 #include <mwstrat/collective/ring/options.hpp>
@@ -36,9 +37,6 @@
 
 namespace mwstrat::detail {
 
-// Slots of a link's shared-memory region: enough to keep a few chunks in flight (as the socket buffers do for
-// TCP) while bounding its memory to ring_shm_slots x chunk_bytes.
-inline constexpr std::size_t ring_shm_slots = 8;
 
 // How often the acceptor looks up from poll() to see whether the connecting side has given up: the delay before a
 // failed start-up reports, so short; each look is one cheap syscall.
@@ -362,103 +360,22 @@ class ring_startup {
     return want_shm_ && (peer_flags & detail::flag_shm) != 0 && detail::digest_equal(peer_host, host_);
   }
 
-  // The receiving end of a same-host link: maps the region the previous rank offers, or says why not (then the
-  // link carries payloads over TCP). A reason when the connection itself failed.
+  // The shared-memory set-up of a link (startup_shm.hpp), adopted by the link when it succeeds.
   std::optional<std::string> accept_shm(int fd, steady::time_point limit) {
-    std::array<std::uint8_t, detail::shm_offer_size> raw{};
-    if (auto r = detail::read_exact(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
-      return "no shared-memory offer (" + r.describe() + ")";
-    const auto offer = detail::decode_shm_offer(raw);
-    if (!offer) return std::string("malformed shared-memory offer");
-    const auto from = "rank " + std::to_string(prev()) + " (" + address(prev()) + ")";
-    if (offer->status == 0) {
-      log("payloads from " + from + " over TCP: it could not set up shared memory");
-      return std::nullopt;
-    }
-    detail::shm_region region;
-    std::string why;
-    if (offer->slot_bytes != chunk_bytes_ || offer->slots > ring_shm_slots) {  // judged before mapping anything
-      why = "its region (" + std::to_string(offer->slots) + " x " + std::to_string(offer->slot_bytes) +
-            " bytes) does not match our chunk_bytes (" + std::to_string(chunk_bytes_) + ")";
-      detail::shm_region::discard(detail::shm_directory, offer->name);
-    } else {
-      why = region.open(detail::shm_directory, offer->name, offer->slots, offer->slot_bytes);
-    }
-    detail::shm_answer answer;
-    answer.mapped = why.empty();
-    // What this side sees at the start of the region: the sender's proof only if both map the same object.
-    if (answer.mapped) std::memcpy(answer.proof.data(), region.data(), answer.proof.size());
-    std::array<std::uint8_t, detail::shm_answer_size> raw_answer{};
-    detail::encode(answer, raw_answer);
-    if (auto r = detail::write_all(fd, raw_answer.data(), raw_answer.size(), limit); r.status != detail::io_status::ok)
-      return "shared-memory answer failed (" + r.describe() + ")";
-    if (!why.empty()) {
-      log("payloads from " + from + " over TCP: shared memory declined: " + why);
-      return std::nullopt;
-    }
-    std::array<std::uint8_t, detail::shm_verdict_size> raw_verdict{};
-    if (auto r = detail::read_exact(fd, raw_verdict.data(), raw_verdict.size(), limit); r.status != detail::io_status::ok)
-      return "no shared-memory verdict (" + r.describe() + ")";
-    const auto proven = detail::decode_shm_verdict(raw_verdict);
-    if (!proven) return std::string("malformed shared-memory verdict");
-    if (!*proven) {
-      log("payloads from " + from + " over TCP: the region mapped here is not the one it wrote (a separate /dev/shm)");
-      return std::nullopt;
-    }
-    links_.in.adopt(std::move(region));
-    return std::nullopt;
+    std::optional<detail::shm_region> mapped;
+    auto failed = detail::accept_shm_offer(fd, limit, chunk_bytes_, peer(prev()),
+                                           [this](const std::string& t) { log(t); }, mapped);
+    if (mapped) links_.in.adopt(std::move(*mapped));
+    return failed;
   }
-
-  // The sending end: creates the region (bounded: ring_shm_slots × chunk_bytes), offers it, and uses it once the next
-  // rank has mapped it. The name is gone from /dev/shm when this returns, whatever happened. A reason when the
-  // connection itself failed (the caller retries).
   std::optional<std::string> offer_shm(int fd, steady::time_point limit) {
-    const auto to = "rank " + std::to_string(next()) + " (" + address(next()) + ")";
-    detail::shm_region region;
-    const std::string why = region.create(detail::shm_directory, ring_shm_slots, chunk_bytes_);
-    detail::shm_offer offer;
-    detail::shm_proof proof{};
-    if (why.empty()) {
-      const auto nonce = detail::random_nonce();
-      std::copy_n(nonce.begin(), proof.size(), proof.begin());
-      std::memcpy(region.data(), proof.data(), proof.size());  // slot 0, overwritten by the first payload
-      std::atomic_thread_fence(std::memory_order_release);
-      offer.status = 1;
-      offer.slots = static_cast<std::uint32_t>(ring_shm_slots);
-      offer.slot_bytes = chunk_bytes_;
-      offer.name = region.name();
-    }
-    std::array<std::uint8_t, detail::shm_offer_size> raw{};
-    detail::encode(offer, raw);
-    if (auto r = detail::write_all(fd, raw.data(), raw.size(), limit); r.status != detail::io_status::ok)
-      return "shared-memory offer: " + r.describe();
-    if (!why.empty()) {
-      log("payloads to " + to + " over TCP: " + why);
-      return std::nullopt;
-    }
-    std::array<std::uint8_t, detail::shm_answer_size> raw_answer{};
-    const auto r = detail::read_exact(fd, raw_answer.data(), raw_answer.size(), limit);
-    region.unlink();  // the receiver unlinks it once it has it open; this covers every other path
-    if (r.status != detail::io_status::ok) return "shared-memory answer: " + r.describe();
-    const auto answer = detail::decode_shm_answer(raw_answer);
-    if (!answer) throw protocol_error({"ring", rank_}, to + " sent a malformed shared-memory answer");
-    if (!answer->mapped) {
-      log("payloads to " + to + " over TCP: it declined the shared memory (see its log)");
-      return std::nullopt;
-    }
-    const bool proven = answer->proof == proof;
-    std::array<std::uint8_t, detail::shm_verdict_size> raw_verdict{};
-    detail::encode_shm_verdict(proven, raw_verdict);
-    if (auto w = detail::write_all(fd, raw_verdict.data(), raw_verdict.size(), limit); w.status != detail::io_status::ok)
-      return "shared-memory verdict: " + w.describe();
-    if (!proven) {
-      log("payloads to " + to + " over TCP: it mapped another object under the region's name (a separate /dev/shm: "
-          "another container or mount namespace)");
-      return std::nullopt;
-    }
-    links_.out.adopt(std::move(region));
-    return std::nullopt;
+    std::optional<detail::shm_region> offered;
+    auto failed = detail::offer_shm_region(fd, limit, chunk_bytes_, peer(next()), rank_,
+                                           [this](const std::string& t) { log(t); }, offered);
+    if (offered) links_.out.adopt(std::move(*offered));
+    return failed;
   }
+  std::string peer(int r) const { return "rank " + std::to_string(r) + " (" + address(r) + ")"; }
 
   // The data connection to the next rank, then its others when it is on another host (streams_per_peer), then
   // (unless this ring has none) its liveness connection.
