@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -112,6 +113,80 @@ static_assert(!host_arena_collective<arena_without_parameters>, "the region has 
 static_assert(!host_arena_collective<without_arena>);
 static_assert(host_arena_collective<ring_collective>, "the ring offers one (collective/ring/host_arena.hpp)");
 static_assert(!host_arena_collective<local_collective>, "threads share memory already");
+
+// collective_handle: movable, and wait() callable on an lvalue.
+struct handle_not_movable {
+  handle_not_movable() = default;
+  handle_not_movable(handle_not_movable&&) = delete;
+  void wait() {}
+};
+struct handle_with_const_only_wait_is_fine {
+  void wait() const {}
+};
+struct handle_with_rvalue_only_wait {
+  void wait() && {}
+};
+static_assert(collective_handle<good_handle>);
+static_assert(collective_handle<handle_with_const_only_wait_is_fine>);
+static_assert(!collective_handle<handle_without_wait>, "handle: wait()");
+static_assert(!collective_handle<handle_not_movable>, "handle: movable");
+static_assert(!collective_handle<handle_with_rvalue_only_wait>, "handle: wait() on the handle the caller keeps");
+
+// collective_for<C, T>: requirements 2-6 for one element type, each removed in turn.
+template <class T, bool AllReduce = true, bool AllReduceOptions = true, bool Broadcast = true,
+          bool BroadcastOptions = true, bool AllGather = true, bool AllGatherOptions = true, bool Async = true,
+          bool AsyncOptions = true, class Handle = good_handle>
+struct one_type_backend {
+  void all_reduce(std::span<T>, reduce_op)
+    requires AllReduce
+  {}
+  void all_reduce(std::span<T>, reduce_op, op_options)
+    requires AllReduceOptions
+  {}
+  void broadcast(std::span<T>, int)
+    requires Broadcast
+  {}
+  void broadcast(std::span<T>, int, op_options)
+    requires BroadcastOptions
+  {}
+  void all_gather(std::span<const T>, std::span<T>)
+    requires AllGather
+  {}
+  void all_gather(std::span<const T>, std::span<T>, op_options)
+    requires AllGatherOptions
+  {}
+  Handle all_reduce_async(std::span<T>, reduce_op)
+    requires Async
+  {
+    return {};
+  }
+  Handle all_reduce_async(std::span<T>, reduce_op, op_options)
+    requires AsyncOptions
+  {
+    return {};
+  }
+};
+template <bool... On>
+using float_backend = one_type_backend<float, On...>;
+static_assert(collective_for<float_backend<>, float>);
+static_assert(!collective_for<float_backend<>, double>, "only the element type it was written for");
+static_assert(!collective_for<float_backend<false>, float>, "2: all_reduce");
+static_assert(!collective_for<float_backend<true, false>, float>, "2: all_reduce with op_options");
+static_assert(!collective_for<float_backend<true, true, false>, float>, "3: broadcast");
+static_assert(!collective_for<float_backend<true, true, true, false>, float>, "3: broadcast with op_options");
+static_assert(!collective_for<float_backend<true, true, true, true, false>, float>, "4: all_gather");
+static_assert(!collective_for<float_backend<true, true, true, true, true, false>, float>,
+              "4: all_gather with op_options");
+static_assert(!collective_for<float_backend<true, true, true, true, true, true, false>, float>,
+              "6: all_reduce_async");
+static_assert(!collective_for<float_backend<true, true, true, true, true, true, true, false>, float>,
+              "6: all_reduce_async with op_options");
+static_assert(!collective_for<one_type_backend<float, true, true, true, true, true, true, true, true,
+                                               handle_without_wait>,
+                              float>,
+              "6: all_reduce_async returns a handle");
+static_assert(collective_for<local_collective, std::int32_t> && collective_for<ring_collective, double>);
+
 
 TEST(collective_concept, backends_and_near_misses_are_checked_at_compile_time) { SUCCEED(); }
 

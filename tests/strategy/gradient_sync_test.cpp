@@ -169,7 +169,7 @@ static_assert(!gradient_synchronizer<sync_no_step>);
 static_assert(!gradient_synchronizer<sync_drops_the_result>);
 
 // ---------------------------------------------------------------------------------------- gradient_sync_strategy
-struct arena_model {
+struct arena_only_model {
   std::vector<float> p, g;
   std::span<float> parameters() { return p; }
   std::span<float> gradients() { return g; }
@@ -210,25 +210,25 @@ struct offers_nothing {
   void barrier() {}
 };
 #undef MWSTRAT_TEST_STRATEGY_MEMBERS
-static_assert(gradient_sync_strategy<offers_complete, arena_model, plain_optimizer>);
-static_assert(!gradient_sync_strategy<offers_but_no_strategy, arena_model, plain_optimizer>);
-static_assert(!gradient_sync_strategy<offers_no_synchronizer, arena_model, plain_optimizer>);
-static_assert(!gradient_sync_strategy<offers_nothing, arena_model, plain_optimizer>);
-static_assert(gradient_sync_strategy<mirrored_strategy<local_collective&>, arena_model, nn::sgd>);
+static_assert(gradient_sync_strategy<offers_complete, arena_only_model, plain_optimizer>);
+static_assert(!gradient_sync_strategy<offers_but_no_strategy, arena_only_model, plain_optimizer>);
+static_assert(!gradient_sync_strategy<offers_no_synchronizer, arena_only_model, plain_optimizer>);
+static_assert(!gradient_sync_strategy<offers_nothing, arena_only_model, plain_optimizer>);
+static_assert(gradient_sync_strategy<mirrored_strategy<local_collective&>, arena_only_model, nn::sgd>);
 
 // make_gradient_sync: the strategy's own synchroniser where it offers one, else the replicated one.
 static_assert(std::is_same_v<decltype(make_gradient_sync(std::declval<offers_complete&>(),
-                                                         std::declval<arena_model&>(),
+                                                         std::declval<arena_only_model&>(),
                                                          std::declval<plain_optimizer&>())),
                              sync_complete>);
 static_assert(std::is_same_v<decltype(make_gradient_sync(std::declval<offers_nothing&>(),
-                                                         std::declval<arena_model&>(),
+                                                         std::declval<arena_only_model&>(),
                                                          std::declval<plain_optimizer&>())),
-                             replicated_gradient_sync<offers_nothing, arena_model, plain_optimizer>>);
+                             replicated_gradient_sync<offers_nothing, arena_only_model, plain_optimizer>>);
 static_assert(std::is_same_v<decltype(make_gradient_sync(std::declval<mirrored_strategy<local_collective&>&>(),
-                                                         std::declval<arena_model&>(),
+                                                         std::declval<arena_only_model&>(),
                                                          std::declval<nn::sgd&>())),
-                             collective_gradient_sync<local_collective, arena_model, nn::sgd>>);
+                             collective_gradient_sync<local_collective, arena_only_model, nn::sgd>>);
 
 // ------------------------------------------------------------------------------------------------------ options
 std::string refusal(const gradient_sync_options& o) {
@@ -278,7 +278,7 @@ std::vector<decision> decide(int n, gradient_sync_options options, Optimizer opt
   std::vector<decision> out(static_cast<std::size_t>(n));
   spawn_ranks(n, [&](local_collective& c) {
     mirrored_strategy<local_collective&> strategy(c, options);
-    arena_model model{std::vector<float>(300, 1.0f), std::vector<float>(300)};
+    arena_only_model model{std::vector<float>(300, 1.0f), std::vector<float>(300)};
     Optimizer opt = optimizer;
     auto sync = strategy.make_gradient_sync(model, opt);
     for (int s = 0; s < 2; ++s) {
@@ -348,7 +348,7 @@ TEST(collective_gradient_sync, overlap_follows_the_policy_and_an_explicit_placem
 
 TEST(replicated_gradient_sync, means_then_updates_through_the_strategy_concept_alone) {
   offers_nothing solo;
-  arena_model model{std::vector<float>(4, 1.0f), std::vector<float>(4)};
+  arena_only_model model{std::vector<float>(4, 1.0f), std::vector<float>(4)};
   plain_optimizer opt;
   auto sync = make_gradient_sync(solo, model, opt);
   EXPECT_EQ(sync.placement(), update_placement::replicated);
@@ -363,7 +363,7 @@ TEST(replicated_gradient_sync, means_then_updates_through_the_strategy_concept_a
 // ----------------------------------------------------------------------------------- regularisation after the mean
 // A model that leaves its L2 gradient (2λ·w) to the synchroniser, as the graph model does: backward adds it only
 // while not deferred. Every update path must add it exactly once per parameter per step, after the mean.
-struct l2_model : arena_model {
+struct l2_model : arena_only_model {
   static constexpr float two_lambda = 0.5f;  // large, so a lost or doubled term cannot hide in rounding
   int deferrals = 0;
   int additions = 0;  // parameters the synchroniser added the term to
@@ -519,7 +519,7 @@ TEST(collective_gradient_sync, the_streamed_update_over_the_ring_adds_the_regula
 }
 
 // A model that says how many threads it computes on and runs tasks "in" them (counted).
-struct threaded_model : arena_model {
+struct threaded_model : arena_only_model {
   int compute_threads = 1;
   int executed = 0;
   int threads() const { return compute_threads; }
@@ -631,7 +631,7 @@ struct throwing_optimizer {
 TEST(collective_gradient_sync, an_update_that_throws_fails_its_step_without_hanging_the_other_replicas) {
   constexpr std::size_t n = 1 << 16;
   const auto run_step = [&](auto& strategy, int rank) {
-    arena_model model;
+    arena_only_model model;
     model.p = std::vector<float>(n, 1.0f);
     model.g = std::vector<float>(n, 1.0f);
     throwing_optimizer opt{rank};

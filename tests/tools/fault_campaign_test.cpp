@@ -2,6 +2,7 @@
 // (a pure function of the seed), and a short campaign against a job that resumes from a "backup" file, and
 // against one that cannot recover. The campaign on real MNIST training is fault_campaign_release_test.cpp.
 #include <support/process.hpp>
+#include <tools/launcher_path.hpp>
 #include <support/temp_dir.hpp>
 
 #include <gtest/gtest.h>
@@ -14,7 +15,7 @@ namespace {
 using mwstrat::test::run;
 
 const std::string tool = MWSTRAT_FAULT_CAMPAIGN;
-const std::string launcher = MWSTRAT_LAUNCH;
+using mwstrat::test::launcher;
 
 TEST(fault_campaign, argument_errors_name_the_option) {
   const std::pair<std::string, std::string> cases[] = {

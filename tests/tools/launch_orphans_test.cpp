@@ -2,6 +2,7 @@
 // is ended with it, and a launcher that is hung up on or killed outright takes its workers with it. Each worker
 // writes the pids to watch into files; every wait is bounded.
 #include <support/process.hpp>
+#include <tools/launcher_path.hpp>
 #include <support/temp_dir.hpp>
 
 #include <gtest/gtest.h>
@@ -27,7 +28,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const std::string launcher = MWSTRAT_LAUNCH;
+using mwstrat::test::launcher;
 
 // A worker script; `$i` is its index, from TF_CONFIG.
 std::string write_worker(const mwstrat::test::temp_dir& dir, const std::string& body) {

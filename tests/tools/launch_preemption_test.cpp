@@ -1,6 +1,7 @@
 // mwstrat-launch and preemption, run for real with shell workers: exit code 75 (mwstrat::preempted_exit_code) is a
 // preemption, restarted without counting against --max-restarts; SIGTERM to the launcher reaches every worker.
 #include <support/process.hpp>
+#include <tools/launcher_path.hpp>
 #include <support/temp_dir.hpp>
 
 #include <gtest/gtest.h>
@@ -11,7 +12,7 @@ namespace {
 
 using mwstrat::test::run;
 
-const std::string launcher = MWSTRAT_LAUNCH;
+using mwstrat::test::launcher;
 
 TEST(launch_preemption, a_preempted_group_is_restarted_without_counting_against_max_restarts) {
   // Attempt 0: worker 1 is "preempted" at once, worker 0 a moment later (they stop at the same step); attempt 1
