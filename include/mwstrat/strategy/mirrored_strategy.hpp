@@ -141,7 +141,7 @@ class mirrored_strategy {
   /// Returns once every replica has reached it.
   void barrier() { collective().barrier(); }
 
-  /// In-memory recovery (train/detail/in_memory_recovery.hpp), for a collective that can be rebuilt in place of
+  /// In-memory recovery (train/in_memory_recovery.hpp), for a collective that can be rebuilt in place of
   /// one that lost a peer (`next_generation`, held by `std::unique_ptr`): which ring of the job this is (0 first).
   [[nodiscard]] std::uint64_t collective_generation() const
     requires requires(const collective_type& c) { { c.generation() } -> std::convertible_to<std::uint64_t>; }
