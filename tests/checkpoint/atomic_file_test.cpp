@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace atomic_file_test {
 
 using namespace mwstrat;
 using mwstrat::test::expect_checkpoint_error;
@@ -158,4 +158,4 @@ TEST(atomic_file, stale_temporaries_are_recognised_by_prefix_only) {
   EXPECT_TRUE(is_temporary_for(".run.tmp-a.bin.tmp-12-3", "run.tmp-a.bin"));
 }
 
-}  // namespace
+}  // namespace atomic_file_test

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace background_writer_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -102,4 +102,4 @@ TEST(background_writer, the_destructor_waits_for_the_job_in_flight) {
   }
 }
 
-}  // namespace
+}  // namespace background_writer_test

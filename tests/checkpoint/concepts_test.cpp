@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-namespace {
+namespace concepts_test {
 
 using mwstrat::checkpointer;
 using mwstrat::restored_checkpoint;
@@ -80,4 +80,4 @@ TEST(checkpointer, concept_accepts_structural_types_and_rejects_near_misses) {
   EXPECT_EQ(file_path(k.save({}, 1)), file_path("bucket/1"));
 }
 
-}  // namespace
+}  // namespace concepts_test

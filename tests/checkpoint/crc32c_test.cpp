@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-namespace {
+namespace crc32c_test {
 
 using mwstrat::crc32c;
 using mwstrat::crc32c_extend;
@@ -92,4 +92,4 @@ TEST(crc32c, detects_every_single_bit_flip) {
   }
 }
 
-}  // namespace
+}  // namespace crc32c_test

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace manager_test {
 
 using namespace mwstrat;
 using mwstrat::test::expect_checkpoint_error;
@@ -331,4 +331,4 @@ TEST(checkpoint_manager, an_unwritable_folder_is_a_checkpoint_error) {
   EXPECT_NE(std::string(e.what()).find("sub"), std::string::npos) << e.what();
 }
 
-}  // namespace
+}  // namespace manager_test

@@ -46,7 +46,7 @@ inline constexpr std::optional<mwstrat::dtype> mwstrat::dtype_of<user::wide> = m
 template <>
 inline constexpr std::optional<mwstrat::dtype> mwstrat::dtype_of<user::bf16> = mwstrat::dtype::bf16;
 
-namespace {
+namespace named_tensors_test {
 
 using namespace mwstrat;
 
@@ -231,4 +231,4 @@ TEST(named_tensors, a_tensor_whose_shape_does_not_match_its_values_is_refused_on
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "bad.safetensors"));
 }
 
-}  // namespace
+}  // namespace named_tensors_test

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace posix_file_test {
 
 namespace d = mwstrat::detail;
 using mwstrat::checkpoint_error;
@@ -149,4 +149,4 @@ TEST(safetensors_header, hex32_round_trips_and_parse_is_strict) {
   EXPECT_FALSE(d::parse_hex32(""));
 }
 
-}  // namespace
+}  // namespace posix_file_test

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace python_interop_test {
 
 using namespace mwstrat;
 using mwstrat::test::temp_dir;
@@ -150,4 +150,4 @@ TEST(python_interop, numpy_and_safetensors_read_our_files) {
   std::printf("python: %s", output.c_str());
 }
 
-}  // namespace
+}  // namespace python_interop_test

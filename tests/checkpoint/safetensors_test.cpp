@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace safetensors_test {
 
 using namespace mwstrat;
 using mwstrat::test::expect_checkpoint_error;
@@ -327,9 +327,9 @@ TEST(safetensors, garbage_files_are_refused) {
   EXPECT_EQ(d.path(), dir.path().string());
 }
 
-}  // namespace
+}  // namespace safetensors_test
 
-namespace {
+namespace safetensors_test {
 
 // Written by Python: safetensors.numpy.save_file({"x": np.arange(3, dtype=np.float32),
 // "y": np.ones((2, 2), dtype=np.float64)}, path, metadata={"m": "1"}).
@@ -350,4 +350,4 @@ TEST(safetensors, reads_a_file_written_by_python_safetensors) {
   EXPECT_EQ(std::vector<double>(values->begin(), values->end()), (std::vector<double>(4, 1.0)));
 }
 
-}  // namespace
+}  // namespace safetensors_test

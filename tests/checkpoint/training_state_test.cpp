@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace training_state_test {
 
 using namespace mwstrat;
 using mwstrat::test::expect_checkpoint_error;
@@ -211,4 +211,4 @@ TEST(training_state, truncated_and_bit_flipped_files_are_refused) {
   }
 }
 
-}  // namespace
+}  // namespace training_state_test

@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace {
+namespace address_test {
 
 using mwstrat::parse_address;
 
@@ -81,4 +81,4 @@ TEST(address, invalid_forms_say_why) {
   EXPECT_NO_THROW((void)parse_address(long_label.substr(1) + ":1"));
 }
 
-}  // namespace
+}  // namespace address_test

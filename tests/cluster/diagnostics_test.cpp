@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace {
+namespace diagnostics_test {
 
 namespace d = mwstrat::detail;
 
@@ -69,4 +69,4 @@ TEST(cluster_address_set, duplicates_and_malformed_addresses_name_where_they_are
   EXPECT_NE(what.find("\"no-port-here\""), std::string::npos) << what;
 }
 
-}  // namespace
+}  // namespace diagnostics_test

@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace {
+namespace free_ports_test {
 
 // Listens on 127.0.0.1:port as a worker does (SO_REUSEADDR); true when it could.
 bool can_listen(int port) {
@@ -73,4 +73,4 @@ TEST(free_listen_ports, an_address_of_no_local_interface_is_an_error_naming_it) 
   EXPECT_NE(what.find("free ports on 192.0.2.1"), std::string::npos) << what;
 }
 
-}  // namespace
+}  // namespace free_ports_test

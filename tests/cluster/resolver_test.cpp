@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace {
+namespace resolver_test {
 
 using mwstrat::cluster_config;
 using mwstrat::cluster_resolver;
@@ -124,4 +124,4 @@ TEST(cluster_spec, from_jobs_validates) {
   EXPECT_FALSE(spec.address_of({"worker", -1}).has_value());
 }
 
-}  // namespace
+}  // namespace resolver_test

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace slurm_test {
 
 using mwstrat::expand_hostlist;
 using strings = std::vector<std::string>;
@@ -155,4 +155,4 @@ TEST(slurm_resolver, missing_variables_and_ports) {
   EXPECT_EQ(message(two, {.base_port = 65534}), "no error");
 }
 
-}  // namespace
+}  // namespace slurm_test

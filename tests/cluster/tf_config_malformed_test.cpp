@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace tf_config_malformed_test {
 
 struct malformed_case {
   const char* name;
@@ -195,4 +195,4 @@ TEST(tf_config_malformed_table, control_characters_are_escaped) {
   }
 }
 
-}  // namespace
+}  // namespace tf_config_malformed_test

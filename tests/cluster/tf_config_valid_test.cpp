@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace tf_config_valid_test {
 
 using mwstrat::cluster_config;
 using mwstrat::parse_tf_config;
@@ -220,4 +220,4 @@ TEST(cluster_config, constructed_by_hand_checks_the_task) {
   EXPECT_TRUE(local.is_chief());
 }
 
-}  // namespace
+}  // namespace tf_config_valid_test

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <string>
 
-namespace {
+namespace write_filepath_test {
 
 namespace fs = std::filesystem;
 using mwstrat::cluster_config;
@@ -99,4 +99,4 @@ TEST_F(temp_dir, failure_to_remove_is_an_io_error_with_the_rank) {
   }
 }
 
-}  // namespace
+}  // namespace write_filepath_test

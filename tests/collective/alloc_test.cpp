@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace alloc_test {
 std::atomic<bool> counting{false};
 std::atomic<long> allocations{0};
-}  // namespace
+}  // namespace alloc_test
 
 // The replacements are malloc/free pairs by design; GCC, inlining them into new-expressions, takes the free for a
 // mismatch (-Wmismatched-new-delete in optimised and sanitizer builds).
@@ -28,7 +28,9 @@ std::atomic<long> allocations{0};
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 void* operator new(std::size_t size) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (alloc_test::counting.load(std::memory_order_relaxed)) {
+    alloc_test::allocations.fetch_add(1, std::memory_order_relaxed);
+  }
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
@@ -38,7 +40,7 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 #pragma GCC diagnostic pop
 #endif
 
-namespace {
+namespace alloc_test {
 
 using namespace mwstrat;
 
@@ -140,4 +142,4 @@ TEST(async_all_reduce, allocates_nothing_per_operation_on_a_hierarchical_ring) {
   }
 }
 
-}  // namespace
+}  // namespace alloc_test

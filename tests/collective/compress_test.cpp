@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace compress_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -188,4 +188,4 @@ TEST(wire_compression, all_reduce_streamed_reports_the_bits_of_the_narrowed_all_
   }
 }
 
-}  // namespace
+}  // namespace compress_test

@@ -10,7 +10,7 @@
 #include <span>
 #include <string>
 
-namespace {
+namespace concepts_test {
 
 using namespace mwstrat;
 
@@ -197,4 +197,4 @@ TEST(collective_concept, reduce_op_names_are_stable) {
   EXPECT_EQ(to_string(reduce_op::max), "max");
 }
 
-}  // namespace
+}  // namespace concepts_test

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace data_path_test {
 
 using namespace mwstrat::detail;
 using mwstrat::reduce_op;
@@ -158,4 +158,4 @@ TEST(ring_data_path, a_neighbour_gone_during_an_operation_is_named_at_once_not_a
   }
 }
 
-}  // namespace
+}  // namespace data_path_test

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace hierarchy_default_test {
 
 using namespace std::chrono_literals;
 namespace test = mwstrat::test;
@@ -93,4 +93,4 @@ TEST(hierarchical_default, small_all_reduces_take_the_flat_ring) {
   expect_near_exact(by_default[0], "default topology, 4000 bytes");
 }
 
-}  // namespace
+}  // namespace hierarchy_default_test

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace hierarchy_test {
 
 using namespace std::chrono_literals;
 namespace test = mwstrat::test;
@@ -138,4 +138,4 @@ TEST(hierarchical_all_reduce, the_typed_sweep_passes_on_two_hosts_of_two_ranks) 
       << ring.report();
 }
 
-}  // namespace
+}  // namespace hierarchy_test

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace host_arena_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -196,4 +196,4 @@ TEST(host_arena, sigkill_of_one_process_mid_training_gives_every_other_rank_peer
   EXPECT_EQ(test::shm_leftovers(ring.pids()), std::vector<std::string>{});
 }
 
-}  // namespace
+}  // namespace host_arena_test

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace host_identity_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -120,4 +120,4 @@ TEST(host_identity, topology_and_compression_come_from_the_environment_when_unse
   EXPECT_THROW((void)with_environment_defaults({}, environment{{"MWSTRAT_RING_TOPOLOGY", "tree"}}), config_error);
 }
 
-}  // namespace
+}  // namespace host_identity_test

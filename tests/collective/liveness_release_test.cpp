@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace {
+namespace liveness_release_test {
 
 // A rank SIGSTOPped for 2 s then SIGCONTed for 2 s, over about 30 s of training: never declared lost (5 s liveness
 // timeout), and every rank finishes with the right results.
@@ -12,4 +12,4 @@ TEST(ring_liveness_release, a_rank_stopped_and_continued_every_two_seconds_for_t
   EXPECT_GE(mwstrat::test::stopped_and_continued_finishes(150), 7);
 }
 
-}  // namespace
+}  // namespace liveness_release_test

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace local_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -288,4 +288,4 @@ TEST(local_collective, the_longest_timeout_waits_rather_than_expiring_at_once) {
   }
 }
 
-}  // namespace
+}  // namespace local_test

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace collective_main {
 
 using namespace mwstrat;
 
@@ -177,11 +177,11 @@ int run_worker(int argc, char** argv) {
   return 3;
 }
 
-}  // namespace
+}  // namespace collective_main
 
 int main(int argc, char** argv) {
   mwstrat::test::self_exe() = "/proc/self/exe";
-  if (argc > 1 && std::string(argv[1]) == "--ring-worker") return run_worker(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "--ring-worker") return collective_main::run_worker(argc, argv);
   // Resolve our own path once: /proc/self/exe of a forked child is still this binary, but be explicit.
   char path[4096];
   const auto len = ::readlink("/proc/self/exe", path, sizeof path - 1);

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace op_queue_test {
 
 using mwstrat::op_handle;
 using mwstrat::detail::op_queue;
@@ -93,4 +93,4 @@ TEST(op_queue, an_empty_handle_is_ready_and_waits_for_nothing) {
   EXPECT_NO_THROW(none.wait());
 }
 
-}  // namespace
+}  // namespace op_queue_test

@@ -20,7 +20,7 @@
 #include <mutex>
 #include <thread>
 
-namespace {
+namespace ring_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -757,4 +757,4 @@ TEST(ring_collective, the_option_chooses_the_transport) {
   EXPECT_EQ(ring_uses_shm(ring_transport::tcp), (std::vector<int>{0, 0}));
 }
 
-}  // namespace
+}  // namespace ring_test

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace schedule_test {
 
 using namespace mwstrat::detail;
 
@@ -204,4 +204,4 @@ TEST(ring_schedule, chunks_are_at_most_chunk_bytes_and_at_least_one) {
   EXPECT_EQ(s.items, 2u * 2u * 3u);
 }
 
-}  // namespace
+}  // namespace schedule_test

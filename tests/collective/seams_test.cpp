@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace seams_test {
 
 using namespace mwstrat::detail;
 
@@ -194,20 +194,21 @@ struct sample {
   std::string name;
 };
 
-}  // namespace
+}  // namespace seams_test
 
 template <>
-struct mwstrat::detail::enum_range<colour> {
-  static constexpr colour first = colour::red, last = colour::blue;
+struct mwstrat::detail::enum_range<seams_test::colour> {
+  static constexpr seams_test::colour first = seams_test::colour::red, last = seams_test::colour::blue;
   static constexpr const char* unknown = "unknown colour";
 };
 template <>
-struct mwstrat::detail::wire_fields<sample> {
+struct mwstrat::detail::wire_fields<seams_test::sample> {
+  using sample = seams_test::sample;
   using type = field_list<field<&sample::count>, field<&sample::hue>, pad<3>, signed_field<&sample::offset>,
                           field<&sample::tag>, fixed_string<&sample::name, 8>>;
 };
 
-namespace {
+namespace seams_test {
 
 static_assert(fields_size<sample> == 4 + 1 + 3 + 8 + 4 + 8, "the size comes from the list");
 
@@ -261,4 +262,4 @@ TEST(wire_fields, an_enum_outside_its_range_and_dirty_padding_are_refused) {
   EXPECT_NE(why, nullptr);
 }
 
-}  // namespace
+}  // namespace seams_test

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace socket_io_test {
 
 namespace d = mwstrat::detail;
 using namespace std::chrono_literals;
@@ -130,4 +130,4 @@ TEST(socket_io, unique_socket_closes_once_and_moves) {
   EXPECT_FALSE(t);
 }
 
-}  // namespace
+}  // namespace socket_io_test

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace startup_test {
 
 using namespace mwstrat::detail;
 using namespace std::chrono_literals;
@@ -122,4 +122,4 @@ TEST(ring_startup, different_model_fingerprints_fail_on_both_ends_naming_the_rea
   EXPECT_LT(std::chrono::steady_clock::now() - started_at, 5s);  // a refusal, not the start-up deadline
 }
 
-}  // namespace
+}  // namespace startup_test

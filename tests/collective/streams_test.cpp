@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace streams_test {
 
 using namespace std::chrono_literals;
 namespace test = mwstrat::test;
@@ -148,4 +148,4 @@ TEST(ring_streams, out_of_range_values_are_refused) {
         << bad;
 }
 
-}  // namespace
+}  // namespace streams_test

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-namespace {
+namespace typed_suite_test {
 
 using namespace mwstrat;
 
@@ -48,4 +48,4 @@ TYPED_TEST(collective_suite, world_3) { TypeParam::run(3, false); }
 TYPED_TEST(collective_suite, world_4_with_8m_floats) { TypeParam::run(4, true); }
 TYPED_TEST(collective_suite, world_7) { TypeParam::run(7, false); }
 
-}  // namespace
+}  // namespace typed_suite_test

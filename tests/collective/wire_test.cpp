@@ -17,7 +17,7 @@
 
 #include <gtest/gtest.h>
 
-namespace {
+namespace wire_test {
 
 using namespace mwstrat::detail;
 using mwstrat::config_error;
@@ -361,4 +361,4 @@ TEST(ring_shm_region, sender_and_receiver_share_slots_and_the_name_is_unlinked) 
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace wire_test

@@ -4,7 +4,7 @@
 
 #include <type_traits>
 
-namespace {
+namespace error_test {
 
 using namespace mwstrat;
 
@@ -63,4 +63,4 @@ TEST(error, catchable_as_base) {
   FAIL() << "data_error was not caught as mwstrat::error";
 }
 
-}  // namespace
+}  // namespace error_test

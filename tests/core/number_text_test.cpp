@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace number_text_test {
 
 using mwstrat::detail::exact_text;
 using mwstrat::detail::fixed_text;
@@ -79,4 +79,4 @@ TEST(number_text, refuses_what_is_not_a_whole_number) {
   }
 }
 
-}  // namespace
+}  // namespace number_text_test

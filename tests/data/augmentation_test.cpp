@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace augmentation_test {
 
 namespace data = mwstrat::data;
 
@@ -295,4 +295,4 @@ TEST(ImageAugmentation, EvaluationTransformThroughForEvaluation) {
   }
 }
 
-}  // namespace
+}  // namespace augmentation_test

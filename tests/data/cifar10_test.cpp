@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace cifar10_test {
 
 using namespace mwstrat_data_test;
 namespace data = mwstrat::data;
@@ -213,4 +213,4 @@ TEST(Cifar10, RealDataSet) {
   EXPECT_EQ(shard.mode(), data::shard_mode::file);
 }
 
-}  // namespace
+}  // namespace cifar10_test

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string_view>
 
-namespace {
+namespace concepts_test {
 
 namespace data = mwstrat::data;
 
@@ -67,4 +67,4 @@ TEST(Concepts, NearMissesAreCompileTimeChecks) {
   EXPECT_EQ(complete{}.name(), "complete");  // the checks above are the test; this keeps the file a test case
 }
 
-}  // namespace
+}  // namespace concepts_test

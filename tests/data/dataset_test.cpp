@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace dataset_test {
 
 namespace data = mwstrat::data;
 
@@ -233,4 +233,4 @@ TEST(Dataset, PrefetchedEpochsReshuffleDeterministically) {
   EXPECT_EQ(collect(pipeline()), collect(pipeline()));
 }
 
-}  // namespace
+}  // namespace dataset_test

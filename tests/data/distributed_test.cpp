@@ -31,12 +31,12 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
-namespace {
+namespace distributed_test {
 std::atomic<std::size_t> allocations{0};
-}  // namespace
+}  // namespace distributed_test
 #ifndef MWSTRAT_DATA_TEST_TSAN
 void* operator new(std::size_t size) {
-  ++allocations;
+  ++distributed_test::allocations;
   if (void* p = std::malloc(size == 0 ? 1 : size)) {
     return p;
   }
@@ -46,7 +46,7 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 #endif
 
-namespace {
+namespace distributed_test {
 
 namespace data = mwstrat::data;
 using index_list = std::vector<std::size_t>;
@@ -509,4 +509,4 @@ TEST(Distributed, AugmentedSteadyStateAllocatesNothing) {
   EXPECT_EQ(allocations.load(), before);
 }
 
-}  // namespace
+}  // namespace distributed_test

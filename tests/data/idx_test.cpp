@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace idx_test {
 
 using namespace mwstrat_data_test;
 namespace data = mwstrat::data;
@@ -327,4 +327,4 @@ TEST(LoadMnist, FindsRawOrGzAndChecksImageSize) {
                     (dir / "t10k-images-idx3-ubyte").string(), "Fashion-MNIST images are 28x28, the file holds 27x28");
 }
 
-}  // namespace
+}  // namespace idx_test

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <vector>
 
-namespace {
+namespace mnist_test {
 
 namespace data = mwstrat::data;
 
@@ -92,4 +92,4 @@ TEST(FashionMnist, RealTrainAndTestFromGzip) {
   expect_pixel_range(test);
 }
 
-}  // namespace
+}  // namespace mnist_test

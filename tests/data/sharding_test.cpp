@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace sharding_test {
 
 namespace data = mwstrat::data;
 
@@ -100,4 +100,4 @@ TEST(Sharding, AnyShardPolicyHoldsAnyPolicy) {
   EXPECT_EQ(copy.name(), "last_file_only");
 }
 
-}  // namespace
+}  // namespace sharding_test

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace cifar10_resnet_release_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -251,4 +251,4 @@ TEST(cifar10_resnet_example_release, two_workers_train_resnet20_well_above_chanc
   EXPECT_GT(accuracy, MWSTRAT_RESNET20_100_STEPS_MIN_ACCURACY) << r.output;
 }
 
-}  // namespace
+}  // namespace cifar10_resnet_release_test

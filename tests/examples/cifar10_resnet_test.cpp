@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-namespace {
+namespace cifar10_resnet_test {
 
 using namespace mwstrat::test;
 const std::string resnet_example = MWSTRAT_EXAMPLE_CIFAR10_RESNET;
@@ -73,4 +73,4 @@ TEST(cifar10_resnet_example, a_missing_data_set_is_an_error_naming_the_file) {
   EXPECT_NE(r.output.find("data_batch_1.bin"), std::string::npos) << r.output;
 }
 
-}  // namespace
+}  // namespace cifar10_resnet_test

@@ -9,7 +9,7 @@
 
 #include <string>
 
-namespace {
+namespace fault_campaign_release_test {
 
 using namespace mwstrat::test;
 
@@ -66,4 +66,4 @@ TEST(fault_campaign_release, six_faults_over_300_mnist_steps_are_survived_and_th
   }
 }
 
-}  // namespace
+}  // namespace fault_campaign_release_test

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace flags_example_test {
 
 using namespace mwstrat::test;
 constexpr auto npos = std::string::npos;
@@ -216,4 +216,4 @@ TEST(custom_tensor_example, sigterm_exits_with_the_preemption_code) {
 }
 #endif
 
-}  // namespace
+}  // namespace flags_example_test

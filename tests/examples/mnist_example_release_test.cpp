@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace mnist_example_release_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -115,4 +115,4 @@ TEST(mnist_example_release, the_launcher_restarts_a_failed_job_which_resumes_by_
   EXPECT_EQ(read_file(dir.path() / "model" / "model.safetensors"), read_file(reference));
 }
 
-}  // namespace
+}  // namespace mnist_example_release_test

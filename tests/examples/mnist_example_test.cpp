@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace mnist_example_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -56,4 +56,4 @@ TEST(mnist_example, bad_flags_are_named) {
       << f.output;
 }
 
-}  // namespace
+}  // namespace mnist_example_test

@@ -7,7 +7,7 @@
 
 #include <string>
 
-namespace {
+namespace other_examples_test {
 
 using namespace mwstrat::test;
 
@@ -37,4 +37,4 @@ TEST(custom_tensor_example, an_eigen_model_trains_on_local_replicas_and_checkpoi
 }
 #endif
 
-}  // namespace
+}  // namespace other_examples_test

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-namespace {
+namespace preemption_example_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -191,4 +191,4 @@ TEST(preemption_example, tensorboard_flag_writes_event_files_of_the_chief_that_t
       << r.output << read.output;
 }
 
-}  // namespace
+}  // namespace preemption_example_test

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace python_model_release_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -64,4 +64,4 @@ TEST(python_model_release, numpy_reproduces_the_printed_accuracy_and_python_weig
   }
 }
 
-}  // namespace
+}  // namespace python_model_release_test

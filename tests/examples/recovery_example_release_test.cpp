@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace recovery_example_release_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -65,4 +65,4 @@ TEST(recovery_example_release, two_workers_killed_from_outside_mid_step_are_repl
       << "the recovered model is byte-identical to the uninterrupted one";
 }
 
-}  // namespace
+}  // namespace recovery_example_release_test

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace recovery_example_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -127,4 +127,4 @@ TEST(recovery_example, without_a_replacement_the_survivors_exit_69_within_the_bo
   EXPECT_EQ(count(r.output, "no replacement joined within 3000 ms"), 2u) << r.output;
 }
 
-}  // namespace
+}  // namespace recovery_example_test

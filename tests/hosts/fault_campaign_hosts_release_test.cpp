@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace fault_campaign_hosts_release_test {
 
 using namespace mwstrat::test;
 
@@ -45,4 +45,4 @@ TEST(fault_campaign_hosts_release, cut_links_kills_hangs_and_preemptions_are_sur
   EXPECT_NE(r.output.find("final model byte-identical to the fault-free run: yes"), std::string::npos) << r.output;
 }
 
-}  // namespace
+}  // namespace fault_campaign_hosts_release_test

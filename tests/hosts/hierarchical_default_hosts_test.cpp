@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace hierarchical_default_hosts_test {
 
 using namespace mwstrat::test;
 
@@ -67,4 +67,4 @@ TEST(mnist_hosts, two_workers_on_each_of_two_hosts_default_to_the_hierarchical_a
   EXPECT_LE(worst, 1e-5);  // measured: 8.9e-8 (313 of 2770634 weights differ)
 }
 
-}  // namespace
+}  // namespace hierarchical_default_hosts_test

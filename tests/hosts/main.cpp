@@ -29,7 +29,7 @@ namespace mwstrat::test {
 std::string self;
 }  // namespace mwstrat::test
 
-namespace {
+namespace hosts_main {
 
 using clock_type = std::chrono::steady_clock;
 
@@ -108,13 +108,13 @@ int tcp_source(const char* address, int port, std::size_t bytes, double timeout_
   return 0;
 }
 
-}  // namespace
+}  // namespace hosts_main
 
 int main(int argc, char** argv) {
   const std::string tool = argc > 1 ? argv[1] : "";
-  if (tool == "tcp-sink" && argc == 3) return tcp_sink(std::atoi(argv[2]));
+  if (tool == "tcp-sink" && argc == 3) return hosts_main::tcp_sink(std::atoi(argv[2]));
   if (tool == "tcp-source" && argc == 6) {
-    return tcp_source(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10), std::atof(argv[5]));
+    return hosts_main::tcp_source(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10), std::atof(argv[5]));
   }
   mwstrat::test::self = std::filesystem::canonical("/proc/self/exe").string();
   ::testing::InitGoogleTest(&argc, argv);

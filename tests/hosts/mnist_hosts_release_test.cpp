@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace mnist_hosts_release_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -57,4 +57,4 @@ TEST(mnist_hosts_release, a_dead_host_is_named_and_the_relaunched_job_resumes_by
   EXPECT_FALSE(fs::exists(dir.path() / "backup")) << "the backup is removed after a successful fit";
 }
 
-}  // namespace
+}  // namespace mnist_hosts_release_test

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace mnist_hosts_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -192,4 +192,4 @@ TEST(mnist_hosts, a_dead_hosts_workers_are_named_by_the_others) {
   EXPECT_FALSE(fs::exists(dir.path() / "model")) << "a worker finished the epoch alone";
 }
 
-}  // namespace
+}  // namespace mnist_hosts_test

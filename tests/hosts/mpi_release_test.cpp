@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace mpi_release_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -94,4 +94,4 @@ TEST(mpi_release, a_bad_collective_is_named) {
       << r.output;
 }
 
-}  // namespace
+}  // namespace mpi_release_test

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace mpi_resolver_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -287,4 +287,4 @@ TEST(mpi_resolver, ranks_on_one_host_are_given_different_ports) {
   EXPECT_EQ(distinct.size(), 8u) << "two ranks were given the same port";
 }
 
-}  // namespace
+}  // namespace mpi_resolver_test

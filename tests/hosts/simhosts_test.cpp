@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-namespace {
+namespace simhosts_test {
 
 using namespace mwstrat::test;
 namespace fs = std::filesystem;
@@ -145,4 +145,4 @@ TEST(simhosts, bad_arguments_are_named) {
   EXPECT_NE(none.output.find("not up?"), std::string::npos) << none.output;
 }
 
-}  // namespace
+}  // namespace simhosts_test

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace communication_options_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -127,9 +127,9 @@ TEST(communication_options, the_transport_from_the_environment_reaches_the_ring)
   EXPECT_EQ(ring_uses_shm(none(), std::nullopt), (std::vector<int>{1, 1}));
 }
 
-}  // namespace
+}  // namespace communication_options_test
 
-namespace {
+namespace communication_options_test {
 
 // MWSTRAT_RING_LIVENESS_MS fills an unset liveness timeout (5 s without it), never one set in code; anything but
 // milliseconds in 0..3600000 is refused, naming the variable.
@@ -159,4 +159,4 @@ TEST(communication_options, the_liveness_timeout_comes_from_the_code_the_environ
   }
 }
 
-}  // namespace
+}  // namespace communication_options_test

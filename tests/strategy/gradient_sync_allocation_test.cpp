@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace gradient_sync_allocation_test {
 
 std::atomic<bool> counting{false};
 std::atomic<std::size_t> allocations{0};
@@ -59,7 +59,7 @@ void count(std::size_t bytes) {
   }
 }
 
-}  // namespace
+}  // namespace gradient_sync_allocation_test
 
 // The replacements are malloc/free pairs by design; GCC, inlining them into new-expressions, takes the free for a
 // mismatch (-Wmismatched-new-delete in optimised and sanitizer builds).
@@ -68,12 +68,12 @@ void count(std::size_t bytes) {
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 void* operator new(std::size_t bytes) {
-  count(bytes);
+  gradient_sync_allocation_test::count(bytes);
   if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
   throw std::bad_alloc();
 }
 void* operator new(std::size_t bytes, std::align_val_t align) {
-  count(bytes);
+  gradient_sync_allocation_test::count(bytes);
   const auto a = static_cast<std::size_t>(align);
   if (void* p = std::aligned_alloc(a, (bytes + a - 1) / a * a + (bytes == 0 ? a : 0))) return p;
   throw std::bad_alloc();
@@ -86,7 +86,7 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::fre
 #pragma GCC diagnostic pop
 #endif
 
-namespace {
+namespace gradient_sync_allocation_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -262,4 +262,4 @@ TEST(gradient_sync_allocation, every_path_over_the_ring_allocates_nothing_per_st
   }
 }
 
-}  // namespace
+}  // namespace gradient_sync_allocation_test

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace gradient_sync_test {
 
 using namespace mwstrat;
 
@@ -602,9 +602,9 @@ TEST(collective_gradient_sync, an_optimizer_that_clips_by_the_global_norm_is_not
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(executed[static_cast<std::size_t>(r)], 1) << "rank " << r;
 }
 
-}  // namespace
+}  // namespace gradient_sync_test
 
-namespace {
+namespace gradient_sync_test {
 
 // An optimizer whose update throws on rank 0, in each of the calls the collectives make mid-operation: the sharded
 // update's apply_part and the streamed update's apply_range (after the first part, so a part was done).
@@ -731,4 +731,4 @@ TEST(mirrored_strategy, a_strategy_whose_rejoin_failed_answers_its_rank_and_refu
   }
 }
 
-}  // namespace
+}  // namespace gradient_sync_test

@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace {
+namespace hash_test {
 
 using mwstrat::detail::fnv1a64;
 
@@ -22,4 +22,4 @@ TEST(fnv1a64, matches_fnv1a_64_and_sees_every_byte) {
   EXPECT_NE(fnv1a64("\xff"), fnv1a64("\x7f")) << "bytes are unsigned";
 }
 
-}  // namespace
+}  // namespace hash_test

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace {
+namespace host_topology_test {
 
 using namespace mwstrat;
 using detail::replica_load;
@@ -67,4 +67,4 @@ TEST(reduction_overlap, replicas_on_one_machine_agree_and_follow_their_threads) 
   EXPECT_EQ(0, replicas_overlapping(2, model_without_threads{}, reduction_overlap::never));
 }
 
-}  // namespace
+}  // namespace host_topology_test

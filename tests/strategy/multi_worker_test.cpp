@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace multi_worker_test {
 
 using namespace mwstrat;
 
@@ -46,4 +46,4 @@ TEST(multi_worker_mirrored_strategy, a_missing_peer_is_a_timeout_naming_it) {
   EXPECT_THROW((void)make_multi_worker_mirrored_strategy(two, o), timeout_error);
 }
 
-}  // namespace
+}  // namespace multi_worker_test

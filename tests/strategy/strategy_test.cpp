@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace {
+namespace strategy_test {
 
 using namespace mwstrat;
 
@@ -217,4 +217,4 @@ TEST(bucketed_reduction, rejects_slices_out_of_order) {
   });
 }
 
-}  // namespace
+}  // namespace strategy_test

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-namespace {
+namespace fault_campaign_test {
 
 using mwstrat::test::run;
 
@@ -140,4 +140,4 @@ TEST(fault_campaign, a_job_past_its_limit_is_killed_with_its_workers) {
   EXPECT_EQ(run("pgrep -f '[s]leep 60; touch " + d + "/still-alive'", 10).exit_code, 1) << "a worker outlived it";
 }
 
-}  // namespace
+}  // namespace fault_campaign_test

@@ -24,7 +24,7 @@
 
 extern char** environ;
 
-namespace {
+namespace launch_orphans_test {
 
 using namespace std::chrono_literals;
 
@@ -235,4 +235,4 @@ TEST(launch_orphans, a_launcher_killed_outright_takes_its_workers_with_it) {
   }
 }
 
-}  // namespace
+}  // namespace launch_orphans_test

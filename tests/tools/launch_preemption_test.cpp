@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace {
+namespace launch_preemption_test {
 
 using mwstrat::test::run;
 
@@ -57,4 +57,4 @@ TEST(launch_preemption, sigterm_to_the_launcher_reaches_every_worker_and_their_p
   EXPECT_LT(r.seconds, 20.0);
 }
 
-}  // namespace
+}  // namespace launch_preemption_test

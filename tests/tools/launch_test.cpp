@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-namespace {
+namespace launch_test {
 
 struct run_result {
   int status;
@@ -133,4 +133,4 @@ TEST(launch, rejects_bad_arguments_clearly) {
   EXPECT_EQ(launch("-n 1 -- /nonexistent/program").status, 127);
 }
 
-}  // namespace
+}  // namespace launch_test
