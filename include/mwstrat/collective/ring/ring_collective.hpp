@@ -51,6 +51,7 @@
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/startup.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
+#include <mwstrat/collective/ring/host_arena.hpp>
 #include <mwstrat/collective/ring/options.hpp>
 #include <mwstrat/collective/types.hpp>
 #include <mwstrat/error.hpp>
@@ -129,6 +130,14 @@ class ring_collective : public detail::front_end<ring_collective> {
     o.generation = options_.generation + 1;
     o.connect_timeout = timeout;
     return o;
+  }
+
+  /// `host_arena::open(ring, count, why)` under the name the gradient synchroniser looks for (`host_arena_collective`
+  /// in collective/concepts.hpp). A hidden friend, declared with the ring itself: argument-dependent lookup finds it
+  /// in every translation unit that sees the ring, whatever that unit included first.
+  friend std::optional<host_arena> make_host_arena(ring_collective& ring, std::size_t count,
+                                                   std::string* why = nullptr) {
+    return host_arena::open(ring, count, why);
   }
 
   // all_reduce, all_reduce_async, broadcast, all_gather, barrier: see detail::front_end.
@@ -614,11 +623,8 @@ class ring_collective : public detail::front_end<ring_collective> {
 };
 
 static_assert(collective<ring_collective>);
+// Where the ring is complete, before anything else is seen: the gradient synchroniser's choice of update path cannot
+// depend on what a translation unit includes after this header.
+static_assert(host_arena_collective<ring_collective>);
 
 }  // namespace mwstrat
-
-// Last, so that whoever sees the ring sees its host_arena maker too: the gradient synchroniser finds it by
-// argument-dependent lookup (host_arena_collective), and a translation unit that saw the ring without it would
-// silently choose another update path — and give collective_gradient_sync<ring_collective, ...> a different
-// definition from one that did. host_arena.hpp includes this header first; #pragma once ends the cycle.
-#include <mwstrat/collective/ring/host_arena.hpp>  // IWYU pragma: export
