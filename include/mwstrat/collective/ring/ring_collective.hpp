@@ -46,6 +46,7 @@
 #include <mwstrat/collective/ring/detail/liveness.hpp>
 #include <mwstrat/collective/ring/detail/option_checks.hpp>
 #include <mwstrat/collective/ring/detail/plan.hpp>
+#include <mwstrat/collective/ring/detail/rank_map.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
@@ -118,7 +119,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     if (r < 0 || r >= n_)
       throw config_error({"ring", rank_}, "address(" + std::to_string(r) + "): no such rank in a ring of " +
                                               std::to_string(n_));
-    return options_.addresses[static_cast<std::size_t>(r)];
+    return ranks_.address(r);
   }
   /// Which ring of the job this is (`ring_options::generation`).
   [[nodiscard]] std::uint64_t generation() const noexcept { return options_.generation; }
@@ -163,19 +164,13 @@ class ring_collective : public detail::front_end<ring_collective> {
   friend class detail::front_end<ring_collective>;
   friend struct detail::ring_hierarchy;  // the hierarchical all-reduce over local_ and cross_ (detail/hierarchy.hpp)
 
-  // The ranks of a ring inside a hierarchical ring (a host's ranks, or one rank of each host) as the parent knows
-  // them: errors and logs name the parent's ranks and addresses.
-  struct sub_ring_info {
-    std::string scope;                   // "host ring", "ring between hosts"
-    std::vector<int> global;             // this ring's rank k is the parent's rank global[k]
-    std::vector<std::string> addresses;  // the parent's addresses
-    int global_rank = 0;
-  };
-
-  ring_collective(ring_options options, detail::unique_socket listener, const sub_ring_info* sub)
+  // `inner`: the ranks of a ring inside a hierarchical one (a host's ranks, or one rank of each host) as the job knows
+  // them, so that its errors and logs name the job's ranks and addresses; null for the job's own ring.
+  ring_collective(ring_options options, detail::unique_socket listener, const detail::rank_map* inner)
       : options_(std::move(options)), uncaught_(std::uncaught_exceptions()) {
-    if (sub) sub_ = *sub;
     detail::check_ring_options(options_);  // before anything listens or connects
+    ranks_ = inner ? *inner : detail::rank_map(options_.addresses);
+    const bool sub = inner != nullptr;
     n_ = static_cast<int>(options_.addresses.size());
     rank_ = options_.rank;
     detail::ring_identity id;
@@ -203,18 +198,18 @@ class ring_collective : public detail::front_end<ring_collective> {
                                                                std::to_string(options_.generation));
     id.model = detail::sha256(options_.model_fingerprint);
     id.listener = listener.release();
-    id.quiet = sub != nullptr;
-    id.liveness = sub == nullptr;
+    id.quiet = sub;
+    id.liveness = !sub;
     if (n_ > 1) {
       const auto joined_by = detail::deadline_after(options_.connect_timeout);  // every rank, not just the neighbours
       auto links = detail::ring_startup(options_, id).run();  // connected links (link.hpp)
-      data_ = detail::ring_data_path(links, rank_, n_, chunk_bytes_, options_.spin, options_.addresses);
+      data_ = detail::ring_data_path(links, rank_, n_, chunk_bytes_, options_.spin, ranks_);
       if (!sub) {
         const ring_options* o = &options_;
         const int me = rank_;
         liveness_ = std::make_unique<detail::liveness_monitor>(
             std::move(links.liveness_out), next(), std::move(links.liveness_in), prev(), rank_,
-            options_.liveness_timeout, options_.addresses, [o, me](const std::string& text) { detail::ring_log(*o, me, text); });
+            options_.liveness_timeout, ranks_, [o, me](const std::string& text) { detail::ring_log(*o, me, text); });
         data_.watch(liveness_.get());
         arrange_hosts(id, joined_by);
       }
@@ -503,8 +498,8 @@ class ring_collective : public detail::front_end<ring_collective> {
       o.cluster_fingerprint = options_.cluster_fingerprint + '\n' + scope;
       o.topology = ring_topology::flat;
       if (which == 1) o.transport = ring_transport::tcp;  // other hosts: nothing to share
-      sub_ring_info info{std::move(scope), ranks, options_.addresses, rank_};
-      return std::pair{std::move(o), std::move(info)};
+      detail::rank_map names(std::move(scope), o.addresses, ranks, ranks_);
+      return std::pair{std::move(o), std::move(names)};
     };
     auto [host_options, host_info] = ring_of(mates, 0, static_cast<int>(index), "host ring");
     local_.reset(new ring_collective(std::move(host_options), std::move(host_listener), &host_info));
@@ -552,47 +547,27 @@ class ring_collective : public detail::front_end<ring_collective> {
       auto verdict = monitor->verdict();
       if (!verdict) verdict = monitor->await_verdict(detail::abort_read_grace);
       if (!verdict) {
-        failure own = found;
-        if (sub_) {
-          if (own.culprit >= 0 && own.culprit < n_) own.culprit = sub_->global[static_cast<std::size_t>(own.culprit)];
-          own.text = sub_->scope + ", whose rank k is rank " + global_names() + ": " + own.text;
-        }
-        own.text += " (reported by rank " + std::to_string(sub_ ? sub_->global_rank : rank_) + ")";
+        failure own = ranks_.in_job_terms(found);
+        own.text += " (reported by rank " + std::to_string(ranks_.job_rank(rank_)) + ")";
         verdict = monitor->publish(std::move(own));
       }
       // The verdict names the flat ring's ranks: the ranks of a ring inside hear this rank's abort as "it gave up".
       failure told = *verdict;
-      if (sub_) told.culprit = -1;
+      if (ranks_.inner()) told.culprit = -1;
       data_.abort_neighbours(p, told);
-      broken_ = detail::ring_error(sub_ ? sub_->global_rank : rank_, *verdict, sub_ ? sub_->addresses : options_.addresses);
+      broken_ = detail::ring_error(ranks_, rank_, *verdict);
       std::rethrow_exception(broken_);
     }
-    const failure& f = found;  // a world without liveness (none is started in a world of one)
-    data_.abort_neighbours(p, f);
-    if (sub_) {  // name the parent's ranks and addresses
-      failure mapped = f;
-      if (f.culprit >= 0 && f.culprit < n_) mapped.culprit = sub_->global[static_cast<std::size_t>(f.culprit)];
-      mapped.text = sub_->scope + ", whose rank k is rank " + global_names() + ": " + f.text;
-      broken_ = detail::ring_error(sub_->global_rank, mapped, sub_->addresses);
-      log(mapped.text);
-    } else {
-      broken_ = detail::ring_error(rank_, f, options_.addresses);
-      log(f.text);
-    }
+    // A world without liveness (none is started in a world of one): the neighbours hear this ring's own terms, the
+    // error and the log name the job's.
+    data_.abort_neighbours(p, found);
+    const failure mapped = ranks_.in_job_terms(found);
+    broken_ = detail::ring_error(ranks_, rank_, mapped);
+    log(mapped.text);
     std::rethrow_exception(broken_);
   }
 
-  void log(const std::string& text) const { detail::ring_log(options_, sub_ ? sub_->global_rank : rank_, text); }
-
-  // "[0,2]": the parent's rank of each of this ring's ranks.
-  std::string global_names() const {
-    std::string s = "[";
-    for (std::size_t k = 0; k < sub_->global.size(); ++k) {
-      if (k) s += ',';
-      s += std::to_string(sub_->global[k]);
-    }
-    return s + "]";
-  }
+  void log(const std::string& text) const { detail::ring_log(options_, ranks_.job_rank(rank_), text); }
 
   // A line about the whole job ("[mwstrat] ..."), to `options.log` or standard error.
   void announce(const std::string& text) const {
@@ -615,7 +590,7 @@ class ring_collective : public detail::front_end<ring_collective> {
   std::uint64_t next_seq_ = 0;
   std::exception_ptr broken_;
   std::unique_ptr<detail::liveness_monitor> liveness_;  // the flat ring's (none in a world of one or a ring inside)
-  std::optional<sub_ring_info> sub_;        // set when this ring is one of a hierarchical ring's
+  detail::rank_map ranks_;                  // who this ring's ranks are in the job, for every message naming one
   int hosts_ = 1;
   std::unique_ptr<ring_collective> local_;  // hierarchical: this host's ranks
   std::unique_ptr<ring_collective> cross_;  // hierarchical: this rank's index on every host
