@@ -11,6 +11,7 @@
 #include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
+#include <mwstrat/collective/ring/detail/log.hpp>
 #include <mwstrat/collective/ring/detail/rank_map.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/startup_shm.hpp>
@@ -54,17 +55,6 @@ inline constexpr std::chrono::milliseconds connect_backoff_max{500};
 // previous rank's pending connection is reset and that rank finds out only at its own deadline. Four times the
 // longest backoff, so a rank between two attempts comes back within it even on a loaded machine.
 inline constexpr std::chrono::milliseconds refusal_grace{4 * connect_backoff_max};
-
-// One ring log line ("[mwstrat.ring] rank r: ..."), to `options.log` or standard error.
-inline void ring_log(const ring_options& options, int rank, const std::string& text) {
-  const std::string line = "[mwstrat.ring] rank " + std::to_string(rank) + ": " + text;
-  if (options.log) {
-    options.log(line);
-  } else {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-  }
-}
 
 // What start-up needs beyond the options: the parsed addresses and the values derived from the options.
 struct ring_identity {
