@@ -4,11 +4,11 @@
 #include <mwstrat/collective/ring/detail/builder.hpp>
 
 #include <support/process.hpp>
+#include <support/ring_threads.hpp>
 
 #include <gtest/gtest.h>
 
 #include <barrier>
-#include <chrono>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -20,7 +20,6 @@
 namespace {
 
 using namespace mwstrat;
-using namespace std::chrono_literals;
 
 // Builds `n` ranks at once; `check(rank, built)` runs on each once every rank is built; then each says goodbye (as
 // ring_collective's destructor does) before its rings go. Rethrows the first rank's exception.
@@ -34,12 +33,7 @@ void build_ranks(int n, const std::function<void(ring_options&)>& configure,
     threads.emplace_back([&, r] {
       std::optional<detail::built_ring> b;
       try {
-        ring_options o;
-        for (int port : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(port));
-        o.rank = r;
-        o.connect_timeout = 20s;
-        o.op_timeout = 20s;
-        o.log = [](std::string_view) {};
+        ring_options o = test::loopback_ring_options(ports, r);
         configure(o);
         b.emplace(detail::ring_builder::build(o));
       } catch (...) {
