@@ -58,6 +58,18 @@ class ring_hierarchy {
   }
 
  private:
+  // The operation's deadline, shared by its steps on the three rings: a callable giving each step what is left.
+  static auto remaining(const flat_ring& job, op_options options) {
+    const auto timeout = options.timeout.count() > 0 ? options.timeout : job.options().op_timeout;
+    const auto deadline = deadline_after(timeout);
+    return [deadline] {
+      op_options o;
+      o.timeout = std::max(std::chrono::milliseconds(1),
+                           std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()));
+      return o;
+    };
+  }
+
   // The frame of both: the host ring's reduce-scatter of `data` leaves this rank the part [first, last), which
   // `between_hosts(first, last, partial, left)` reduces around the ring between hosts; the host ring then gathers
   // `gathered`. One deadline for the three steps. A failure in any ring breaks all three (`job` included) and shuts
@@ -78,18 +90,6 @@ class ring_hierarchy {
       break_all(job);
       throw;
     }
-  }
-
-  // The operation's deadline, shared by its steps on the three rings: a callable giving each step what is left.
-  static auto remaining(const flat_ring& job, op_options options) {
-    const auto timeout = options.timeout.count() > 0 ? options.timeout : job.options().op_timeout;
-    const auto deadline = deadline_after(timeout);
-    return [deadline] {
-      op_options o;
-      o.timeout = std::max(std::chrono::milliseconds(1),
-                           std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()));
-      return o;
-    };
   }
 
   void break_all(flat_ring& job) {
