@@ -92,7 +92,7 @@ std::vector<outcome> run_ring(std::size_t count, std::size_t chunk_bytes, wire_c
       continue;
     }
     threads.emplace_back([&, r] {
-      ring_data_path path(links[static_cast<std::size_t>(r)], r, world, chunk_bytes, 50us, addresses);
+      ring_data_path path(links[static_cast<std::size_t>(r)], r, world, chunk_bytes, 50us, rank_map(addresses));
       if (wire != wire_compression::none) path.make_wire_stage();
       const ring_plan p = sum_plan(r, out[static_cast<std::size_t>(r)].data, chunk_bytes, wire);
       const auto start = steady::now();

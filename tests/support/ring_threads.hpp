@@ -15,24 +15,31 @@
 
 namespace mwstrat::test {
 
-/// Makes `n` ring ranks, each on a thread of its own, and runs `body(ring)` on each. The options name the ranks'
-/// addresses and this rank, give start-up and operations 20 s, and log nothing; `configure(options)` may change
-/// them before the ring starts. Rethrows the first rank's exception (by rank) once every thread has ended.
+/// The options of rank `r` of a ring on loopback `ports`: every rank's address and this rank, 20 s for start-up and
+/// for each operation, no log.
+inline ring_options loopback_ring_options(const std::vector<int>& ports, int r) {
+  using namespace std::chrono_literals;
+  ring_options o;
+  for (int port : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(port));
+  o.rank = r;
+  o.connect_timeout = 20s;
+  o.op_timeout = 20s;
+  o.log = [](std::string_view) {};
+  return o;
+}
+
+/// Makes `n` ring ranks, each on a thread of its own, and runs `body(ring)` on each. The options are
+/// `loopback_ring_options`; `configure(options)` may change them before the ring starts. Rethrows the first rank's
+/// exception (by rank) once every thread has ended.
 template <class Configure, class Body>
 void on_ring_threads(int n, Configure&& configure, Body&& body) {
-  using namespace std::chrono_literals;
   const auto ports = free_ports(n);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        ring_options o;
-        for (int port : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(port));
-        o.rank = r;
-        o.connect_timeout = 20s;
-        o.op_timeout = 20s;
-        o.log = [](std::string_view) {};
+        ring_options o = loopback_ring_options(ports, r);
         configure(o);
         ring_collective ring(o);
         body(ring);

@@ -10,16 +10,20 @@
 /// updated, so nobody reads parameters that are still changing) are the only messages. The barriers are ring
 /// operations, so a rank that dies or stops is reported exactly as in any other operation. See
 /// docs/collectives.md.
+///
+/// This header needs nothing of the ring: ring_collective.hpp includes it and declares the ring's `make_host_arena`
+/// with the ring itself, so no translation unit can see the ring without it, whatever it included first.
 
+#include <mwstrat/collective/concepts.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
-#include <mwstrat/collective/ring/ring_collective.hpp>
 #include <mwstrat/collective/types.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -31,13 +35,17 @@
 
 namespace mwstrat {
 
+/// One shared parameter copy and every rank's gradients, for the ranks of a ring on one host.
 class host_arena {
  public:
-  /// Collective call: every rank of `ring` calls it, in the same order as its other operations. Returns the arena
-  /// of `count` parameters when every rank's links carry their payloads through shared memory (the ring is one
-  /// host) and every rank could map the region; otherwise nullopt on every rank, with the reason in `*why`.
-  /// The region starts zeroed; its name exists only until every rank has mapped it.
-  static std::optional<host_arena> open(ring_collective& ring, std::size_t count, std::string* why = nullptr) {
+  /// Collective call: every rank of `ring` (a `ring_collective`) calls it, in the same order as its other
+  /// operations. Returns the arena of `count` parameters when every rank's links carry their payloads through shared
+  /// memory (the ring is one host) and every rank could map the region; otherwise nullopt on every rank, with the
+  /// reason in `*why`. The region starts zeroed; its name exists only until every rank has mapped it. `ring` must
+  /// outlive the arena.
+  template <collective Ring>
+    requires requires(const Ring& r) { { r.uses_shared_memory() } -> std::same_as<bool>; }
+  static std::optional<host_arena> open(Ring& ring, std::size_t count, std::string* why = nullptr) {
     const auto fail = [&](std::string reason) -> std::optional<host_arena> {
       if (why) *why = std::move(reason);
       return std::nullopt;
@@ -50,6 +58,9 @@ class host_arena {
 
     host_arena a;
     a.ring_ = &ring;
+    a.barrier_ = [](void* r, op_options o) { static_cast<Ring*>(r)->barrier(o); };
+    a.rank_ = ring.rank();
+    a.size_ = n;
     a.count_ = count;
     a.stride_ = (count + floats_per_line - 1) / floats_per_line * floats_per_line;  // each buffer on its own lines
     const std::size_t bytes = std::max<std::size_t>(1, (1 + static_cast<std::size_t>(n)) * a.stride_) * sizeof(float);
@@ -91,7 +102,7 @@ class host_arena {
   /// The one copy of the parameters (`count` floats, 64-byte aligned).
   [[nodiscard]] std::span<float> parameters() const { return {base(), count_}; }
   /// This rank's gradients (`count` floats, 64-byte aligned).
-  [[nodiscard]] std::span<float> gradients() const { return gradients_of(ring_->rank()); }
+  [[nodiscard]] std::span<float> gradients() const { return gradients_of(rank_); }
   /// Rank `r`'s gradients.
   [[nodiscard]] std::span<float> gradients_of(int r) const {
     return {base() + (1 + static_cast<std::size_t>(r)) * stride_, count_};
@@ -105,9 +116,9 @@ class host_arena {
   template <class Update>
   void mean_and_update(Update&& update, op_options options = {}) {
     std::atomic_thread_fence(std::memory_order_release);  // this rank's gradients before the barrier says so
-    ring_->barrier(options);
+    barrier_(ring_, options);
     std::atomic_thread_fence(std::memory_order_acquire);
-    const std::size_t n = static_cast<std::size_t>(ring_->size()), k = static_cast<std::size_t>(ring_->rank());
+    const std::size_t n = static_cast<std::size_t>(size_), k = static_cast<std::size_t>(rank_);
     const std::size_t first = k * count_ / n, last = (k + 1) * count_ / n;
     float* mine = gradients().data();
     const auto other = [&](std::size_t step) { return gradients_of(static_cast<int>((k + step) % n)).data(); };
@@ -127,7 +138,7 @@ class host_arena {
       update(c, len);
     }
     std::atomic_thread_fence(std::memory_order_release);  // this segment's parameters before the barrier
-    ring_->barrier(options);
+    barrier_(ring_, options);
     std::atomic_thread_fence(std::memory_order_acquire);
   }
 
@@ -138,17 +149,13 @@ class host_arena {
   host_arena() = default;
   [[nodiscard]] float* base() const { return reinterpret_cast<float*>(region_.data()); }
 
-  ring_collective* ring_ = nullptr;
+  // The ring, seen only through its barrier (one call per barrier, not per element).
+  void* ring_ = nullptr;
+  void (*barrier_)(void*, op_options) = nullptr;
+  int rank_ = 0, size_ = 0;
   detail::shm_region region_;
   std::size_t count_ = 0, stride_ = 0;
   std::vector<float> scratch_;  // the running sum of a chunk when more than two ranks add up
 };
-
-/// `host_arena::open`, under the name the gradient synchroniser looks for (found by argument-dependent lookup:
-/// `host_arena_collective` in collective/concepts.hpp). ring_collective.hpp includes this header at its end, so
-/// every translation unit that sees the ring sees this too.
-inline std::optional<host_arena> make_host_arena(ring_collective& ring, std::size_t count, std::string* why = nullptr) {
-  return host_arena::open(ring, count, why);
-}
 
 }  // namespace mwstrat

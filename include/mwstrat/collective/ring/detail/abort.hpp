@@ -4,6 +4,8 @@
 // abort frame naming the culprit to both neighbours and shuts its sending halves; a rank that receives an abort
 // reports the culprit it names and passes it on the same way. So every rank fails fast naming the same culprit.
 
+#include <mwstrat/collective/ring/detail/failure.hpp>
+#include <mwstrat/collective/ring/detail/rank_map.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
 #include <mwstrat/error.hpp>
@@ -31,13 +33,6 @@ inline constexpr std::chrono::milliseconds abort_read_grace{500};
 // failing anyway, and a neighbour that misses the abort still fails by its own deadline, so this stays short.
 inline constexpr std::chrono::milliseconds abort_send_grace{250};
 
-// What went wrong in an operation, as the rank that reports it sees it.
-struct ring_failure {
-  error_kind kind;
-  int culprit;
-  std::string text;
-};
-
 // The frame being sent, so that an abort can complete it first.
 struct inflight_frame {
   const std::uint8_t* payload = nullptr;
@@ -46,24 +41,20 @@ struct inflight_frame {
   std::array<std::uint8_t, frame_header_size> header{};
 };
 
-inline std::string ring_peer(const std::vector<std::string>& addresses, int r) {
-  return "rank " + std::to_string(r) + " (" + addresses.at(static_cast<std::size_t>(r)) + ")";
-}
-
 // The rest of an abort frame whose header `h` came from rank `from` on `fd`: the failure it reports.
 inline ring_failure read_abort(int fd, const frame_header& h, int from, const std::string& where,
-                               const std::vector<std::string>& addresses) {
+                               const rank_map& ranks) {
   std::array<std::uint8_t, abort_fixed_size + max_abort_text> raw{};
   const auto len = static_cast<std::size_t>(h.payload);  // bounded by decode_frame_header
   const auto r = read_exact(fd, raw.data(), len, steady::now() + abort_read_grace);
   std::optional<abort_notice> a;
-  if (r.status == io_status::ok) a = decode_abort(std::span(raw.data(), len), static_cast<int>(addresses.size()));
+  if (r.status == io_status::ok) a = decode_abort(std::span(raw.data(), len), ranks.size());
   if (!a)
-    return ring_failure{error_kind::protocol, from, ring_peer(addresses, from) + " sent a malformed abort during " + where};
+    return ring_failure{error_kind::protocol, from, ranks.peer(from) + " sent a malformed abort during " + where};
   const int culprit = a->culprit >= 0 ? a->culprit : from;
   auto kind = static_cast<error_kind>(a->kind);
   return ring_failure{kind, culprit,
-                      ring_peer(addresses, culprit) + " " + (kind == error_kind::peer_lost ? "was lost" : "failed") +
+                      ranks.peer(culprit) + " " + (kind == error_kind::peer_lost ? "was lost" : "failed") +
                           " during " + where + " (reported by rank " + std::to_string(from) + ": " + a->text + ")"};
 }
 
@@ -120,13 +111,13 @@ inline void send_abort(int next, int prev, bool next_dead, bool prev_dead, const
   ::shutdown(prev, SHUT_WR);
 }
 
-// The exception a rank throws for `f`.
-inline std::exception_ptr ring_error(int rank, const ring_failure& f, const std::vector<std::string>& addresses) {
-  const error_origin origin{"ring", rank};
+// The exception this ring's rank `rank` throws for `f`, a failure in the job's terms (rank_map::in_job_terms): it
+// names the job's ranks and addresses.
+inline std::exception_ptr ring_error(const rank_map& ranks, int rank, const ring_failure& f) {
+  const error_origin origin{"ring", ranks.job_rank(rank)};
   const int c = f.culprit;
   switch (f.kind) {
-    case error_kind::peer_lost:
-      return std::make_exception_ptr(peer_lost_error(origin, c, addresses.at(static_cast<std::size_t>(c)), f.text));
+    case error_kind::peer_lost: return std::make_exception_ptr(peer_lost_error(origin, c, ranks.job_address(c), f.text));
     case error_kind::timeout: return std::make_exception_ptr(timeout_error(origin, f.text, c));
     case error_kind::protocol: return std::make_exception_ptr(protocol_error(origin, f.text));
     default: return std::make_exception_ptr(io_error(origin, f.text));

@@ -6,6 +6,7 @@
 
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
+#include <mwstrat/collective/ring/detail/rank_map.hpp>
 #include <mwstrat/collective/ring/detail/compress.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/liveness.hpp>
@@ -40,11 +41,11 @@ class ring_data_path {
  public:
   ring_data_path() = default;  // a world of one: no links
 
-  // Takes the data connections start-up made (the liveness connections stay with `links`). `addresses` (every
-  // rank's, as errors name them) must outlive this.
+  // Takes the data connections start-up made (the liveness connections stay with `links`). `ranks` names the ranks
+  // in the failures this returns.
   ring_data_path(ring_links& links, int rank, int world, std::size_t chunk_bytes, std::chrono::microseconds spin,
-                 const std::vector<std::string>& addresses)
-      : n_(world), rank_(rank), chunk_bytes_(chunk_bytes), spin_(spin), addresses_(&addresses),
+                 rank_map ranks)
+      : n_(world), rank_(rank), chunk_bytes_(chunk_bytes), spin_(spin), ranks_(std::move(ranks)),
         out_(std::move(links.out)), in_(std::move(links.in)), more_out_(std::move(links.more_out)),
         more_in_(std::move(links.more_in)) {
     in_.make_scratch(chunk_bytes_);
@@ -131,7 +132,7 @@ class ring_data_path {
  private:
   int next() const { return (rank_ + 1) % n_; }
   int prev() const { return (rank_ + n_ - 1) % n_; }
-  std::string peer(int r) const { return ring_peer(*addresses_, r); }
+  std::string peer(int r) const { return ranks_.peer(r); }
 
   // The data connections of the two links: the first (out_, in_) and, to or from a rank on another host, the others
   // (streams_per_peer). Chunk j of a segment travels on connection j mod (the link's connections).
@@ -289,7 +290,7 @@ class ring_data_path {
                            "recv from " + peer(prev()) + ": " + why + " during " + where_of(p)};
           if (h->type == frame_type::abort) {
             in_.dead = true;  // it gave up; do not wait on it again
-            return read_abort(in, *h, prev(), where_of(p), *addresses_);
+            return read_abort(in, *h, prev(), where_of(p), ranks_);
           }
           if (auto bad = frame_mismatch(*h, header_for(p, r.it, link.data_frame())))
             return ring_failure{error_kind::protocol, prev(),
@@ -487,14 +488,14 @@ class ring_data_path {
                                                                                 : "a data frame")
                             : why.empty() ? std::string("truncated message") : why) +
                          " on the back channel during " + where_of(p)};
-    return read_abort(out_.socket.get(), *h, next(), where_of(p), *addresses_);
+    return read_abort(out_.socket.get(), *h, next(), where_of(p), ranks_);
   }
 
   int n_ = 1;
   int rank_ = 0;
   std::size_t chunk_bytes_ = 0;
   std::chrono::microseconds spin_{0};  // ring_options::spin
-  const std::vector<std::string>* addresses_ = nullptr;
+  rank_map ranks_;
   send_link out_;  // to the next rank
   recv_link in_;   // from the previous rank
   std::vector<send_link> more_out_;  // more data connections to the next rank (another host: streams_per_peer)

@@ -1,81 +1,66 @@
 #pragma once
-// The hierarchical all-reduce of a ring_collective whose ranks span several hosts with the same number of ranks
-// each: a reduce-scatter in the ring of this host's ranks, an all-reduce of this rank's part in the ring between
-// hosts, an all-gather in the host ring. A friend of ring_collective, over its two inner rings (`local_`, `cross_`);
-// a template on the ring type so that this header needs nothing of ring_collective.hpp, which includes it. The rings
-// themselves are joined by ring_collective::arrange_hosts once the flat ring is up.
+// The hierarchical ring: two flat rings inside the job's — the host ring (this host's ranks, shared memory where
+// proven) and the ring between hosts (the ranks with this rank's index on every host, TCP) — and the all-reduce over
+// them: a reduce-scatter in the host ring, an all-reduce of this rank's part in the ring between hosts, an all-gather
+// in the host ring. The builder (builder.hpp) joins the rings once the job's ring is up; the job's ring keeps the
+// other operations, the small all-reduces and the liveness that watches the same ranks.
 
 #include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/detail/reduce.hpp>
+#include <mwstrat/collective/ring/detail/flat_ring.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
-#include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/types.hpp>
-
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <exception>
 #include <span>
+#include <utility>
 
 namespace mwstrat::detail {
 
-struct ring_hierarchy {
+class ring_hierarchy {
+ public:
+  ring_hierarchy(flat_ring host, flat_ring between) : host_(std::move(host)), between_(std::move(between)) {}
+
+  [[nodiscard]] const flat_ring& host() const noexcept { return host_; }
+  [[nodiscard]] const flat_ring& between() const noexcept { return between_; }
+
   // Reduce-scatter within the host, all-reduce of this rank's part around the ring between hosts, all-gather within
   // the host. Element e is combined in a fixed order — its host ring's order, then the hosts' ring order — so every
-  // rank gets the same bits, every run. A failure in any ring breaks all three (and shuts their connections, so the
-  // ranks waiting in the others fail fast too).
-  template <class Ring, class T>
-  static void all_reduce(Ring& ring, std::span<T> data, reduce_op op, op_options options) {
-    if (ring.broken_) std::rethrow_exception(ring.broken_);
-    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
-    const auto left = remaining(ring, options);
-    try {
-      ring.local_->template run_half<T>(ring_half::reduce_scatter, data, partial, left());
-      std::size_t first = 0, last = 0;
-      owned_segment(ring.local_->rank_, ring.local_->n_, data.size(), first, last);
+  // rank gets the same bits, every run.
+  template <class T>
+  void all_reduce(flat_ring& job, std::span<T> data, reduce_op op, op_options options) {
+    const auto between_hosts = [&](std::size_t first, std::size_t last, reduce_op partial, op_options o) {
       const auto part = data.subspan(first, last - first);
-      ring.cross_->template all_reduce_now<T>(part, partial, left());
-      finish_reduce(part.data(), part.size(), op, ring.n_);
-      ring.local_->template run_half<T>(ring_half::all_gather, data, partial, left());
-    } catch (...) {
-      break_all(ring);
-      throw;
-    }
+      between_.all_reduce_now<T>(part, partial, o);
+      finish_reduce(part.data(), part.size(), op, job.size());
+    };
+    in_three_steps(job, data, data, op, options, between_hosts);
   }
 
   // The same with all_reduce_update's sharding: the host ring's reduce-scatter leaves this rank a part, the ring
   // between hosts reduces it and updates a share of it (all_reduce_update), the host ring gathers the parameters.
-  template <class Ring, class T, class Update>
-  static void all_reduce_update(Ring& ring, std::span<T> gradients, reduce_op op, std::span<T> params, Update& update,
-                                op_options options) {
-    if (ring.broken_) std::rethrow_exception(ring.broken_);
-    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
-    const auto left = remaining(ring, options);
-    try {
-      ring.local_->template run_half<T>(ring_half::reduce_scatter, gradients, partial, left());
-      std::size_t first = 0, last = 0;
-      owned_segment(ring.local_->rank_, ring.local_->n_, gradients.size(), first, last);
-      const int world = ring.n_;
+  template <class T, class Update>
+  void all_reduce_update(flat_ring& job, std::span<T> gradients, reduce_op op, std::span<T> params, Update& update,
+                         op_options options) {
+    const auto between_hosts = [&](std::size_t first, std::size_t last, reduce_op partial, op_options o) {
+      const int world = job.size();
       auto finish_then_update = [&](std::size_t at, std::size_t count) {
         finish_reduce(gradients.data() + first + at, count, op, world);
         update(first + at, count);
       };
-      ring.cross_->template flat_all_reduce_update<T>(gradients.subspan(first, last - first), partial,
-                                                      params.subspan(first, last - first), finish_then_update, left());
-      ring.local_->template run_half<T>(ring_half::all_gather, params, partial, left());
-    } catch (...) {
-      break_all(ring);
-      throw;
-    }
+      between_.all_reduce_update_now<T>(gradients.subspan(first, last - first), partial,
+                                        params.subspan(first, last - first), finish_then_update, o);
+    };
+    in_three_steps(job, gradients, params, op, options, between_hosts);
   }
 
  private:
   // The operation's deadline, shared by its steps on the three rings: a callable giving each step what is left.
-  template <class Ring>
-  static auto remaining(const Ring& ring, op_options options) {
-    const auto timeout = options.timeout.count() > 0 ? options.timeout : ring.options_.op_timeout;
+  static auto remaining(const flat_ring& job, op_options options) {
+    const auto timeout = options.timeout.count() > 0 ? options.timeout : job.options().op_timeout;
     const auto deadline = deadline_after(timeout);
     return [deadline] {
       op_options o;
@@ -85,11 +70,35 @@ struct ring_hierarchy {
     };
   }
 
-  template <class Ring>
-  static void break_all(Ring& ring) {
-    ring.broken_ = std::current_exception();
-    for (Ring* r : {ring.local_.get(), ring.cross_.get(), &ring}) r->shutdown_links();
+  // The frame of both: the host ring's reduce-scatter of `data` leaves this rank the part [first, last), which
+  // `between_hosts(first, last, partial, left)` reduces around the ring between hosts; the host ring then gathers
+  // `gathered`. One deadline for the three steps. A failure in any ring breaks all three (`job` included) and shuts
+  // their connections, so the ranks waiting in the others fail fast too.
+  template <class T, class BetweenHosts>
+  void in_three_steps(flat_ring& job, std::span<T> data, std::span<T> gathered, reduce_op op, op_options options,
+                      const BetweenHosts& between_hosts) {
+    job.rethrow_if_broken();
+    const reduce_op partial = op == reduce_op::mean ? reduce_op::sum : op;
+    const auto left = remaining(job, options);
+    try {
+      host_.run_half<T>(ring_half::reduce_scatter, data, partial, left());
+      std::size_t first = 0, last = 0;
+      owned_segment(host_.rank(), host_.size(), data.size(), first, last);
+      between_hosts(first, last, partial, left());
+      host_.run_half<T>(ring_half::all_gather, gathered, partial, left());
+    } catch (...) {
+      break_all(job);
+      throw;
+    }
   }
+
+  void break_all(flat_ring& job) {
+    job.break_with(std::current_exception());
+    for (flat_ring* r : {&host_, &between_, &job}) r->shutdown_links();
+  }
+
+  flat_ring host_;
+  flat_ring between_;
 };
 
 }  // namespace mwstrat::detail

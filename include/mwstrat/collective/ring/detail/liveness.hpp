@@ -14,6 +14,7 @@
 // first verdict it forms or receives; the data path reports it (ring_collective wakes on `wake_fd`).
 
 #include <mwstrat/collective/ring/detail/abort.hpp>
+#include <mwstrat/collective/ring/detail/rank_map.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
 #include <mwstrat/detail/number_text.hpp>
@@ -59,9 +60,9 @@ class liveness_monitor {
   // `to_next` and `from_prev` are the liveness connections to ranks `next` and `prev` (the same rank in a ring of
   // two); `timeout` 0 never judges silence (heartbeats, closes and verdicts still count). `log` writes one line.
   liveness_monitor(unique_socket to_next, int next, unique_socket from_prev, int prev, int rank,
-                   std::chrono::milliseconds timeout, std::vector<std::string> addresses,
+                   std::chrono::milliseconds timeout, rank_map ranks,
                    std::function<void(const std::string&)> log)
-      : rank_(rank), timeout_(timeout), interval_(heartbeat_interval(timeout)), addresses_(std::move(addresses)),
+      : rank_(rank), timeout_(timeout), interval_(heartbeat_interval(timeout)), ranks_(std::move(ranks)),
         log_(std::move(log)) {
     links_[0].socket = std::move(to_next);
     links_[0].peer = next;
@@ -136,7 +137,7 @@ class liveness_monitor {
     std::size_t partial_sent = 0;                             // 0: none
   };
 
-  std::string peer(int r) const { return ring_peer(addresses_, r); }
+  std::string peer(int r) const { return ranks_.peer(r); }
 
   void loop() {
     auto next_beat = steady::now();
@@ -256,7 +257,7 @@ class liveness_monitor {
         if (h->type == frame_type::abort) {
           const auto a = decode_abort(std::span<const std::uint8_t>(l.buffer.data() + frame_header_size,
                                                                     static_cast<std::size_t>(h->payload)),
-                                      static_cast<int>(addresses_.size()));
+                                      ranks_.size());
           if (!a) {
             decide(ring_failure{error_kind::protocol, l.peer, peer(l.peer) + " sent a malformed verdict"}, k);
             return;
@@ -317,7 +318,7 @@ class liveness_monitor {
   int rank_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds interval_;
-  std::vector<std::string> addresses_;
+  rank_map ranks_;
   std::function<void(const std::string&)> log_;
   link links_[2];
   unique_socket stop_fd_, wake_fd_;  // eventfds (closed like sockets)

@@ -11,6 +11,8 @@
 #include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
+#include <mwstrat/collective/ring/detail/log.hpp>
+#include <mwstrat/collective/ring/detail/rank_map.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/startup_shm.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
@@ -54,17 +56,6 @@ inline constexpr std::chrono::milliseconds connect_backoff_max{500};
 // longest backoff, so a rank between two attempts comes back within it even on a loaded machine.
 inline constexpr std::chrono::milliseconds refusal_grace{4 * connect_backoff_max};
 
-// One ring log line ("[mwstrat.ring] rank r: ..."), to `options.log` or standard error.
-inline void ring_log(const ring_options& options, int rank, const std::string& text) {
-  const std::string line = "[mwstrat.ring] rank " + std::to_string(rank) + ": " + text;
-  if (options.log) {
-    options.log(line);
-  } else {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-  }
-}
-
 // What start-up needs beyond the options: the parsed addresses and the values derived from the options.
 struct ring_identity {
   int rank = 0;
@@ -106,7 +97,7 @@ inline unique_socket listen_ephemeral(const mwstrat::address& here, int buffer_b
 class ring_startup {
  public:
   ring_startup(const ring_options& options, const ring_identity& id)
-      : options_(options), n_(id.world), rank_(id.rank), parsed_(id.hosts), token_(id.token),
+      : options_(options), ranks_(options.addresses), n_(id.world), rank_(id.rank), parsed_(id.hosts), token_(id.token),
         chunk_bytes_(id.chunk_bytes), cluster_digest_(id.cluster), model_digest_(id.model), want_shm_(id.want_shm),
         host_(id.host), listener_(id.listener), quiet_(id.quiet), liveness_(id.liveness), streams_(id.streams) {}
 
@@ -117,7 +108,7 @@ class ring_startup {
   }
 
  private:
-  const std::string& address(int r) const { return options_.addresses.at(static_cast<std::size_t>(r)); }
+  const std::string& address(int r) const { return ranks_.address(r); }
   int next() const { return (rank_ + 1) % n_; }
   int prev() const { return (rank_ + n_ - 1) % n_; }
   void log(const std::string& text) const { ring_log(options_, rank_, text); }
@@ -243,7 +234,7 @@ class ring_startup {
     while (!stopping()) {
       if (steady::now() >= deadline)
         throw timeout_error({"ring", rank_},
-                            "rank " + std::to_string(prev()) + " (" + address(prev()) + ") did not connect within " +
+                            peer(prev()) + " did not connect within " +
                                 std::to_string(options_.connect_timeout.count()) + " ms" +
                                 (last_refusal.empty() ? "" : "; last refused connection: " + last_refusal),
                             prev());
@@ -375,7 +366,7 @@ class ring_startup {
     if (offered) links_.out.adopt(std::move(*offered));
     return failed;
   }
-  std::string peer(int r) const { return "rank " + std::to_string(r) + " (" + address(r) + ")"; }
+  std::string peer(int r) const { return ranks_.peer(r); }
 
   // The data connection to the next rank, then its others when it is on another host (streams_per_peer), then
   // (unless this ring has none) its liveness connection.
@@ -439,8 +430,7 @@ class ring_startup {
                             std::string(liveness ? "the liveness connection "
                                         : lane > 0 ? "data connection " + std::to_string(lane) + " "
                                                    : "") +
-                            "to rank " +
-                            std::to_string(to) + " (" + address(to) + ") within " +
+                            "to " + peer(to) + " within " +
                             std::to_string(options_.connect_timeout.count()) + " ms: " + last + refused,
                         to);
   }
@@ -449,7 +439,7 @@ class ring_startup {
   // answers but refuses us or is not an mwstrat peer (retrying cannot help).
   std::optional<std::string> client_handshake(int fd, steady::time_point limit, bool liveness, unsigned lane) {
     const int to = next();
-    const auto who = "rank " + std::to_string(to) + " (" + address(to) + ")";
+    const auto who = peer(to);
     const bool have_token = !token_.empty();
     detail::hello h;
     h.flags = static_cast<std::uint16_t>((have_token ? detail::flag_token : 0) |
@@ -505,6 +495,7 @@ class ring_startup {
   }
 
   const ring_options& options_;
+  rank_map ranks_;  // names the ranks in this start-up's errors and logs
   int n_ = 0;
   int rank_ = 0;
   const std::vector<mwstrat::address>& parsed_;
