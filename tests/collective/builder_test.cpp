@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace builder_test {
 
 using namespace mwstrat;
 
@@ -105,4 +105,4 @@ TEST(ring_builder, a_flat_topology_or_unequal_hosts_keep_the_one_flat_ring) {
   build_ranks(3, [](ring_options& o) { o.host_identity = o.rank < 2 ? "host a" : "host b"; }, flat_only);
 }
 
-}  // namespace
+}  // namespace builder_test

@@ -17,7 +17,7 @@ namespace mwstrat::test {
 const std::type_info& arena_type_when_the_synchroniser_comes_first();  // include_order_other.cpp
 }
 
-namespace {
+namespace include_order_test {
 
 using namespace mwstrat;
 
@@ -29,4 +29,4 @@ TEST(include_order, the_ring_offers_its_host_arena_whatever_was_included_first) 
   EXPECT_EQ(typeid(host_arena), test::arena_type_when_the_synchroniser_comes_first());
 }
 
-}  // namespace
+}  // namespace include_order_test

@@ -3,9 +3,8 @@
 // stdout and stderr in files under a temporary folder. Every wait is bounded; whatever is still running at the
 // end is SIGKILLed.
 
+#include <support/process.hpp>  // free_ports
 #include <support/temp_dir.hpp>
-
-#include <mwstrat/cluster/free_ports.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -22,10 +21,6 @@
 #include <vector>
 
 namespace mwstrat::test {
-
-/// `n` distinct loopback ports, free now and outside the ephemeral range (mwstrat/cluster/free_ports.hpp: a port
-/// from bind(0) was once taken by another test's outgoing connection before a worker could listen on it).
-inline std::vector<int> free_ports(int n) { return ::mwstrat::free_listen_ports("127.0.0.1", n); }
 
 inline std::string join_ports(const std::vector<int>& ports) {
   std::string s;

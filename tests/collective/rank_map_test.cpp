@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace rank_map_test {
 
 using namespace mwstrat;
 using detail::rank_map;
@@ -70,4 +70,4 @@ TEST(rank_map, the_error_a_rank_throws_names_the_jobs_rank_and_address) {
   }
 }
 
-}  // namespace
+}  // namespace rank_map_test

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace topology_test {
 
 using namespace mwstrat;
 using namespace mwstrat::detail;
@@ -70,4 +70,4 @@ TEST(ring_log_writer, the_hosts_line_says_where_the_ranks_are_and_how_the_hosts_
             "through ranks of one host), 2 tcp streams per link between hosts");
 }
 
-}  // namespace
+}  // namespace topology_test
