@@ -55,6 +55,16 @@ concept callback_for = has_on_train_begin<C, Ctx> || has_on_train_end<C, Ctx> ||
                        has_on_epoch_end<C, Ctx> || has_on_train_batch_begin<C, Ctx> ||
                        has_on_train_batch_end<C, Ctx> || has_on_test_begin<C, Ctx> || has_on_test_end<C, Ctx>;
 
+namespace detail {
+// True only for a static bool member set to true: a data member of that name (or one of another type) is a "no",
+// not a hard error in the middle of fit's overload resolution.
+template <class C, class = void>
+inline constexpr bool declares_saves_training_state = false;
+template <class C>
+inline constexpr bool declares_saves_training_state<
+    C, std::enable_if_t<std::is_same_v<decltype(&C::saves_training_state), const bool*>>> = C::saves_training_state;
+}  // namespace detail
+
 /// A callback that saves the training state (`backup_and_restore`) declares
 /// `static constexpr bool saves_training_state = true;`. Its `on_epoch_end` then runs after every other callback's,
 /// wherever it is listed, so an epoch's backup holds what the others changed at the epoch's end (Keras's callbacks
@@ -62,7 +72,7 @@ concept callback_for = has_on_train_begin<C, Ctx> || has_on_train_end<C, Ctx> ||
 /// run did. Batch hooks keep the list's order (a callback that fails at a step, or waits for that step's backup,
 /// sees the order it was given); one that changes the training state in `on_train_batch_end` goes before the backup.
 template <class C>
-concept saves_training_state = requires { requires std::remove_cvref_t<C>::saves_training_state; };
+concept saves_training_state = detail::declares_saves_training_state<std::remove_cvref_t<C>>;
 
 namespace detail {
 
