@@ -146,6 +146,36 @@ TEST(NnLayerImpl, JsonNumbersRoundTripAndRegularizersReadAsKeras) {
   EXPECT_EQ(d::activation_name(nn::activation::softmax), "softmax");
 }
 
+// A layer that offers no fusion: asked for one anyway (an executor's bug), it throws the library's own error.
+TEST(NnLayerImpl, AFusionTheLayerDoesNotOfferIsAConfigErrorNamingTheLayer) {
+  struct plain final : d::layer_impl<float> {
+    plain() : d::layer_impl<float>({4}, {4}) {}
+    std::string keras_type() const override { return "Plain"; }
+    std::string base_name() const override { return "plain"; }
+    std::string config() const override { return "plain"; }
+    void forward(const d::forward_args<float>&) override {}
+    void backward(const d::backward_args<float>&) override {}
+  } layer;
+  const d::forward_args<float> a{};
+  float v = 0;
+  const auto expect_nn_error = [](auto&& call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": nothing thrown";
+    } catch (const mwstrat::config_error& e) {
+      EXPECT_EQ(e.component(), "nn") << what;
+      EXPECT_NE(std::string(e.what()).find("plain: "), std::string::npos) << e.what();
+    }
+  };
+  expect_nn_error([&] { layer.inference_affine(&v, &v, &v, &v); }, "inference_affine");
+  expect_nn_error([&] { layer.forward_with_input_affine(a, &v, &v, false); }, "forward_with_input_affine");
+  expect_nn_error([&] { (void)layer.forward_statistics(a); }, "forward_statistics");
+  expect_nn_error([&] { layer.forward_with_input_maps(a, nullptr); }, "forward_with_input_maps");
+  expect_nn_error([&] { (void)layer.input_sums_hook(1, &v); }, "input_sums_hook");
+  expect_nn_error([&] { layer.forward_with_output_hook(a, {}); }, "forward_with_output_hook");
+  expect_nn_error([&] { (void)layer.output_gradient_sums_hook(1, &v, &v); }, "output_gradient_sums_hook");
+}
+
 // ---------------------------------------------------------------------------------------------------- loss_pass
 
 TEST(NnLossPass, WeightedCrossEntropyGradientAndHitsAgainstAHandComputedReference) {

@@ -20,7 +20,6 @@
 #include <memory>
 #include <numeric>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -163,12 +162,12 @@ class layer_impl {
   // bits are those of the two layers.
   [[nodiscard]] virtual bool is_inference_affine() const { return false; }
   virtual void inference_affine(const T* /*params*/, const T* /*state*/, T* /*scale*/, T* /*shift*/) const {
-    throw std::logic_error(base_name() + ": not an affine map in inference");
+    nn_config_error(base_name() + ": not an affine map in inference");
   }
   [[nodiscard]] virtual bool takes_input_affine() const { return false; }
   virtual void forward_with_input_affine(const forward_args<T>& /*a*/, const T* /*scale*/, const T* /*shift*/,
                                          bool /*relu*/) {
-    throw std::logic_error(base_name() + ": cannot apply an affine map to its input");
+    nn_config_error(base_name() + ": cannot apply an affine map to its input");
   }
 
   // Training folding (the graph executor's): a batch norm with no fused ReLU, whose output only an Add reads,
@@ -177,11 +176,11 @@ class layer_impl {
   // activations fewer. The batch norm's backward pass never reads its output, so the output is not needed at all.
   [[nodiscard]] virtual bool can_defer_map() const { return false; }
   virtual channel_map<T> forward_statistics(const forward_args<T>& /*a*/) {
-    throw std::logic_error(base_name() + ": has no map to defer");
+    nn_config_error(base_name() + ": has no map to defer");
   }
   [[nodiscard]] virtual bool takes_input_maps() const { return false; }
   virtual void forward_with_input_maps(const forward_args<T>& /*a*/, const channel_map<T>* /*maps*/) {
-    throw std::logic_error(base_name() + ": cannot apply maps to its inputs");
+    nn_config_error(base_name() + ": cannot apply maps to its inputs");
   }
 
   // Statistics in the producer's pass, in training (the graph executor's): a layer that sums its input over chunks
@@ -193,11 +192,11 @@ class layer_impl {
   [[nodiscard]] virtual bool sums_input_by_hook() const { return false; }
   [[nodiscard]] virtual const nn::kernels::conv2d_image_hook* input_sums_hook(std::size_t /*batch*/,
                                                                              const T* /*x*/) {
-    throw std::logic_error(base_name() + ": sums its input in its own pass");
+    nn_config_error(base_name() + ": sums its input in its own pass");
   }
   [[nodiscard]] virtual bool can_run_output_hook() const { return false; }
   virtual void forward_with_output_hook(const forward_args<T>& /*a*/, const nn::kernels::conv2d_image_hook& /*hook*/) {
-    throw std::logic_error(base_name() + ": cannot run a hook on its output");
+    nn_config_error(base_name() + ": cannot run a hook on its output");
   }
   // The same in the backward pass: a batch norm sums the gradient it is given (with its input) over chunks of
   // samples before anything else, so the layer that reads its output and writes that gradient (a convolution's data
@@ -206,7 +205,7 @@ class layer_impl {
   [[nodiscard]] virtual const nn::kernels::conv2d_image_hook* output_gradient_sums_hook(std::size_t /*batch*/,
                                                                                        const T* /*x*/,
                                                                                        const T* /*dy*/) {
-    throw std::logic_error(base_name() + ": sums its output's gradient in its own pass");
+    nn_config_error(base_name() + ": sums its output's gradient in its own pass");
   }
   [[nodiscard]] virtual bool can_run_input_gradient_hook() const { return false; }
 
