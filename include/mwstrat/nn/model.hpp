@@ -27,7 +27,7 @@
 #include <mwstrat/nn/losses.hpp>
 #include <mwstrat/nn/model_options.hpp>
 #include <mwstrat/nn/step_stats.hpp>
-#include <mwstrat/train/after_backward.hpp>
+#include <mwstrat/strategy/after_backward.hpp>
 
 #include <oneapi/tbb/task_arena.h>
 
