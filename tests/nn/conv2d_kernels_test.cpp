@@ -1,6 +1,6 @@
 // The convolution kernels (nn/kernels/conv2d.hpp) against a plain double-precision loop over many geometries,
 // every implementation (Winograd, direct and the im2col reference), and their bits under 1 and 2 TBB threads.
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d.hpp>
 

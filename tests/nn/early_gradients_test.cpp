@@ -5,7 +5,7 @@
 // same bits as the layer's backward without a listener (one product over all units).
 #include <mwstrat/nn.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 #include <mwstrat/nn/layers/conv2d.hpp>
 #include <mwstrat/nn/layers/dense.hpp>
 

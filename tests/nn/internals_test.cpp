@@ -13,7 +13,7 @@
 #include <mwstrat/nn/detail/graph_layer_info.hpp>
 #include <mwstrat/nn/detail/graph_summary.hpp>
 #include <mwstrat/nn/detail/loss_pass.hpp>
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 #include <mwstrat/nn/detail/window_2d.hpp>
 #include <mwstrat/nn/graph.hpp>
 #include <mwstrat/nn/graph_model.hpp>
@@ -295,9 +295,9 @@ TEST(NnGraphPlan, RefusesASoftmaxDenseBeforeTheOutputAndOutputsOfAnotherInput) {
 namespace {
 
 // The smallest rule on top of optimizer_base: plain descent, w -= lr * g.
-class descent : public nn::detail_opt::optimizer_base<double> {
+class descent : public d::optimizer_base<double> {
  public:
-  explicit descent(double lr, const nn::detail_opt::common_options& c = {}) : optimizer_base("descent", lr, c) {}
+  explicit descent(double lr, const d::common_options& c = {}) : optimizer_base("descent", lr, c) {}
   void apply(std::span<double> w, std::span<const double> g) {
     run(w, g, [&](std::size_t i, double gi, double lr) { w[i] -= lr * gi; });
   }
@@ -344,7 +344,7 @@ TEST(NnOptimizerBase, GlobalNormClippingScalesTheWholeGradient) {
 }
 
 TEST(NnOptimizerBase, RefusalsNameTheOptimizer) {
-  using opts = nn::detail_opt::common_options;
+  using opts = d::common_options;
   EXPECT_NE(config_error_of([] { descent o(0.1, opts{.weight_decay = -1}); }).find("descent: weight_decay"),
             std::string::npos);
   EXPECT_NE(config_error_of([] { descent o(0.1, opts{.clipnorm = 1, .global_clipnorm = 1}); })

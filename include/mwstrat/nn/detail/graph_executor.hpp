@@ -25,7 +25,7 @@
 #include <mwstrat/nn/detail/loss_pass.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/graph.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 #include <mwstrat/nn/losses.hpp>
 #include <mwstrat/nn/step_stats.hpp>
 

@@ -9,7 +9,7 @@
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cmath>

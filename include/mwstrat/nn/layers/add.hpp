@@ -7,7 +7,7 @@
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/relu_backward.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cstddef>

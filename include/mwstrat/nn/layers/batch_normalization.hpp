@@ -12,7 +12,7 @@
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/initializers.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include <mwstrat/nn/detail/window_2d.hpp>
 #include <mwstrat/nn/initializers.hpp>
 #include <mwstrat/nn/kernels/conv2d.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cmath>

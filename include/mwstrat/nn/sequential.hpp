@@ -23,7 +23,7 @@
 #include <mwstrat/nn/layers/softmax.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/keras_layout.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 #include <mwstrat/nn/losses.hpp>
 #include <mwstrat/nn/model_options.hpp>
 #include <mwstrat/nn/step_stats.hpp>
