@@ -602,6 +602,26 @@ TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPass
   }
 }
 
+TEST(NnGraphExecutor, ReshapeAndFlattenPassTheirGradientThroughInTheirInputsBuffer) {
+  // A chain of them, each the only reader of its input: no copy forward, and each input's gradient is its reader's
+  // output gradient in one buffer (the chain joins up: the convolution's gradient is the last Flatten's). The
+  // optimised passes give the plain ones' bits.
+  auto x = nn::input_tensor({6, 6, 3});
+  auto c = nn::conv2d{4, {3, 3}}(x);  // 4x4x4, linear: every gradient counts
+  auto f = nn::flatten{}(c);
+  auto r = nn::reshape{{8, 8}}(f);
+  auto out = nn::dense{3}(nn::flatten{}(r));
+  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  for (std::size_t batch : {std::size_t{2}, std::size_t{5}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const pass_bits fused = run_passes(plan, true, true, batch);
+    const pass_bits plain = run_passes(plan, false, false, batch);
+    EXPECT_EQ(fused.aliased, 3u);  // the convolution's, the Flatten's and the Reshape's output gradients
+    EXPECT_EQ(plain.aliased, 3u);  // not a fusion: the plain passes pass through too
+    expect_same_passes(fused, plain);
+  }
+}
+
 namespace {
 
 // Inference outputs of `plan` with every parameter and moving statistic moved off its initial value (so that each
