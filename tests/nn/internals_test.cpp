@@ -6,6 +6,7 @@
 // part path and the refusals; and the fast convolution (nn/kernels/conv2d_direct.hpp) called directly: its tile
 // plans, its padded copy, and its three passes against their definitions; the graph executor's ReLU fusion against
 // the unfused passes, and its shared gradient buffers against one buffer per layer.
+#include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/graph_executor.hpp>
 #include <mwstrat/nn/detail/graph_fusion_plan.hpp>
@@ -17,6 +18,11 @@
 #include <mwstrat/nn/detail/window_2d.hpp>
 #include <mwstrat/nn/graph.hpp>
 #include <mwstrat/nn/graph_model.hpp>
+#include <mwstrat/nn/layers/add.hpp>
+#include <mwstrat/nn/layers/batch_normalization.hpp>
+#include <mwstrat/nn/layers/conv2d.hpp>
+#include <mwstrat/nn/layers/dense.hpp>
+#include <mwstrat/nn/layers/relu.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/optimizers/optimizer_base.hpp>
@@ -146,34 +152,56 @@ TEST(NnLayerImpl, JsonNumbersRoundTripAndRegularizersReadAsKeras) {
   EXPECT_EQ(d::activation_name(nn::activation::softmax), "softmax");
 }
 
-// A layer that offers no fusion: asked for one anyway (an executor's bug), it throws the library's own error.
-TEST(NnLayerImpl, AFusionTheLayerDoesNotOfferIsAConfigErrorNamingTheLayer) {
-  struct plain final : d::layer_impl<float> {
-    plain() : d::layer_impl<float>({4}, {4}) {}
-    std::string keras_type() const override { return "Plain"; }
-    std::string base_name() const override { return "plain"; }
-    std::string config() const override { return "plain"; }
-    void forward(const d::forward_args<float>&) override {}
-    void backward(const d::backward_args<float>&) override {}
-  } layer;
-  const d::forward_args<float> a{};
-  float v = 0;
-  const auto expect_nn_error = [](auto&& call, const char* what) {
-    try {
-      call();
-      ADD_FAILURE() << what << ": nothing thrown";
-    } catch (const mwstrat::config_error& e) {
-      EXPECT_EQ(e.component(), "nn") << what;
-      EXPECT_NE(std::string(e.what()).find("plain: "), std::string::npos) << e.what();
-    }
-  };
-  expect_nn_error([&] { layer.inference_affine(&v, &v, &v, &v); }, "inference_affine");
-  expect_nn_error([&] { layer.forward_with_input_affine(a, &v, &v, false); }, "forward_with_input_affine");
-  expect_nn_error([&] { (void)layer.forward_statistics(a); }, "forward_statistics");
-  expect_nn_error([&] { layer.forward_with_input_maps(a, nullptr); }, "forward_with_input_maps");
-  expect_nn_error([&] { (void)layer.input_sums_hook(1, &v); }, "input_sums_hook");
-  expect_nn_error([&] { layer.forward_with_output_hook(a, {}); }, "forward_with_output_hook");
-  expect_nn_error([&] { (void)layer.output_gradient_sums_hook(1, &v, &v); }, "output_gradient_sums_hook");
+// Fusions are small interfaces a layer derives from (layer_fusions.hpp): a layer that takes part in none offers none,
+// each layer offers only its own, and a convolution off the float kernels refuses with the library's own error.
+TEST(NnLayerFusions, LayersOfferOnlyTheFusionInterfacesTheyTakePartIn) {
+  d::dense_layer<float> dense(nn::dense{4}, {6});
+  const nn::graph_detail::fusion_roles<float> none(dense);
+  EXPECT_EQ(none.affine_map, nullptr);
+  EXPECT_EQ(none.affine_reader, nullptr);
+  EXPECT_EQ(none.deferrable, nullptr);
+  EXPECT_EQ(none.map_reader, nullptr);
+  EXPECT_EQ(none.input_sums, nullptr);
+  EXPECT_EQ(none.output_hook, nullptr);
+  EXPECT_EQ(none.gradient_sums, nullptr);
+  EXPECT_FALSE(none.adds_to_dx());
+  EXPECT_FALSE(none.one_gradient);
+  EXPECT_EQ(d::fusion_role<d::plain_relu>(dense), nullptr);
+  EXPECT_EQ(d::fusion_role<d::relu_fusable>(dense), nullptr);
+
+  d::batch_normalization_layer<float> bn(0.99, 1e-3, false, {4, 4, 8});
+  const nn::graph_detail::fusion_roles<float> norm(bn);
+  EXPECT_NE(norm.affine_map, nullptr);
+  EXPECT_NE(norm.deferrable, nullptr);
+  EXPECT_NE(norm.input_sums, nullptr);
+  EXPECT_NE(norm.gradient_sums, nullptr);
+  EXPECT_EQ(norm.affine_reader, nullptr);
+  EXPECT_NE(d::fusion_role<d::relu_fusable>(bn), nullptr);
+
+  d::add_layer<float> add({{4, 4, 8}, {4, 4, 8}});
+  const nn::graph_detail::fusion_roles<float> sum(add);
+  EXPECT_TRUE(sum.one_gradient);
+  EXPECT_NE(sum.map_reader, nullptr);
+  EXPECT_EQ(sum.affine_map, nullptr);
+
+  d::relu_layer<float> relu({4});
+  ASSERT_NE(d::fusion_role<d::plain_relu>(relu), nullptr);
+  EXPECT_TRUE(d::fusion_role<d::plain_relu>(relu)->is_plain_relu());
+
+  d::conv2d_layer<double> conv(nn::conv2d{8, {3, 3}}, {6, 6, 8});
+  const nn::graph_detail::fusion_roles<double> reader(conv);
+  ASSERT_NE(reader.affine_reader, nullptr);
+  EXPECT_FALSE(reader.affine_reader->takes_input_affine());  // double runs off the float kernels
+  EXPECT_FALSE(reader.adds_to_dx());
+  const d::forward_args<double> a{};
+  double v = 0;
+  try {
+    reader.affine_reader->forward_with_input_affine(a, &v, &v, false);
+    ADD_FAILURE() << "a double convolution applied an input map";
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_EQ(e.component(), "nn");
+    EXPECT_NE(std::string(e.what()).find("conv2d: "), std::string::npos) << e.what();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------- loss_pass

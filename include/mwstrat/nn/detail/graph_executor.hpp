@@ -20,7 +20,7 @@
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
 // overlap use one slot (ResNet-56 at batch 128 keeps a few slots per stage instead of one buffer per layer).
 // A second reader of a node that can add its part of the node's gradient as it writes it (a convolution, which on
-// the Winograd path adds as it stores: layer_impl::can_add_to_dx) gets the node's buffer instead of a scratch
+// the Winograd path adds as it stores: input_gradient_adder in layer_fusions.hpp) gets the node's buffer instead of a scratch
 // buffer added afterwards.
 // Gradient aliasing goes one step further: a layer that gives every input one gradient (Add) writes it once, to
 // the input whose gradient is read last, and another input read by nothing else reads it from that buffer in place
@@ -245,15 +245,16 @@ class graph_executor {
         const std::size_t p = fusion_.folded[i];
         T* scale = affine_.data();
         T* shift = scale + layers_[p]->output_shape().back();
-        layers_[p]->inference_affine(pbase_ + info_[p].offset, state_.data() + info_[p].state_offset, scale, shift);
+        fusion_.roles[p].affine_map->inference_affine(pbase_ + info_[p].offset, state_.data() + info_[p].state_offset,
+                                                      scale, shift);
         xs_[0] = node_values(inputs_[p][0]);
-        layers_[i]->forward_with_input_affine(
+        fusion_.roles[i].affine_reader->forward_with_input_affine(
             {batch, xs_[0], acts_[i].data(), pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, scale,
             shift, fusion_.relu_of[p] != no_layer);
         continue;
       }
       if (training && fusion_.deferred[i]) {  // statistics only: its reader applies the map
-        deferred_map_[i] = layers_[i]->forward_statistics(
+        deferred_map_[i] = fusion_.roles[i].deferrable->forward_statistics(
             {batch, xs_[0], nullptr, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()});
         continue;
       }
@@ -264,14 +265,14 @@ class graph_executor {
           maps_[k] = p == no_layer ? mwstrat::detail::channel_map<T>{} : deferred_map_[p];
           if (p != no_layer) xs_[k] = node_values(inputs_[p][0]);
         }
-        layers_[i]->forward_with_input_maps(
+        fusion_.roles[i].map_reader->forward_with_input_maps(
             {batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, maps_.data());
         continue;
       }
       if (training && fusion_.sums_for[i] != no_layer) {  // runs its reader's sums on each image it writes
         const std::size_t r = fusion_.sums_for[i];
-        const auto* hook = layers_[r]->input_sums_hook(batch, node_values(i + 1));
-        layers_[i]->forward_with_output_hook(
+        const auto* hook = fusion_.roles[r].input_sums->input_sums_hook(batch, node_values(i + 1));
+        fusion_.roles[i].output_hook->forward_with_output_hook(
             {batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, *hook);
         continue;
       }
@@ -320,7 +321,7 @@ class graph_executor {
       }
       // A second consumer that can add its part as it writes it gets the node's buffer itself.
       const bool adds = share_gradients_ && ins.size() == 1 && dxs_[0] != nullptr && written_[ins[0]] &&
-                        l.can_add_to_dx();
+                        fusion_.roles[i].adds_to_dx();
       if (adds) dxs_[0] = grads_[ins[0] - 1];
       // The sums of the batch norm whose output gradient this layer writes, made as it writes it
       // (graph_fusion_plan.hpp): only when dx is that gradient's own buffer and this layer writes all of it.
@@ -329,7 +330,7 @@ class graph_executor {
         const std::size_t b = fusion_.gradient_sums_of[i];
         const std::size_t o = fusion_.relu_of[b] == no_layer ? b : fusion_.relu_of[b];
         if (dxs_[0] == grads_[o])
-          dx_hook = layers_[b]->output_gradient_sums_hook(batch, node_values(inputs_[b][0]), grads_[o]);
+          dx_hook = fusion_.roles[b].gradient_sums->output_gradient_sums_hook(batch, node_values(inputs_[b][0]), grads_[o]);
       }
       layer_report<OnReady> report{&on_ready, info_[i].offset, info_[i].offset + n};
       const mwstrat::detail::gradient_ready ready{&report, &layer_report<OnReady>::call};
@@ -476,7 +477,7 @@ class graph_executor {
   void plan_gradient_aliases(const std::vector<std::size_t>& last_reader, const std::vector<std::size_t>& read_at) {
     const std::vector<std::size_t> sole = sole_readers(inputs_);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      if (fusion_.fused_away[i] || !layers_[i]->gives_every_input_one_gradient()) continue;
+      if (fusion_.fused_away[i] || !fusion_.roles[i].one_gradient) continue;
       const auto& ins = inputs_[i];
       std::size_t primary = no_layer;
       for (std::size_t in : ins)
