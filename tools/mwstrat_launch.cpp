@@ -37,6 +37,7 @@
 // Exit status: 0 when every worker succeeded; 75 when the workers stopped for preemption (and the launcher itself
 // was signalled); otherwise the first failure's (128 + signal for a signal).
 #include <mwstrat/cluster/free_ports.hpp>
+#include <mwstrat/error.hpp>
 #include <mwstrat/version.hpp>
 
 #include <fcntl.h>
@@ -225,8 +226,8 @@ options parse(int argc, char** argv) {
 std::vector<int> free_ports(const std::string& host, int n) {
   try {
     return mwstrat::free_listen_ports(host, n);
-  } catch (const std::invalid_argument& e) {
-    usage(std::string("--host: ") + e.what());
+  } catch (const mwstrat::config_error& e) {
+    usage(std::string("--host: ") + e.detail());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mwstrat-launch: %s\n", e.what());
     std::exit(1);

@@ -5,7 +5,7 @@
 //   mwstrat_bench_conv [--threads=1] [--peak=115.6] [--reference] [Google Benchmark flags]
 // --reference times the im2col reference path as well. Rates are per CPU second of the (one) thread: on a shared
 // machine the wall time also counts the time other processes held the core. compare.py interleaves this with torch_conv_bench.py.
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 #include <mwstrat/nn/kernels/conv2d.hpp>
 
 #include <benchmark/benchmark.h>

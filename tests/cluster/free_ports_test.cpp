@@ -1,6 +1,7 @@
 // free_listen_ports: distinct ports that a worker can then listen on, none from the kernel's ephemeral range (where
 // outgoing connections take their source ports), and clear refusals.
 #include <mwstrat/cluster/free_ports.hpp>
+#include <mwstrat/error.hpp>
 
 #include <gtest/gtest.h>
 
@@ -63,14 +64,33 @@ std::string error_of(const std::string& host, int n) {
 }
 
 TEST(free_listen_ports, refuses_a_host_that_is_not_an_ipv4_address_naming_it) {
-  const std::string what = error_of<std::invalid_argument>("localhost", 2);
+  const std::string what = error_of<mwstrat::config_error>("localhost", 2);
   EXPECT_NE(what.find("'localhost' is not an IPv4 address"), std::string::npos) << what;
 }
 
 TEST(free_listen_ports, an_address_of_no_local_interface_is_an_error_naming_it) {
   // 192.0.2.1 (TEST-NET-1) is on no interface here, so nothing can bind to it; nothing is sent to it.
-  const std::string what = error_of<std::runtime_error>("192.0.2.1", 1);
+  const std::string what = error_of<mwstrat::io_error>("192.0.2.1", 1);
   EXPECT_NE(what.find("free ports on 192.0.2.1"), std::string::npos) << what;
+}
+
+// The library's own hierarchy, as every mwstrat throw: a caller catches mwstrat::error and reads its component.
+TEST(free_listen_ports, its_refusals_are_mwstrat_errors_of_the_cluster_component) {
+  try {
+    (void)mwstrat::free_listen_ports("localhost", 1);
+    ADD_FAILURE() << "'localhost' was accepted";
+  } catch (const mwstrat::error& e) {
+    EXPECT_EQ(e.kind(), mwstrat::error_kind::config);
+    EXPECT_EQ(e.component(), "cluster");
+    EXPECT_EQ(std::string(e.what()).rfind("[mwstrat.cluster] ", 0), 0u) << e.what();
+  }
+  try {
+    (void)mwstrat::free_listen_ports("192.0.2.1", 1);
+    ADD_FAILURE() << "a port on 192.0.2.1 was found";
+  } catch (const mwstrat::error& e) {
+    EXPECT_EQ(e.kind(), mwstrat::error_kind::io);
+    EXPECT_EQ(e.component(), "cluster");
+  }
 }
 
 }  // namespace free_ports_test

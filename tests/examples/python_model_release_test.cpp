@@ -5,7 +5,7 @@
 // scripts/lib/common.sh). Optimised builds only (label "release").
 #include "example_support.hpp"
 
-#include <mwstrat/nn/model.hpp>
+#include <mwstrat/nn/sequential.hpp>
 #include <mwstrat/train/saved_model.hpp>
 
 #include <gtest/gtest.h>

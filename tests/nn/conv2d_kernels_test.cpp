@@ -1,6 +1,6 @@
 // The convolution kernels (nn/kernels/conv2d.hpp) against a plain double-precision loop over many geometries,
 // every implementation (Winograd, direct and the im2col reference), and their bits under 1 and 2 TBB threads.
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d.hpp>
 
@@ -502,7 +502,8 @@ TEST(Conv2dKernels, RefusesBadGeometryNamingTheCall) {
   try {
     mwstrat::nn::kernels::conv2d_forward(g, buf.data(), buf.data(), nullptr, buf.data(), ws);
     ADD_FAILURE() << "a zero stride was accepted";
-  } catch (const std::invalid_argument& e) {
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_EQ(e.component(), "nn");
     EXPECT_NE(std::string(e.what()).find("conv2d_forward"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("stride"), std::string::npos) << e.what();
   }

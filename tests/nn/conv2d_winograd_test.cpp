@@ -2,7 +2,7 @@
 // reproduce a direct 3-tap correlation, those of the filter gradient (conv2d_winograd_filter.hpp) the taps'
 // gradients, and the shapes the paths take (the whole convolutions are checked against
 // double sums in conv2d_kernels_test.cpp).
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd.hpp>
 #include <mwstrat/nn/kernels/conv2d_winograd_filter.hpp>
 

@@ -1,19 +1,25 @@
 // Gradients reported before a layer's backward returns (nn/detail/layer_impl.hpp's `gradient_ready`): a dense or
 // convolution layer reports its parameter gradients before it computes its input gradient, a large dense kernel in
-// chunks of units from the last, so that a strategy's buckets can leave early. What is reported must already be
+// chunks of units from the last, so that a strategy's buckets can leave early; the one executor (both models) passes
+// each report on at once. What is reported must already be
 // final, arrive as a growing contiguous suffix, and every value — the parameter and the input gradients — must be the
 // same bits as the layer's backward without a listener (one product over all units).
 #include <mwstrat/nn.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
+#include <mwstrat/nn/detail/graph_executor.hpp>
 #include <mwstrat/nn/layers/conv2d.hpp>
 #include <mwstrat/nn/layers/dense.hpp>
+#include <mwstrat/strategy/after_backward.hpp>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -179,4 +185,95 @@ TEST(NnEarlyGradients, ModelPassesEveryReportOnFinalAndInOrder) {
   }
   EXPECT_EQ(ready, 0u);
   EXPECT_GT(slices.size(), 4u) << "the large dense kernel should be reported in chunks";
+}
+
+// ------------------------------------------------------------------------------------- the one executor's reports
+
+namespace {
+
+// A layer of three parameters that reports them during its backward, logging when it is given a hook and when it
+// returns; its output is its input.
+struct reporting_probe final : d::layer_impl<float> {
+  explicit reporting_probe(std::vector<std::string>* events) : d::layer_impl<float>({4}, {4}), events_(events) {}
+  std::string keras_type() const override { return "Probe"; }
+  std::string base_name() const override { return "probe"; }
+  std::string config() const override { return "probe"; }
+  std::size_t param_count() const override { return 3; }
+  void forward(const d::forward_args<float>& a) override { std::copy_n(a.x, a.batch * 4, a.y); }
+  void backward(const d::backward_args<float>& a) override {
+    std::fill_n(a.grads, 3, 1.0f);
+    if (a.ready != nullptr) {
+      events_->push_back("given a hook");
+      (*a.ready)(0, 3);
+    }
+    if (a.dx != nullptr) std::copy_n(a.dy, a.batch * 4, a.dx);
+    events_->push_back("backward returns");
+  }
+  std::vector<std::string>* events_;
+};
+
+// The log of one training step of an executor over one probe, with `on_ready` logging each report.
+template <class OnReady>
+std::vector<std::string> probe_step(OnReady make_on_ready) {
+  std::vector<std::string> events;
+  std::vector<nn::graph_detail::executor_layer<float>> layers;
+  layers.push_back({std::make_unique<reporting_probe>(&events), {0}, "probe", {"input_layer"}});
+  nn::graph_detail::graph_executor<float> exec({4}, std::move(layers), false, {});
+  const std::vector<float> x{0.5f, -1.0f, 2.0f, 0.0f, 1.0f, 1.0f, -3.0f, 0.25f};
+  const std::vector<std::int64_t> labels{2, 0};
+  exec.reserve(2);
+  exec.forward_pass(x.data(), 2, true, true);
+  (void)exec.loss_pass(labels, {}, 2, true, 0.0);
+  auto on_ready = make_on_ready(events);
+  exec.backward_pass(2, on_ready);
+  return events;
+}
+
+}  // namespace
+
+// What the sequential model always did, now the executor's for both models: a layer is given a hook, and a report it
+// makes during its backward is passed on at once, before the layer computes its input gradient and returns.
+TEST(NnEarlyGradients, ExecutorPassesALayersReportOnBeforeTheLayerReturns) {
+  const auto events = probe_step([](std::vector<std::string>& l) {
+    return [&l](std::size_t offset, std::size_t count) {
+      l.push_back("report " + std::to_string(offset) + " " + std::to_string(count));
+    };
+  });
+  EXPECT_EQ(events, (std::vector<std::string>{"given a hook", "report 0 3", "backward returns"}));
+  // A step that reduces after backward wants no reports: no hook, and `after_backward` ignores the whole slice.
+  const auto quiet = probe_step([](std::vector<std::string>&) { return mwstrat::after_backward{}; });
+  EXPECT_EQ(quiet, (std::vector<std::string>{"backward returns"}));
+}
+
+// ResNet's convolutions and its dense layer report during their backward now: every report is final when made, the
+// reports tile the arena from its end, and the gradients are the bits of a step without a listener.
+TEST(NnEarlyGradients, ResNetReportsAreFinalInOrderAndKeepTheBits) {
+  nn::resnet_options options;
+  options.model = {.threads = 2, .seed = 3};
+  auto a = nn::resnet_cifar(8, options);
+  auto b = nn::resnet_cifar(8, options);
+  const std::size_t batch = 4;
+  const auto x = random_values(batch * a.input_size(), 9);
+  const std::vector<std::int64_t> labels{1, 7, 3, 0};
+  std::vector<std::pair<std::size_t, std::size_t>> slices;
+  std::vector<std::vector<float>> at_report;
+  a.train_batch(x, labels, batch, [&](std::size_t offset, std::size_t count) {
+    slices.emplace_back(offset, count);
+    auto g = a.gradients();
+    at_report.emplace_back(g.begin() + static_cast<std::ptrdiff_t>(offset),
+                           g.begin() + static_cast<std::ptrdiff_t>(offset + count));
+  });
+  b.train_batch(x, labels, batch);
+  const auto ga = a.gradients();
+  const auto gb = b.gradients();
+  ASSERT_EQ(ga.size(), gb.size());
+  EXPECT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float)), 0);
+  std::size_t ready = ga.size();
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    ASSERT_EQ(slices[i].first + slices[i].second, ready);
+    ready = slices[i].first;
+    EXPECT_EQ(std::memcmp(at_report[i].data(), ga.data() + slices[i].first, slices[i].second * sizeof(float)), 0)
+        << "slice " << i << " changed after it was reported";
+  }
+  EXPECT_EQ(ready, 0u);
 }

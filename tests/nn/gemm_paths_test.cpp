@@ -6,7 +6,7 @@
 #include <mwstrat/nn/detail/gemm.hpp>
 #include <mwstrat/nn/detail/relu_backward.hpp>
 #include <mwstrat/nn/layers/conv2d.hpp>
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 
 #include <gtest/gtest.h>
 #include <oneapi/tbb/global_control.h>

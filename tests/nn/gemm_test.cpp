@@ -1,6 +1,6 @@
 // The GEMM kernels against a plain double-precision product, across edge sizes, and their thread invariance.
 #include <mwstrat/nn/detail/gemm.hpp>
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 
 #include <gtest/gtest.h>
 #include <oneapi/tbb/global_control.h>

@@ -6,6 +6,7 @@
 // part path and the refusals; and the fast convolution (nn/kernels/conv2d_direct.hpp) called directly: its tile
 // plans, its padded copy, and its three passes against their definitions; the graph executor's ReLU fusion against
 // the unfused passes, and its shared gradient buffers against one buffer per layer.
+#include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/graph_executor.hpp>
 #include <mwstrat/nn/detail/graph_fusion_plan.hpp>
@@ -13,10 +14,15 @@
 #include <mwstrat/nn/detail/graph_layer_info.hpp>
 #include <mwstrat/nn/detail/graph_summary.hpp>
 #include <mwstrat/nn/detail/loss_pass.hpp>
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 #include <mwstrat/nn/detail/window_2d.hpp>
 #include <mwstrat/nn/graph.hpp>
 #include <mwstrat/nn/graph_model.hpp>
+#include <mwstrat/nn/layers/add.hpp>
+#include <mwstrat/nn/layers/batch_normalization.hpp>
+#include <mwstrat/nn/layers/conv2d.hpp>
+#include <mwstrat/nn/layers/dense.hpp>
+#include <mwstrat/nn/layers/relu.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/optimizers/optimizer_base.hpp>
@@ -146,6 +152,58 @@ TEST(NnLayerImpl, JsonNumbersRoundTripAndRegularizersReadAsKeras) {
   EXPECT_EQ(d::activation_name(nn::activation::softmax), "softmax");
 }
 
+// Fusions are small interfaces a layer derives from (layer_fusions.hpp): a layer that takes part in none offers none,
+// each layer offers only its own, and a convolution off the float kernels refuses with the library's own error.
+TEST(NnLayerFusions, LayersOfferOnlyTheFusionInterfacesTheyTakePartIn) {
+  d::dense_layer<float> dense(nn::dense{4}, {6});
+  const nn::graph_detail::fusion_roles<float> none(dense);
+  EXPECT_EQ(none.affine_map, nullptr);
+  EXPECT_EQ(none.affine_reader, nullptr);
+  EXPECT_EQ(none.deferrable, nullptr);
+  EXPECT_EQ(none.map_reader, nullptr);
+  EXPECT_EQ(none.input_sums, nullptr);
+  EXPECT_EQ(none.output_hook, nullptr);
+  EXPECT_EQ(none.gradient_sums, nullptr);
+  EXPECT_FALSE(none.adds_to_dx());
+  EXPECT_FALSE(none.one_gradient);
+  EXPECT_EQ(d::fusion_role<d::plain_relu>(dense), nullptr);
+  EXPECT_EQ(d::fusion_role<d::relu_fusable>(dense), nullptr);
+
+  d::batch_normalization_layer<float> bn(0.99, 1e-3, false, {4, 4, 8});
+  const nn::graph_detail::fusion_roles<float> norm(bn);
+  EXPECT_NE(norm.affine_map, nullptr);
+  EXPECT_NE(norm.deferrable, nullptr);
+  EXPECT_NE(norm.input_sums, nullptr);
+  EXPECT_NE(norm.gradient_sums, nullptr);
+  EXPECT_EQ(norm.affine_reader, nullptr);
+  EXPECT_NE(d::fusion_role<d::relu_fusable>(bn), nullptr);
+
+  d::add_layer<float> add({{4, 4, 8}, {4, 4, 8}});
+  const nn::graph_detail::fusion_roles<float> sum(add);
+  EXPECT_TRUE(sum.one_gradient);
+  EXPECT_NE(sum.map_reader, nullptr);
+  EXPECT_EQ(sum.affine_map, nullptr);
+
+  d::relu_layer<float> relu({4});
+  ASSERT_NE(d::fusion_role<d::plain_relu>(relu), nullptr);
+  EXPECT_TRUE(d::fusion_role<d::plain_relu>(relu)->is_plain_relu());
+
+  d::conv2d_layer<double> conv(nn::conv2d{8, {3, 3}}, {6, 6, 8});
+  const nn::graph_detail::fusion_roles<double> reader(conv);
+  ASSERT_NE(reader.affine_reader, nullptr);
+  EXPECT_FALSE(reader.affine_reader->takes_input_affine());  // double runs off the float kernels
+  EXPECT_FALSE(reader.adds_to_dx());
+  const d::forward_args<double> a{};
+  double v = 0;
+  try {
+    reader.affine_reader->forward_with_input_affine(a, &v, &v, false);
+    ADD_FAILURE() << "a double convolution applied an input map";
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_EQ(e.component(), "nn");
+    EXPECT_NE(std::string(e.what()).find("conv2d: "), std::string::npos) << e.what();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------- loss_pass
 
 TEST(NnLossPass, WeightedCrossEntropyGradientAndHitsAgainstAHandComputedReference) {
@@ -265,9 +323,9 @@ TEST(NnGraphPlan, RefusesASoftmaxDenseBeforeTheOutputAndOutputsOfAnotherInput) {
 namespace {
 
 // The smallest rule on top of optimizer_base: plain descent, w -= lr * g.
-class descent : public nn::detail_opt::optimizer_base<double> {
+class descent : public d::optimizer_base<double> {
  public:
-  explicit descent(double lr, const nn::detail_opt::common_options& c = {}) : optimizer_base("descent", lr, c) {}
+  explicit descent(double lr, const d::common_options& c = {}) : optimizer_base("descent", lr, c) {}
   void apply(std::span<double> w, std::span<const double> g) {
     run(w, g, [&](std::size_t i, double gi, double lr) { w[i] -= lr * gi; });
   }
@@ -314,7 +372,7 @@ TEST(NnOptimizerBase, GlobalNormClippingScalesTheWholeGradient) {
 }
 
 TEST(NnOptimizerBase, RefusalsNameTheOptimizer) {
-  using opts = nn::detail_opt::common_options;
+  using opts = d::common_options;
   EXPECT_NE(config_error_of([] { descent o(0.1, opts{.weight_decay = -1}); }).find("descent: weight_decay"),
             std::string::npos);
   EXPECT_NE(config_error_of([] { descent o(0.1, opts{.clipnorm = 1, .global_clipnorm = 1}); })
@@ -568,6 +626,26 @@ TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPass
     EXPECT_EQ(fused.fused, 3u);
     EXPECT_EQ(plain.fused, 0u);
     EXPECT_LT(fused.buffers, plain.buffers / 2);  // 13 layers' gradients in a few buffers
+    expect_same_passes(fused, plain);
+  }
+}
+
+TEST(NnGraphExecutor, ReshapeAndFlattenPassTheirGradientThroughInTheirInputsBuffer) {
+  // A chain of them, each the only reader of its input: no copy forward, and each input's gradient is its reader's
+  // output gradient in one buffer (the chain joins up: the convolution's gradient is the last Flatten's). The
+  // optimised passes give the plain ones' bits.
+  auto x = nn::input_tensor({6, 6, 3});
+  auto c = nn::conv2d{4, {3, 3}}(x);  // 4x4x4, linear: every gradient counts
+  auto f = nn::flatten{}(c);
+  auto r = nn::reshape{{8, 8}}(f);
+  auto out = nn::dense{3}(nn::flatten{}(r));
+  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  for (std::size_t batch : {std::size_t{2}, std::size_t{5}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const pass_bits fused = run_passes(plan, true, true, batch);
+    const pass_bits plain = run_passes(plan, false, false, batch);
+    EXPECT_EQ(fused.aliased, 3u);  // the convolution's, the Flatten's and the Reshape's output gradients
+    EXPECT_EQ(plain.aliased, 3u);  // not a fusion: the plain passes pass through too
     expect_same_passes(fused, plain);
   }
 }

@@ -2,7 +2,7 @@
 // policy value's validation, and the decisions it takes (overlap, placement, fallbacks) on replicas as threads.
 #include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/collective/ring/ring_collective.hpp>
-#include <mwstrat/nn/model.hpp>
+#include <mwstrat/nn/sequential.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/strategy/detail/deferred_exception.hpp>

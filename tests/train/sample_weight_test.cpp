@@ -4,9 +4,9 @@
 // reference models' last outputs (model_with_outputs): top-k accuracy on the MNIST CNN.
 #include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/data/mnist.hpp>
-#include <mwstrat/detail/random.hpp>
+#include <mwstrat/detail/splitmix64.hpp>
 #include <mwstrat/nn/graph_model.hpp>
-#include <mwstrat/nn/model.hpp>
+#include <mwstrat/nn/sequential.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/fit.hpp>

@@ -7,7 +7,7 @@
 #include <mwstrat/train/callbacks/model_checkpoint.hpp>
 #include <mwstrat/train/train_context.hpp>
 #include <mwstrat/nn/graph_model.hpp>
-#include <mwstrat/nn/model.hpp>
+#include <mwstrat/nn/sequential.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/train/saved_model.hpp>
 

@@ -1,7 +1,7 @@
 // fit over ring ranks on one host with update_placement::shared_host_copy: one parameter copy in a host_arena, the
 // same bits as the ring's fused sharded update and as every replica updating everything.
 #include <mwstrat/collective.hpp>
-#include <mwstrat/nn/model.hpp>
+#include <mwstrat/nn/sequential.hpp>
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/fit.hpp>

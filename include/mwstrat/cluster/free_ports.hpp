@@ -12,13 +12,14 @@
 
 #include <arpa/inet.h>
 
+#include <mwstrat/error.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,13 +37,13 @@ inline std::pair<int, int> ephemeral_port_range() {
 /// `n` distinct ports on `ipv4_host` that were free when bound together, chosen from the ports just below the
 /// ephemeral range (up to 12288 of them, never under 1024) and those above it, from a random start so that launches
 /// running at once do not try the same ones first. Where the range leaves no such ports, the kernel's own choice.
-/// Throws std::invalid_argument for a host that is not an IPv4 address and std::runtime_error, naming the host,
-/// when too few ports are free.
+/// Throws `config_error` for a host that is not an IPv4 address and `io_error`, naming the host, when too few ports
+/// are free (both "[mwstrat.cluster] ...").
 inline std::vector<int> free_listen_ports(const std::string& ipv4_host, int n) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   if (::inet_pton(AF_INET, ipv4_host.c_str(), &address.sin_addr) != 1) {
-    throw std::invalid_argument("'" + ipv4_host + "' is not an IPv4 address");
+    throw config_error({"cluster"}, "free_listen_ports: '" + ipv4_host + "' is not an IPv4 address");
   }
   const auto [low, high] = ephemeral_port_range();
   std::vector<int> candidates;
@@ -76,10 +77,10 @@ inline std::vector<int> free_listen_ports(const std::string& ipv4_host, int n) {
   }
   for (const int fd : fds) ::close(fd);
   if (static_cast<int>(ports.size()) < n) {
-    std::string why = "cannot find " + std::to_string(n) + " free ports on " + ipv4_host + " (found " +
+    std::string why = "free_listen_ports: cannot find " + std::to_string(n) + " free ports on " + ipv4_host + " (found " +
                       std::to_string(ports.size());
     if (last_error != 0) why += std::string(": ") + std::strerror(last_error);
-    throw std::runtime_error(why + ")");
+    throw io_error({"cluster"}, why + ")");
   }
   return ports;
 }

@@ -23,7 +23,7 @@
 /// For the training loop of a multi-worker job use `distributed_batches` (distributed.hpp): random access by
 /// `data_cursor` and no allocation per step. This pipeline is the general tool (and what `from_images` feeds).
 
-#include <mwstrat/data/detail/random.hpp>
+#include <mwstrat/data/detail/shuffle.hpp>
 #include <mwstrat/data/labeled_images.hpp>
 #include <mwstrat/error.hpp>
 

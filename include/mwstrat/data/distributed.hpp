@@ -27,7 +27,7 @@
 
 #include <mwstrat/data/concepts.hpp>
 #include <mwstrat/data/cursor.hpp>
-#include <mwstrat/data/detail/random.hpp>
+#include <mwstrat/data/detail/shuffle.hpp>
 #include <mwstrat/data/labeled_images.hpp>
 #include <mwstrat/data/sharding.hpp>
 #include <mwstrat/error.hpp>

@@ -30,7 +30,7 @@
 
 #include <mwstrat/data/distributed.hpp>
 #include <mwstrat/data/labeled_images.hpp>
-#include <mwstrat/detail/random.hpp>
+#include <mwstrat/detail/splitmix64.hpp>
 #include <mwstrat/error.hpp>
 
 #include <algorithm>

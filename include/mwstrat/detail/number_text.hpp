@@ -15,24 +15,23 @@
 
 namespace mwstrat::detail {
 
-namespace number_text_detail {
-inline std::string chars(double v, std::chars_format format, int precision) {
+// to_chars into a string.
+inline std::string number_chars(double v, std::chars_format format, int precision) {
   // Room for the longest: a sign, DBL_MAX's 309 digits, a point and the decimals.
   std::string text(static_cast<std::size_t>(precision) + 320, '\0');
   const auto [end, ec] = std::to_chars(text.data(), text.data() + text.size(), v, format, precision);
   text.resize(ec == std::errc{} ? static_cast<std::size_t>(end - text.data()) : 0);
   return text;
 }
-}  // namespace number_text_detail
 
 /// printf's "%.<precision>f" in the C locale: "0.5000".
 inline std::string fixed_text(double v, int precision) {
-  return number_text_detail::chars(v, std::chars_format::fixed, precision < 0 ? 0 : precision);
+  return number_chars(v, std::chars_format::fixed, precision < 0 ? 0 : precision);
 }
 
 /// printf's "%.<precision>g" in the C locale: "0.123456789".
 inline std::string general_text(double v, int precision) {
-  return number_text_detail::chars(v, std::chars_format::general, precision < 1 ? 1 : precision);
+  return number_chars(v, std::chars_format::general, precision < 1 ? 1 : precision);
 }
 
 /// printf's "%a" in the C locale: hexadecimal, from which `parse_number` gives back the same bits.

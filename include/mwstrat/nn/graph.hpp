@@ -14,7 +14,7 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/graph_layer_factory.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <cstddef>
 #include <initializer_list>

@@ -30,8 +30,8 @@
 #include <mwstrat/nn/detail/graph_summary.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/graph.hpp>
-#include <mwstrat/nn/layers.hpp>
-#include <mwstrat/nn/model.hpp>  // nn::sequential: this header has always given both models
+#include <mwstrat/nn/layer_specs.hpp>
+#include <mwstrat/nn/sequential.hpp>  // nn::sequential: this header has always given both models
 #include <mwstrat/nn/model_options.hpp>
 #include <mwstrat/nn/step_stats.hpp>
 

@@ -2,7 +2,7 @@
 /// \file
 /// Keras's default initialisers, seeded and reproducible on any platform and thread count.
 
-#include <mwstrat/nn/detail/random.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
 
 #include <cmath>
 #include <cstddef>

@@ -5,7 +5,7 @@
 /// layouts — conv kernel [kh, kw, in, out] (the arena's own layout), dense kernel [in, out] (the arena keeps it
 /// [out, in] for speed, so it is transposed on the way out and back), biases [out].
 
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <boost/json.hpp>
 
@@ -15,6 +15,17 @@
 #include <type_traits>
 #include <variant>
 #include <vector>
+
+namespace mwstrat::detail {
+// Keras's JSON for a list of sizes, an activation and a padding (those a sequential model's layers have).
+inline boost::json::array json_ints(const auto& xs) {
+  boost::json::array a;
+  for (auto x : xs) a.push_back(static_cast<std::int64_t>(x));
+  return a;
+}
+inline const char* keras_activation_name(nn::activation a) { return a == nn::activation::relu ? "relu" : "linear"; }
+inline const char* keras_padding_name(nn::padding p) { return p == nn::padding::same ? "same" : "valid"; }
+}  // namespace mwstrat::detail
 
 namespace mwstrat::nn::keras {
 
@@ -28,15 +39,6 @@ struct tensor_layout {
   std::size_t arena_cols = 0;
 };
 
-namespace detail_keras {
-inline boost::json::array ints(const auto& xs) {
-  boost::json::array a;
-  for (auto x : xs) a.push_back(static_cast<std::int64_t>(x));
-  return a;
-}
-inline const char* activation_name(nn::activation a) { return a == nn::activation::relu ? "relu" : "linear"; }
-inline const char* padding_name(nn::padding p) { return p == nn::padding::same ? "same" : "valid"; }
-}  // namespace detail_keras
 
 /// The weights of a layer described by `spec`, whose input (per sample) has shape `in`.
 inline std::vector<tensor_layout> tensors_of(const layer_spec& spec, const shape_t& in) {
@@ -63,7 +65,7 @@ inline std::vector<tensor_layout> tensors_of(const layer_spec& spec, const shape
 
 /// Keras's config fields of the layer described by `spec` (those this library has).
 inline boost::json::object config_of(const layer_spec& spec) {
-  using namespace detail_keras;
+  namespace d = ::mwstrat::detail;
   return std::visit(
       [](const auto& s) -> boost::json::object {
         using S = std::decay_t<decltype(s)>;
@@ -73,21 +75,21 @@ inline boost::json::object config_of(const layer_spec& spec) {
           for (auto e : s.shape) shape.push_back(static_cast<std::int64_t>(e));
           o["batch_shape"] = shape;
         } else if constexpr (std::is_same_v<S, reshape>) {
-          o["target_shape"] = ints(s.target_shape);
+          o["target_shape"] = d::json_ints(s.target_shape);
         } else if constexpr (std::is_same_v<S, conv2d>) {
           o["filters"] = static_cast<std::int64_t>(s.filters);
-          o["kernel_size"] = ints(s.kernel_size);
-          o["strides"] = ints(s.strides);
-          o["padding"] = padding_name(s.padding);
-          o["activation"] = activation_name(s.activation);
+          o["kernel_size"] = d::json_ints(s.kernel_size);
+          o["strides"] = d::json_ints(s.strides);
+          o["padding"] = d::keras_padding_name(s.padding);
+          o["activation"] = d::keras_activation_name(s.activation);
           o["use_bias"] = s.use_bias;
         } else if constexpr (std::is_same_v<S, max_pool2d>) {
-          o["pool_size"] = ints(s.pool_size);
-          o["strides"] = s.strides[0] == 0 ? ints(s.pool_size) : ints(s.strides);
-          o["padding"] = padding_name(s.padding);
+          o["pool_size"] = d::json_ints(s.pool_size);
+          o["strides"] = s.strides[0] == 0 ? d::json_ints(s.pool_size) : d::json_ints(s.strides);
+          o["padding"] = d::keras_padding_name(s.padding);
         } else if constexpr (std::is_same_v<S, dense>) {
           o["units"] = static_cast<std::int64_t>(s.units);
-          o["activation"] = activation_name(s.activation);
+          o["activation"] = d::keras_activation_name(s.activation);
           o["use_bias"] = true;
         } else if constexpr (std::is_same_v<S, dropout>) {
           o["rate"] = s.rate;

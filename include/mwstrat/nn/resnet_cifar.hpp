@@ -15,7 +15,7 @@
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/graph_model.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <cstddef>
 #include <string>

@@ -26,7 +26,7 @@
 #include <mwstrat/strategy/detail/deferred_exception.hpp>
 #include <mwstrat/strategy/detail/host_topology.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
-#include <mwstrat/train/after_backward.hpp>
+#include <mwstrat/strategy/after_backward.hpp>
 
 #include <algorithm>
 #include <cstddef>

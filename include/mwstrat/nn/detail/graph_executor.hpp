@@ -1,7 +1,17 @@
 #pragma once
-// The graph model's executor: makes the layers of a graph plan, lays their parameters, gradients and non-trained
-// state out in arenas, and runs the forward, loss and backward passes over the activation and gradient buffers.
-// It checks nothing a caller passes (nn::basic_graph_model does) and runs in whatever task arena it is called from.
+// The one model executor: lays the parameters, gradients and non-trained state of a graph of layers out in arenas,
+// and runs the forward, loss and backward passes over the activation and gradient buffers. Two builders give it its
+// layers: the graph model's plan (nn::basic_graph_model, through graph_plan) and the sequential model's list (a
+// linear graph, nn::basic_sequential). It checks nothing a caller passes (the models do) and runs in whatever task
+// arena it is called from.
+//
+// A layer may report its parameter gradient as final during its own backward (backward_args::ready: a convolution
+// before its data gradient, a large dense kernel in chunks of units), so that a strategy's first bucket leaves while
+// the layer still computes its input gradient; the executor passes each report on at once and reports the rest of
+// the layer's slice after it. A step whose reduction waits for the end of backward (`after_backward`) asks for none.
+//
+// Reshape and Flatten copy nothing: their output is their input's buffer, and where they are the only reader of
+// their input, the input's gradient is their output's (one buffer, as below).
 //
 // Which layers run inside other layers' passes (ReLU fusion, batch-norm folding and deferral, statistics in the
 // producer's pass) is decided once, from the graph, by nn/detail/graph_fusion_plan.hpp; the passes here follow it.
@@ -10,7 +20,7 @@
 // reader (which writes it first) to the node's own backward step (which reads it), so buffers whose lifetimes do not
 // overlap use one slot (ResNet-56 at batch 128 keeps a few slots per stage instead of one buffer per layer).
 // A second reader of a node that can add its part of the node's gradient as it writes it (a convolution, which on
-// the Winograd path adds as it stores: layer_impl::can_add_to_dx) gets the node's buffer instead of a scratch
+// the Winograd path adds as it stores: input_gradient_adder in layer_fusions.hpp) gets the node's buffer instead of a scratch
 // buffer added afterwards.
 // Gradient aliasing goes one step further: a layer that gives every input one gradient (Add) writes it once, to
 // the input whose gradient is read last, and another input read by nothing else reads it from that buffer in place
@@ -25,9 +35,10 @@
 #include <mwstrat/nn/detail/loss_pass.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/graph.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 #include <mwstrat/nn/losses.hpp>
 #include <mwstrat/nn/step_stats.hpp>
+#include <mwstrat/strategy/after_backward.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -40,29 +51,60 @@
 
 namespace mwstrat::nn::graph_detail {
 
+// One layer as a builder hands it to the executor: the layer, its inputs as model nodes (0 is the input, i + 1 is
+// layer i; a layer reads only nodes before it), Keras's name and the names of the layers it is applied to.
+template <class T>
+struct executor_layer {
+  std::unique_ptr<mwstrat::detail::layer_impl<T>> layer;
+  std::vector<std::size_t> inputs;
+  std::string name;
+  std::vector<std::string> inbound;
+};
+
+// How an executor runs. `fuse`: run layers inside others' passes (graph_fusion_plan.hpp); `share`: share gradient
+// buffers (above); both off only to compare with the plain passes. `first_stream`: layer i's parameters are drawn
+// from random stream first_stream + i (the graph model's layers count from 1, the sequential model's from 0).
+struct executor_options {
+  bool fuse = true;
+  bool share = true;
+  std::uint64_t first_stream = 1;
+};
+
 template <class T>
 class graph_executor {
  public:
   using layer_ptr = std::unique_ptr<mwstrat::detail::layer_impl<T>>;
 
-  // `fuse`: run layers inside others' passes (graph_fusion_plan.hpp); `share`: share gradient buffers (above).
-  // Off only to compare with the plain passes.
+  // The graph model's layers, made from its plan (graph_layer_factory.hpp).
   explicit graph_executor(const graph_plan& plan, bool fuse = true, bool share = true)
-      : input_shape_(plan.input_shape), output_softmax_(plan.output_softmax), share_gradients_(share) {
+      : graph_executor(plan.input_shape, layers_of(plan), plan.output_softmax, {fuse, share, 1}) {}
+
+  // The layers a builder made, in an order where each reads only nodes before it; `output_softmax`: the last is a
+  // Dense with a softmax activation (trained from its logits).
+  graph_executor(shape_t input_shape, std::vector<executor_layer<T>> layers, bool output_softmax,
+                 executor_options options)
+      : input_shape_(std::move(input_shape)),
+        output_softmax_(output_softmax),
+        share_gradients_(options.share),
+        first_stream_(options.first_stream) {
     std::size_t offset = 0, state_offset = 0;
-    for (const auto& p : plan.layers) {
-      auto layer = make_graph_layer<T>(p.spec, p.input_shapes, layers_.size() + 1);
-      info_.push_back({p.name, layer->keras_type(), layer->output_shape(), p.inbound, offset, layer->param_count(),
-                       state_offset, layer->state_count()});
+    for (auto& p : layers) {
+      auto layer = std::move(p.layer);
+      info_.push_back({std::move(p.name), layer->keras_type(), layer->output_shape(), std::move(p.inbound), offset,
+                       layer->param_count(), state_offset, layer->state_count()});
       for (auto t : layer->l2_terms()) {  // in model offsets
         t.offset += offset;
         l2_terms_.push_back(t);
       }
       offset += layer->param_count();
       state_offset += layer->state_count();
-      inputs_.push_back(p.inputs);
+      inputs_.push_back(std::move(p.inputs));
       layers_.push_back(std::move(layer));
     }
+    // Where each node's values are: its own buffer, or the input's of a Reshape or Flatten (followed down).
+    values_of_.resize(layers_.size() + 1);
+    for (std::size_t node = 0; node <= layers_.size(); ++node)
+      values_of_[node] = node > 0 && layers_[node - 1]->aliases_input() ? values_of_[inputs_[node - 1][0]] : node;
     count_ = offset;
     arena_.assign(2 * count_, T{});
     pbase_ = arena_.data();
@@ -86,7 +128,7 @@ class graph_executor {
     alias_of_.assign(layers_.size(), no_layer);
     deferred_map_.resize(layers_.size());
     maps_.resize(arity);
-    fusion_ = graph_fusion_plan<T>(layers_, inputs_, fuse);
+    fusion_ = graph_fusion_plan<T>(layers_, inputs_, options.fuse);
     affine_.assign(2 * fusion_.widest_folded, T{});
   }
 
@@ -137,7 +179,7 @@ class graph_executor {
     const std::span<T> params(pbase_, count_);
     const std::span<T> state(state_);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      layers_[i]->initialize(params.subspan(info_[i].offset, info_[i].count), seed, i + 1);
+      layers_[i]->initialize(params.subspan(info_[i].offset, info_[i].count), seed, first_stream_ + i);
       layers_[i]->initialize_state(state.subspan(info_[i].state_offset, info_[i].state_count));
     }
     for (auto& g : std::span<T>(gbase_, count_)) g = T{};
@@ -176,7 +218,9 @@ class graph_executor {
     std::size_t widest = 0;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       layers_[i]->reserve(batch);
-      if (fusion_.relu_of[i] == no_layer) acts_[i].assign(batch * layers_[i]->output_size(), T{});  // fused: the ReLU's
+      // Fused: the ReLU's buffer; Reshape, Flatten: their input's.
+      if (fusion_.relu_of[i] == no_layer && !layers_[i]->aliases_input())
+        acts_[i].assign(batch * layers_[i]->output_size(), T{});
       for (std::size_t in : inputs_[i]) widest = std::max(widest, node_size(in));
     }
     for (auto& s : scratch_) s.assign(batch * widest, T{});
@@ -201,15 +245,16 @@ class graph_executor {
         const std::size_t p = fusion_.folded[i];
         T* scale = affine_.data();
         T* shift = scale + layers_[p]->output_shape().back();
-        layers_[p]->inference_affine(pbase_ + info_[p].offset, state_.data() + info_[p].state_offset, scale, shift);
+        fusion_.roles[p].affine_map->inference_affine(pbase_ + info_[p].offset, state_.data() + info_[p].state_offset,
+                                                      scale, shift);
         xs_[0] = node_values(inputs_[p][0]);
-        layers_[i]->forward_with_input_affine(
+        fusion_.roles[i].affine_reader->forward_with_input_affine(
             {batch, xs_[0], acts_[i].data(), pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, scale,
             shift, fusion_.relu_of[p] != no_layer);
         continue;
       }
       if (training && fusion_.deferred[i]) {  // statistics only: its reader applies the map
-        deferred_map_[i] = layers_[i]->forward_statistics(
+        deferred_map_[i] = fusion_.roles[i].deferrable->forward_statistics(
             {batch, xs_[0], nullptr, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()});
         continue;
       }
@@ -220,21 +265,18 @@ class graph_executor {
           maps_[k] = p == no_layer ? mwstrat::detail::channel_map<T>{} : deferred_map_[p];
           if (p != no_layer) xs_[k] = node_values(inputs_[p][0]);
         }
-        layers_[i]->forward_with_input_maps(
+        fusion_.roles[i].map_reader->forward_with_input_maps(
             {batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, maps_.data());
         continue;
       }
       if (training && fusion_.sums_for[i] != no_layer) {  // runs its reader's sums on each image it writes
         const std::size_t r = fusion_.sums_for[i];
-        const auto* hook = layers_[r]->input_sums_hook(batch, node_values(i + 1));
-        layers_[i]->forward_with_output_hook(
+        const auto* hook = fusion_.roles[r].input_sums->input_sums_hook(batch, node_values(i + 1));
+        fusion_.roles[i].output_hook->forward_with_output_hook(
             {batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()}, *hook);
         continue;
       }
-      if (layers_[i]->aliases_input()) {  // Reshape, Flatten: the graph copies (a tensor may feed several layers)
-        std::copy(xs_[0], xs_[0] + batch * layers_[i]->output_size(), acts_[i].data());
-        continue;
-      }
+      if (layers_[i]->aliases_input()) continue;  // Reshape, Flatten: their values are their input's
       layers_[i]->forward({batch, xs_[0], y, pbase_ + info_[i].offset, training, step_, state, sum, xs_.data()});
     }
   }
@@ -244,13 +286,14 @@ class graph_executor {
   step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
                        bool with_grad, double label_smoothing) {
     step_stats st = mwstrat::detail::weighted_loss_pass<T>(
-        acts_.back().data(), with_grad ? grads_.back() : nullptr, output_size(), labels, weights, batch,
+        output_values(), with_grad ? grads_.back() : nullptr, output_size(), labels, weights, batch,
         losses_.data(), hits_.data(), static_cast<T>(label_smoothing));
     st.loss_sum += static_cast<double>(batch) * regularization_loss();
     return st;
   }
 
-  // Overwrites the gradients and calls `on_ready(offset, count)` for each layer's slice once final, last first.
+  // Overwrites the gradients and calls `on_ready(offset, count)` for each layer's slice once final, last first,
+  // parts of it during the layer's backward where the layer reports them (above).
   template <class OnReady>
   void backward_pass(std::size_t batch, OnReady& on_ready) {
     const mwstrat::detail::replica_sum* sum = replicas_ ? &replicas_ : nullptr;
@@ -278,7 +321,7 @@ class graph_executor {
       }
       // A second consumer that can add its part as it writes it gets the node's buffer itself.
       const bool adds = share_gradients_ && ins.size() == 1 && dxs_[0] != nullptr && written_[ins[0]] &&
-                        l.can_add_to_dx();
+                        fusion_.roles[i].adds_to_dx();
       if (adds) dxs_[0] = grads_[ins[0] - 1];
       // The sums of the batch norm whose output gradient this layer writes, made as it writes it
       // (graph_fusion_plan.hpp): only when dx is that gradient's own buffer and this layer writes all of it.
@@ -287,17 +330,19 @@ class graph_executor {
         const std::size_t b = fusion_.gradient_sums_of[i];
         const std::size_t o = fusion_.relu_of[b] == no_layer ? b : fusion_.relu_of[b];
         if (dxs_[0] == grads_[o])
-          dx_hook = layers_[b]->output_gradient_sums_hook(batch, node_values(inputs_[b][0]), grads_[o]);
+          dx_hook = fusion_.roles[b].gradient_sums->output_gradient_sums_hook(batch, node_values(inputs_[b][0]), grads_[o]);
       }
+      layer_report<OnReady> report{&on_ready, info_[i].offset, info_[i].offset + n};
+      const mwstrat::detail::gradient_ready ready{&report, &layer_report<OnReady>::call};
       if (n > 0 || any_input) {
         for (std::size_t k = 0; k < ins.size(); ++k) xs_[k] = node_values(ins[k]);
         if (l.aliases_input()) {
           if (dxs_[0] != nullptr) std::copy(grads_[i], grads_[i] + batch * l.output_size(), dxs_[0]);
         } else {
           const std::size_t o = fusion_.relu_of[i] == no_layer ? i : fusion_.relu_of[i];  // whose output and gradient
-          l.backward({batch, xs_[0], acts_[o].data(), grads_[o], dxs_[0], pbase_ + info_[i].offset,
-                      gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0, nullptr,
-                      adds, dx_hook});
+          l.backward({batch, xs_[0], node_values(o + 1), grads_[o], dxs_[0], pbase_ + info_[i].offset,
+                      gbase_ + info_[i].offset, step_, sum, dxs_.data(), regularization_deferrals_ == 0,
+                      n > 0 && reports_wanted<OnReady> ? &ready : nullptr, adds, dx_hook});
         }
         for (std::size_t k = 0; k < ins.size(); ++k) {
           if (dxs_[k] == nullptr) continue;
@@ -312,21 +357,48 @@ class graph_executor {
           written_[in] = 1;
         }
       }
-      if (n > 0) on_ready(info_[i].offset, n);
+      if (report.reported > info_[i].offset) on_ready(info_[i].offset, report.reported - info_[i].offset);
     }
   }
 
   // The outputs (logits, before an output softmax) of the last forward pass: rows × output_size().
-  [[nodiscard]] std::span<const T> outputs() const { return {acts_.back().data(), last_batch_ * output_size()}; }
+  [[nodiscard]] std::span<const T> outputs() const { return {output_values(), last_batch_ * output_size()}; }
   // The output softmax applied to the last forward pass's `batch` rows, in a buffer of the executor's.
   std::span<const T> probabilities(std::size_t batch) {
     const std::size_t k = output_size();
     for (std::size_t s = 0; s < batch; ++s)
-      apply_softmax<T>(std::span<const T>(acts_.back().data() + s * k, k), std::span<T>(probs_.data() + s * k, k), k);
+      apply_softmax<T>(std::span<const T>(output_values() + s * k, k), std::span<T>(probs_.data() + s * k, k), k);
     return {probs_.data(), batch * k};
   }
 
  private:
+  static std::vector<executor_layer<T>> layers_of(const graph_plan& plan) {
+    std::vector<executor_layer<T>> layers;
+    for (const auto& p : plan.layers)
+      layers.push_back({make_graph_layer<T>(p.spec, p.input_shapes, layers.size() + 1), p.inputs, p.name, p.inbound});
+    return layers;
+  }
+
+  // A layer's reports during its backward, passed on to `on_ready` at once; they must grow as a contiguous suffix of
+  // the layer's slice (the arena's order, which buckets leave in), and what is not reported is reported after.
+  template <class OnReady>
+  struct layer_report {
+    OnReady* on_ready;
+    std::size_t begin;     // the layer's first gradient in the arena
+    std::size_t reported;  // [reported, begin + n) is already passed on
+    static void call(void* self, std::size_t offset, std::size_t count) {
+      auto& r = *static_cast<layer_report*>(self);
+      if (count == 0) return;
+      if (r.begin + offset + count != r.reported) {
+        throw config_error({"nn"}, "a layer reported its gradient [" + std::to_string(offset) + ", " +
+                                       std::to_string(offset + count) + ") out of order (expected one ending at " +
+                                       std::to_string(r.reported - r.begin) + ")");
+      }
+      r.reported = r.begin + offset;
+      (*r.on_ready)(r.reported, count);
+    }
+  };
+
   // Points grads_[i] at a slot for every layer whose output gradient is made: the layer's own backward step reads it
   // (time i) and its last reader's writes it first (time = that reader's index; the loss's, past every layer, for
   // the output); the backward pass runs time down, and two gradients share a slot when their lifetimes
@@ -342,6 +414,7 @@ class graph_executor {
     for (std::size_t p = 0; p < n; ++p)
       if (fusion_.relu_of[p] != no_layer) read_at[fusion_.relu_of[p]] = p;
     alias_of_.assign(n, no_layer);
+    plan_pass_through_gradients(read_at);
     if (share_gradients_) plan_gradient_aliases(last_reader, read_at);
     struct life {
       std::size_t layer, lo, hi;
@@ -373,7 +446,28 @@ class graph_executor {
     for (std::size_t k = 0; k < slot_size.size(); ++k) grad_slots_[k].assign(slot_size[k], T{});
     for (const life& l : lives) grads_[l.layer] = grad_slots_[slot_of[l.layer]].data();
     for (std::size_t i = 0; i < n; ++i)
-      if (alias_of_[i] != no_layer) grads_[i] = grads_[alias_of_[i]];
+      if (alias_of_[i] != no_layer) grads_[i] = grads_[root_of(i)];
+  }
+
+  // The layer whose gradient buffer layer i's output gradient is (following aliases).
+  std::size_t root_of(std::size_t i) const {
+    while (alias_of_[i] != no_layer) i = alias_of_[i];
+    return i;
+  }
+
+  // A Reshape or Flatten that is the only reader of a layer's output passes its output's gradient through unchanged:
+  // that gradient is the layer's, in the same buffer, which then lives down to the layer's own read (done before
+  // the Add's aliases below, which see these lifetimes). Last layer first, so that chains of them join up.
+  void plan_pass_through_gradients(std::vector<std::size_t>& read_at) {
+    const std::vector<std::size_t> sole = sole_readers(inputs_);
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      if (!layers_[i]->aliases_input()) continue;
+      const std::size_t in = inputs_[i][0];
+      if (in == 0 || !grad_needed_[in] || sole[in] != i) continue;
+      alias_of_[in - 1] = i;
+      std::size_t& lo = read_at[root_of(in - 1)];
+      lo = std::min(lo, read_at[in - 1]);
+    }
   }
 
   // Gradient aliasing (above). For each layer that gives every input one gradient: the primary is the input whose
@@ -383,7 +477,7 @@ class graph_executor {
   void plan_gradient_aliases(const std::vector<std::size_t>& last_reader, const std::vector<std::size_t>& read_at) {
     const std::vector<std::size_t> sole = sole_readers(inputs_);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      if (fusion_.fused_away[i] || !layers_[i]->gives_every_input_one_gradient()) continue;
+      if (fusion_.fused_away[i] || !fusion_.roles[i].one_gradient) continue;
       const auto& ins = inputs_[i];
       std::size_t primary = no_layer;
       for (std::size_t in : ins)
@@ -407,15 +501,21 @@ class graph_executor {
   std::size_t node_size(std::size_t node) const {
     return node == 0 ? input_size() : layers_[node - 1]->output_size();
   }
-  const T* node_values(std::size_t node) const { return node == 0 ? input_ : acts_[node - 1].data(); }
+  const T* node_values(std::size_t node) const {
+    node = values_of_[node];
+    return node == 0 ? input_ : acts_[node - 1].data();
+  }
+  const T* output_values() const { return node_values(layers_.size()); }
 
   shape_t input_shape_;
   std::vector<layer_ptr> layers_;
   std::vector<std::vector<std::size_t>> inputs_;  // per layer: model nodes (0 = input, i + 1 = layer i)
+  std::vector<std::size_t> values_of_;             // per model node: the node whose buffer holds its values
   std::vector<graph_layer_info> info_;
   std::vector<bool> grad_needed_;                  // per model node
   bool output_softmax_ = false;
   bool share_gradients_ = true;
+  std::uint64_t first_stream_ = 1;
   std::size_t count_ = 0;
   mwstrat::detail::aligned_vector<T> arena_;  // [parameters | gradients]
   T* pbase_ = nullptr;

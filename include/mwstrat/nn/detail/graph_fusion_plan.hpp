@@ -1,33 +1,35 @@
 #pragma once
 // Which layers of a graph run inside other layers' passes, decided once from the graph and the layers' abilities
-// (layer_impl), before any pass: the graph executor (nn/detail/graph_executor.hpp) follows the plan. Every fusion
+// (the small interfaces of layer_fusions.hpp, asked for by dynamic_cast here and nowhere else), before any pass: the
+// graph executor (nn/detail/graph_executor.hpp) follows the plan and calls through the interfaces it found. Every fusion
 // asks that the value it removes be read by one layer only, so each starts from the graph's sole readers.
 //
 // ReLU fusion: a plain ReLU (an Activation or ReLU layer) whose input is the output of a layer that can apply it
-// itself (batch norm, Add) and is read by nothing else runs inside that layer's passes (layer_impl::fuse_relu):
+// itself (batch norm, Add) and is read by nothing else runs inside that layer's passes (relu_fusable):
 // the producer writes max(output, 0) into the ReLU's buffer and differentiates through the mask, the ReLU layer is
 // skipped, and the producer's own output and output-gradient buffers are never made. The bits are the two layers'.
 //
 // Batch-norm folding, in inference only: a batch norm (with its fused ReLU, if any) whose output is read by one
-// convolution and nothing else is applied by that convolution as it reads its input (layer_impl::takes_input_affine:
+// convolution and nothing else is applied by that convolution as it reads its input (input_affine_reader:
 // the kernels' conv2d_input_transform, in the pass that stages each image), and the batch norm's own pass is skipped.
 // With the moving statistics a batch norm is a fixed per-channel map, so nothing is lost. In training it is not
 // done: the batch's statistics need the whole output of the layer before it first, and the backward pass reads the
 // normalised values, so they are written anyway. Folded and plain passes give the same bits.
 //
 // Batch-norm deferral, in training: a batch norm with no fused ReLU whose output is read by one Add and nothing
-// else computes its statistics only (layer_impl::forward_statistics), and the Add applies the map as it reads that
+// else computes its statistics only (deferrable_map), and the Add applies the map as it reads that
 // input (a ResNet's second batch norm of every block, before the residual sum). The batch norm's backward pass does
 // not read its output, so the output is never written. Deferred and plain passes give the same bits.
 //
 // Statistics in the producer's pass, in training: a batch norm whose input is written by a convolution read by
-// nothing else has that convolution run its sums on each image as the image is written (layer_impl::input_sums_hook
-// and forward_with_output_hook: the kernels' conv2d_image_hook), rather than in a pass of its own that reads the
+// nothing else has that convolution run its sums on each image as the image is written (input_sums_by_hook and
+// output_hook_runner: the kernels' conv2d_image_hook), rather than in a pass of its own that reads the
 // whole output back from memory. The same sums in the same order: the same bits. The same in the backward pass: a
 // batch norm whose output (or its fused ReLU's) only a convolution reads has that convolution's data gradient,
 // which is the batch norm's output gradient, summed with its input on each image as the image is written
-// (output_gradient_sums_hook, backward_args::dx_hook).
+// (output_gradient_sums_by_hook, backward_args::dx_hook).
 
+#include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 
 #include <algorithm>
@@ -56,11 +58,39 @@ inline std::vector<std::size_t> sole_readers(const std::vector<std::vector<std::
   return reader;
 }
 
+// The fusion interfaces one layer offers (layer_fusions.hpp), null where it does not; what the passes call through.
+template <class T>
+struct fusion_roles {
+  mwstrat::detail::inference_affine_map<T>* affine_map = nullptr;
+  mwstrat::detail::input_affine_reader<T>* affine_reader = nullptr;
+  mwstrat::detail::deferrable_map<T>* deferrable = nullptr;
+  mwstrat::detail::input_map_reader<T>* map_reader = nullptr;
+  mwstrat::detail::input_sums_by_hook<T>* input_sums = nullptr;
+  mwstrat::detail::output_hook_runner<T>* output_hook = nullptr;
+  mwstrat::detail::output_gradient_sums_by_hook<T>* gradient_sums = nullptr;
+  mwstrat::detail::input_gradient_adder* adder = nullptr;
+  bool one_gradient = false;  // one_gradient_for_every_input
+
+  explicit fusion_roles(mwstrat::detail::layer_impl<T>& l)
+      : affine_map(mwstrat::detail::fusion_role<mwstrat::detail::inference_affine_map<T>>(l)),
+        affine_reader(mwstrat::detail::fusion_role<mwstrat::detail::input_affine_reader<T>>(l)),
+        deferrable(mwstrat::detail::fusion_role<mwstrat::detail::deferrable_map<T>>(l)),
+        map_reader(mwstrat::detail::fusion_role<mwstrat::detail::input_map_reader<T>>(l)),
+        input_sums(mwstrat::detail::fusion_role<mwstrat::detail::input_sums_by_hook<T>>(l)),
+        output_hook(mwstrat::detail::fusion_role<mwstrat::detail::output_hook_runner<T>>(l)),
+        gradient_sums(mwstrat::detail::fusion_role<mwstrat::detail::output_gradient_sums_by_hook<T>>(l)),
+        adder(mwstrat::detail::fusion_role<mwstrat::detail::input_gradient_adder>(l)),
+        one_gradient(mwstrat::detail::fusion_role<mwstrat::detail::one_gradient_for_every_input>(l) != nullptr) {}
+  // Whether the layer can add its input gradient to what dx holds (backward_args::add_to_dx).
+  [[nodiscard]] bool adds_to_dx() const { return adder != nullptr && adder->can_add_to_dx(); }
+};
+
 template <class T>
 struct graph_fusion_plan {
   using layers_t = std::vector<std::unique_ptr<mwstrat::detail::layer_impl<T>>>;
   using inputs_t = std::vector<std::vector<std::size_t>>;
 
+  std::vector<fusion_roles<T>> roles;             // per layer: the fusion interfaces it offers
   std::vector<std::size_t> relu_of;               // per layer: the ReLU layer fused into it, or no_layer
   std::vector<std::uint8_t> fused_away;           // per layer: a ReLU its producer applies
   std::vector<std::size_t> folded;                // per layer: the batch norm it applies in inference, or no_layer
@@ -73,7 +103,7 @@ struct graph_fusion_plan {
 
   graph_fusion_plan() = default;
   // `fuse` false: nothing runs inside anything (the plain passes, to compare with). Tells each producer of a fused
-  // ReLU (layer_impl::fuse_relu).
+  // ReLU (relu_fusable).
   graph_fusion_plan(const layers_t& layers, const inputs_t& inputs, bool fuse)
       : relu_of(layers.size(), no_layer),
         fused_away(layers.size(), 0),
@@ -83,6 +113,7 @@ struct graph_fusion_plan {
         mapped_inputs(layers.size()),
         sums_for(layers.size(), no_layer),
         gradient_sums_of(layers.size(), no_layer) {
+    for (const auto& l : layers) roles.emplace_back(*l);
     if (!fuse) return;
     const std::vector<std::size_t> sole = sole_readers(inputs);
     plan_relu_fusion(layers, inputs, sole);
@@ -114,12 +145,14 @@ struct graph_fusion_plan {
   void plan_relu_fusion(const layers_t& layers, const inputs_t& inputs,
                         const std::vector<std::size_t>& sole) {
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      if (!layers[i]->is_plain_relu() || inputs[i].size() != 1) continue;
+      const auto* relu = mwstrat::detail::fusion_role<mwstrat::detail::plain_relu>(*layers[i]);
+      if (relu == nullptr || !relu->is_plain_relu() || inputs[i].size() != 1) continue;
       const std::size_t node = inputs[i][0];
       if (node == 0 || sole[node] != i) continue;
       const std::size_t p = node - 1;
-      if (relu_of[p] != no_layer || !layers[p]->can_fuse_relu()) continue;
-      layers[p]->fuse_relu();
+      auto* producer = mwstrat::detail::fusion_role<mwstrat::detail::relu_fusable>(*layers[p]);
+      if (relu_of[p] != no_layer || producer == nullptr) continue;
+      producer->fuse_relu();
       relu_of[p] = i;
       fused_away[i] = 1;
     }
@@ -131,10 +164,11 @@ struct graph_fusion_plan {
                               const std::vector<std::size_t>& sole) {
     std::size_t widest = 0;
     for (std::size_t p = 0; p < layers.size(); ++p) {
-      if (!layers[p]->is_inference_affine() || inputs[p].size() != 1) continue;
+      if (roles[p].affine_map == nullptr || inputs[p].size() != 1) continue;
       const std::size_t out = relu_of[p] == no_layer ? p : relu_of[p];  // the layer whose output is read
       const std::size_t c = sole[out + 1];
-      if (c == no_layer || inputs[c].size() != 1 || relu_of[c] != no_layer || !layers[c]->takes_input_affine())
+      if (c == no_layer || inputs[c].size() != 1 || relu_of[c] != no_layer || roles[c].affine_reader == nullptr ||
+          !roles[c].affine_reader->takes_input_affine())
         continue;
       folded[c] = p;
       skipped_in_inference[p] = 1;
@@ -148,10 +182,10 @@ struct graph_fusion_plan {
   void plan_training_deferral(const layers_t& layers, const inputs_t& inputs,
                               const std::vector<std::size_t>& sole) {
     for (std::size_t p = 0; p < layers.size(); ++p) {
-      if (!layers[p]->can_defer_map() || inputs[p].size() != 1) continue;
+      if (roles[p].deferrable == nullptr || !roles[p].deferrable->can_defer_map() || inputs[p].size() != 1) continue;
       const std::size_t node = p + 1;
       const std::size_t c = sole[node];
-      if (c == no_layer || !layers[c]->takes_input_maps()) continue;
+      if (c == no_layer || roles[c].map_reader == nullptr) continue;
       auto& mapped = mapped_inputs[c];
       if (mapped.empty()) mapped.assign(inputs[c].size(), no_layer);
       for (std::size_t k = 0; k < inputs[c].size(); ++k)
@@ -165,11 +199,13 @@ struct graph_fusion_plan {
   void plan_sums_in_producers(const layers_t& layers, const inputs_t& inputs,
                               const std::vector<std::size_t>& sole) {
     for (std::size_t r = 0; r < layers.size(); ++r) {
-      if (!layers[r]->sums_input_by_hook() || inputs[r].size() != 1) continue;
+      if (roles[r].input_sums == nullptr || inputs[r].size() != 1) continue;
       const std::size_t node = inputs[r][0];
       if (node == 0 || sole[node] != r) continue;
       const std::size_t p = node - 1;
-      if (relu_of[p] != no_layer || fused_away[p] || !layers[p]->can_run_output_hook()) continue;
+      if (relu_of[p] != no_layer || fused_away[p] || roles[p].output_hook == nullptr ||
+          !roles[p].output_hook->can_run_output_hook())
+        continue;
       sums_for[p] = r;
     }
   }
@@ -179,10 +215,12 @@ struct graph_fusion_plan {
   void plan_gradient_sums_in_readers(const layers_t& layers, const inputs_t& inputs,
                                      const std::vector<std::size_t>& sole) {
     for (std::size_t b = 0; b < layers.size(); ++b) {
-      if (!layers[b]->sums_output_gradient_by_hook() || inputs[b].size() != 1 || deferred[b]) continue;
+      if (roles[b].gradient_sums == nullptr || inputs[b].size() != 1 || deferred[b]) continue;
       const std::size_t o = relu_of[b] == no_layer ? b : relu_of[b];
       const std::size_t r = sole[o + 1];
-      if (r == no_layer || inputs[r].size() != 1 || !layers[r]->can_run_input_gradient_hook()) continue;
+      if (r == no_layer || inputs[r].size() != 1) continue;
+      const auto* runner = mwstrat::detail::fusion_role<mwstrat::detail::input_gradient_hook_runner>(*layers[r]);
+      if (runner == nullptr || !runner->can_run_input_gradient_hook()) continue;
       gradient_sums_of[r] = b;
     }
   }

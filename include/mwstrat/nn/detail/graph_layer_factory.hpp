@@ -5,7 +5,7 @@
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 #include <mwstrat/nn/layers/activation.hpp>
 #include <mwstrat/nn/layers/add.hpp>
 #include <mwstrat/nn/layers/alias.hpp>

@@ -2,7 +2,7 @@
 // Where one layer of a graph model sits: its Keras name, class and inbound layers, and its slices of the
 // parameter and model-state arenas (what `nn::basic_graph_model::layers()` lists and the summary prints).
 
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <cstddef>
 #include <string>

@@ -3,7 +3,7 @@
 // totals), column for column as Keras prints it, so the two can be compared by eye or by diff.
 
 #include <mwstrat/nn/detail/graph_layer_info.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <cstddef>
 #include <ostream>

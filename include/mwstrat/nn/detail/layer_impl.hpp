@@ -1,5 +1,6 @@
 #pragma once
-// The interface of the layers behind the models (one header per layer in nn/layers/). Each layer owns its scratch
+// The interface of the layers behind the models (one header per layer in nn/layers/; the fusions' interfaces beside
+// it in layer_fusions.hpp). Each layer owns its scratch
 // (sized for the largest batch by reserve()), reads its parameters from and writes its gradients to the model's
 // arena, and splits its work into tasks by shape only, so its results do not depend on the number of threads.
 
@@ -9,7 +10,7 @@
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +21,6 @@
 #include <memory>
 #include <numeric>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -148,77 +148,8 @@ class layer_impl {
   virtual void forward(const forward_args<T>& a) = 0;
   virtual void backward(const backward_args<T>& a) = 0;
 
-  // ReLU fusion (the graph executor's, nn/detail/graph_executor.hpp): a layer that is y = max(x, 0) and nothing
-  // else says so, and a layer that can apply that ReLU to its own output in the same pass accepts it. Once
-  // fuse_relu() is called, forward writes max(output, 0), and backward gets that as `y` and the gradient with
-  // respect to it as `dy` (the ReLU's mask is y > 0): the same bits as the two layers, one memory pass fewer.
-  [[nodiscard]] virtual bool is_plain_relu() const { return false; }
-  [[nodiscard]] virtual bool can_fuse_relu() const { return false; }
-  virtual void fuse_relu() {}
-
-  // Inference folding (also the graph executor's): a layer that is, in inference, the per-channel affine map
-  // y = x·scale + shift (batch norm with its moving statistics) gives its factors; a layer that can apply such a
-  // map, and a ReLU after it, to its input as it reads it (a convolution) then runs on the map's input instead, and
-  // the map's own pass over memory is skipped. The map is applied with the same expression either way, so the
-  // bits are those of the two layers.
-  [[nodiscard]] virtual bool is_inference_affine() const { return false; }
-  virtual void inference_affine(const T* /*params*/, const T* /*state*/, T* /*scale*/, T* /*shift*/) const {
-    throw std::logic_error(base_name() + ": not an affine map in inference");
-  }
-  [[nodiscard]] virtual bool takes_input_affine() const { return false; }
-  virtual void forward_with_input_affine(const forward_args<T>& /*a*/, const T* /*scale*/, const T* /*shift*/,
-                                         bool /*relu*/) {
-    throw std::logic_error(base_name() + ": cannot apply an affine map to its input");
-  }
-
-  // Training folding (the graph executor's): a batch norm with no fused ReLU, whose output only an Add reads,
-  // computes its statistics and factors (forward_statistics: nothing written to a.y) and the Add applies the map as
-  // it reads that input (forward_with_input_maps, a map per input, mean null for a plain one): one pass over the
-  // activations fewer. The batch norm's backward pass never reads its output, so the output is not needed at all.
-  [[nodiscard]] virtual bool can_defer_map() const { return false; }
-  virtual channel_map<T> forward_statistics(const forward_args<T>& /*a*/) {
-    throw std::logic_error(base_name() + ": has no map to defer");
-  }
-  [[nodiscard]] virtual bool takes_input_maps() const { return false; }
-  virtual void forward_with_input_maps(const forward_args<T>& /*a*/, const channel_map<T>* /*maps*/) {
-    throw std::logic_error(base_name() + ": cannot apply maps to its inputs");
-  }
-
-  // Statistics in the producer's pass, in training (the graph executor's): a layer that sums its input over chunks
-  // of samples before anything else (batch norm: sums_input_by_hook) hands the layer that writes that input a hook
-  // to run on each sample as soon as it is written, while it is in cache (input_sums_hook, for `batch` samples at
-  // x), and a layer that can run such a hook in its forward pass (a convolution on the kernels) does
-  // (forward_with_output_hook). The hook adds the same values in the same order as the own pass: the same bits, one
-  // read of the activations fewer.
-  [[nodiscard]] virtual bool sums_input_by_hook() const { return false; }
-  [[nodiscard]] virtual const nn::kernels::conv2d_image_hook* input_sums_hook(std::size_t /*batch*/,
-                                                                             const T* /*x*/) {
-    throw std::logic_error(base_name() + ": sums its input in its own pass");
-  }
-  [[nodiscard]] virtual bool can_run_output_hook() const { return false; }
-  virtual void forward_with_output_hook(const forward_args<T>& /*a*/, const nn::kernels::conv2d_image_hook& /*hook*/) {
-    throw std::logic_error(base_name() + ": cannot run a hook on its output");
-  }
-  // The same in the backward pass: a batch norm sums the gradient it is given (with its input) over chunks of
-  // samples before anything else, so the layer that reads its output and writes that gradient (a convolution's data
-  // gradient) runs output_gradient_sums_hook's hook on each sample of it (backward_args::dx_hook).
-  [[nodiscard]] virtual bool sums_output_gradient_by_hook() const { return false; }
-  [[nodiscard]] virtual const nn::kernels::conv2d_image_hook* output_gradient_sums_hook(std::size_t /*batch*/,
-                                                                                       const T* /*x*/,
-                                                                                       const T* /*dy*/) {
-    throw std::logic_error(base_name() + ": sums its output's gradient in its own pass");
-  }
-  [[nodiscard]] virtual bool can_run_input_gradient_hook() const { return false; }
-
-  // Gradient aliasing (the graph executor's): a layer whose every input's gradient is one tensor (Add: the output's,
-  // through its fused ReLU's mask) writes it to each non-null dxs[k] it is given; the executor may give it only
-  // one and let an input that nothing else reads take its gradient from there in place.
-  [[nodiscard]] virtual bool gives_every_input_one_gradient() const { return false; }
-
-  // Gradient accumulation (the graph executor's): a layer that can add its input gradient to what dx holds
-  // (backward_args::add_to_dx; each element's sum rounded once, as adding a separately computed gradient would be)
-  // says so, and the executor hands it a node's gradient buffer where another reader has written its part first.
-  [[nodiscard]] virtual bool can_add_to_dx() const { return false; }
+  // Fusions (a layer running inside another's pass) are not here: a layer that takes part in one derives from its
+  // small interface (nn/detail/layer_fusions.hpp), which the fusion planner asks for.
 
   [[nodiscard]] const nn_shape& input_shape() const noexcept { return in_; }
   [[nodiscard]] const nn_shape& output_shape() const noexcept { return out_; }

@@ -12,6 +12,7 @@
 // to; the reference (im2col / col2im around the library's GEMM) everywhere else. Tests compare them through the
 // path.
 
+#include <mwstrat/error.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
@@ -196,7 +197,7 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
                            const conv2d_image_hook* hook = nullptr) {
   detail_conv::check_geometry(g, "conv2d_forward");
   if (transform.scale == nullptr || transform.shift == nullptr)
-    throw std::invalid_argument("conv2d_forward: the input transform needs a scale and a shift");
+    throw ::mwstrat::config_error({"nn"}, "conv2d_forward: the input transform needs a scale and a shift");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
     winograd::forward(g, input, &transform, kernel, bias, output, ws, hook);
     return;

@@ -1,10 +1,10 @@
 #pragma once
 // The shapes and scratch memory shared by the convolution kernels (nn/kernels/conv2d.hpp).
 
+#include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 
 #include <cstddef>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,7 +43,7 @@ namespace detail_conv {
 
 inline void check_geometry(const conv2d_geometry& g, const char* who) {
   const auto fail = [&](const std::string& what) {
-    throw std::invalid_argument(std::string(who) + ": " + what);
+    throw ::mwstrat::config_error({"nn"}, std::string(who) + ": " + what);
   };
   if (g.in_c == 0 || g.out_c == 0 || g.kernel_h == 0 || g.kernel_w == 0) fail("channels and kernel must be positive");
   if (g.stride_h == 0 || g.stride_w == 0) fail("strides must be positive");

@@ -4,9 +4,10 @@
 
 #include <mwstrat/nn/detail/relu_backward.hpp>
 #include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -16,7 +17,7 @@
 namespace mwstrat::detail {
 
 template <class T>
-class activation_layer final : public layer_impl<T> {
+class activation_layer final : public layer_impl<T>, public plain_relu {
  public:
   activation_layer(const nn::activation_layer& spec, const nn_shape& in) : layer_impl<T>(in, in), spec_(spec) {}
   std::string keras_type() const override { return "Activation"; }

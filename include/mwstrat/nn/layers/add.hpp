@@ -3,11 +3,12 @@
 // (with the ReLU that follows it fused in, where the graph executor finds one).
 
 #include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/relu_backward.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -17,7 +18,10 @@
 namespace mwstrat::detail {
 
 template <class T>
-class add_layer final : public layer_impl<T> {
+class add_layer final : public layer_impl<T>,
+                        public relu_fusable,
+                        public input_map_reader<T>,
+                        public one_gradient_for_every_input {
  public:
   add_layer(const std::vector<nn_shape>& ins)
       : layer_impl<T>(check(ins), ins.front()), inputs_(ins.size()), outs_(ins.size(), nullptr) {}
@@ -25,7 +29,6 @@ class add_layer final : public layer_impl<T> {
   std::string base_name() const override { return "add"; }
   std::string config() const override { return "add(" + std::to_string(inputs_) + ")"; }
   std::size_t input_count() const override { return inputs_; }
-  bool can_fuse_relu() const override { return true; }
   void fuse_relu() override { relu_ = true; }
   void forward(const forward_args<T>& a) override {
     const T* const* xs = a.xs;
@@ -35,9 +38,8 @@ class add_layer final : public layer_impl<T> {
     parallel_chunks(a.batch * this->output_size(), 1 << 16,
                     [xs, y, m, relu](std::size_t b, std::size_t e) { add_range(b, e, xs, m, y, relu); });
   }
-  // Training folding (layer_impl): inputs with a map are read through it. The sum runs over the inputs in order a
+  // Training deferral (layer_fusions.hpp): inputs with a map are read through it. The sum runs over the inputs in order a
   // chunk of rows at a time (the chunk stays in cache), in T, as the plain pass adds the mapped values it is given.
-  bool takes_input_maps() const override { return true; }
   void forward_with_input_maps(const forward_args<T>& a, const channel_map<T>* maps) override {
     const T* const* xs = a.xs;
     T* y = a.y;
@@ -76,7 +78,6 @@ class add_layer final : public layer_impl<T> {
 
   // Each input's gradient is the output's (through the fused ReLU's mask, if any), written to every input in one
   // pass over the output's gradient (not written once and then copied). The graph executor usually asks for one.
-  bool gives_every_input_one_gradient() const override { return true; }
   void backward(const backward_args<T>& a) override {
     const std::size_t n = a.batch * this->output_size();
     std::size_t outs = 0;

@@ -8,11 +8,12 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/batch_sum.hpp>
+#include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/initializers.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -27,7 +28,12 @@
 namespace mwstrat::detail {
 
 template <class T>
-class batch_normalization_layer final : public layer_impl<T> {
+class batch_normalization_layer final : public layer_impl<T>,
+                                        public relu_fusable,
+                                        public deferrable_map<T>,
+                                        public inference_affine_map<T>,
+                                        public input_sums_by_hook<T>,
+                                        public output_gradient_sums_by_hook<T> {
  public:
   batch_normalization_layer(double momentum, double epsilon, bool sync, const nn_shape& in)
       : layer_impl<T>(in, in), momentum_(momentum), epsilon_(epsilon), sync_(sync) {
@@ -61,7 +67,6 @@ class batch_normalization_layer final : public layer_impl<T> {
     nn::zeros(s.first(channels_));
     nn::ones(s.subspan(channels_));
   }
-  bool can_fuse_relu() const override { return true; }
   void fuse_relu() override { relu_ = true; }
   void reserve(std::size_t batch) override {
     chunks_ = std::max<std::size_t>(1, ceil_div(batch, chunk_samples()));
@@ -132,7 +137,6 @@ class batch_normalization_layer final : public layer_impl<T> {
 
   // Inference as Keras computes it: x·scale + shift with scale = γ/√(moving variance + ε) and
   // shift = β − moving mean·scale (here in double, rounded to T once).
-  bool is_inference_affine() const override { return true; }
   void inference_affine(const T* params, const T* state, T* scale, T* shift) const override {
     const std::size_t c = channels_;
     for (std::size_t j = 0; j < c; ++j) {
@@ -142,9 +146,8 @@ class batch_normalization_layer final : public layer_impl<T> {
     }
   }
 
-  // Statistics in the producer's pass (layer_impl): the hook adds each sample's rows into its chunk's sums, as
+  // Statistics in the producer's pass (layer_fusions.hpp): the hook adds each sample's rows into its chunk's sums, as
   // the own pass adds them (a chunk's samples in order, by one task: the hook's group), so the same bits.
-  bool sums_input_by_hook() const override { return true; }
   const nn::kernels::conv2d_image_hook* input_sums_hook(std::size_t batch, const T* x) override {
     hooked_ = x;
     return start_hook(batch, [](void* self, std::size_t n) {
@@ -153,8 +156,7 @@ class batch_normalization_layer final : public layer_impl<T> {
   }
 
   // The same for the backward pass's sums, on each sample of the gradient as the layer that reads this one's
-  // output writes it (layer_impl::output_gradient_sums_hook): a chunk is finished after its last sample.
-  bool sums_output_gradient_by_hook() const override { return true; }
+  // output writes it (layer_fusions.hpp): a chunk is finished after its last sample.
   const nn::kernels::conv2d_image_hook* output_gradient_sums_hook(std::size_t batch, const T* x,
                                                                  const T* dy) override {
     hooked_x_ = x;

@@ -4,6 +4,7 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/conv_filter_gradient.hpp>
 #include <mwstrat/nn/detail/gemm.hpp>
@@ -11,7 +12,7 @@
 #include <mwstrat/nn/detail/window_2d.hpp>
 #include <mwstrat/nn/initializers.hpp>
 #include <mwstrat/nn/kernels/conv2d.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -27,7 +28,11 @@
 namespace mwstrat::detail {
 
 template <class T>
-class conv2d_layer final : public layer_impl<T> {
+class conv2d_layer final : public layer_impl<T>,
+                           public input_affine_reader<T>,
+                           public output_hook_runner<T>,
+                           public input_gradient_hook_runner,
+                           public input_gradient_adder {
  public:
   conv2d_layer(const nn::conv2d& spec, const nn_shape& in)
       : layer_impl<T>(in, geometry(spec, in).first), spec_(spec), g_(geometry(spec, in).second) {
@@ -107,7 +112,7 @@ class conv2d_layer final : public layer_impl<T> {
                spec_.filters, a.y, spec_.filters, spec_.use_bias ? a.params + patch_ * spec_.filters : nullptr,
                spec_.activation == nn::activation::relu);
   }
-  // Inference folding (layer_impl): the kernels apply a batch norm's map and ReLU as they read the input.
+  // Inference folding (layer_fusions.hpp): the kernels apply a batch norm's map and ReLU as they read the input.
   bool takes_input_affine() const override { return uses_kernels(); }
   void forward_with_input_affine(const forward_args<T>& a, const T* scale, const T* shift, bool relu) override {
     if constexpr (std::is_same_v<T, float>) {
@@ -118,9 +123,10 @@ class conv2d_layer final : public layer_impl<T> {
         return;
       }
     }
-    layer_impl<T>::forward_with_input_affine(a, scale, shift, relu);  // refuses: takes_input_affine() is false
+    (void)a, (void)scale, (void)shift, (void)relu;  // not takes_input_affine()
+    nn_config_error("conv2d: cannot apply an affine map to its input off the float kernels");
   }
-  // Statistics in the producer's pass (layer_impl): the kernels run the reader's hook on each output image, and
+  // Statistics in the producer's pass (layer_fusions.hpp): the kernels run the reader's hook on each output image, and
   // the batch norm's hook on each image of the data gradient (backward_args::dx_hook).
   bool can_run_output_hook() const override { return uses_kernels(); }
   void forward_with_output_hook(const forward_args<T>& a, const nn::kernels::conv2d_image_hook& hook) override {
@@ -132,11 +138,12 @@ class conv2d_layer final : public layer_impl<T> {
         return;
       }
     }
-    layer_impl<T>::forward_with_output_hook(a, hook);  // refuses: can_run_output_hook() is false
+    (void)a, (void)hook;  // not can_run_output_hook()
+    nn_config_error("conv2d: cannot run a hook on its output off the float kernels");
   }
   bool can_run_input_gradient_hook() const override { return uses_kernels(); }
   // The kernels add a data gradient as they store it on the Winograd path, and through a buffer of their own on
-  // the others (layer_impl::can_add_to_dx).
+  // the others (layer_fusions.hpp).
   bool can_add_to_dx() const override { return uses_kernels(); }
   void backward(const backward_args<T>& a) override {
     if constexpr (std::is_same_v<T, float>) {

@@ -9,7 +9,7 @@
 #include <mwstrat/nn/detail/gemm.hpp>
 #include <mwstrat/nn/detail/relu_backward.hpp>
 #include <mwstrat/nn/initializers.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cmath>

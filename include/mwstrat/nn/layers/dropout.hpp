@@ -5,8 +5,8 @@
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/detail/random.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/detail/counter_random.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
 #include <cmath>

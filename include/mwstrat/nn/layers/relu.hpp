@@ -4,6 +4,7 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
+#include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/relu_backward.hpp>
 
@@ -20,13 +21,12 @@
 namespace mwstrat::detail {
 
 template <class T>
-class relu_layer final : public layer_impl<T> {
+class relu_layer final : public layer_impl<T>, public plain_relu {
  public:
   explicit relu_layer(const nn_shape& in) : layer_impl<T>(in, in) {}
   std::string keras_type() const override { return "ReLU"; }
   std::string base_name() const override { return "re_lu"; }
   std::string config() const override { return "relu"; }
-  bool is_plain_relu() const override { return true; }
   void forward(const forward_args<T>& a) override {
     parallel_chunks(a.batch * this->input_size(), 1 << 16, [&](std::size_t b, std::size_t e) {
       for (std::size_t i = b; i < e; ++i) a.y[i] = a.x[i] > T{} ? a.x[i] : T{};

@@ -29,8 +29,8 @@ struct adagrad_options {
 
 /// Adagrad (see the file comment).
 template <class T = float>
-class basic_adagrad : public detail_opt::optimizer_base<T> {
-  using base = detail_opt::optimizer_base<T>;
+class basic_adagrad : public ::mwstrat::detail::optimizer_base<T> {
+  using base = ::mwstrat::detail::optimizer_base<T>;
 
  public:
   /// Keras defaults: learning_rate 0.001, initial_accumulator_value 0.1, epsilon 1e-7.

@@ -43,8 +43,8 @@ struct adamw_options {
 
 /// Adam (see the file comment).
 template <class T = float>
-class basic_adam : public detail_opt::optimizer_base<T> {
-  using base = detail_opt::optimizer_base<T>;
+class basic_adam : public ::mwstrat::detail::optimizer_base<T> {
+  using base = ::mwstrat::detail::optimizer_base<T>;
 
  public:
   /// Keras defaults: learning_rate 0.001, beta_1 0.9, beta_2 0.999, epsilon 1e-7.

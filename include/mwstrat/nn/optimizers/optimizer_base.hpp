@@ -27,14 +27,14 @@
 #include <utility>
 #include <vector>
 
-namespace mwstrat::nn::detail_opt {
+namespace mwstrat::detail {
 
 inline void check_sizes(const char* who, std::size_t params, std::size_t grads) {
   if (params != grads)
     throw config_error({"nn"}, std::string(who) + ": " + std::to_string(params) + " parameters but " +
                                    std::to_string(grads) + " gradients");
 }
-inline constexpr std::size_t grain = 1 << 15;
+inline constexpr std::size_t optimizer_grain = 1 << 15;
 
 /// Clipping and weight decay, as every options struct spells them.
 struct common_options {
@@ -109,12 +109,12 @@ class optimizer_base {
     }
     const elementwise_prelude prelude = prelude_for(grads, true);
     if (prelude.plain()) {  // a loop of its own, free of the per-element tests
-      detail::parallel_chunks(params.size(), grain, [&](std::size_t b, std::size_t e) {
+      detail::parallel_chunks(params.size(), optimizer_grain, [&](std::size_t b, std::size_t e) {
         detail::for_each_lane_block<T, vectors>(
             b, e, [&]<class V>(std::size_t i) { rule(i, detail::load_lanes<V>(g + i), prelude.lr); });
       });
     } else {
-      detail::parallel_chunks(params.size(), grain, [&](std::size_t b, std::size_t e) {
+      detail::parallel_chunks(params.size(), optimizer_grain, [&](std::size_t b, std::size_t e) {
         detail::for_each_lane_block<T, vectors>(
             b, e, [&]<class V>(std::size_t i) { rule(i, prelude.template gradient<V>(w, g, i), prelude.lr); });
       });
@@ -193,12 +193,12 @@ class optimizer_base {
 
   // Keras's clip_by_global_norm factor, clip * min(1 / norm, 1 / clip) (NaN for a non-finite norm, as there).
   T norm_scale(std::span<const T> grads) const {
-    const std::size_t chunks = detail::ceil_div(grads.size(), grain);
+    const std::size_t chunks = detail::ceil_div(grads.size(), optimizer_grain);
     if (partial_.size() < chunks) partial_.resize(chunks);  // once per arena size: no allocation once warm
-    detail::parallel_chunks(grads.size(), grain, [&](std::size_t b, std::size_t e) {
+    detail::parallel_chunks(grads.size(), optimizer_grain, [&](std::size_t b, std::size_t e) {
       double s = 0;
       for (std::size_t i = b; i < e; ++i) s += static_cast<double>(grads[i]) * static_cast<double>(grads[i]);
-      partial_[b / grain] = s;
+      partial_[b / optimizer_grain] = s;
     });
     double sum = 0;
     for (std::size_t c = 0; c < chunks; ++c) sum += partial_[c];
@@ -219,4 +219,4 @@ class optimizer_base {
   mutable std::vector<double> partial_;  // the norm's per-chunk sums: scratch, kept to avoid allocating
 };
 
-}  // namespace mwstrat::nn::detail_opt
+}  // namespace mwstrat::detail

@@ -32,8 +32,8 @@ struct rmsprop_options {
 
 /// RMSprop (see the file comment).
 template <class T = float>
-class basic_rmsprop : public detail_opt::optimizer_base<T> {
-  using base = detail_opt::optimizer_base<T>;
+class basic_rmsprop : public ::mwstrat::detail::optimizer_base<T> {
+  using base = ::mwstrat::detail::optimizer_base<T>;
 
  public:
   /// Keras defaults: learning_rate 0.001, rho 0.9, momentum 0, epsilon 1e-7, not centered.

@@ -28,8 +28,8 @@ struct sgd_options {
 
 /// SGD (see the file comment). Updates a flat span of parameters in the calling oneTBB arena.
 template <class T = float>
-class basic_sgd : public detail_opt::optimizer_base<T> {
-  using base = detail_opt::optimizer_base<T>;
+class basic_sgd : public ::mwstrat::detail::optimizer_base<T> {
+  using base = ::mwstrat::detail::optimizer_base<T>;
 
  public:
   /// Keras defaults: learning_rate 0.01, momentum 0, nesterov false.

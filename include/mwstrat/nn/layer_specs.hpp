@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// Layer descriptions for `nn::sequential`: small value types that read like their Keras namesakes.
+/// Layer descriptions (`nn::layer_spec`, `nn::graph_layer_spec`): small value types that read like their Keras
+/// namesakes, which `nn::sequential` and the graph model make layers from (the layers themselves: nn/layers/).
 ///
 ///     nn::sequential model{
 ///         nn::input{{28, 28}},

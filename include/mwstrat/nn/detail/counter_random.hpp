@@ -2,7 +2,7 @@
 // Counter-based random numbers: a value is a pure function of (seed, stream, index), so initialisation and
 // dropout masks do not depend on the order or the thread that draws them, nor on the standard library.
 
-#include <mwstrat/detail/random.hpp>
+#include <mwstrat/detail/splitmix64.hpp>
 
 #include <cstdint>
 

@@ -1,6 +1,9 @@
 #pragma once
 /// \file
 /// `nn::sequential`: a Keras-style sequential model whose parameters and gradients live in one contiguous arena.
+/// As in Keras, it is a builder of a linear graph: its layers run on the one model executor
+/// (nn/detail/graph_executor.hpp) that also runs the graph model, so both train alike (early gradient reports,
+/// buffer sharing, no copies for Reshape and Flatten).
 ///
 /// - `parameters()` / `gradients()` are spans over the whole arena in layer order (each layer: kernel, then
 ///   bias), so a strategy broadcasts, all-reduces or checkpoints a model in one piece.
@@ -12,8 +15,8 @@
 #include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/graph_executor.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/detail/loss_pass.hpp>
 #include <mwstrat/nn/layers/alias.hpp>
 #include <mwstrat/nn/layers/conv2d.hpp>
 #include <mwstrat/nn/layers/dense.hpp>
@@ -21,13 +24,12 @@
 #include <mwstrat/nn/layers/max_pool2d.hpp>
 #include <mwstrat/nn/layers/relu.hpp>
 #include <mwstrat/nn/layers/softmax.hpp>
-#include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/keras_layout.hpp>
-#include <mwstrat/nn/layers.hpp>
+#include <mwstrat/nn/layer_specs.hpp>
 #include <mwstrat/nn/losses.hpp>
 #include <mwstrat/nn/model_options.hpp>
 #include <mwstrat/nn/step_stats.hpp>
-#include <mwstrat/train/after_backward.hpp>
+#include <mwstrat/strategy/after_backward.hpp>
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -71,7 +73,8 @@ class basic_sequential {
     check_label_smoothing(options.label_smoothing, "sequential");
     set_threads(options.threads);
     specs_ = specs;  // for the Keras layout of saved models
-    build(specs);
+    exec_ = std::make_unique<executor>(build(specs));
+    for (const auto& l : exec_->info()) info_.push_back({l.name, l.type, l.output_shape, l.offset, l.count});
     initialize(options.seed);
     if (options.max_batch != 0) reserve(options.max_batch);
   }
@@ -81,41 +84,35 @@ class basic_sequential {
 
   // ------------------------------------------------------------------------------------------ arena
   /// All parameters, layer by layer (kernel then bias).
-  [[nodiscard]] std::span<T> parameters() noexcept { return {pbase_, count_}; }
+  [[nodiscard]] std::span<T> parameters() noexcept { return {exec_->parameters(), parameter_count()}; }
   /// All parameters, layer by layer (kernel then bias).
-  [[nodiscard]] std::span<const T> parameters() const noexcept { return {pbase_, count_}; }
+  [[nodiscard]] std::span<const T> parameters() const noexcept { return {exec_->parameters(), parameter_count()}; }
   /// The gradients, same layout as `parameters()`.
-  [[nodiscard]] std::span<T> gradients() noexcept { return {gbase_, count_}; }
+  [[nodiscard]] std::span<T> gradients() noexcept { return {exec_->gradients(), parameter_count()}; }
   /// The gradients, same layout as `parameters()`.
-  [[nodiscard]] std::span<const T> gradients() const noexcept { return {gbase_, count_}; }
+  [[nodiscard]] std::span<const T> gradients() const noexcept { return {exec_->gradients(), parameter_count()}; }
   /// Number of trainable parameters.
-  [[nodiscard]] std::size_t parameter_count() const noexcept { return count_; }
+  [[nodiscard]] std::size_t parameter_count() const noexcept { return exec_->parameter_count(); }
 
   /// Makes `parameters()` and `gradients()` the caller's storage (`parameter_count()` elements each), e.g. memory
   /// that the replicas of one host share: `params` must already hold the parameter values (the model copies
   /// nothing) and must stay valid until `use_own_storage()`; both 64-byte aligned, like the model's own arena.
   /// A trainer's way to let replicas read one copy.
   void adopt_storage(std::span<T> params, std::span<T> grads) {
-    if (params.size() != count_ || grads.size() != count_)
+    const std::size_t count = parameter_count();
+    if (params.size() != count || grads.size() != count)
       detail::nn_config_error("adopt_storage: " + std::to_string(params.size()) + " parameters and " +
-                              std::to_string(grads.size()) + " gradients for a model of " + std::to_string(count_));
+                              std::to_string(grads.size()) + " gradients for a model of " + std::to_string(count));
     constexpr auto align = static_cast<std::uintptr_t>(detail::aligned_allocator<T>::alignment);
     if (reinterpret_cast<std::uintptr_t>(params.data()) % align != 0 ||
         reinterpret_cast<std::uintptr_t>(grads.data()) % align != 0)
       detail::nn_config_error("adopt_storage: storage must be " + std::to_string(align) + "-byte aligned");
-    pbase_ = params.data();
-    gbase_ = grads.data();
+    exec_->adopt_storage(params.data(), grads.data());
   }
   /// Copies the current parameters and gradients back into the model's own arena and uses it again.
-  void use_own_storage() {
-    if (uses_own_storage()) return;
-    std::copy(pbase_, pbase_ + count_, arena_.data());
-    std::copy(gbase_, gbase_ + count_, arena_.data() + count_);
-    pbase_ = arena_.data();
-    gbase_ = arena_.data() + count_;
-  }
+  void use_own_storage() { exec_->use_own_storage(); }
   /// False while the model works in adopted storage.
-  [[nodiscard]] bool uses_own_storage() const noexcept { return pbase_ == arena_.data(); }
+  [[nodiscard]] bool uses_own_storage() const noexcept { return exec_->uses_own_storage(); }
 
   /// One layer's place in the arena.
   struct layer_info {
@@ -129,22 +126,16 @@ class basic_sequential {
   [[nodiscard]] const std::vector<layer_info>& layers() const noexcept { return info_; }
 
   /// Re-initialises all parameters (glorot_uniform kernels, zero biases) from `seed`; gradients to zero.
-  void initialize(std::uint64_t seed) {
-    seed_ = seed;
-    step_ = 0;
-    for (std::size_t i = 0; i < layers_.size(); ++i)
-      layers_[i]->initialize(parameters().subspan(offsets_[i], layers_[i]->param_count()), seed, i);
-    for (auto& g : gradients()) g = T{};
-  }
+  void initialize(std::uint64_t seed) { exec_->initialize(seed); }
 
   /// A string naming each layer's kind and shape: equal for models of the same architecture and element type.
   [[nodiscard]] std::string fingerprint() const {
     std::string s = sizeof(T) == 4 ? "sequential<f32>[input" : "sequential<f64>[input";
     s.append(detail::shape_string(input_shape_));
-    for (const auto& l : layers_) {
+    for (const auto& l : exec_->layers()) {
       s.append(";").append(l->config()).append("->").append(detail::shape_string(l->output_shape()));
     }
-    s.append("]params=").append(std::to_string(count_));
+    s.append("]params=").append(std::to_string(parameter_count()));
     return s;
   }
 
@@ -163,7 +154,7 @@ class basic_sequential {
         << info_[i].count << "\n";
       if (i + 1 < info_.size()) o << "\n";
     }
-    o << thick << "\nTotal params: " << count_ << "\nTrainable params: " << count_
+    o << thick << "\nTotal params: " << parameter_count() << "\nTrainable params: " << parameter_count()
       << "\nNon-trainable params: 0\n" << rule << "\n";
     out << o.str();
   }
@@ -183,7 +174,7 @@ class basic_sequential {
     std::vector<keras_weight> out;
     std::size_t transposed = 0;
     for_each_keras_tensor([&](std::size_t layer, const keras::tensor_layout& t) {
-      const T* at = pbase_ + offsets_[layer] + t.offset;
+      const T* at = exec_->parameters() + info_[layer].offset + t.offset;
       std::span<const T> values(at, t.count);
       if (t.arena_rows != 0) {
         if (keras_buffers_.size() <= transposed) keras_buffers_.emplace_back();
@@ -207,7 +198,7 @@ class basic_sequential {
       if (!std::ranges::equal(shape, t.shape) || values.size() != t.count)
         detail::nn_config_error("weight '" + std::string(name) + "' has shape " + shape_text(shape) + "; the model's is " +
                                 shape_text(t.shape));
-      T* at = pbase_ + offsets_[layer] + t.offset;
+      T* at = exec_->parameters() + info_[layer].offset + t.offset;
       if (t.arena_rows == 0) {
         std::copy(values.begin(), values.end(), at);
       } else {
@@ -231,11 +222,11 @@ class basic_sequential {
   /// Shape of one input sample.
   [[nodiscard]] const shape_t& input_shape() const noexcept { return input_shape_; }
   /// Shape of one output sample (the logits).
-  [[nodiscard]] const shape_t& output_shape() const noexcept { return layers_.back()->output_shape(); }
+  [[nodiscard]] const shape_t& output_shape() const noexcept { return exec_->layers().back()->output_shape(); }
   /// Elements of one input sample.
   [[nodiscard]] std::size_t input_size() const { return detail::shape_size(input_shape_); }
   /// Elements of one output sample.
-  [[nodiscard]] std::size_t output_size() const { return layers_.back()->output_size(); }
+  [[nodiscard]] std::size_t output_size() const { return exec_->output_size(); }
 
   // ------------------------------------------------------------------------------------------ threads
   /// Number of threads the kernels use.
@@ -254,23 +245,12 @@ class basic_sequential {
 
   // ------------------------------------------------------------------------------------------ steps
   /// Allocates every buffer a batch of up to `batch` samples needs, so that later steps allocate nothing.
-  void reserve(std::size_t batch) {
-    if (batch <= capacity_) return;
-    capacity_ = batch;
-    for (auto& l : layers_) l->reserve(batch);
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      if (!layers_[i]->aliases_input()) acts_[i + 1].assign(batch * layers_[i]->output_size(), T{});
-      if (needs_input_grad_[i] && !layers_[i]->aliases_input()) grads_[i].assign(batch * layers_[i]->input_size(), T{});
-    }
-    grads_[layers_.size()].assign(batch * output_size(), T{});
-    losses_.assign(batch, T{});
-    hits_.assign(batch, 0);
-  }
+  void reserve(std::size_t batch) { exec_->reserve(batch); }
 
   /// The training step counter that keys dropout masks (saved and restored with a checkpoint).
-  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
+  [[nodiscard]] std::uint64_t step() const noexcept { return exec_->step(); }
   /// Sets the training step counter.
-  void set_step(std::uint64_t step) noexcept { step_ = step; }
+  void set_step(std::uint64_t step) noexcept { exec_->set_step(step); }
 
   /// Forward, loss and backward on one batch. Overwrites `gradients()` with d(mean loss over the batch)/d(params)
   /// and calls `on_ready(offset, count)` for each layer's gradient slice once it is final, last layer first.
@@ -289,11 +269,11 @@ class basic_sequential {
     check_weights(weights, batch, "train_batch");
     step_stats stats;
     arena_threads_->execute([&] {
-      forward_pass(inputs.data(), batch, true);
-      stats = loss_pass(labels, weights, batch, true);
-      backward_pass(batch, on_ready);
+      exec_->forward_pass(inputs.data(), batch, true, true);
+      stats = exec_->loss_pass(labels, weights, batch, true, options_.label_smoothing);
+      exec_->backward_pass(batch, on_ready);
     });
-    ++step_;
+    exec_->advance_step();
     return stats;
   }
   /// Forward, loss and backward on one batch (gradients overwritten, no readiness callback).
@@ -338,8 +318,8 @@ class basic_sequential {
     check_weights(weights, batch, "evaluate_batch");
     step_stats stats;
     arena_threads_->execute([&] {
-      forward_pass(inputs.data(), batch, false);
-      stats = loss_pass(labels, weights, batch, false);
+      exec_->forward_pass(inputs.data(), batch, false, false);
+      stats = exec_->loss_pass(labels, weights, batch, false, options_.label_smoothing);
     });
     return stats;
   }
@@ -350,8 +330,8 @@ class basic_sequential {
     check(inputs, labels, batch, "training_loss");
     step_stats stats;
     arena_threads_->execute([&] {
-      forward_pass(inputs.data(), batch, true);
-      stats = loss_pass(labels, {}, batch, false);
+      exec_->forward_pass(inputs.data(), batch, true, false);
+      stats = exec_->loss_pass(labels, {}, batch, false, options_.label_smoothing);
     });
     return stats;
   }
@@ -363,48 +343,37 @@ class basic_sequential {
       detail::nn_config_error("predict: " + std::to_string(inputs.size()) + " input values for a batch of " +
                               std::to_string(batch) + " samples of " + std::to_string(input_size()));
     reserve(batch);
-    arena_threads_->execute([&] { forward_pass(inputs.data(), batch, training); });
-    return {output_ptr(), batch * output_size()};
+    arena_threads_->execute([&] { exec_->forward_pass(inputs.data(), batch, training, false); });
+    return exec_->outputs();
   }
 
   /// The outputs (logits) of the last forward pass (training, evaluation or `predict`): rows × `output_size()`,
   /// valid until the next step. What metrics that need the outputs read (`model_with_outputs`, top-k accuracy).
-  [[nodiscard]] std::span<const T> outputs() const { return {output_ptr(), last_batch_ * output_size()}; }
+  [[nodiscard]] std::span<const T> outputs() const { return exec_->outputs(); }
 
  private:
-  void build(const std::vector<layer_spec>& specs) {
+  using executor = graph_detail::graph_executor<T>;
+
+  // The linear graph of `specs` for the executor: layer i reads node i (the input, then each layer's output),
+  // named as Keras names a sequential model's layers; its parameters are drawn from stream i, as they always were.
+  executor build(const std::vector<layer_spec>& specs) {
     input_shape_ = std::get<input>(specs.front()).shape;
     if (input_shape_.empty() || detail::shape_size(input_shape_) == 0)
       detail::nn_config_error("input: shape " + detail::shape_string(input_shape_) + " is empty");
     shape_t shape = input_shape_;
-    std::size_t offset = 0;
+    std::vector<graph_detail::executor_layer<T>> layers;
+    std::vector<std::string> bases;
     for (std::size_t i = 1; i < specs.size(); ++i) {
       auto layer = std::visit([&](const auto& s) { return make(s, shape, i); }, specs[i]);
       shape = layer->output_shape();
-      offsets_.push_back(offset);
-      offset += layer->param_count();
-      layers_.push_back(std::move(layer));
+      const std::string base = layer->base_name();
+      const auto n = static_cast<std::size_t>(std::count(bases.begin(), bases.end(), base));
+      bases.push_back(base);
+      std::string inbound = layers.empty() ? "input_layer" : layers.back().name;
+      layers.push_back({std::move(layer), {i - 1}, n == 0 ? base : base + "_" + std::to_string(n), {std::move(inbound)}});
     }
-    if (layers_.empty()) detail::nn_config_error("sequential: no layers after nn::input");
-    count_ = offset;
-    arena_.assign(2 * count_, T{});
-    pbase_ = arena_.data();
-    gbase_ = arena_.data() + count_;
-    // A layer needs its input's gradient only if some layer before it has parameters.
-    bool params_below = false;
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      needs_input_grad_.push_back(params_below);
-      params_below = params_below || layers_[i]->param_count() > 0;
-    }
-    acts_.resize(layers_.size() + 1);
-    grads_.resize(layers_.size() + 1);
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      const std::string base = layers_[i]->base_name();
-      std::size_t n = 0;
-      for (std::size_t j = 0; j < i; ++j) n += layers_[j]->base_name() == base ? 1 : 0;
-      info_.push_back({n == 0 ? base : base + "_" + std::to_string(n), layers_[i]->keras_type(),
-                       layers_[i]->output_shape(), offsets_[i], layers_[i]->param_count()});
-    }
+    if (layers.empty()) detail::nn_config_error("sequential: no layers after nn::input");
+    return executor(input_shape_, std::move(layers), false, {.fuse = true, .share = true, .first_stream = 0});
   }
 
   std::unique_ptr<detail::layer_impl<T>> make(const input& s, const shape_t&, std::size_t) {
@@ -448,8 +417,9 @@ class basic_sequential {
   // f(layer index, tensor layout) for every weight of every layer, in arena order.
   template <class F>
   void for_each_keras_tensor(F&& f) const {
-    for (std::size_t i = 0; i < layers_.size(); ++i)
-      for (const auto& t : keras::tensors_of(specs_[i + 1], layers_[i]->input_shape())) f(i, t);
+    const auto& layers = exec_->layers();
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      for (const auto& t : keras::tensors_of(specs_[i + 1], layers[i]->input_shape())) f(i, t);
   }
   static std::string shape_text(std::span<const std::int64_t> shape) {
     std::string s = "[";
@@ -484,105 +454,14 @@ class basic_sequential {
                                 " of sample " + std::to_string(i) + " is not a finite weight >= 0");
   }
 
-  const T* act_ptr(std::size_t i) const {
-    for (; i > 0; --i)
-      if (!layers_[i - 1]->aliases_input()) return acts_[i].data();
-    return input_;
-  }
-  T* act_mut(std::size_t i) { return acts_[i].data(); }
-  const T* output_ptr() const { return act_ptr(layers_.size()); }
-  // Where the gradient w.r.t. activation i is written: aliasing layers pass it through.
-  T* grad_ptr(std::size_t i) {
-    for (; i < layers_.size(); ++i)
-      if (!layers_[i]->aliases_input()) return grads_[i].data();
-    return grads_[layers_.size()].data();
-  }
-
-  void forward_pass(const T* x, std::size_t batch, bool training) {
-    input_ = x;
-    last_batch_ = batch;
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      if (layers_[i]->aliases_input()) continue;
-      const T* in = act_ptr(i);
-      layers_[i]->forward({batch, in, act_mut(i + 1), pbase_ + offsets_[i], training, step_, nullptr, nullptr, &in});
-    }
-  }
-
-  // Keras's `sum_over_batch_size` of the weighted cross-entropy (nn/detail/loss_pass.hpp, shared with the graph
-  // model); `weights` empty: every example weighs 1. As in Keras (and the graph model), the layers' L2 terms,
-  // which the mean gains once: their gradients are in the backward pass, so the loss reported is the one trained.
-  step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
-                       bool with_grad) {
-    step_stats st = detail::weighted_loss_pass<T>(output_ptr(), with_grad ? grads_[layers_.size()].data() : nullptr,
-                                                  output_size(), labels, weights, batch, losses_.data(), hits_.data(),
-                                                  static_cast<T>(options_.label_smoothing));
-    double penalty = 0;  // zero without regularizers (each layer's term is skipped at λ = 0)
-    for (std::size_t i = 0; i < layers_.size(); ++i) penalty += layers_[i]->regularization(pbase_ + offsets_[i]);
-    st.loss_sum += static_cast<double>(batch) * penalty;
-    return st;
-  }
-
-  // A layer may report parts of its gradient as final during its backward (before its input gradient, or a large
-  // dense kernel in chunks); they are passed on to `on_ready` at once, so a bucket can leave while the layer still
-  // runs. The model checks that they grow as a contiguous suffix of the layer's slice and reports the rest after.
-  template <class OnReady>
-  struct layer_report {
-    OnReady* on_ready;
-    std::size_t begin;     // the layer's first gradient in the arena
-    std::size_t reported;  // [reported, begin + n) is already passed on
-    static void call(void* self, std::size_t offset, std::size_t count) {
-      auto& r = *static_cast<layer_report*>(self);
-      if (count == 0) return;
-      if (r.begin + offset + count != r.reported) {
-        throw config_error({"nn"}, "a layer reported its gradient [" + std::to_string(offset) + ", " +
-                                       std::to_string(offset + count) + ") out of order (expected one ending at " +
-                                       std::to_string(r.reported - r.begin) + ")");
-      }
-      r.reported = r.begin + offset;
-      (*r.on_ready)(r.reported, count);
-    }
-  };
-
-  template <class OnReady>
-  void backward_pass(std::size_t batch, OnReady& on_ready) {
-    for (std::size_t i = layers_.size(); i-- > 0;) {
-      auto& l = *layers_[i];
-      const std::size_t n = l.param_count();
-      layer_report<OnReady> report{&on_ready, offsets_[i], offsets_[i] + n};
-      const detail::gradient_ready ready{&report, &layer_report<OnReady>::call};
-      if (!l.aliases_input() && (n > 0 || needs_input_grad_[i])) {
-        T* dx = needs_input_grad_[i] ? grad_ptr(i) : nullptr;
-        l.backward({batch, act_ptr(i), act_ptr(i + 1), grad_ptr(i + 1), dx, pbase_ + offsets_[i],
-                    gbase_ + offsets_[i], step_, nullptr, &dx, true,
-                    n > 0 && reports_wanted<OnReady> ? &ready : nullptr});
-      }
-      if (report.reported > offsets_[i]) on_ready(offsets_[i], report.reported - offsets_[i]);
-    }
-  }
-
   model_options options_;
   std::vector<layer_spec> specs_;                        // as built (input first): the Keras layout's source
   mutable std::vector<std::vector<T>> keras_buffers_;    // transposed dense kernels of keras_weights()
   int threads_ = 1;
   std::unique_ptr<tbb::task_arena> arena_threads_;
   shape_t input_shape_;
-  std::vector<std::unique_ptr<detail::layer_impl<T>>> layers_;
-  std::vector<std::size_t> offsets_;
-  std::vector<bool> needs_input_grad_;
   std::vector<layer_info> info_;
-  std::size_t count_ = 0;
-  detail::aligned_vector<T> arena_;  // [parameters | gradients]: the model's own storage
-  T* pbase_ = nullptr;               // where the parameters are: arena_'s first half or adopted storage
-  T* gbase_ = nullptr;               // where the gradients are
-  std::vector<detail::aligned_vector<T>> acts_;   // acts_[i]: input of layer i (owned unless aliased)
-  std::vector<detail::aligned_vector<T>> grads_;  // grads_[i]: gradient w.r.t. input of layer i; [n]: logits
-  std::vector<T> losses_;
-  std::vector<std::uint8_t> hits_;
-  const T* input_ = nullptr;
-  std::size_t last_batch_ = 0;  // examples in the last forward pass (what outputs() covers)
-  std::size_t capacity_ = 0;
-  std::uint64_t seed_ = 0;
-  std::uint64_t step_ = 0;
+  std::unique_ptr<executor> exec_;  // the layers, arenas, buffers and passes (a pointer: the model moves cheaply)
 };
 
 /// The model of float elements.

@@ -4,7 +4,7 @@
 /// only on (seed, epoch) and never on the standard library (std::shuffle and the std distributions differ between
 /// libstdc++, libc++ and MSVC, and workers of one job may be built with different ones).
 
-#include <mwstrat/detail/random.hpp>
+#include <mwstrat/detail/splitmix64.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -3,7 +3,8 @@
 /// `after_backward`: the `on_ready` a strategy gives `train_batch` when it reduces the gradients only once backward
 /// has finished. It ignores every report. A model may recognise it (`reports_wanted<OnReady>` is false) and skip
 /// work it does only so that a reduction can start early — the sequential model then computes a large dense
-/// kernel's gradient in one product instead of two.
+/// kernel's gradient in one product instead of two. It lives with the strategies that pass it; a model (nn/, on top of
+/// core) reads it from here.
 
 #include <cstddef>
 #include <type_traits>
