@@ -29,6 +29,7 @@
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/detail/run_state.hpp>
 #include <mwstrat/train/logs.hpp>
 
 #include <algorithm>
@@ -73,20 +74,13 @@ concept recoverable_strategy = requires(S& s, const S& cs, std::chrono::millisec
 
 namespace detail {
 
-// The training state at one step boundary, in memory reused from boundary to boundary.
+// The training state at one step boundary, in memory reused from boundary to boundary: the loop's flags, then the
+// run's state (train/detail/run_state.hpp) as doubles, and the float state.
 class training_snapshot {
  public:
-  // Header fields (doubles; every value fits a double exactly).
+  // The header's fields before the run's state.
   enum field : std::size_t {
     position,  // 0: no snapshot; else 2 × global step + (1 at the top of an epoch), increasing through the run
-    epoch,
-    step,
-    loss_sum,
-    correct,
-    count,
-    iterations,
-    model_step,
-    learning_rate,  // NaN: none
     stop_training,
     preempted,
     epochs_in_history,
@@ -101,29 +95,13 @@ class training_snapshot {
   // Copies `ctx`'s state; `top` at the top of an epoch (after the previous epoch's end).
   template <class Ctx>
   void take(Ctx& ctx, bool top, std::size_t history_epochs) {
-    using Model = std::remove_cvref_t<decltype(ctx.model)>;
-    using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
-    header_.resize(fields + ctx.epoch_metric_sums.size());
+    state_.capture(ctx);
+    header_.resize(fields + run_state::wire_size(state_.metric_sums.size()));
     header_[position] = static_cast<double>(2 * ctx.global_step() + (top ? 1 : 0));
-    header_[epoch] = ctx.epoch;
-    header_[step] = static_cast<double>(ctx.step);
-    header_[loss_sum] = ctx.epoch_sums.loss_sum;
-    header_[correct] = ctx.epoch_sums.correct;
-    header_[count] = ctx.epoch_sums.count;
-    header_[iterations] = 0;
-    header_[model_step] = 0;
-    header_[learning_rate] = std::numeric_limits<double>::quiet_NaN();
     header_[stop_training] = ctx.stop_training ? 1 : 0;
     header_[preempted] = ctx.preempted ? 1 : 0;
     header_[epochs_in_history] = static_cast<double>(history_epochs);
-    std::copy(ctx.epoch_metric_sums.begin(), ctx.epoch_metric_sums.end(), header_.begin() + fields);
-    if constexpr (checkpointable_optimizer<Optimizer>) {
-      header_[iterations] = static_cast<double>(ctx.optimizer.iterations());
-    }
-    if constexpr (model_with_step<Model>) header_[model_step] = static_cast<double>(ctx.model.step());
-    if constexpr (has_learning_rate<Optimizer>) {
-      header_[learning_rate] = static_cast<double>(ctx.optimizer.learning_rate());
-    }
+    state_.to_wire(std::span<double>(header_).subspan(fields));
     const auto parts = state_parts(ctx);
     std::size_t total = 0;
     for (const auto& p : parts) total += p.size();
@@ -138,38 +116,21 @@ class training_snapshot {
   // Puts the snapshot back into `ctx` (after a broadcast has made it the source's).
   template <class Ctx>
   void restore(Ctx& ctx) {
-    using Model = std::remove_cvref_t<decltype(ctx.model)>;
-    using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
     std::size_t at = 0;
     for (const auto& p : state_parts(ctx)) {
       std::copy_n(floats_.begin() + static_cast<std::ptrdiff_t>(at), p.size(), p.begin());
       at += p.size();
     }
-    ctx.epoch = static_cast<int>(header_[epoch]);
-    ctx.step = static_cast<std::size_t>(header_[step]);
-    ctx.epoch_sums = {header_[loss_sum], header_[correct], header_[count]};
+    state_.from_wire(std::span<const double>(header_).subspan(fields), ctx.epoch_metric_sums.size());
+    state_.apply(ctx);
     ctx.stop_training = header_[stop_training] != 0;
     ctx.preempted = header_[preempted] != 0;
-    std::copy_n(header_.begin() + fields, ctx.epoch_metric_sums.size(), ctx.epoch_metric_sums.begin());
-    if constexpr (checkpointable_optimizer<Optimizer>) {
-      ctx.optimizer.set_iterations(static_cast<decltype(ctx.optimizer.iterations())>(header_[iterations]));
-    }
-    if constexpr (model_with_step<Model>) ctx.model.set_step(static_cast<std::uint64_t>(header_[model_step]));
-    if constexpr (has_learning_rate<Optimizer>) {
-      bool scheduled = false;
-      if constexpr (requires { { ctx.optimizer.scheduled() } -> std::convertible_to<bool>; }) {
-        scheduled = ctx.optimizer.scheduled();
-      }
-      if (!scheduled && !std::isnan(header_[learning_rate])) {
-        ctx.optimizer.set_learning_rate(static_cast<decltype(ctx.optimizer.learning_rate())>(header_[learning_rate]));
-      }
-    }
   }
 
   // Sized for `ctx` with nothing in it (a replacement before it receives the state).
   template <class Ctx>
   void make_room(Ctx& ctx) {
-    header_.assign(fields + ctx.epoch_metric_sums.size(), 0.0);
+    header_.assign(fields + run_state::wire_size(ctx.epoch_metric_sums.size()), 0.0);
     std::size_t total = 0;
     for (const auto& p : state_parts(ctx)) total += p.size();
     floats_.assign(total, 0.0f);
@@ -183,20 +144,13 @@ class training_snapshot {
     using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
     std::array<std::span<float>, 3> parts{ctx.model.parameters(), std::span<float>(), std::span<float>()};
     if constexpr (stateful_model<Model>) parts[1] = ctx.model.model_state();
-    if constexpr (checkpointable_optimizer<Optimizer>) {
-      // As BackupAndRestore's optimizer_slots (train/model_state.hpp), without the checkpoint headers it brings.
-      if constexpr (resizable_optimizer<Optimizer>) ctx.optimizer.resize(parts[0].size());
-      if constexpr (requires { { ctx.optimizer.state() } -> std::convertible_to<std::span<float>>; }) {
-        parts[2] = ctx.optimizer.state();
-      } else {
-        parts[2] = ctx.optimizer.slots();
-      }
-    }
+    if constexpr (checkpointable_optimizer<Optimizer>) parts[2] = optimizer_slots(ctx.optimizer, parts[0].size());
     return parts;
   }
 
   std::vector<double> header_ = std::vector<double>(fields, 0.0);
   std::vector<float> floats_;
+  run_state state_;
 };
 
 inline void recovery_log(int rank, const std::string& text) {

@@ -36,20 +36,18 @@
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/detail/run_state.hpp>
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/model_state.hpp>
 
 #include <algorithm>
-#include <array>
 #include <bit>
-#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -181,10 +179,9 @@ class basic_backup_and_restore {
         checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
       }
     }
-    // Header, broadcast from the chief: [status, epoch, step, iterations, loss_sum, correct, count, model step,
-    // learning rate (NaN: not saved), replica states follow (1) or not (0)].
+    // Broadcast from the chief: [status, replica states follow (1) or not (0), the run's state (run_state)].
     // status: 1 restored, 0 nothing to restore, -1 the chief failed (every worker then fails too).
-    std::array<double, 10> head{};
+    std::vector<double> head(2 + detail::run_state::wire_size(ctx.epoch_metric_sums.size()), 0.0);
     std::optional<training_state> state;
     std::string failure;
     if (ctx.strategy.is_chief()) {
@@ -194,19 +191,15 @@ class basic_backup_and_restore {
         if (auto restored = checkpointer_->restore_latest_checkpoint()) {
           source_ = restored->path.string();
           state = std::move(restored->state);
-          check_fits(ctx, *state);
-          head[1] = static_cast<double>(state->epoch);
-          // The step within the epoch, from the global step (the cursor is the data's pass and step, which
-          // differ from the epoch's when steps_per_epoch is not one pass).
-          head[2] = static_cast<double>(state->step - state->epoch * static_cast<std::int64_t>(ctx.steps_per_epoch));
-          head[3] = static_cast<double>(state->optimizer_iterations);
-          head[4] = parse_double(*state, "train.epoch_loss_sum");
-          head[5] = parse_double(*state, "train.epoch_correct");
-          head[6] = parse_double(*state, "train.epoch_count");
-          head[7] = parse_double(*state, "train.model_step");
-          head[8] = state->extra.contains("train.learning_rate") ? parse_double(*state, "train.learning_rate")
-                                                                 : std::numeric_limits<double>::quiet_NaN();
-          head[9] = parse_replica_states(ctx, *state) ? 1.0 : 0.0;
+          detail::run_state::from_file(*state, ctx, source_, options_.backup_dir.string())
+              .to_wire(std::span<double>(head).subspan(2));
+          if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
+            head[1] = detail::replica_states_from_file(*state, ctx.model.model_state().size(),
+                                                       static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync()),
+                                                       source_, replica_states_)
+                          ? 1.0
+                          : 0.0;
+          }
         }
       } catch (const std::exception& e) {
         failure = e.what();
@@ -234,7 +227,7 @@ class basic_backup_and_restore {
     ctx.strategy.mirror(ctx.model.parameters());
     if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
       ctx.strategy.mirror(ctx.model.model_state());
-      if (head[9] == 1.0) {
+      if (head[1] == 1.0) {
         // Every replica's own state (the chief's is the weights'): from the chief, then each takes its part.
         const std::span<float> st = ctx.model.model_state();
         replica_states_.resize(static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync()) * st.size());
@@ -247,33 +240,10 @@ class basic_backup_and_restore {
     }
     if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
       ctx.strategy.mirror(optimizer_slots(ctx.optimizer, ctx.model.parameters().size()));
-      ctx.optimizer.set_iterations(static_cast<decltype(ctx.optimizer.iterations())>(head[3]));
     }
-    if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) {
-      ctx.model.set_step(static_cast<std::uint64_t>(head[7]));  // the model's RNG position (dropout)
-    }
-    // A rate changed during training (ReduceLROnPlateau) comes back too, as Keras restores the optimizer's rate.
-    if (!std::isnan(head[8])) {
-      if constexpr (has_learning_rate<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-        if (!learning_rate_is_scheduled(ctx.optimizer)) {
-          ctx.optimizer.set_learning_rate(static_cast<decltype(ctx.optimizer.learning_rate())>(head[8]));
-        }
-      }
-    }
-    ctx.epoch = static_cast<int>(head[1]);
-    ctx.step = static_cast<std::size_t>(head[2]);
-    ctx.epoch_sums = {head[4], head[5], head[6]};
-    if (!ctx.epoch_metric_sums.empty()) {
-      std::vector<double> sums(ctx.epoch_metric_sums.size(), 0.0);  // a backup without them: the epoch's start
-      if (state) {
-        for (std::size_t i = 0; i < sums.size(); ++i) {
-          const std::string key = "train.epoch_metric." + std::to_string(i);
-          if (state->extra.contains(key)) sums[i] = parse_double(*state, key);
-        }
-      }
-      ctx.strategy.mirror(std::span<double>(sums));
-      std::copy(sums.begin(), sums.end(), ctx.epoch_metric_sums.begin());
-    }
+    detail::run_state resumed;
+    resumed.from_wire(std::span<const double>(head).subspan(2), ctx.epoch_metric_sums.size());
+    resumed.apply(ctx);
     resumed_at_ = ctx.global_step();
     if (ctx.strategy.is_chief() && options_.log) {
       *options_.log << "[mwstrat.train.backup] rank " << rank << ": restored " << source_ << ": resuming at epoch "
@@ -313,36 +283,10 @@ class basic_backup_and_restore {
     gather_replica_states(ctx);
     if (!ctx.strategy.is_chief()) return;
     wait_for_backup();  // one write in flight at most; a failed one surfaces here
-    training_state_view s;
-    s.epoch = epoch;
-    s.step = static_cast<std::int64_t>(static_cast<std::uint64_t>(epoch) * ctx.steps_per_epoch + step);
-    // The data's position: the pass and step of a repeated pipeline (a fit epoch may be longer or shorter).
-    s.cursor = data::stream_position(static_cast<std::uint64_t>(s.step), ctx.steps_per_pass);
-    s.world_size = ctx.strategy.num_replicas_in_sync();
-    s.model_fingerprint = std::string(ctx.model.fingerprint());
-    s.weights = weight_views(ctx.model);
-    s.optimizer_slots = slot_views(ctx.optimizer, ctx.model.parameters().size());
-    if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-      s.optimizer_iterations = static_cast<std::int64_t>(ctx.optimizer.iterations());
-    }
-    const bool fresh_epoch = step == 0;
-    s.extra["train.epoch_loss_sum"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.loss_sum);
-    s.extra["train.epoch_correct"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.correct);
-    s.extra["train.epoch_count"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.count);
-    // The metrics' state over the epoch so far (train/metrics.hpp), so a resumed epoch reports what the
-    // uninterrupted one would, and callbacks monitoring a metric decide the same.
-    for (std::size_t i = 0; i < ctx.epoch_metric_sums.size(); ++i) {
-      s.extra["train.epoch_metric." + std::to_string(i)] = exact(fresh_epoch ? 0.0 : ctx.epoch_metric_sums[i]);
-    }
-    s.extra["train.steps_per_epoch"] = std::to_string(ctx.steps_per_epoch);
-    s.extra["train.steps_per_pass"] = std::to_string(ctx.steps_per_pass);
-    if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) s.extra["train.model_step"] = exact(double(ctx.model.step()));
-    if constexpr (has_learning_rate<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-      if (!learning_rate_is_scheduled(ctx.optimizer)) {
-        s.extra["train.learning_rate"] = exact(static_cast<double>(ctx.optimizer.learning_rate()));
-      }
-    }
-    put_replica_states(s, static_cast<std::size_t>(s.world_size));
+    state_.capture(ctx);
+    state_.move_to(epoch, step);
+    training_state_view s = state_.to_file(ctx);
+    detail::replica_states_to_file(s, replica_states_, static_cast<std::size_t>(s.world_size));
     if (!options_.write_in_background) {
       checkpointer_->save(s, s.step);
       return;
@@ -372,57 +316,6 @@ class basic_backup_and_restore {
     }
   }
 
-  // The gathered states of ranks 1.. into the backup's metadata, 8 hex digits a float.
-  void put_replica_states(training_state_view& s, std::size_t world) const {
-    if (replica_states_.empty() || world < 2) return;
-    const std::size_t n = replica_states_.size() / world;
-    static constexpr char digits[] = "0123456789abcdef";
-    for (std::size_t r = 1; r < world; ++r) {
-      std::string text(8 * n, '0');
-      for (std::size_t i = 0; i < n; ++i) {
-        auto bits = static_cast<std::uint32_t>(replica_states_[r * n + i]);
-        for (std::size_t d = 8; d-- > 0; bits >>= 4) text[8 * i + d] = digits[bits & 0xfu];
-      }
-      s.extra["train.replica_state." + std::to_string(r)] = std::move(text);
-    }
-  }
-
-  // On the chief: the backup's replica states into `replica_states_` (rank 0's part left zero: it has its own);
-  // false when the backup has none (one replica, no state, or an older backup) or another world size.
-  template <class Ctx>
-  bool parse_replica_states(Ctx& ctx, const training_state& state) {
-    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
-      const std::size_t n = ctx.model.model_state().size();
-      const auto world = static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync());
-      if (n == 0 || world < 2 || state.world_size != static_cast<std::int64_t>(world)) return false;
-      replica_states_.assign(world * n, 0.0);
-      for (std::size_t r = 1; r < world; ++r) {
-        const std::string key = "train.replica_state." + std::to_string(r);
-        const auto it = state.extra.find(key);
-        if (it == state.extra.end()) return false;
-        const std::string& text = it->second;
-        if (text.size() != 8 * n || text.find_first_not_of("0123456789abcdef") != std::string::npos) {
-          throw checkpoint_error({"train.backup"}, source_,
-                                 source_ + ": metadata " + key + " is not " + std::to_string(n) +
-                                     " floats in hexadecimal (" + std::to_string(text.size()) + " characters)");
-        }
-        for (std::size_t i = 0; i < n; ++i) {
-          std::uint32_t bits = 0;
-          for (std::size_t d = 0; d < 8; ++d) {
-            const char c = text[8 * i + d];
-            bits = (bits << 4) | static_cast<std::uint32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-          }
-          replica_states_[r * n + i] = static_cast<double>(bits);
-        }
-      }
-      return true;
-    } else {
-      (void)ctx;
-      (void)state;
-      return false;
-    }
-  }
-
   /// What to say about a failed background write.
   [[nodiscard]] std::string failure_message(const std::exception_ptr& failure) const {
     std::string why;
@@ -439,54 +332,6 @@ class basic_backup_and_restore {
            options_.backup_dir.string() + ") failed: " + why;
   }
 
-  template <class Ctx>
-  void check_fits(Ctx& ctx, const training_state& state) {
-    const std::string fingerprint(ctx.model.fingerprint());
-    if (state.model_fingerprint != fingerprint) {
-      throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
-                             source_ + ": the backup is of another model ('" + state.model_fingerprint +
-                                 "', this one is '" + fingerprint + "'); remove " + options_.backup_dir.string() +
-                                 " to start afresh");
-    }
-    const auto spe = state.extra.find("train.steps_per_epoch");
-    if (spe != state.extra.end() && spe->second != std::to_string(ctx.steps_per_epoch)) {
-      throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
-                             source_ + ": the backup was written with " + spe->second +
-                                 " steps per epoch, this run has " + std::to_string(ctx.steps_per_epoch) +
-                                 " (the global batch or the data set changed)");
-    }
-    const auto spp = state.extra.find("train.steps_per_pass");
-    if (spp != state.extra.end() && spp->second != std::to_string(ctx.steps_per_pass)) {
-      throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
-                             source_ + ": the backup was written with " + spp->second +
-                                 " steps per pass over the data, this run has " + std::to_string(ctx.steps_per_pass) +
-                                 " (the global batch or the data set changed)");
-    }
-  }
-
-  // A rate that is a schedule of the step count is a function, not state: it is neither saved nor set.
-  template <class Optimizer>
-  static bool learning_rate_is_scheduled(const Optimizer& o) {
-    if constexpr (requires { { o.scheduled() } -> std::convertible_to<bool>; }) {
-      return o.scheduled();
-    } else {
-      return false;
-    }
-  }
-
-  static std::string exact(double v) { return detail::exact_text(v); }  // hexadecimal: the same bits come back
-
-  double parse_double(const training_state& state, const std::string& key) const {
-    const auto it = state.extra.find(key);
-    if (it == state.extra.end()) return 0.0;
-    const std::optional<double> v = detail::parse_number(it->second);
-    if (!v) {
-      throw checkpoint_error({"train.backup"}, source_, source_ + ": metadata " + key + ": '" + it->second +
-                                                            "' is not a number");
-    }
-    return *v;
-  }
-
   backup_options options_;
   std::optional<Checkpointer> checkpointer_;
   bool user_checkpointer_ = false;  // the user gave the checkpointer: never replaced
@@ -494,6 +339,7 @@ class basic_backup_and_restore {
   std::optional<std::uint64_t> resumed_at_;
   int rank_ = 0;
   training_state snapshot_;        // the state being written in the background (its storage is reused)
+  detail::run_state state_;       // the state at a save point (its memory is reused)
   std::vector<double> replica_states_;  // every replica's model state, gathered or restored (see gather_replica_states)
   std::int64_t pending_step_ = 0;  // the global step of the last background write, for messages
   // Last, so that it is destroyed (its thread joined) before what the thread uses.
