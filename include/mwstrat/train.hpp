@@ -20,6 +20,7 @@
 #include <mwstrat/train/metrics.hpp>
 #include <mwstrat/train/model_state.hpp>
 #include <mwstrat/train/preemption.hpp>
+#include <mwstrat/train/resume.hpp>
 #include <mwstrat/train/sample_weights.hpp>
 #include <mwstrat/train/saved_model.hpp>
 #include <mwstrat/train/train_context.hpp>

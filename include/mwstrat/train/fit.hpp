@@ -17,6 +17,7 @@
 #include <mwstrat/strategy/gradient_sync.hpp>
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/detail/resume.hpp>
 #include <mwstrat/train/in_memory_recovery.hpp>
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/metrics.hpp>
@@ -302,7 +303,10 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   history hist;
   const preemption_signal_guard signals(options.catch_preemption_signals);
   int signal_number = 0;  // the signal this worker received, for the `preempted` message
-  detail::fire_train_begin(ctx, callbacks...);  // BackupAndRestore may move ctx to where a backup left off
+  // Resuming is the trainer's: from the resume source's newest backup (BackupAndRestore's), before any callback
+  // sees the run, so that every on_train_begin sees where it starts.
+  detail::resume(ctx, callbacks...);
+  detail::fire_train_begin(ctx, callbacks...);
   // Not under in-memory recovery: a replacement runs these hooks again where the survivors do not, so an agreement
   // here would meet their next collective (a stop set in a begin hook must then be set on every worker).
   const bool agree_begin = agree_after_begin && !recovering;

@@ -12,7 +12,8 @@
 namespace mwstrat {
 
 /// The run a callback is called from. Callbacks may read everything; they may set `stop_training`, and in
-/// `on_train_begin` they may move the start (`epoch`, `step`, `epoch_sums`) to resume a run.
+/// `on_train_begin` they may move the start (`epoch`, `step`, `epoch_sums`). A run resumed from a backup is
+/// already at its resume point then: resuming is `fit`'s, from a `resume_source` (train/resume.hpp).
 template <class Strategy, class Model, class Optimizer>
 struct train_context {
   train_context(Strategy& s, Model& m, Optimizer& o) : strategy(s), model(m), optimizer(o) {}
@@ -36,8 +37,8 @@ struct train_context {
   /// epoch is not over, and `on_train_end` is the place to save what a restart needs (BackupAndRestore does).
   bool preempted = false;
   /// Set by fit on a worker that replaced a lost one (in-memory recovery, train/in_memory_recovery.hpp): its state
-  /// came from a survivor's memory before `on_train_begin`, which must not restore anything else (BackupAndRestore
-  /// reads no backup then).
+  /// came from a survivor's memory before `on_train_begin`, which must not restore anything else (`fit` reads no
+  /// backup then).
   bool rejoined = false;
 
   /// Steps done since the start of training (epoch × steps_per_epoch + step), the same on every worker.

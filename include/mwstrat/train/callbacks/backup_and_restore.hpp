@@ -4,8 +4,9 @@
 /// restarted job resumes at the saved epoch and step with the same weights, optimizer slots, step count and data
 /// position — so its final weights are bitwise those of an uninterrupted run (same world size).
 ///
-/// Only the chief reads and writes `backup_dir` (so no shared file system is needed): at the start it restores the
-/// newest good backup and broadcasts it to every worker; every worker then continues from it. The backup is
+/// Only the chief reads and writes `backup_dir` (so no shared file system is needed). The callback says where and
+/// when to save; resuming is the trainer's: it is a `resume_source` (train/resume.hpp), and at the start `fit`
+/// restores the newest good backup on the chief and broadcasts it to every worker, which then continue from it. The backup is
 /// written atomically (a crash mid-write leaves the previous one) and keeps the one before as a fallback; it is
 /// removed after a successful `fit` when `delete_checkpoint` is set.
 ///
@@ -39,6 +40,7 @@
 #include <mwstrat/train/detail/run_state.hpp>
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/model_state.hpp>
+#include <mwstrat/train/resume.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -146,11 +148,10 @@ class basic_backup_and_restore {
   /// The checkpointer (on the chief, once `fit` has started, or from construction when the user gave one).
   [[nodiscard]] Checkpointer* backup_checkpointer() { return checkpointer_ ? &*checkpointer_ : nullptr; }
 
+  /// Where `fit` resumes from (train/resume.hpp), asked before any `on_train_begin`: the backups' checkpointer on the
+  /// chief (made there for `backup_dir` by default).
   template <class Ctx>
-  void on_train_begin(Ctx& ctx) {
-    static_assert(check_resume_hooks<std::remove_cvref_t<decltype(ctx.model)>,
-                                     std::remove_cvref_t<decltype(ctx.optimizer)>>());
-    const int rank = ctx.strategy.replica_id();
+  mwstrat::resume_target<Checkpointer> resume_target(Ctx& ctx) {
     resumed_at_.reset();
     source_.clear();
     // A write left in flight by an earlier fit that failed: let it finish before reading the folder. Its failure
@@ -159,97 +160,22 @@ class basic_backup_and_restore {
       *options_.log << "[mwstrat.train.backup] rank " << rank_ << ": warning: " << failure_message(failure) << "\n"
                     << std::flush;
     }
-    rank_ = rank;
-    if (ctx.rejoined) {  // a replacement worker: its state came from a survivor's memory; nothing to read or send
-      if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
-        if (ctx.strategy.is_chief() && !user_checkpointer_) {
-          checkpoint_manager_options mo;
-          mo.write = options_.write;
-          mo.write.rank = rank;
-          checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);
-        }
-      }
-      return;
-    }
+    rank_ = ctx.strategy.replica_id();
     if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
       if (ctx.strategy.is_chief() && !user_checkpointer_) {
         checkpoint_manager_options mo;
         mo.write = options_.write;
-        mo.write.rank = rank;
+        mo.write.rank = rank_;
         checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
       }
     }
-    // Broadcast from the chief: [status, replica states follow (1) or not (0), the run's state (run_state)].
-    // status: 1 restored, 0 nothing to restore, -1 the chief failed (every worker then fails too).
-    std::vector<double> head(2 + detail::run_state::wire_size(ctx.epoch_metric_sums.size()), 0.0);
-    std::optional<training_state> state;
-    std::string failure;
-    if (ctx.strategy.is_chief()) {
-      // Whatever fails here — the library's errors, or anything a user's checkpointer throws — must still reach the
-      // broadcast below, so the other workers learn it at once instead of waiting out the operation timeout.
-      try {
-        if (auto restored = checkpointer_->restore_latest_checkpoint()) {
-          source_ = restored->path.string();
-          state = std::move(restored->state);
-          detail::run_state::from_file(*state, ctx, source_, options_.backup_dir.string())
-              .to_wire(std::span<double>(head).subspan(2));
-          if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
-            head[1] = detail::replica_states_from_file(*state, ctx.model.model_state().size(),
-                                                       static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync()),
-                                                       source_, replica_states_)
-                          ? 1.0
-                          : 0.0;
-          }
-        }
-      } catch (const std::exception& e) {
-        failure = e.what();
-        if (failure.empty()) failure = "the checkpointer failed without a message";
-      }
-      head[0] = !failure.empty() ? -1.0 : state ? 1.0 : 0.0;
-    }
-    ctx.strategy.mirror(std::span<double>(head));
-    if (head[0] < 0) {
-      if (!failure.empty()) throw checkpoint_error({"train.backup", rank}, options_.backup_dir.string(), failure);
-      throw checkpoint_error({"train.backup", rank}, options_.backup_dir.string(),
-                             "the chief could not restore the backup in " + options_.backup_dir.string() +
-                                 " (its log says why)");
-    }
-    if (head[0] == 0) return;
-
-    // Weights and optimizer slots: the chief copies them in, then one broadcast each.
-    if (state) {
-      copy_weights_into(state->weights, ctx.model, "the backup's weights", source_, rank);
-      if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-        copy_tensors_into(state->optimizer_slots, optimizer_slots(ctx.optimizer, ctx.model.parameters().size()),
-                          "the backup's optimizer slots", source_, rank);
-      }
-    }
-    ctx.strategy.mirror(ctx.model.parameters());
-    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
-      ctx.strategy.mirror(ctx.model.model_state());
-      if (head[1] == 1.0) {
-        // Every replica's own state (the chief's is the weights'): from the chief, then each takes its part.
-        const std::span<float> st = ctx.model.model_state();
-        replica_states_.resize(static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync()) * st.size());
-        ctx.strategy.mirror(std::span<double>(replica_states_));
-        const std::size_t at = static_cast<std::size_t>(rank) * st.size();
-        for (std::size_t i = 0; rank != 0 && i < st.size(); ++i) {
-          st[i] = std::bit_cast<float>(static_cast<std::uint32_t>(replica_states_[at + i]));
-        }
-      }
-    }
-    if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-      ctx.strategy.mirror(optimizer_slots(ctx.optimizer, ctx.model.parameters().size()));
-    }
-    detail::run_state resumed;
-    resumed.from_wire(std::span<const double>(head).subspan(2), ctx.epoch_metric_sums.size());
-    resumed.apply(ctx);
-    resumed_at_ = ctx.global_step();
-    if (ctx.strategy.is_chief() && options_.log) {
-      *options_.log << "[mwstrat.train.backup] rank " << rank << ": restored " << source_ << ": resuming at epoch "
-                    << ctx.epoch + 1 << ", step " << ctx.step << " (global step " << ctx.global_step() << ")\n"
-                    << std::flush;
-    }
+    return {ctx.strategy.is_chief() ? &*checkpointer_ : nullptr, options_.backup_dir.string(), options_.log};
+  }
+  /// Told by `fit` where the run resumed (nullopt: from the start, or a replacement worker's survivor's memory).
+  void resumed(const std::optional<resume_point>& point) {
+    if (!point) return;
+    resumed_at_ = point->global_step;
+    source_ = point->source;
   }
 
   template <class Ctx>
@@ -340,7 +266,7 @@ class basic_backup_and_restore {
   int rank_ = 0;
   training_state snapshot_;        // the state being written in the background (its storage is reused)
   detail::run_state state_;       // the state at a save point (its memory is reused)
-  std::vector<double> replica_states_;  // every replica's model state, gathered or restored (see gather_replica_states)
+  std::vector<double> replica_states_;  // every replica's model state, gathered at a save point
   std::int64_t pending_step_ = 0;  // the global step of the last background write, for messages
   // Last, so that it is destroyed (its thread joined) before what the thread uses.
   background_writer writer_;
