@@ -211,5 +211,79 @@ void recover_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, con
   exchange_state(strategy, ctx, snap, true);
 }
 
+// In-memory recovery over one `fit`: whether it is on, whether this process replaces a lost worker (its ring is a
+// later generation than the job's first), the snapshot at the last step boundary, and the recovery of a survivor.
+template <class Strategy>
+class recovery_session {
+ public:
+  static constexpr bool recoverable = recoverable_strategy<Strategy>;
+
+  // Refuses recovery on a strategy that cannot rebuild its collective.
+  recovery_session(Strategy& strategy, const in_memory_recovery_options& options)
+      : strategy_(strategy), options_(options) {
+    if (options.enabled && !recoverable) {
+      throw config_error({"train", strategy.replica_id()},
+                         "fit_options::recovery is enabled, but this strategy cannot rebuild its collective after a "
+                         "lost peer (in-memory recovery needs a recoverable_strategy: the multi-worker strategy over "
+                         "the TCP ring)");
+    }
+    on_ = recoverable && options.enabled;
+    if constexpr (recoverable) replacement_ = on_ && strategy.collective_generation() > 0;
+  }
+
+  [[nodiscard]] bool on() const { return on_; }
+  [[nodiscard]] const training_snapshot& snapshot() const { return snapshot_; }
+
+  // The state the job starts from: a replacement's comes from a survivor's memory (then ctx.rejoined); otherwise
+  // the same architecture everywhere is checked and the chief's initial weights go everywhere.
+  template <class Ctx>
+  void start(Ctx& ctx) {
+    if (replacement_) {
+      if constexpr (recoverable) exchange_state(strategy_, ctx, snapshot_, false);
+      ctx.rejoined = true;
+      just_restored_ = true;
+      return;
+    }
+    strategy_.verify_same("model fingerprint", ctx.model.fingerprint());
+    strategy_.mirror(ctx.model.parameters());
+    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) strategy_.mirror(ctx.model.model_state());
+  }
+
+  // At the top of an epoch (after the previous one's end), unless the snapshot already holds this position.
+  template <class Ctx>
+  void at_epoch_top(Ctx& ctx, std::size_t history_epochs) {
+    if (on_ && !just_restored_) snapshot_.take(ctx, true, history_epochs);
+    just_restored_ = false;
+  }
+  // After a step's reductions and its stop agreement.
+  template <class Ctx>
+  void at_step_boundary(Ctx& ctx, std::size_t history_epochs) {
+    if (on_) snapshot_.take(ctx, false, history_epochs);
+  }
+
+  // A survivor after `lost`: rebuilds the ring with a replacement and takes the latest boundary's state; the
+  // history is cut back to it. Throws `lost` (with the reason) when no replacement comes in time.
+  template <class Ctx>
+  void recover(Ctx& ctx, const peer_lost_error& lost, history& hist) {
+    if constexpr (recoverable) {
+      recover_survivor(strategy_, ctx, snapshot_, lost, options_);
+      hist.epochs.resize(std::min(hist.epochs.size(), snapshot_.history_size()));
+      just_restored_ = true;
+    } else {
+      (void)ctx;
+      (void)lost;
+      (void)hist;
+    }
+  }
+
+ private:
+  Strategy& strategy_;
+  const in_memory_recovery_options& options_;
+  training_snapshot snapshot_;
+  bool on_ = false;
+  bool replacement_ = false;
+  bool just_restored_ = false;  // the snapshot already holds this position (not taken again at the epoch's top)
+};
+
 }  // namespace detail
 }  // namespace mwstrat
