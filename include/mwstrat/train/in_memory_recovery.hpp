@@ -26,6 +26,7 @@
 /// first step boundary), `on_train_end` or what runs after `fit`. One `fit` per process: a replacement joins the
 /// first `fit` it runs.
 
+#include <mwstrat/cluster/launcher_environment.hpp>
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
@@ -42,6 +43,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -49,17 +51,25 @@
 
 namespace mwstrat {
 
-/// Options of in-memory recovery (`fit_options::recovery`).
+/// Options of in-memory recovery (`fit_options::recovery`). Under a launcher (`mwstrat-launch --replace-lost`) `fit`
+/// takes what the launcher says (cluster/launcher_environment.hpp) wherever these are left at their defaults, so a
+/// program needs no code of its own for it.
 struct in_memory_recovery_options {
-  /// Off by default: a lost peer ends `fit` with `peer_lost_error` (and the job restarts from its backup).
+  /// Off by default: a lost peer ends `fit` with `peer_lost_error` (and the job restarts from its backup). On also
+  /// when the launcher replaces lost workers (MWSTRAT_REPLACE_LOST=1) and the strategy can recover.
   bool enabled = false;
   /// How long the survivors wait for the replacement to join the new ring; after that `fit` throws the
-  /// `peer_lost_error` that started it (naming the lost rank) and the worker exits as without recovery.
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  /// `peer_lost_error` that started it (naming the lost rank) and the worker exits as without recovery. Unset: the
+  /// launcher's MWSTRAT_RECOVERY_TIMEOUT_MS, else 60 s.
+  std::optional<std::chrono::milliseconds> timeout;
   /// Called on every survivor when a peer is lost, before it waits: the lost rank and the ring generation that lost
-  /// it. A launcher that must end the lost worker itself (a stopped process never exits) learns it here
-  /// (`mwstrat-launch` gives a channel: MWSTRAT_LAUNCH_REPORT_FD). Must not throw.
+  /// it. A launcher that must end the lost worker itself (a stopped process never exits) learns it here. Unset: the
+  /// report goes to the launcher's channel when there is one (MWSTRAT_LAUNCH_REPORT_FD). Must not throw.
   std::function<void(int lost_rank, std::uint64_t generation)> on_peer_lost;
+  /// false: the launcher's variables are ignored; these options alone decide.
+  bool from_launcher = true;
+  /// What the launcher said; unset: read from the process environment when `fit` starts.
+  std::optional<launcher_environment> launcher;
 };
 
 /// A strategy whose collective can be rebuilt after a lost peer (`mirrored_strategy` over `ring_collective`).
@@ -73,6 +83,25 @@ concept recoverable_strategy = requires(S& s, const S& cs, std::chrono::millisec
 };
 
 namespace detail {
+
+inline constexpr std::chrono::milliseconds default_recovery_timeout{60'000};
+
+// The options `fit` runs with: the program's, and the launcher's where the program left the defaults (never turning
+// recovery on for a strategy that cannot recover). The timeout is always set.
+template <bool Recoverable>
+in_memory_recovery_options with_launcher(const in_memory_recovery_options& options) {
+  in_memory_recovery_options r = options;
+  if (options.from_launcher) {
+    const launcher_environment l = options.launcher ? *options.launcher : launcher_environment::read();
+    if (Recoverable && l.replace_lost) r.enabled = true;
+    if (!r.timeout) r.timeout = l.recovery_timeout;
+    if (!r.on_peer_lost && l.report_fd) {
+      r.on_peer_lost = [l](int lost_rank, std::uint64_t generation) { l.report_lost(lost_rank, generation); };
+    }
+  }
+  if (!r.timeout) r.timeout = default_recovery_timeout;
+  return r;
+}
 
 // The training state at one step boundary, in memory reused from boundary to boundary: the loop's flags, then the
 // run's state (train/detail/run_state.hpp) as doubles, and the float state.
@@ -197,16 +226,17 @@ void recover_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, con
                       const in_memory_recovery_options& options) {
   const int me = strategy.replica_id();
   const std::uint64_t generation = strategy.collective_generation();
+  const std::chrono::milliseconds timeout = options.timeout.value_or(default_recovery_timeout);
   recovery_log(me, "rank " + std::to_string(lost.peer_rank()) + " (" + lost.peer_address() + ") lost; waiting up to " +
-                       std::to_string(options.timeout.count()) + " ms for its replacement (ring generation " +
+                       std::to_string(timeout.count()) + " ms for its replacement (ring generation " +
                        std::to_string(generation + 1) + ")");
   if (options.on_peer_lost) options.on_peer_lost(lost.peer_rank(), generation);
   try {
-    strategy.rejoin_collective(options.timeout);
+    strategy.rejoin_collective(timeout);
   } catch (const error& why) {
     throw peer_lost_error({"train.recovery", me}, lost.peer_rank(), lost.peer_address(),
                           std::string(lost.detail()) + "; no replacement joined within " +
-                              std::to_string(options.timeout.count()) + " ms (" + why.what() + ")");
+                              std::to_string(timeout.count()) + " ms (" + why.what() + ")");
   }
   exchange_state(strategy, ctx, snap, true);
 }
@@ -219,15 +249,16 @@ class recovery_session {
   static constexpr bool recoverable = recoverable_strategy<Strategy>;
 
   // Refuses recovery on a strategy that cannot rebuild its collective.
+  // `options` as the program gave them: the launcher's are applied here (with_launcher).
   recovery_session(Strategy& strategy, const in_memory_recovery_options& options)
-      : strategy_(strategy), options_(options) {
-    if (options.enabled && !recoverable) {
+      : strategy_(strategy), options_(with_launcher<recoverable>(options)) {
+    if (options_.enabled && !recoverable) {
       throw config_error({"train", strategy.replica_id()},
                          "fit_options::recovery is enabled, but this strategy cannot rebuild its collective after a "
                          "lost peer (in-memory recovery needs a recoverable_strategy: the multi-worker strategy over "
                          "the TCP ring)");
     }
-    on_ = recoverable && options.enabled;
+    on_ = recoverable && options_.enabled;
     if constexpr (recoverable) replacement_ = on_ && strategy.collective_generation() > 0;
   }
 
@@ -278,7 +309,7 @@ class recovery_session {
 
  private:
   Strategy& strategy_;
-  const in_memory_recovery_options& options_;
+  in_memory_recovery_options options_;
   training_snapshot snapshot_;
   bool on_ = false;
   bool replacement_ = false;
