@@ -96,7 +96,7 @@ struct pause_at {
   }
 };
 
-// A user's metric (train/metrics.hpp): the fraction of examples classified wrong. Its state is two sums, which
+// A user's metric (train/fit_metrics.hpp): the fraction of examples classified wrong. Its state is two sums, which
 // fit adds up over the workers in the step's own reduction; `result` is its rule.
 struct error_rate {
   static constexpr std::size_t state_size = 2;

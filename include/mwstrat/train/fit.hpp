@@ -22,7 +22,7 @@
 #include <mwstrat/train/detail/step_agreement.hpp>
 #include <mwstrat/train/in_memory_recovery.hpp>
 #include <mwstrat/train/logs.hpp>
-#include <mwstrat/train/metrics.hpp>
+#include <mwstrat/train/fit_metrics.hpp>
 #include <mwstrat/train/preemption.hpp>
 #include <mwstrat/train/train_context.hpp>
 
@@ -74,7 +74,7 @@ template <class Strategy>
 /// loss and accuracy are weighted by the examples each saw. `steps` = 0 (or more than the data has) runs the whole
 /// dataset once. Any number of workers evaluates any data-set size: a worker whose share of a step is empty (the
 /// last, partial batch of a set not divisible by the workers, or a set smaller than they are) skips the model for
-/// that step and adds nothing, so the result is the one-worker result. `metric_sets` (`metrics<...>`, train/metrics.hpp) are
+/// that step and adds nothing, so the result is the one-worker result. `metric_sets` (`metrics<...>`, train/fit_metrics.hpp) are
 /// reduced in the same all-reduce and reported in `evaluation::metrics`.
 template <strategy Strategy, batch_source Data, class Model, class... MetricSets>
   requires trainable_model<Model, batch_of<Data>> && (metric_set<MetricSets> && ...)
@@ -108,7 +108,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   static_assert(detail::check_sample_weights<Model, Train>());
   static_assert(detail::check_sample_weights<Model, Validation>());
   constexpr bool agree_after_begin = (detail::needs_begin_agreement<Callbacks, context> || ...);
-  // The metric sets among the callbacks (train/metrics.hpp): their states ride the step's reduction.
+  // The metric sets among the callbacks (train/fit_metrics.hpp): their states ride the step's reduction.
   std::array<double, detail::metric_state_size<Callbacks...>()> epoch_metrics{};  // over workers and the epoch
   std::vector<named_value> batch_metric_values;  // what on_train_batch_end sees
   context ctx(strategy, model, optimizer);

@@ -27,7 +27,7 @@ struct train_context {
   int epoch = 0;                   ///< the current epoch (0-based)
   std::size_t step = 0;            ///< the next step to run within the epoch (0-based)
   batch_stats epoch_sums;          ///< metrics of the current epoch so far, all workers
-  /// The state of the `metrics<...>` given to fit (train/metrics.hpp) over the current epoch so far, all workers;
+  /// The state of the `metrics<...>` given to fit (train/fit_metrics.hpp) over the current epoch so far, all workers;
   /// empty without metrics. BackupAndRestore saves and restores it with `epoch_sums`.
   std::span<double> epoch_metric_sums;
   /// Set by a callback (on any worker) to end fit after the current step: the workers agree at the step boundary

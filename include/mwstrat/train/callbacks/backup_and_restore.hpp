@@ -39,7 +39,7 @@
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/detail/run_state.hpp>
 #include <mwstrat/train/logs.hpp>
-#include <mwstrat/train/model_state.hpp>
+#include <mwstrat/train/checkpoint_tensors.hpp>
 #include <mwstrat/train/resume.hpp>
 
 #include <algorithm>

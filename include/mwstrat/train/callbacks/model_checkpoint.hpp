@@ -31,7 +31,7 @@ namespace mwstrat {
 /// Options of `model_checkpoint`, with Keras's names.
 struct model_checkpoint_options {
   std::string filepath;                 ///< may use {epoch}, {epoch:0Nd}, {loss}, {accuracy}, {val_loss}, ... {x:.Nf}
-                                        ///< and the name of any metric in the logs (train/metrics.hpp)
+                                        ///< and the name of any metric in the logs (train/fit_metrics.hpp)
   std::string monitor = "val_loss";     ///< the metric `save_best_only` compares (any name in the logs)
   bool save_best_only = false;
   bool save_weights_only = false;
@@ -154,7 +154,7 @@ class basic_model_checkpoint {
       save_model(path, ctx.model, ctx.optimizer, what);
       saved_.push_back(path);
     } else {
-      training_state_view s = model_state_view(ctx.model, ctx.optimizer, what);
+      training_state_view s = saved_model_view(ctx.model, ctx.optimizer, what);
       // Saved under the run's global step. At an epoch's end `fit` has already moved the position to step 0 of
       // this epoch: the save is of the next epoch's top.
       position_.capture(ctx);

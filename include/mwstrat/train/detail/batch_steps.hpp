@@ -5,7 +5,7 @@
 #include <mwstrat/data/cursor.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
-#include <mwstrat/train/metrics.hpp>
+#include <mwstrat/train/fit_metrics.hpp>
 
 #include <algorithm>
 #include <array>

@@ -11,7 +11,7 @@
 #include <mwstrat/train/detail/batch_steps.hpp>
 #include <mwstrat/train/detail/step_agreement.hpp>
 #include <mwstrat/train/logs.hpp>
-#include <mwstrat/train/metrics.hpp>
+#include <mwstrat/train/fit_metrics.hpp>
 
 #include <array>
 #include <chrono>

@@ -15,7 +15,7 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/logs.hpp>
-#include <mwstrat/train/model_state.hpp>
+#include <mwstrat/train/checkpoint_tensors.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -47,7 +47,7 @@ struct run_state {
   int epoch = 0;
   std::size_t step = 0;                   // the next step within the epoch
   batch_stats sums;                       // the epoch so far, all workers
-  std::vector<double> metric_sums;        // the metrics' state over the epoch so far (train/metrics.hpp)
+  std::vector<double> metric_sums;        // the metrics' state over the epoch so far (train/fit_metrics.hpp)
   std::uint64_t optimizer_iterations = 0;  // 0 for an optimizer without a step count
   double model_step = none;               // the model's RNG position (dropout); NaN: a model without one
   double learning_rate = none;            // NaN: not state (no rate, or a scheduled one)
