@@ -10,6 +10,8 @@
 #include <mwstrat/train/resume.hpp>
 #include <mwstrat/train/train_context.hpp>
 
+#include <support/tiny_training.hpp>
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -27,28 +29,8 @@ namespace {
 
 using namespace mwstrat;
 
-struct tiny_model {
-  std::vector<float> params = std::vector<float>(5, 0.0f);
-  std::vector<float> grads = std::vector<float>(5, 0.0f);
-  std::uint64_t rng = 0;
-  std::span<float> parameters() { return params; }
-  std::span<float> gradients() { return grads; }
-  std::string fingerprint() const { return "tiny(5)"; }
-  std::uint64_t step() const { return rng; }
-  void set_step(std::uint64_t n) { rng = n; }
-};
-
-struct tiny_adam {
-  std::vector<float> slots = std::vector<float>(10, 0.0f);
-  std::int64_t steps = 0;
-  float rate = 0.001f;
-  void apply(std::span<float>, std::span<const float>) {}
-  std::span<float> state() { return slots; }
-  std::int64_t iterations() const { return steps; }
-  void set_iterations(std::int64_t n) { steps = n; }
-  float learning_rate() const { return rate; }
-  void set_learning_rate(double r) { rate = static_cast<float>(r); }
-};
+using test::tiny_adam;
+using test::tiny_model;
 
 template <class Strategy>
 using context = train_context<Strategy, tiny_model, tiny_adam>;
@@ -101,6 +83,20 @@ struct memory_source {
 
 using local_ctx = context<mirrored_strategy<local_collective&>>;
 
+// One rank's run over the tiny model: 10 steps an epoch, one metric.
+struct rank_run {
+  mirrored_strategy<local_collective&> strategy;
+  tiny_model model;
+  tiny_adam optimizer;
+  std::array<double, 1> metric{};
+  local_ctx ctx;
+  rank_run(local_collective& c, std::size_t steps_per_pass) : strategy(c), ctx(strategy, model, optimizer) {
+    ctx.steps_per_epoch = 10;
+    ctx.steps_per_pass = steps_per_pass;
+    ctx.epoch_metric_sums = metric;
+  }
+};
+
 // Near misses of resume_source, one defect each.
 struct no_resumed {
   template <class Ctx>
@@ -122,14 +118,11 @@ static_assert(!resume_source<no_target, local_ctx>);
 
 TEST(run_state, a_backup_holds_it_under_the_train_keys_and_gives_it_back_bit_for_bit) {
   spawn_ranks(1, [](local_collective& c) {
-    mirrored_strategy<local_collective&> strategy(c);
-    tiny_model model;
-    tiny_adam optimizer;
-    std::array<double, 1> metric{};
-    local_ctx ctx(strategy, model, optimizer);
-    ctx.steps_per_epoch = 10;
-    ctx.steps_per_pass = 7;
-    ctx.epoch_metric_sums = metric;
+    rank_run r(c, 7);
+    auto& model = r.model;
+    auto& optimizer = r.optimizer;
+    auto& metric = r.metric;
+    auto& ctx = r.ctx;
     fill(ctx, 3.5f);
     detail::run_state taken;
     taken.capture(ctx);
@@ -205,14 +198,11 @@ TEST(resume, the_trainer_resumes_every_rank_from_a_resume_source_of_its_own) {
   std::vector<std::optional<resume_point>> told(3);
   std::ostringstream log;
   spawn_ranks(3, [&](local_collective& c) {
-    mirrored_strategy<local_collective&> strategy(c);
-    tiny_model model;
-    tiny_adam optimizer;
-    std::array<double, 1> metric{};
-    local_ctx ctx(strategy, model, optimizer);
-    ctx.steps_per_epoch = 10;
-    ctx.steps_per_pass = 10;
-    ctx.epoch_metric_sums = metric;
+    rank_run r(c, 10);
+    auto& model = r.model;
+    auto& optimizer = r.optimizer;
+    auto& metric = r.metric;
+    auto& ctx = r.ctx;
     if (c.rank() == 0) {
       fill(ctx, 4.0f);
       detail::run_state s;
@@ -251,14 +241,8 @@ TEST(resume, the_trainer_resumes_every_rank_from_a_resume_source_of_its_own) {
 
 TEST(resume, a_rejoined_worker_is_asked_for_its_target_but_reads_nothing) {
   spawn_ranks(1, [](local_collective& c) {
-    mirrored_strategy<local_collective&> strategy(c);
-    tiny_model model;
-    tiny_adam optimizer;
-    std::array<double, 1> metric{};
-    local_ctx ctx(strategy, model, optimizer);
-    ctx.steps_per_epoch = 10;
-    ctx.steps_per_pass = 10;
-    ctx.epoch_metric_sums = metric;
+    rank_run r(c, 10);
+    auto& ctx = r.ctx;
     one_checkpoint store;
     fill(ctx, 4.0f);
     detail::run_state s;
