@@ -26,7 +26,8 @@
 // In-memory recovery (--replace-lost, with --max-restarts K): a worker that fails (killed, or exits with a status
 // other than 0, 69 and 75) is replaced alone, while the others keep running: the replacement gets the same TF_CONFIG
 // and MWSTRAT_RECOVERY_GENERATION = the ring generation it joins (one more per replacement), and the survivors, which
-// waited for it (fit_options::recovery, enabled in every worker by MWSTRAT_REPLACE_LOST=1), hand it the training
+// waited for it (fit turns its in-memory recovery on when it reads MWSTRAT_REPLACE_LOST=1, in any program:
+// cluster/launcher_environment.hpp), hand it the training
 // state from memory. A worker that hangs (SIGSTOP, a frozen machine) never exits: the survivors write
 // "lost RANK GENERATION" lines to the descriptor MWSTRAT_LAUNCH_REPORT_FD names, and the launcher ends that worker's
 // process group (SIGKILL) and replaces it. When the survivors give up waiting they exit with 69

@@ -61,7 +61,8 @@ struct flags {
   // In-memory recovery (fit_options::recovery): a lost worker is replaced and the survivors go on. Also on when the
   // launcher says so (mwstrat-launch --replace-lost sets MWSTRAT_REPLACE_LOST=1).
   bool in_memory_recovery = false;
-  double recovery_timeout_s = 60;  // MWSTRAT_RECOVERY_TIMEOUT_MS overrides
+  std::optional<double> recovery_timeout_s;  // unset: 60 s; MWSTRAT_RECOVERY_TIMEOUT_MS overrides
+  mwstrat::launcher_environment launcher;     // what mwstrat-launch told this worker (checked before connecting)
   std::string collective = "ring";  // ring (TF_CONFIG or an MPI launcher's variables) or mpi
   std::size_t train_examples = 0;  // 0: the whole training set; N: its first N examples (short runs, tests)
   std::size_t test_examples = 0;   // 0: the whole test set
@@ -95,7 +96,7 @@ struct pause_at {
   }
 };
 
-// A user's metric (train/metrics.hpp): the fraction of examples classified wrong. Its state is two sums, which
+// A user's metric (train/fit_metrics.hpp): the fraction of examples classified wrong. Its state is two sums, which
 // fit adds up over the workers in the step's own reduction; `result` is its rule.
 struct error_rate {
   static constexpr std::size_t state_size = 2;
@@ -211,18 +212,14 @@ flags parse(int argc, char** argv) {
 #ifndef MWSTRAT_EXAMPLE_WITH_MPI
   if (f.collective == "mpi") args.fail("--collective mpi: this build has no MPI (mnist_multiworker_mpi has)");
 #endif
-  const char* attempt = std::getenv("MWSTRAT_LAUNCH_ATTEMPT");
-  if (attempt && std::string(attempt) != "0") f.kill_at_step.reset();  // a restarted job runs clean
-  const char* generation = std::getenv("MWSTRAT_RECOVERY_GENERATION");
-  if (generation && std::string(generation) != "0") f.kill_at_step.reset();  // so does a replacement worker
-  if (const char* on = std::getenv("MWSTRAT_REPLACE_LOST"); on && std::string(on) == "1") f.in_memory_recovery = true;
-  if (const char* ms = std::getenv("MWSTRAT_RECOVERY_TIMEOUT_MS"); ms && *ms) {
-    const std::optional<double> v = example_flags::to_real(ms);
-    if (!v || *v <= 0 || *v > max_timeout_s * 1000)
-      args.fail(std::string("MWSTRAT_RECOVERY_TIMEOUT_MS: '") + ms + "' is not milliseconds in (0, " +
-                example_flags::bound_text(max_timeout_s * 1000) + "]");
-    f.recovery_timeout_s = *v / 1000;
+  // The launcher's protocol is the library's (cluster/launcher_environment.hpp; fit applies it): read here once so
+  // that a malformed variable is refused before connecting, as a bad flag is.
+  try {
+    f.launcher = mwstrat::launcher_environment::read();
+  } catch (const mwstrat::config_error& e) {
+    args.fail(std::string(e.detail()));
   }
+  if (f.launcher.restarted()) f.kill_at_step.reset();  // a restarted job, or a replacement worker, runs clean
   return f;
 }
 
@@ -250,18 +247,11 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   mwstrat::fit_options options;
   options.epochs = f.epochs;
   options.steps_per_epoch = f.steps_per_epoch;
+  // In-memory recovery: on with --in-memory-recovery, or when the launcher replaces lost workers (fit reads
+  // MWSTRAT_REPLACE_LOST, and reports lost ranks on MWSTRAT_LAUNCH_REPORT_FD); the launcher's timeout wins.
   options.recovery.enabled = f.in_memory_recovery;
-  options.recovery.timeout = seconds(f.recovery_timeout_s);
-  // mwstrat-launch --replace-lost listens on this descriptor for "lost RANK GENERATION" lines: a stopped worker
-  // never exits, so the launcher learns from the survivors which one to end and replace.
-  if (const char* fd = std::getenv("MWSTRAT_LAUNCH_REPORT_FD"); fd && *fd) {
-    const int report_fd = std::atoi(fd);
-    options.recovery.on_peer_lost = [report_fd](int lost, std::uint64_t generation) {
-      const std::string line = "lost " + std::to_string(lost) + " " + std::to_string(generation) + "\n";
-      const ssize_t written = ::write(report_fd, line.data(), line.size());  // one atomic write (< PIPE_BUF)
-      (void)written;
-    };
-  }
+  if (f.recovery_timeout_s && !f.launcher.recovery_timeout) options.recovery.timeout = seconds(*f.recovery_timeout_s);
+  options.recovery.launcher = f.launcher;
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
   mwstrat::tensorboard board({.log_dir = f.tensorboard_dir, .update_freq = 10});

@@ -10,6 +10,7 @@
 #include <mwstrat/cluster/environment.hpp>
 #include <mwstrat/cluster/free_ports.hpp>
 #include <mwstrat/cluster/hostlist.hpp>
+#include <mwstrat/cluster/launcher_environment.hpp>
 #include <mwstrat/cluster/simple_resolver.hpp>
 #include <mwstrat/cluster/mpi_resolver.hpp>
 #include <mwstrat/cluster/slurm_resolver.hpp>

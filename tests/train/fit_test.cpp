@@ -8,7 +8,7 @@
 #include <mwstrat/train/callbacks/progress_logger.hpp>
 #include <mwstrat/train/callbacks/terminate_on_nan.hpp>
 #include <mwstrat/train/fit.hpp>
-#include <mwstrat/train/metrics.hpp>
+#include <mwstrat/train/fit_metrics.hpp>
 
 #include <support/comma_locale.hpp>
 #include <support/softmax_regression.hpp>

@@ -4,7 +4,7 @@
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/model_checkpoint.hpp>
 #include <mwstrat/train/fit.hpp>
-#include <mwstrat/train/metrics.hpp>
+#include <mwstrat/train/fit_metrics.hpp>
 #include <mwstrat/train/saved_model.hpp>
 #include <mwstrat/train/train_context.hpp>
 
@@ -59,7 +59,7 @@ std::vector<std::string> feed(model_checkpoint_options o, const std::string& mon
       if (monitor == "accuracy") logs.accuracy = v;
       if (monitor == "val_loss") logs.val_loss = v;
       if (monitor == "val_accuracy") logs.val_accuracy = v;
-      if (monitor.find("top_k") != std::string::npos) {  // a metric of the user's (train/metrics.hpp)
+      if (monitor.find("top_k") != std::string::npos) {  // a metric of the user's (train/fit_metrics.hpp)
         logs.val_loss = 1.0;                              // validated
         logs.metrics.push_back({monitor, v});
       }

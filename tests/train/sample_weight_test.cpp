@@ -10,7 +10,7 @@
 #include <mwstrat/nn/optimizers.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/fit.hpp>
-#include <mwstrat/train/metrics.hpp>
+#include <mwstrat/train/fit_metrics.hpp>
 #include <mwstrat/train/sample_weights.hpp>
 
 #include <gtest/gtest.h>

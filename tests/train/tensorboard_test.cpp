@@ -6,7 +6,7 @@
 #include <mwstrat/strategy/mirrored_strategy.hpp>
 #include <mwstrat/train/callbacks/tensorboard.hpp>
 #include <mwstrat/train/fit.hpp>
-#include <mwstrat/train/metrics.hpp>
+#include <mwstrat/train/fit_metrics.hpp>
 
 #include <support/softmax_regression.hpp>
 #include <support/temp_dir.hpp>

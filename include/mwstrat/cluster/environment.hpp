@@ -2,7 +2,8 @@
 /// \file
 /// Where resolvers read their variables: the process environment, or a map given by a test or a launcher.
 /// (`MWSTRAT_HOST_ID`, the host identity that decides which workers share memory, is read through this by
-/// strategy/communication_options.hpp, like the other MWSTRAT_* variables.)
+/// strategy/communication_options.hpp, like the other MWSTRAT_* variables; the launcher's protocol, by
+/// cluster/launcher_environment.hpp.)
 
 #include <cstdlib>
 #include <functional>

@@ -23,7 +23,7 @@
 /// Opt-in scheme (the same for every mwstrat concept): structural — the hooks are all a type needs; there is no
 /// tag. (`enable_tensor_element<E>` is a trait on the element type, letting a non-arithmetic number type in.)
 /// The library consumes it in checkpoint/named_tensors.hpp (`storable_tensor`: save and load named tensors of any
-/// such type) and in train/model_state.hpp (a model's own named tensors in checkpoints and `save_model`).
+/// such type) and in train/checkpoint_tensors.hpp (a model's own named tensors in checkpoints and `save_model`).
 ///
 /// Opting in a type of your own (no edit of mwstrat; the hooks live beside your type):
 ///

@@ -26,9 +26,11 @@
 /// first step boundary), `on_train_end` or what runs after `fit`. One `fit` per process: a replacement joins the
 /// first `fit` it runs.
 
+#include <mwstrat/cluster/launcher_environment.hpp>
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/detail/run_state.hpp>
 #include <mwstrat/train/logs.hpp>
 
 #include <algorithm>
@@ -41,6 +43,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -48,17 +51,25 @@
 
 namespace mwstrat {
 
-/// Options of in-memory recovery (`fit_options::recovery`).
+/// Options of in-memory recovery (`fit_options::recovery`). Under a launcher (`mwstrat-launch --replace-lost`) `fit`
+/// takes what the launcher says (cluster/launcher_environment.hpp) wherever these are left at their defaults, so a
+/// program needs no code of its own for it.
 struct in_memory_recovery_options {
-  /// Off by default: a lost peer ends `fit` with `peer_lost_error` (and the job restarts from its backup).
+  /// Off by default: a lost peer ends `fit` with `peer_lost_error` (and the job restarts from its backup). On also
+  /// when the launcher replaces lost workers (MWSTRAT_REPLACE_LOST=1) and the strategy can recover.
   bool enabled = false;
   /// How long the survivors wait for the replacement to join the new ring; after that `fit` throws the
-  /// `peer_lost_error` that started it (naming the lost rank) and the worker exits as without recovery.
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  /// `peer_lost_error` that started it (naming the lost rank) and the worker exits as without recovery. Unset: the
+  /// launcher's MWSTRAT_RECOVERY_TIMEOUT_MS, else 60 s.
+  std::optional<std::chrono::milliseconds> timeout;
   /// Called on every survivor when a peer is lost, before it waits: the lost rank and the ring generation that lost
-  /// it. A launcher that must end the lost worker itself (a stopped process never exits) learns it here
-  /// (`mwstrat-launch` gives a channel: MWSTRAT_LAUNCH_REPORT_FD). Must not throw.
+  /// it. A launcher that must end the lost worker itself (a stopped process never exits) learns it here. Unset: the
+  /// report goes to the launcher's channel when there is one (MWSTRAT_LAUNCH_REPORT_FD). Must not throw.
   std::function<void(int lost_rank, std::uint64_t generation)> on_peer_lost;
+  /// false: the launcher's variables are ignored; these options alone decide.
+  bool from_launcher = true;
+  /// What the launcher said; unset: read from the process environment when `fit` starts.
+  std::optional<launcher_environment> launcher;
 };
 
 /// A strategy whose collective can be rebuilt after a lost peer (`mirrored_strategy` over `ring_collective`).
@@ -73,20 +84,32 @@ concept recoverable_strategy = requires(S& s, const S& cs, std::chrono::millisec
 
 namespace detail {
 
-// The training state at one step boundary, in memory reused from boundary to boundary.
+inline constexpr std::chrono::milliseconds default_recovery_timeout{60'000};
+
+// The options `fit` runs with: the program's, and the launcher's where the program left the defaults (never turning
+// recovery on for a strategy that cannot recover). The timeout is always set.
+template <bool Recoverable>
+in_memory_recovery_options with_launcher(const in_memory_recovery_options& options) {
+  in_memory_recovery_options r = options;
+  if (options.from_launcher) {
+    const launcher_environment l = options.launcher ? *options.launcher : launcher_environment::read();
+    if (Recoverable && l.replace_lost) r.enabled = true;
+    if (!r.timeout) r.timeout = l.recovery_timeout;
+    if (!r.on_peer_lost && l.report_fd) {
+      r.on_peer_lost = [l](int lost_rank, std::uint64_t generation) { l.report_lost(lost_rank, generation); };
+    }
+  }
+  if (!r.timeout) r.timeout = default_recovery_timeout;
+  return r;
+}
+
+// The training state at one step boundary, in memory reused from boundary to boundary: the loop's flags, then the
+// run's state (train/detail/run_state.hpp) as doubles, and the float state.
 class training_snapshot {
  public:
-  // Header fields (doubles; every value fits a double exactly).
+  // The header's fields before the run's state.
   enum field : std::size_t {
     position,  // 0: no snapshot; else 2 × global step + (1 at the top of an epoch), increasing through the run
-    epoch,
-    step,
-    loss_sum,
-    correct,
-    count,
-    iterations,
-    model_step,
-    learning_rate,  // NaN: none
     stop_training,
     preempted,
     epochs_in_history,
@@ -101,29 +124,13 @@ class training_snapshot {
   // Copies `ctx`'s state; `top` at the top of an epoch (after the previous epoch's end).
   template <class Ctx>
   void take(Ctx& ctx, bool top, std::size_t history_epochs) {
-    using Model = std::remove_cvref_t<decltype(ctx.model)>;
-    using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
-    header_.resize(fields + ctx.epoch_metric_sums.size());
+    state_.capture(ctx);
+    header_.resize(fields + run_state::wire_size(state_.metric_sums.size()));
     header_[position] = static_cast<double>(2 * ctx.global_step() + (top ? 1 : 0));
-    header_[epoch] = ctx.epoch;
-    header_[step] = static_cast<double>(ctx.step);
-    header_[loss_sum] = ctx.epoch_sums.loss_sum;
-    header_[correct] = ctx.epoch_sums.correct;
-    header_[count] = ctx.epoch_sums.count;
-    header_[iterations] = 0;
-    header_[model_step] = 0;
-    header_[learning_rate] = std::numeric_limits<double>::quiet_NaN();
     header_[stop_training] = ctx.stop_training ? 1 : 0;
     header_[preempted] = ctx.preempted ? 1 : 0;
     header_[epochs_in_history] = static_cast<double>(history_epochs);
-    std::copy(ctx.epoch_metric_sums.begin(), ctx.epoch_metric_sums.end(), header_.begin() + fields);
-    if constexpr (checkpointable_optimizer<Optimizer>) {
-      header_[iterations] = static_cast<double>(ctx.optimizer.iterations());
-    }
-    if constexpr (model_with_step<Model>) header_[model_step] = static_cast<double>(ctx.model.step());
-    if constexpr (has_learning_rate<Optimizer>) {
-      header_[learning_rate] = static_cast<double>(ctx.optimizer.learning_rate());
-    }
+    state_.to_wire(std::span<double>(header_).subspan(fields));
     const auto parts = state_parts(ctx);
     std::size_t total = 0;
     for (const auto& p : parts) total += p.size();
@@ -138,38 +145,21 @@ class training_snapshot {
   // Puts the snapshot back into `ctx` (after a broadcast has made it the source's).
   template <class Ctx>
   void restore(Ctx& ctx) {
-    using Model = std::remove_cvref_t<decltype(ctx.model)>;
-    using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
     std::size_t at = 0;
     for (const auto& p : state_parts(ctx)) {
       std::copy_n(floats_.begin() + static_cast<std::ptrdiff_t>(at), p.size(), p.begin());
       at += p.size();
     }
-    ctx.epoch = static_cast<int>(header_[epoch]);
-    ctx.step = static_cast<std::size_t>(header_[step]);
-    ctx.epoch_sums = {header_[loss_sum], header_[correct], header_[count]};
+    state_.from_wire(std::span<const double>(header_).subspan(fields), ctx.epoch_metric_sums.size());
+    state_.apply(ctx);
     ctx.stop_training = header_[stop_training] != 0;
     ctx.preempted = header_[preempted] != 0;
-    std::copy_n(header_.begin() + fields, ctx.epoch_metric_sums.size(), ctx.epoch_metric_sums.begin());
-    if constexpr (checkpointable_optimizer<Optimizer>) {
-      ctx.optimizer.set_iterations(static_cast<decltype(ctx.optimizer.iterations())>(header_[iterations]));
-    }
-    if constexpr (model_with_step<Model>) ctx.model.set_step(static_cast<std::uint64_t>(header_[model_step]));
-    if constexpr (has_learning_rate<Optimizer>) {
-      bool scheduled = false;
-      if constexpr (requires { { ctx.optimizer.scheduled() } -> std::convertible_to<bool>; }) {
-        scheduled = ctx.optimizer.scheduled();
-      }
-      if (!scheduled && !std::isnan(header_[learning_rate])) {
-        ctx.optimizer.set_learning_rate(static_cast<decltype(ctx.optimizer.learning_rate())>(header_[learning_rate]));
-      }
-    }
   }
 
   // Sized for `ctx` with nothing in it (a replacement before it receives the state).
   template <class Ctx>
   void make_room(Ctx& ctx) {
-    header_.assign(fields + ctx.epoch_metric_sums.size(), 0.0);
+    header_.assign(fields + run_state::wire_size(ctx.epoch_metric_sums.size()), 0.0);
     std::size_t total = 0;
     for (const auto& p : state_parts(ctx)) total += p.size();
     floats_.assign(total, 0.0f);
@@ -183,20 +173,13 @@ class training_snapshot {
     using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
     std::array<std::span<float>, 3> parts{ctx.model.parameters(), std::span<float>(), std::span<float>()};
     if constexpr (stateful_model<Model>) parts[1] = ctx.model.model_state();
-    if constexpr (checkpointable_optimizer<Optimizer>) {
-      // As BackupAndRestore's optimizer_slots (train/model_state.hpp), without the checkpoint headers it brings.
-      if constexpr (resizable_optimizer<Optimizer>) ctx.optimizer.resize(parts[0].size());
-      if constexpr (requires { { ctx.optimizer.state() } -> std::convertible_to<std::span<float>>; }) {
-        parts[2] = ctx.optimizer.state();
-      } else {
-        parts[2] = ctx.optimizer.slots();
-      }
-    }
+    if constexpr (checkpointable_optimizer<Optimizer>) parts[2] = optimizer_slots(ctx.optimizer, parts[0].size());
     return parts;
   }
 
   std::vector<double> header_ = std::vector<double>(fields, 0.0);
   std::vector<float> floats_;
+  run_state state_;
 };
 
 inline void recovery_log(int rank, const std::string& text) {
@@ -243,19 +226,95 @@ void recover_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, con
                       const in_memory_recovery_options& options) {
   const int me = strategy.replica_id();
   const std::uint64_t generation = strategy.collective_generation();
+  const std::chrono::milliseconds timeout = options.timeout.value_or(default_recovery_timeout);
   recovery_log(me, "rank " + std::to_string(lost.peer_rank()) + " (" + lost.peer_address() + ") lost; waiting up to " +
-                       std::to_string(options.timeout.count()) + " ms for its replacement (ring generation " +
+                       std::to_string(timeout.count()) + " ms for its replacement (ring generation " +
                        std::to_string(generation + 1) + ")");
   if (options.on_peer_lost) options.on_peer_lost(lost.peer_rank(), generation);
   try {
-    strategy.rejoin_collective(options.timeout);
+    strategy.rejoin_collective(timeout);
   } catch (const error& why) {
     throw peer_lost_error({"train.recovery", me}, lost.peer_rank(), lost.peer_address(),
                           std::string(lost.detail()) + "; no replacement joined within " +
-                              std::to_string(options.timeout.count()) + " ms (" + why.what() + ")");
+                              std::to_string(timeout.count()) + " ms (" + why.what() + ")");
   }
   exchange_state(strategy, ctx, snap, true);
 }
+
+// In-memory recovery over one `fit`: whether it is on, whether this process replaces a lost worker (its ring is a
+// later generation than the job's first), the snapshot at the last step boundary, and the recovery of a survivor.
+template <class Strategy>
+class recovery_session {
+ public:
+  static constexpr bool recoverable = recoverable_strategy<Strategy>;
+
+  // Refuses recovery on a strategy that cannot rebuild its collective.
+  // `options` as the program gave them: the launcher's are applied here (with_launcher).
+  recovery_session(Strategy& strategy, const in_memory_recovery_options& options)
+      : strategy_(strategy), options_(with_launcher<recoverable>(options)) {
+    if (options_.enabled && !recoverable) {
+      throw config_error({"train", strategy.replica_id()},
+                         "fit_options::recovery is enabled, but this strategy cannot rebuild its collective after a "
+                         "lost peer (in-memory recovery needs a recoverable_strategy: the multi-worker strategy over "
+                         "the TCP ring)");
+    }
+    on_ = recoverable && options_.enabled;
+    if constexpr (recoverable) replacement_ = on_ && strategy.collective_generation() > 0;
+  }
+
+  [[nodiscard]] bool on() const { return on_; }
+  [[nodiscard]] const training_snapshot& snapshot() const { return snapshot_; }
+
+  // The state the job starts from: a replacement's comes from a survivor's memory (then ctx.rejoined); otherwise
+  // the same architecture everywhere is checked and the chief's initial weights go everywhere.
+  template <class Ctx>
+  void start(Ctx& ctx) {
+    if (replacement_) {
+      if constexpr (recoverable) exchange_state(strategy_, ctx, snapshot_, false);
+      ctx.rejoined = true;
+      just_restored_ = true;
+      return;
+    }
+    strategy_.verify_same("model fingerprint", ctx.model.fingerprint());
+    strategy_.mirror(ctx.model.parameters());
+    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) strategy_.mirror(ctx.model.model_state());
+  }
+
+  // At the top of an epoch (after the previous one's end), unless the snapshot already holds this position.
+  template <class Ctx>
+  void at_epoch_top(Ctx& ctx, std::size_t history_epochs) {
+    if (on_ && !just_restored_) snapshot_.take(ctx, true, history_epochs);
+    just_restored_ = false;
+  }
+  // After a step's reductions and its stop agreement.
+  template <class Ctx>
+  void at_step_boundary(Ctx& ctx, std::size_t history_epochs) {
+    if (on_) snapshot_.take(ctx, false, history_epochs);
+  }
+
+  // A survivor after `lost`: rebuilds the ring with a replacement and takes the latest boundary's state; the
+  // history is cut back to it. Throws `lost` (with the reason) when no replacement comes in time.
+  template <class Ctx>
+  void recover(Ctx& ctx, const peer_lost_error& lost, history& hist) {
+    if constexpr (recoverable) {
+      recover_survivor(strategy_, ctx, snapshot_, lost, options_);
+      hist.epochs.resize(std::min(hist.epochs.size(), snapshot_.history_size()));
+      just_restored_ = true;
+    } else {
+      (void)ctx;
+      (void)lost;
+      (void)hist;
+    }
+  }
+
+ private:
+  Strategy& strategy_;
+  in_memory_recovery_options options_;
+  training_snapshot snapshot_;
+  bool on_ = false;
+  bool replacement_ = false;
+  bool just_restored_ = false;  // the snapshot already holds this position (not taken again at the epoch's top)
+};
 
 }  // namespace detail
 }  // namespace mwstrat

@@ -35,7 +35,7 @@ struct batch_stats {
   [[nodiscard]] double accuracy() const { return count > 0 ? correct / count : std::nan(""); }
 };
 
-/// A value reported by name: a metric (train/metrics.hpp), or `val_` + a metric.
+/// A value reported by name: a metric (train/fit_metrics.hpp), or `val_` + a metric.
 struct named_value {
   std::string name;
   double value = 0;

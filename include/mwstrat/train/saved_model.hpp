@@ -22,7 +22,7 @@
 #include <mwstrat/checkpoint/training_state.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
-#include <mwstrat/train/model_state.hpp>
+#include <mwstrat/train/checkpoint_tensors.hpp>
 
 #include <boost/json.hpp>
 
@@ -60,7 +60,7 @@ struct save_model_options {
 /// What `save_model` writes, as a view of `model` (and `optimizer`'s state unless excluded): what a `checkpointer`
 /// saves for ModelCheckpoint.
 template <class Model, class Optimizer>
-[[nodiscard]] training_state_view model_state_view(Model& model, Optimizer& optimizer,
+[[nodiscard]] training_state_view saved_model_view(Model& model, Optimizer& optimizer,
                                                    const save_model_options& options = {}) {
   static_assert(check_resume_hooks<Model, Optimizer>());
   training_state_view s;
@@ -85,7 +85,7 @@ template <class Model, class Optimizer>
 template <class Model, class Optimizer>
 void save_model(const std::filesystem::path& path, Model& model, Optimizer& optimizer,
                 const save_model_options& options = {}) {
-  const training_state_view s = model_state_view(model, optimizer, options);
+  const training_state_view s = saved_model_view(model, optimizer, options);
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
   save_training_state(path, s);

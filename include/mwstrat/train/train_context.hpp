@@ -12,7 +12,8 @@
 namespace mwstrat {
 
 /// The run a callback is called from. Callbacks may read everything; they may set `stop_training`, and in
-/// `on_train_begin` they may move the start (`epoch`, `step`, `epoch_sums`) to resume a run.
+/// `on_train_begin` they may move the start (`epoch`, `step`, `epoch_sums`). A run resumed from a backup is
+/// already at its resume point then: resuming is `fit`'s, from a `resume_source` (train/resume.hpp).
 template <class Strategy, class Model, class Optimizer>
 struct train_context {
   train_context(Strategy& s, Model& m, Optimizer& o) : strategy(s), model(m), optimizer(o) {}
@@ -26,7 +27,7 @@ struct train_context {
   int epoch = 0;                   ///< the current epoch (0-based)
   std::size_t step = 0;            ///< the next step to run within the epoch (0-based)
   batch_stats epoch_sums;          ///< metrics of the current epoch so far, all workers
-  /// The state of the `metrics<...>` given to fit (train/metrics.hpp) over the current epoch so far, all workers;
+  /// The state of the `metrics<...>` given to fit (train/fit_metrics.hpp) over the current epoch so far, all workers;
   /// empty without metrics. BackupAndRestore saves and restores it with `epoch_sums`.
   std::span<double> epoch_metric_sums;
   /// Set by a callback (on any worker) to end fit after the current step: the workers agree at the step boundary
@@ -36,8 +37,8 @@ struct train_context {
   /// epoch is not over, and `on_train_end` is the place to save what a restart needs (BackupAndRestore does).
   bool preempted = false;
   /// Set by fit on a worker that replaced a lost one (in-memory recovery, train/in_memory_recovery.hpp): its state
-  /// came from a survivor's memory before `on_train_begin`, which must not restore anything else (BackupAndRestore
-  /// reads no backup then).
+  /// came from a survivor's memory before `on_train_begin`, which must not restore anything else (`fit` reads no
+  /// backup then).
   bool rejoined = false;
 
   /// Steps done since the start of training (epoch × steps_per_epoch + step), the same on every worker.

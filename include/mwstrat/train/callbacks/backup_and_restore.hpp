@@ -4,8 +4,9 @@
 /// restarted job resumes at the saved epoch and step with the same weights, optimizer slots, step count and data
 /// position — so its final weights are bitwise those of an uninterrupted run (same world size).
 ///
-/// Only the chief reads and writes `backup_dir` (so no shared file system is needed): at the start it restores the
-/// newest good backup and broadcasts it to every worker; every worker then continues from it. The backup is
+/// Only the chief reads and writes `backup_dir` (so no shared file system is needed). The callback says where and
+/// when to save; resuming is the trainer's: it is a `resume_source` (train/resume.hpp), and at the start `fit`
+/// restores the newest good backup on the chief and broadcasts it to every worker, which then continue from it. The backup is
 /// written atomically (a crash mid-write leaves the previous one) and keeps the one before as a fallback; it is
 /// removed after a successful `fit` when `delete_checkpoint` is set.
 ///
@@ -36,20 +37,19 @@
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/detail/run_state.hpp>
 #include <mwstrat/train/logs.hpp>
-#include <mwstrat/train/model_state.hpp>
+#include <mwstrat/train/checkpoint_tensors.hpp>
+#include <mwstrat/train/resume.hpp>
 
 #include <algorithm>
-#include <array>
 #include <bit>
-#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -148,11 +148,10 @@ class basic_backup_and_restore {
   /// The checkpointer (on the chief, once `fit` has started, or from construction when the user gave one).
   [[nodiscard]] Checkpointer* backup_checkpointer() { return checkpointer_ ? &*checkpointer_ : nullptr; }
 
+  /// Where `fit` resumes from (train/resume.hpp), asked before any `on_train_begin`: the backups' checkpointer on the
+  /// chief (made there for `backup_dir` by default).
   template <class Ctx>
-  void on_train_begin(Ctx& ctx) {
-    static_assert(check_resume_hooks<std::remove_cvref_t<decltype(ctx.model)>,
-                                     std::remove_cvref_t<decltype(ctx.optimizer)>>());
-    const int rank = ctx.strategy.replica_id();
+  mwstrat::resume_target<Checkpointer> resume_target(Ctx& ctx) {
     resumed_at_.reset();
     source_.clear();
     // A write left in flight by an earlier fit that failed: let it finish before reading the folder. Its failure
@@ -161,125 +160,22 @@ class basic_backup_and_restore {
       *options_.log << "[mwstrat.train.backup] rank " << rank_ << ": warning: " << failure_message(failure) << "\n"
                     << std::flush;
     }
-    rank_ = rank;
-    if (ctx.rejoined) {  // a replacement worker: its state came from a survivor's memory; nothing to read or send
-      if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
-        if (ctx.strategy.is_chief() && !user_checkpointer_) {
-          checkpoint_manager_options mo;
-          mo.write = options_.write;
-          mo.write.rank = rank;
-          checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);
-        }
-      }
-      return;
-    }
+    rank_ = ctx.strategy.replica_id();
     if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
       if (ctx.strategy.is_chief() && !user_checkpointer_) {
         checkpoint_manager_options mo;
         mo.write = options_.write;
-        mo.write.rank = rank;
+        mo.write.rank = rank_;
         checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
       }
     }
-    // Header, broadcast from the chief: [status, epoch, step, iterations, loss_sum, correct, count, model step,
-    // learning rate (NaN: not saved), replica states follow (1) or not (0)].
-    // status: 1 restored, 0 nothing to restore, -1 the chief failed (every worker then fails too).
-    std::array<double, 10> head{};
-    std::optional<training_state> state;
-    std::string failure;
-    if (ctx.strategy.is_chief()) {
-      // Whatever fails here — the library's errors, or anything a user's checkpointer throws — must still reach the
-      // broadcast below, so the other workers learn it at once instead of waiting out the operation timeout.
-      try {
-        if (auto restored = checkpointer_->restore_latest_checkpoint()) {
-          source_ = restored->path.string();
-          state = std::move(restored->state);
-          check_fits(ctx, *state);
-          head[1] = static_cast<double>(state->epoch);
-          // The step within the epoch, from the global step (the cursor is the data's pass and step, which
-          // differ from the epoch's when steps_per_epoch is not one pass).
-          head[2] = static_cast<double>(state->step - state->epoch * static_cast<std::int64_t>(ctx.steps_per_epoch));
-          head[3] = static_cast<double>(state->optimizer_iterations);
-          head[4] = parse_double(*state, "train.epoch_loss_sum");
-          head[5] = parse_double(*state, "train.epoch_correct");
-          head[6] = parse_double(*state, "train.epoch_count");
-          head[7] = parse_double(*state, "train.model_step");
-          head[8] = state->extra.contains("train.learning_rate") ? parse_double(*state, "train.learning_rate")
-                                                                 : std::numeric_limits<double>::quiet_NaN();
-          head[9] = parse_replica_states(ctx, *state) ? 1.0 : 0.0;
-        }
-      } catch (const std::exception& e) {
-        failure = e.what();
-        if (failure.empty()) failure = "the checkpointer failed without a message";
-      }
-      head[0] = !failure.empty() ? -1.0 : state ? 1.0 : 0.0;
-    }
-    ctx.strategy.mirror(std::span<double>(head));
-    if (head[0] < 0) {
-      if (!failure.empty()) throw checkpoint_error({"train.backup", rank}, options_.backup_dir.string(), failure);
-      throw checkpoint_error({"train.backup", rank}, options_.backup_dir.string(),
-                             "the chief could not restore the backup in " + options_.backup_dir.string() +
-                                 " (its log says why)");
-    }
-    if (head[0] == 0) return;
-
-    // Weights and optimizer slots: the chief copies them in, then one broadcast each.
-    if (state) {
-      copy_weights_into(state->weights, ctx.model, "the backup's weights", source_, rank);
-      if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-        copy_tensors_into(state->optimizer_slots, optimizer_slots(ctx.optimizer, ctx.model.parameters().size()),
-                          "the backup's optimizer slots", source_, rank);
-      }
-    }
-    ctx.strategy.mirror(ctx.model.parameters());
-    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
-      ctx.strategy.mirror(ctx.model.model_state());
-      if (head[9] == 1.0) {
-        // Every replica's own state (the chief's is the weights'): from the chief, then each takes its part.
-        const std::span<float> st = ctx.model.model_state();
-        replica_states_.resize(static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync()) * st.size());
-        ctx.strategy.mirror(std::span<double>(replica_states_));
-        const std::size_t at = static_cast<std::size_t>(rank) * st.size();
-        for (std::size_t i = 0; rank != 0 && i < st.size(); ++i) {
-          st[i] = std::bit_cast<float>(static_cast<std::uint32_t>(replica_states_[at + i]));
-        }
-      }
-    }
-    if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-      ctx.strategy.mirror(optimizer_slots(ctx.optimizer, ctx.model.parameters().size()));
-      ctx.optimizer.set_iterations(static_cast<decltype(ctx.optimizer.iterations())>(head[3]));
-    }
-    if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) {
-      ctx.model.set_step(static_cast<std::uint64_t>(head[7]));  // the model's RNG position (dropout)
-    }
-    // A rate changed during training (ReduceLROnPlateau) comes back too, as Keras restores the optimizer's rate.
-    if (!std::isnan(head[8])) {
-      if constexpr (has_learning_rate<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-        if (!learning_rate_is_scheduled(ctx.optimizer)) {
-          ctx.optimizer.set_learning_rate(static_cast<decltype(ctx.optimizer.learning_rate())>(head[8]));
-        }
-      }
-    }
-    ctx.epoch = static_cast<int>(head[1]);
-    ctx.step = static_cast<std::size_t>(head[2]);
-    ctx.epoch_sums = {head[4], head[5], head[6]};
-    if (!ctx.epoch_metric_sums.empty()) {
-      std::vector<double> sums(ctx.epoch_metric_sums.size(), 0.0);  // a backup without them: the epoch's start
-      if (state) {
-        for (std::size_t i = 0; i < sums.size(); ++i) {
-          const std::string key = "train.epoch_metric." + std::to_string(i);
-          if (state->extra.contains(key)) sums[i] = parse_double(*state, key);
-        }
-      }
-      ctx.strategy.mirror(std::span<double>(sums));
-      std::copy(sums.begin(), sums.end(), ctx.epoch_metric_sums.begin());
-    }
-    resumed_at_ = ctx.global_step();
-    if (ctx.strategy.is_chief() && options_.log) {
-      *options_.log << "[mwstrat.train.backup] rank " << rank << ": restored " << source_ << ": resuming at epoch "
-                    << ctx.epoch + 1 << ", step " << ctx.step << " (global step " << ctx.global_step() << ")\n"
-                    << std::flush;
-    }
+    return {ctx.strategy.is_chief() ? &*checkpointer_ : nullptr, options_.backup_dir.string(), options_.log};
+  }
+  /// Told by `fit` where the run resumed (nullopt: from the start, or a replacement worker's survivor's memory).
+  void resumed(const std::optional<resume_point>& point) {
+    if (!point) return;
+    resumed_at_ = point->global_step;
+    source_ = point->source;
   }
 
   template <class Ctx>
@@ -313,36 +209,10 @@ class basic_backup_and_restore {
     gather_replica_states(ctx);
     if (!ctx.strategy.is_chief()) return;
     wait_for_backup();  // one write in flight at most; a failed one surfaces here
-    training_state_view s;
-    s.epoch = epoch;
-    s.step = static_cast<std::int64_t>(static_cast<std::uint64_t>(epoch) * ctx.steps_per_epoch + step);
-    // The data's position: the pass and step of a repeated pipeline (a fit epoch may be longer or shorter).
-    s.cursor = data::stream_position(static_cast<std::uint64_t>(s.step), ctx.steps_per_pass);
-    s.world_size = ctx.strategy.num_replicas_in_sync();
-    s.model_fingerprint = std::string(ctx.model.fingerprint());
-    s.weights = weight_views(ctx.model);
-    s.optimizer_slots = slot_views(ctx.optimizer, ctx.model.parameters().size());
-    if constexpr (checkpointable_optimizer<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-      s.optimizer_iterations = static_cast<std::int64_t>(ctx.optimizer.iterations());
-    }
-    const bool fresh_epoch = step == 0;
-    s.extra["train.epoch_loss_sum"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.loss_sum);
-    s.extra["train.epoch_correct"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.correct);
-    s.extra["train.epoch_count"] = exact(fresh_epoch ? 0.0 : ctx.epoch_sums.count);
-    // The metrics' state over the epoch so far (train/metrics.hpp), so a resumed epoch reports what the
-    // uninterrupted one would, and callbacks monitoring a metric decide the same.
-    for (std::size_t i = 0; i < ctx.epoch_metric_sums.size(); ++i) {
-      s.extra["train.epoch_metric." + std::to_string(i)] = exact(fresh_epoch ? 0.0 : ctx.epoch_metric_sums[i]);
-    }
-    s.extra["train.steps_per_epoch"] = std::to_string(ctx.steps_per_epoch);
-    s.extra["train.steps_per_pass"] = std::to_string(ctx.steps_per_pass);
-    if constexpr (model_with_step<std::remove_cvref_t<decltype(ctx.model)>>) s.extra["train.model_step"] = exact(double(ctx.model.step()));
-    if constexpr (has_learning_rate<std::remove_cvref_t<decltype(ctx.optimizer)>>) {
-      if (!learning_rate_is_scheduled(ctx.optimizer)) {
-        s.extra["train.learning_rate"] = exact(static_cast<double>(ctx.optimizer.learning_rate()));
-      }
-    }
-    put_replica_states(s, static_cast<std::size_t>(s.world_size));
+    state_.capture(ctx);
+    state_.move_to(epoch, step);
+    training_state_view s = state_.to_file(ctx);
+    detail::replica_states_to_file(s, replica_states_, static_cast<std::size_t>(s.world_size));
     if (!options_.write_in_background) {
       checkpointer_->save(s, s.step);
       return;
@@ -372,57 +242,6 @@ class basic_backup_and_restore {
     }
   }
 
-  // The gathered states of ranks 1.. into the backup's metadata, 8 hex digits a float.
-  void put_replica_states(training_state_view& s, std::size_t world) const {
-    if (replica_states_.empty() || world < 2) return;
-    const std::size_t n = replica_states_.size() / world;
-    static constexpr char digits[] = "0123456789abcdef";
-    for (std::size_t r = 1; r < world; ++r) {
-      std::string text(8 * n, '0');
-      for (std::size_t i = 0; i < n; ++i) {
-        auto bits = static_cast<std::uint32_t>(replica_states_[r * n + i]);
-        for (std::size_t d = 8; d-- > 0; bits >>= 4) text[8 * i + d] = digits[bits & 0xfu];
-      }
-      s.extra["train.replica_state." + std::to_string(r)] = std::move(text);
-    }
-  }
-
-  // On the chief: the backup's replica states into `replica_states_` (rank 0's part left zero: it has its own);
-  // false when the backup has none (one replica, no state, or an older backup) or another world size.
-  template <class Ctx>
-  bool parse_replica_states(Ctx& ctx, const training_state& state) {
-    if constexpr (stateful_model<std::remove_cvref_t<decltype(ctx.model)>>) {
-      const std::size_t n = ctx.model.model_state().size();
-      const auto world = static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync());
-      if (n == 0 || world < 2 || state.world_size != static_cast<std::int64_t>(world)) return false;
-      replica_states_.assign(world * n, 0.0);
-      for (std::size_t r = 1; r < world; ++r) {
-        const std::string key = "train.replica_state." + std::to_string(r);
-        const auto it = state.extra.find(key);
-        if (it == state.extra.end()) return false;
-        const std::string& text = it->second;
-        if (text.size() != 8 * n || text.find_first_not_of("0123456789abcdef") != std::string::npos) {
-          throw checkpoint_error({"train.backup"}, source_,
-                                 source_ + ": metadata " + key + " is not " + std::to_string(n) +
-                                     " floats in hexadecimal (" + std::to_string(text.size()) + " characters)");
-        }
-        for (std::size_t i = 0; i < n; ++i) {
-          std::uint32_t bits = 0;
-          for (std::size_t d = 0; d < 8; ++d) {
-            const char c = text[8 * i + d];
-            bits = (bits << 4) | static_cast<std::uint32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-          }
-          replica_states_[r * n + i] = static_cast<double>(bits);
-        }
-      }
-      return true;
-    } else {
-      (void)ctx;
-      (void)state;
-      return false;
-    }
-  }
-
   /// What to say about a failed background write.
   [[nodiscard]] std::string failure_message(const std::exception_ptr& failure) const {
     std::string why;
@@ -439,54 +258,6 @@ class basic_backup_and_restore {
            options_.backup_dir.string() + ") failed: " + why;
   }
 
-  template <class Ctx>
-  void check_fits(Ctx& ctx, const training_state& state) {
-    const std::string fingerprint(ctx.model.fingerprint());
-    if (state.model_fingerprint != fingerprint) {
-      throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
-                             source_ + ": the backup is of another model ('" + state.model_fingerprint +
-                                 "', this one is '" + fingerprint + "'); remove " + options_.backup_dir.string() +
-                                 " to start afresh");
-    }
-    const auto spe = state.extra.find("train.steps_per_epoch");
-    if (spe != state.extra.end() && spe->second != std::to_string(ctx.steps_per_epoch)) {
-      throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
-                             source_ + ": the backup was written with " + spe->second +
-                                 " steps per epoch, this run has " + std::to_string(ctx.steps_per_epoch) +
-                                 " (the global batch or the data set changed)");
-    }
-    const auto spp = state.extra.find("train.steps_per_pass");
-    if (spp != state.extra.end() && spp->second != std::to_string(ctx.steps_per_pass)) {
-      throw checkpoint_error({"train.backup", ctx.strategy.replica_id()}, source_,
-                             source_ + ": the backup was written with " + spp->second +
-                                 " steps per pass over the data, this run has " + std::to_string(ctx.steps_per_pass) +
-                                 " (the global batch or the data set changed)");
-    }
-  }
-
-  // A rate that is a schedule of the step count is a function, not state: it is neither saved nor set.
-  template <class Optimizer>
-  static bool learning_rate_is_scheduled(const Optimizer& o) {
-    if constexpr (requires { { o.scheduled() } -> std::convertible_to<bool>; }) {
-      return o.scheduled();
-    } else {
-      return false;
-    }
-  }
-
-  static std::string exact(double v) { return detail::exact_text(v); }  // hexadecimal: the same bits come back
-
-  double parse_double(const training_state& state, const std::string& key) const {
-    const auto it = state.extra.find(key);
-    if (it == state.extra.end()) return 0.0;
-    const std::optional<double> v = detail::parse_number(it->second);
-    if (!v) {
-      throw checkpoint_error({"train.backup"}, source_, source_ + ": metadata " + key + ": '" + it->second +
-                                                            "' is not a number");
-    }
-    return *v;
-  }
-
   backup_options options_;
   std::optional<Checkpointer> checkpointer_;
   bool user_checkpointer_ = false;  // the user gave the checkpointer: never replaced
@@ -494,7 +265,8 @@ class basic_backup_and_restore {
   std::optional<std::uint64_t> resumed_at_;
   int rank_ = 0;
   training_state snapshot_;        // the state being written in the background (its storage is reused)
-  std::vector<double> replica_states_;  // every replica's model state, gathered or restored (see gather_replica_states)
+  detail::run_state state_;       // the state at a save point (its memory is reused)
+  std::vector<double> replica_states_;  // every replica's model state, gathered at a save point
   std::int64_t pending_step_ = 0;  // the global step of the last background write, for messages
   // Last, so that it is destroyed (its thread joined) before what the thread uses.
   background_writer writer_;

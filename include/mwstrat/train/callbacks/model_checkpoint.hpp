@@ -13,6 +13,7 @@
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/callbacks/backup_and_restore.hpp>
+#include <mwstrat/train/detail/run_state.hpp>
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/saved_model.hpp>
 
@@ -30,7 +31,7 @@ namespace mwstrat {
 /// Options of `model_checkpoint`, with Keras's names.
 struct model_checkpoint_options {
   std::string filepath;                 ///< may use {epoch}, {epoch:0Nd}, {loss}, {accuracy}, {val_loss}, ... {x:.Nf}
-                                        ///< and the name of any metric in the logs (train/metrics.hpp)
+                                        ///< and the name of any metric in the logs (train/fit_metrics.hpp)
   std::string monitor = "val_loss";     ///< the metric `save_best_only` compares (any name in the logs)
   bool save_best_only = false;
   bool save_weights_only = false;
@@ -153,11 +154,12 @@ class basic_model_checkpoint {
       save_model(path, ctx.model, ctx.optimizer, what);
       saved_.push_back(path);
     } else {
-      training_state_view s = model_state_view(ctx.model, ctx.optimizer, what);
-      // At an epoch's end `fit` has already moved the position to the next epoch's start (step 0 of this epoch).
-      const bool epoch_done = options_.save_freq.per_epoch() && ctx.step == 0;
-      s.step = static_cast<std::int64_t>(epoch_done ? static_cast<std::uint64_t>(logs.epoch + 1) * ctx.steps_per_epoch
-                                                    : ctx.global_step());
+      training_state_view s = saved_model_view(ctx.model, ctx.optimizer, what);
+      // Saved under the run's global step. At an epoch's end `fit` has already moved the position to step 0 of
+      // this epoch: the save is of the next epoch's top.
+      position_.capture(ctx);
+      if (options_.save_freq.per_epoch() && ctx.step == 0) position_.move_to(logs.epoch + 1, 0);
+      s.step = static_cast<std::int64_t>(position_.global_step(ctx.steps_per_epoch));
       s.world_size = ctx.strategy.num_replicas_in_sync();
       saved_.push_back(std::filesystem::path(checkpointer_.save(s, s.step)));
     }
@@ -219,6 +221,7 @@ class basic_model_checkpoint {
   bool maximise_ = false;
   std::optional<double> best_;
   std::vector<std::filesystem::path> saved_;
+  detail::run_state position_;  // where the run is at a save (its memory is reused)
   struct no_checkpointer {};
   [[no_unique_address]] std::conditional_t<std::is_void_v<Checkpointer>, no_checkpointer, Checkpointer> checkpointer_;
 };

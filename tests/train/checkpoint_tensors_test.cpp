@@ -1,6 +1,6 @@
-// train/model_state.hpp: how weights and optimizer slots move between a model and a checkpoint training_state;
+// train/checkpoint_tensors.hpp: how weights and optimizer slots move between a model and a checkpoint training_state;
 // train/train_context.hpp: the position a callback reads.
-#include <mwstrat/train/model_state.hpp>
+#include <mwstrat/train/checkpoint_tensors.hpp>
 #include <mwstrat/train/train_context.hpp>
 
 #include <support/softmax_regression.hpp>

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// Metrics as a concept: what `fit` and `evaluate` report besides the loss, each reduced across workers by its own
-/// rule, shown by name in the history, the callbacks' logs and the progress line.
+/// rule, shown by name in the history, the callbacks' logs and the progress line. (Not nn/metrics.hpp: those are the
+/// nn family's streaming metric objects, kept on one worker.)
 ///
 /// `metric_for<M, Batch>` — a metric over batches of type `Batch`:
 ///   1. `m.name()`: its name in the logs (`sparse_top_k_categorical_accuracy`); validation prefixes `val_`;

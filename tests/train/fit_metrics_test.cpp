@@ -5,7 +5,7 @@
 #include <mwstrat/train/callbacks/backup_and_restore.hpp>
 #include <mwstrat/train/callbacks/progress_logger.hpp>
 #include <mwstrat/train/fit.hpp>
-#include <mwstrat/train/metrics.hpp>
+#include <mwstrat/train/fit_metrics.hpp>
 
 #include <support/softmax_regression.hpp>
 #include <support/temp_dir.hpp>

@@ -1,0 +1,111 @@
+#pragma once
+/// \file
+/// The launcher's protocol: what `mwstrat-launch` (tools/mwstrat_launch.cpp) tells each worker it starts, read once
+/// at the edge from an `environment` (cluster/environment.hpp: the process's, or a fixed map in tests). `fit` applies
+/// it to its in-memory recovery options where the program left them at their defaults (train/in_memory_recovery.hpp),
+/// so that any program calling `fit` under `mwstrat-launch --replace-lost` survives a lost worker with no code of its
+/// own.
+///
+///   | variable                      | field              | meaning                                                  |
+///   |-------------------------------|--------------------|----------------------------------------------------------|
+///   | `MWSTRAT_LAUNCH_ATTEMPT`      | `attempt`          | the group's restart count (0: the first start)           |
+///   | `MWSTRAT_REPLACE_LOST`        | `replace_lost`     | `1`: a lost worker is replaced (in-memory recovery on)   |
+///   | `MWSTRAT_RECOVERY_GENERATION` | `generation`       | the ring generation this worker joins (more than 0: a replacement) |
+///   | `MWSTRAT_LAUNCH_REPORT_FD`    | `report_fd`        | where a survivor reports `lost RANK GENERATION`          |
+///   | `MWSTRAT_RECOVERY_TIMEOUT_MS` | `recovery_timeout` | how long the survivors wait for a replacement            |
+///
+/// A value that is set but malformed is a `config_error` naming the variable and what it expected.
+
+#include <mwstrat/cluster/environment.hpp>
+#include <mwstrat/detail/number_text.hpp>
+#include <mwstrat/error.hpp>
+
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace mwstrat {
+
+/// What the launcher told this worker (see the file comment); every field is its default outside a launcher.
+struct launcher_environment {
+  std::uint64_t attempt = 0;        ///< MWSTRAT_LAUNCH_ATTEMPT: the group's restart count
+  bool replace_lost = false;        ///< MWSTRAT_REPLACE_LOST=1: lost workers are replaced
+  std::uint64_t generation = 0;     ///< MWSTRAT_RECOVERY_GENERATION: the ring generation joined
+  std::optional<int> report_fd;     ///< MWSTRAT_LAUNCH_REPORT_FD: the survivors' report channel
+  /// MWSTRAT_RECOVERY_TIMEOUT_MS (milliseconds in (0, 10⁹], rounded up to whole milliseconds).
+  std::optional<std::chrono::milliseconds> recovery_timeout;
+
+  /// The most MWSTRAT_RECOVERY_TIMEOUT_MS may say (a million seconds, the examples' bound on every timeout).
+  static constexpr double max_recovery_timeout_ms = 1e9;
+
+  /// Reads the variables from `env` (the process environment by default).
+  [[nodiscard]] static launcher_environment read(const environment& env = {}) {
+    launcher_environment l;
+    if (const auto v = env.get("MWSTRAT_LAUNCH_ATTEMPT"); v && !v->empty()) {
+      l.attempt = whole(*v, "MWSTRAT_LAUNCH_ATTEMPT", "a non-negative whole number");
+    }
+    if (const auto v = env.get("MWSTRAT_REPLACE_LOST"); v && !v->empty()) {
+      if (*v != "0" && *v != "1") fail("MWSTRAT_REPLACE_LOST", *v, "1 or 0");
+      l.replace_lost = *v == "1";
+    }
+    if (const auto v = env.get("MWSTRAT_RECOVERY_GENERATION"); v && !v->empty()) {
+      l.generation = whole(*v, "MWSTRAT_RECOVERY_GENERATION", "a non-negative whole number");
+    }
+    if (const auto v = env.get("MWSTRAT_LAUNCH_REPORT_FD"); v && !v->empty()) {
+      const std::uint64_t fd = whole(*v, "MWSTRAT_LAUNCH_REPORT_FD", "a file descriptor");
+      if (fd > 1'000'000) fail("MWSTRAT_LAUNCH_REPORT_FD", *v, "a file descriptor");
+      l.report_fd = static_cast<int>(fd);
+    }
+    if (const auto v = env.get("MWSTRAT_RECOVERY_TIMEOUT_MS"); v && !v->empty()) {
+      const std::optional<double> ms = detail::parse_number(*v);
+      if (!ms || !(*ms > 0) || *ms > max_recovery_timeout_ms) {
+        throw config_error({"cluster"}, "MWSTRAT_RECOVERY_TIMEOUT_MS: '" + *v +
+                                            "' is not milliseconds in (0, 1000000000]");
+      }
+      // Through seconds, as the examples' --recovery-timeout flag is taken: the same value gives the same bound.
+      l.recovery_timeout = std::chrono::milliseconds(static_cast<long long>(std::ceil(*ms / 1000 * 1000)));
+    }
+    return l;
+  }
+
+  /// A restarted group or a replacement worker (what a program's one-off fault injection should not repeat).
+  [[nodiscard]] bool restarted() const { return attempt != 0 || generation != 0; }
+
+  /// Tells the launcher that `lost_rank` of ring `generation` is lost: one line "lost RANK GENERATION" in one write
+  /// (shorter than PIPE_BUF, so survivors' reports never interleave). Nothing without a report channel; never throws.
+  void report_lost(int lost_rank, std::uint64_t lost_generation) const noexcept {
+    if (!report_fd) return;
+    char line[64];
+    char* end = line;
+    const auto put = [&](std::string_view s) {
+      for (const char c : s) *end++ = c;
+    };
+    put("lost ");
+    end = std::to_chars(end, line + sizeof line, lost_rank).ptr;
+    put(" ");
+    end = std::to_chars(end, line + sizeof line, lost_generation).ptr;
+    put("\n");
+    const ssize_t written = ::write(*report_fd, line, static_cast<std::size_t>(end - line));
+    (void)written;
+  }
+
+ private:
+  [[noreturn]] static void fail(const char* name, const std::string& value, const char* expected) {
+    throw config_error({"cluster"}, std::string(name) + " is '" + value + "', expected " + expected);
+  }
+  static std::uint64_t whole(const std::string& v, const char* name, const char* expected) {
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc{} || end != v.data() + v.size()) fail(name, v, expected);
+    return n;
+  }
+};
+
+}  // namespace mwstrat

@@ -1,0 +1,128 @@
+#pragma once
+// An epoch of `fit` (fit.hpp), in the three parts a test can stand between: one step (`run_step`: this worker's part
+// of the global batch through the gradient synchroniser, then one reduction of the step's metrics and preemption
+// vote), the epoch's steps with their hooks and agreements (`run_epoch_steps`), and the epoch's end
+// (`finish_epoch`: logs, validation, history, on_epoch_end and the agreement after it). The recovery retry loop
+// around them is fit's (train/in_memory_recovery.hpp).
+
+#include <mwstrat/data/cursor.hpp>
+#include <mwstrat/train/callback.hpp>
+#include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/detail/batch_steps.hpp>
+#include <mwstrat/train/detail/step_agreement.hpp>
+#include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/fit_metrics.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace mwstrat::detail {
+
+// Step `step` of the epoch at ctx's position: trains, then one reduction of [loss_sum, correct, count, preemption
+// vote, metric states...]. Adds the step to the epoch's sums, moves ctx.step past it, sets `preempt` to whether any
+// worker was preempted, and returns the step's own stats over every worker.
+template <class Ctx, class Sync, class Train, class... Callbacks>
+batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool& preempt, preemption_watch& watch,
+                     Callbacks&... callbacks) {
+  constexpr std::size_t metric_doubles = metric_state_size<Callbacks...>();
+  const data::data_cursor at = data::stream_position(ctx.global_step(), ctx.steps_per_pass);
+  const auto& batch = train.batch_at(static_cast<std::size_t>(at.epoch), static_cast<std::size_t>(at.step));
+  const auto result = sync.step([&](auto&& on_ready) {
+    return train_step(ctx.model, train, batch, at, std::forward<decltype(on_ready)>(on_ready));
+  });
+  preempt = watch.requested();
+  std::array<double, 4 + metric_doubles> reduced{static_cast<double>(result.loss_sum),
+                                                 static_cast<double>(result.correct),
+                                                 static_cast<double>(result.count), preempt ? 1.0 : 0.0};
+  if constexpr (metric_doubles > 0) {
+    const auto [outputs, classes] = model_outputs(ctx.model);
+    using batch_type = std::remove_cvref_t<decltype(batch)>;
+    const metric_input<batch_type> in{batch, reduced[0], reduced[1], reduced[2], outputs, classes};
+    update_metric_sets(std::span<double>(reduced).subspan(4), in, callbacks...);
+  }
+  ctx.strategy.sum_metrics(std::span<double>(reduced));
+  preempt = reduced[3] > 0;
+  const batch_stats global{reduced[0], reduced[1], reduced[2]};
+  for (std::size_t i = 0; i < metric_doubles; ++i) ctx.epoch_metric_sums[i] += reduced[4 + i];
+  ctx.epoch_sums += global;
+  ctx.step = step + 1;
+  return global;
+}
+
+// The epoch's steps from ctx's position until its end or a stop: each with its batch hooks, the agreement after
+// them (train/detail/step_agreement.hpp) and `at_boundary()` (recovery's snapshot). Counts the steps in `steps_run`.
+template <class Ctx, class Sync, class Train, class AtBoundary, class... Callbacks>
+void run_epoch_steps(Ctx& ctx, Sync& sync, Train& train, preemption_watch& watch, std::size_t& steps_run,
+                     std::vector<named_value>& batch_metric_values, AtBoundary&& at_boundary, Callbacks&... callbacks) {
+  constexpr bool batch_hooks = (has_batch_hooks<Callbacks, Ctx> || ...);
+  constexpr bool agree_every_step = (needs_stop_agreement<Callbacks, Ctx> || ...);
+  constexpr std::size_t metric_doubles = metric_state_size<Callbacks...>();
+  while (ctx.step < ctx.steps_per_epoch && !ctx.stop_training) {
+    const std::size_t step = ctx.step;
+    fire_batch_begin(ctx, step, callbacks...);
+    bool preempt = false;
+    const batch_stats global = run_step(ctx, sync, train, step, preempt, watch, callbacks...);
+    ++steps_run;
+    if constexpr (metric_doubles > 0 && batch_hooks) {
+      batch_metric_values.clear();
+      metric_set_results(std::span<const double>(ctx.epoch_metric_sums), batch_metric_values, "", callbacks...);
+    }
+    const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss(),
+                          std::span<const named_value>(batch_metric_values)};
+    fire_batch_end(ctx, step, logs, callbacks...);
+    agree_after_step<agree_every_step>(ctx, preempt, watch);
+    at_boundary();
+  }
+}
+
+// Validation of `fit`: the data (or `no_validation`), how many steps, every how many epochs.
+template <class Validation>
+struct validation_plan {
+  Validation& data;
+  std::size_t steps = 0;
+  int every = 1;
+};
+
+// The end of epoch `epoch` (begun at `started`, `steps_run` steps), unless it was left unfinished: its logs,
+// validation when due (an epoch stopped part-way is validated too, as in Keras), the history, on_epoch_end and the
+// agreement after it. A finished epoch moves ctx.step back to 0; a stopped one keeps its position.
+template <class Ctx, class Validation, class... Callbacks>
+void finish_epoch(Ctx& ctx, int epoch, std::chrono::steady_clock::time_point started, std::size_t steps_run,
+                  const validation_plan<Validation>& validation, history& hist, preemption_watch& watch,
+                  Callbacks&... callbacks) {
+  using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
+  constexpr std::size_t metric_doubles = metric_state_size<Callbacks...>();
+  epoch_logs logs;
+  logs.epoch = epoch;
+  logs.loss = ctx.epoch_sums.loss();
+  logs.accuracy = ctx.epoch_sums.accuracy();
+  logs.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  logs.steps = steps_run;
+  if constexpr (has_learning_rate<Optimizer>) logs.learning_rate = static_cast<double>(ctx.optimizer.learning_rate());
+  if constexpr (metric_doubles > 0) {
+    metric_set_results(std::span<const double>(ctx.epoch_metric_sums), logs.metrics, "", callbacks...);
+  }
+  const bool finished_epoch = ctx.step == ctx.steps_per_epoch;
+  if constexpr (batch_source<Validation>) {
+    if ((epoch + 1) % validation.every == 0) {
+      fire_test_begin(ctx, callbacks...);
+      const evaluation val = evaluate_with(ctx.strategy, ctx.model, validation.data, validation.steps, "val_",
+                                           callbacks...);
+      fire_test_end(ctx, val, callbacks...);
+      logs.val_loss = val.loss;
+      logs.val_accuracy = val.accuracy;
+      logs.metrics.insert(logs.metrics.end(), val.metrics.begin(), val.metrics.end());
+    }
+  }
+  if (finished_epoch) ctx.step = 0;
+  hist.epochs.push_back(logs);
+  fire_epoch_end(ctx, epoch, logs, callbacks...);
+  agree_after_epoch(ctx, watch);
+}
+
+}  // namespace mwstrat::detail
