@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace conv2d_kernels_test {
 
 using mwstrat::nn::kernels::conv2d_geometry;
 using mwstrat::nn::kernels::conv2d_path;
@@ -509,4 +509,4 @@ TEST(Conv2dKernels, RefusesBadGeometryNamingTheCall) {
   }
 }
 
-}  // namespace
+}  // namespace conv2d_kernels_test

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstddef>
 
-namespace {
+namespace conv2d_winograd_test {
 
 namespace wg = mwstrat::nn::kernels::winograd;
 using mwstrat::nn::kernels::conv2d_geometry;
@@ -109,4 +109,4 @@ TEST(Conv2dWinograd, TakesThreeByThreeStrideOneOverWholeVectorsOfChannels) {
   EXPECT_FALSE(wg::filter_applies(strided));
 }
 
-}  // namespace
+}  // namespace conv2d_winograd_test

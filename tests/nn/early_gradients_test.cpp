@@ -26,7 +26,7 @@
 namespace nn = mwstrat::nn;
 namespace d = mwstrat::detail;
 
-namespace {
+namespace early_gradients_test {
 
 std::vector<float> random_values(std::size_t n, std::uint32_t seed) {
   std::mt19937 gen(seed);
@@ -98,7 +98,6 @@ void expect_final_suffix(const backward_result& r, std::size_t end, std::size_t 
   EXPECT_EQ(end - ready, covered);
 }
 
-}  // namespace
 
 TEST(NnEarlyGradients, LargeDenseReportsBiasThenKernelChunksWithTheBitsOfOneProduct) {
   // 60 units x 40 000 inputs: above the split-invariant size, so the kernel is reported in two parts (its last 27
@@ -189,7 +188,6 @@ TEST(NnEarlyGradients, ModelPassesEveryReportOnFinalAndInOrder) {
 
 // ------------------------------------------------------------------------------------- the one executor's reports
 
-namespace {
 
 // A layer of three parameters that reports them during its backward, logging when it is given a hook and when it
 // returns; its output is its input.
@@ -229,7 +227,6 @@ std::vector<std::string> probe_step(OnReady make_on_ready) {
   return events;
 }
 
-}  // namespace
 
 // What the sequential model always did, now the executor's for both models: a layer is given a hook, and a report it
 // makes during its backward is passed on at once, before the layer computes its input gradient and returns.
@@ -277,3 +274,5 @@ TEST(NnEarlyGradients, ResNetReportsAreFinalInOrderAndKeepTheBits) {
   }
   EXPECT_EQ(ready, 0u);
 }
+
+}  // namespace early_gradients_test

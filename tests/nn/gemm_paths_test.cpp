@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace gemm_paths_test {
 
 namespace d = mwstrat::detail;
 
@@ -75,7 +75,6 @@ void check_panel(std::size_t M, std::size_t N, std::size_t K, std::size_t offset
   for (std::size_t q = 0; q < offset; ++q) ASSERT_EQ(c_rows[q], T{7});  // nothing written before C
 }
 
-}  // namespace
 
 TEST(NnGemmPaths, PanelsMatchReferenceOnEdgeShapes) {
   for (std::size_t M : {1, 5, 6, 7, 13, 40})
@@ -225,3 +224,5 @@ TEST(NnGemmPaths, SmallFilterGradientKernelMatchesTheGeneralPathBits) {
         EXPECT_EQ(0, std::memcmp(again.data(), expected.data(), again.size() * sizeof(float)));
       }
 }
+
+}  // namespace gemm_paths_test

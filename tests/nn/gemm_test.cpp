@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-namespace {
+namespace gemm_test {
 
 template <class T>
 std::vector<T> filled(std::size_t n, std::uint64_t seed) {
@@ -57,7 +57,6 @@ void check_shapes(double tolerance) {
       }
 }
 
-}  // namespace
 
 TEST(NnGemm, FloatMatchesReferenceOnEdgeShapes) { check_shapes<float>(1e-5); }
 TEST(NnGemm, DoubleMatchesReferenceOnEdgeShapes) { check_shapes<double>(1e-12); }
@@ -94,3 +93,5 @@ TEST(NnGemm, HorizontalSumsPutEachVectorsSumInItsSlot) {
   mwstrat::detail::horizontal_sums<float>(acc, out);
   for (int q = 0; q < L; ++q) EXPECT_EQ(out[q], static_cast<float>(q * 100 * L + L * (L - 1) / 2)) << q;
 }
+
+}  // namespace gemm_test

@@ -11,7 +11,7 @@
 
 namespace nn = mwstrat::nn;
 
-namespace {
+namespace gradient_check_test {
 
 struct batch_data {
   std::vector<double> x;
@@ -54,7 +54,6 @@ double max_relative_error(nn::basic_sequential<double>& model, const batch_data&
   return worst;
 }
 
-}  // namespace
 
 TEST(NnGradientCheck, DenseReluAndDenseOnTheLastAxis) {
   nn::basic_sequential<double> model({nn::input{{3, 4}}, nn::dense{5, nn::activation::relu}, nn::flatten{},
@@ -99,3 +98,5 @@ TEST(NnGradientCheck, ReferenceArchitectureInMiniature) {
                                      {.seed = 4});
   EXPECT_LT(max_relative_error(model, make_batch(model, 6, 14)), 1e-6);
 }
+
+}  // namespace gradient_check_test

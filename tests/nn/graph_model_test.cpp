@@ -25,7 +25,7 @@
 
 namespace nn = mwstrat::nn;
 
-namespace {
+namespace graph_model_test {
 
 struct batch_data {
   std::vector<double> x;
@@ -93,7 +93,6 @@ nn::basic_graph_model<double> small_resnet(bool sync, bool option_a) {
   return nn::basic_graph_model<double>(in, out, {.seed = 5});
 }
 
-}  // namespace
 
 TEST(NnGraphGradientCheck, ResidualBlockWithBatchNormInTrainingMode) {
   auto model = small_resnet(false, false);
@@ -358,7 +357,6 @@ TEST(NnGraphModel, SavedModelKeepsTheMovingStatisticsInKerasNames) {
             std::vector<float>(model.parameters().begin(), model.parameters().end()));
 }
 
-namespace {
 
 // ResNet-14 (TF variant: projection shortcuts, identity blocks, biased convolutions, L2 2e-4 on kernels and biases)
 // in double, seed 7, and a fixed batch of 6 images with values in [-1, 1).
@@ -398,7 +396,6 @@ void dump_resnet_reference(resnet_reference_case& c) {
   }
 }
 
-}  // namespace
 
 TEST(NnGraphModel, ResNetLossAndGradientsMatchPyTorch) {
   // Ground truth for the whole ResNet (TF variant, training-mode batch norm): the same weights and batch in
@@ -569,7 +566,6 @@ TEST(NnGraphModel, SyncBatchNormTwoReplicasMatchOneOverTenMomentumSteps) {
   EXPECT_LT(worst_relative(state, whole.model_state()), 1e-11) << "moving statistics";
 }
 
-namespace {
 
 // A float residual block on the fast convolution kernels (16 filters), SyncBatchNormalization, L2 on every kernel
 // and bias, and a Dense head: every sum over the batch a ResNet takes.
@@ -589,7 +585,6 @@ nn::graph_model float_block() {
   return nn::graph_model(in, out, {.seed = 11});
 }
 
-}  // namespace
 
 TEST(NnGraphModel, SyncBatchNormTwoReplicasOf16GiveTheBitsOfOneOf32InFloat) {
   // Every sum over the batch is an aligned tree over fixed power-of-two blocks of samples and the regularisation
@@ -644,3 +639,5 @@ TEST(NnGraphModel, SyncBatchNormTwoReplicasOf16GiveTheBitsOfOneOf32InFloat) {
   const auto whole_state = whole.model_state();
   EXPECT_TRUE(std::equal(state.begin(), state.end(), whole_state.begin(), whole_state.end())) << "moving statistics";
 }
+
+}  // namespace graph_model_test

@@ -46,7 +46,7 @@
 namespace nn = mwstrat::nn;
 namespace d = mwstrat::detail;
 
-namespace {
+namespace internals_test {
 
 // The message of the config_error `f` throws ("" when it throws none).
 template <class F>
@@ -61,7 +61,6 @@ std::string config_error_of(F&& f) {
 
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------------- window_2d
 
@@ -320,7 +319,6 @@ TEST(NnGraphPlan, RefusesASoftmaxDenseBeforeTheOutputAndOutputsOfAnotherInput) {
 
 // ---------------------------------------------------------------------------------------------------- optimizer_base
 
-namespace {
 
 // The smallest rule on top of optimizer_base: plain descent, w -= lr * g.
 class descent : public d::optimizer_base<double> {
@@ -334,7 +332,6 @@ class descent : public d::optimizer_base<double> {
   }
 };
 
-}  // namespace
 
 TEST(NnOptimizerBase, ClipValueAndWeightDecayAreTheSameOnTheWholeAndOnParts) {
   const std::vector<double> g = {3.0, -0.2, 0.05, -7.0, 0.0};
@@ -520,7 +517,6 @@ TEST(NnGraphFusionPlan, SoleReadersCountEveryReadOfANode) {
 
 // ---------------------------------------------------------------------------------------------------- ReLU fusion
 
-namespace {
 
 // The bits of two training passes on different inputs (outputs, gradients, moving statistics: the second pass
 // catches a layer that reads what the first left in a shared gradient buffer) and of one inference pass of `plan`,
@@ -596,7 +592,6 @@ void expect_optimised_like_plain(const nn::graph_detail::graph_plan& plan, std::
   }
 }
 
-}  // namespace
 
 TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPasses) {
   // A residual block as resnet_cifar builds it (BN → Activation(relu), Add → ReLU), plus the cases that must not be
@@ -650,7 +645,6 @@ TEST(NnGraphExecutor, ReshapeAndFlattenPassTheirGradientThroughInTheirInputsBuff
   }
 }
 
-namespace {
 
 // Inference outputs of `plan` with every parameter and moving statistic moved off its initial value (so that each
 // batch norm's γ, β, mean and variance all count), and how many batch norms the executor folded.
@@ -670,7 +664,6 @@ std::pair<std::vector<float>, std::size_t> inference_bits(const nn::graph_detail
   return {std::vector<float>(exec.outputs().begin(), exec.outputs().end()), exec.fusion().folded_batch_norms()};
 }
 
-}  // namespace
 
 TEST(NnGraphExecutor, BatchNormsFoldedIntoTheirConvolutionInInferenceGiveTheBitsOfThePlainPasses) {
   // Each kernel path a folded map goes through: Winograd (3x3 stride 1, 16 channels), the direct path (3x3 stride 2
@@ -702,7 +695,6 @@ TEST(NnGraphExecutor, BatchNormsFoldedIntoTheirConvolutionInInferenceGiveTheBits
   }
 }
 
-namespace {
 
 // What the executor tests build their residual graphs from: 3x3 `same` convolutions of `ch` filters, batch norms
 // and plain ReLUs (which the executor fuses into their producers).
@@ -717,7 +709,6 @@ struct block_layers {
   }
 };
 
-}  // namespace
 
 TEST(NnGraphExecutor, BatchNormsDeferredToTheirAddInTrainingGiveTheBitsOfThePlainPasses) {
   // Two residual blocks as resnet_cifar builds them: the second batch norm of each (no ReLU, read by the Add only)
@@ -919,3 +910,5 @@ TEST(NnGraphExecutor, BatchNormInferenceIsKerasMapOfTheMovingStatistics) {
     EXPECT_NEAR(static_cast<double>(out[i]), want, 1e-6 * (1 + std::abs(want))) << "element " << i;
   }
 }
+
+}  // namespace internals_test

@@ -9,7 +9,7 @@
 
 namespace nn = mwstrat::nn;
 
-namespace {
+namespace layers_test {
 std::vector<float> run(nn::sequential& model, const std::vector<float>& x, std::size_t batch, bool training = false) {
   auto out = model.predict(x, batch, training);
   return {out.begin(), out.end()};
@@ -19,7 +19,6 @@ void set_params(nn::sequential& model, const std::vector<float>& values) {
   ASSERT_EQ(p.size(), values.size());
   std::copy(values.begin(), values.end(), p.begin());
 }
-}  // namespace
 
 TEST(NnLayers, Conv2dValid) {
   nn::sequential model{nn::input{{3, 3, 1}}, nn::conv2d{1, {2, 2}}};
@@ -285,3 +284,5 @@ TEST(NnLoss, CrossEntropyGradientMatchesFiniteDifferences) {
     EXPECT_LT(std::abs(fd - grad[j]) / std::max(std::abs(grad[j]), 1e-12), 1e-6) << j;
   }
 }
+
+}  // namespace layers_test

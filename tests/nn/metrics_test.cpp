@@ -6,6 +6,8 @@
 
 namespace nn = mwstrat::nn;
 
+namespace metrics_test {
+
 TEST(NnMetrics, MeanIsWeighted) {
   nn::mean_metric m;
   EXPECT_EQ(m.result(), 0.0);
@@ -27,3 +29,5 @@ TEST(NnMetrics, SparseCategoricalAccuracy) {
   acc.reset_state();
   EXPECT_EQ(acc.result(), 0.0);
 }
+
+}  // namespace metrics_test

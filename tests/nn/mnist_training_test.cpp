@@ -14,7 +14,7 @@
 
 namespace nn = mwstrat::nn;
 
-namespace {
+namespace mnist_training_test {
 
 // A minimal raw IDX reader (magic, big-endian dimensions, unsigned bytes), enough for this test.
 std::vector<std::uint8_t> read_idx(const std::string& path, std::vector<std::uint32_t>& dims) {
@@ -56,7 +56,6 @@ split load(const std::string& dir, const std::string& prefix) {
   return s;
 }
 
-}  // namespace
 
 TEST(NnMnistTraining, OneEpochOfAdamReaches97PercentTestAccuracy) {
   const std::string dir = MWSTRAT_TEST_MNIST_DIR;
@@ -99,3 +98,5 @@ TEST(NnMnistTraining, OneEpochOfAdamReaches97PercentTestAccuracy) {
               test_acc.result());
   EXPECT_GE(test_acc.result(), 0.97);
 }
+
+}  // namespace mnist_training_test

@@ -23,25 +23,25 @@ namespace nn = mwstrat::nn;
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
-namespace {
+namespace model_test {
 std::atomic<std::size_t> allocations{0};
 }
 void* operator new(std::size_t n) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
+  model_test::allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc{};
 }
 // The nothrow form too (std::stable_sort's temporary buffer uses it): every new of this program is malloc's, so
 // the replaced deletes' free() always matches.
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  allocations.fetch_add(1, std::memory_order_relaxed);
+  model_test::allocations.fetch_add(1, std::memory_order_relaxed);
   return std::malloc(n == 0 ? 1 : n);
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
-namespace {
+namespace model_test {
 
 template <class T = float>
 struct batch {
@@ -66,7 +66,6 @@ nn::sequential small_model(int threads) {
                         {.threads = threads, .seed = 5});
 }
 
-}  // namespace
 
 TEST(NnModel, ReferenceCnnSummaryAndParameterCount) {
   auto model = nn::reference_cnn();
@@ -309,3 +308,5 @@ TEST(NnModel, BadArgumentsAreReported) {
   EXPECT_THROW(model.train_batch(x, std::span<const std::int64_t>(y).first(1), 2), mwstrat::config_error);
   EXPECT_NO_THROW(model.train_batch(x, y, 2));
 }
+
+}  // namespace model_test

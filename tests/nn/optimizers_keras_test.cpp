@@ -16,7 +16,7 @@
 
 namespace nn = mwstrat::nn;
 
-namespace {
+namespace optimizers_keras_test {
 
 using steps3 = std::array<std::array<float, 5>, 3>;
 
@@ -36,7 +36,6 @@ void expect_keras(Opt& opt, const steps3& keras, const char* what) {
   EXPECT_EQ(opt.iterations(), 3u) << what;
 }
 
-}  // namespace
 
 TEST(NnOptimizersKeras, SgdMomentum) {
   nn::sgd opt({.learning_rate = 0.1, .momentum = 0.9});
@@ -142,3 +141,5 @@ TEST(NnOptimizersKeras, Schedules) {
   for (std::size_t s = 0; s < piecewise.size(); ++s)
     EXPECT_NEAR(p(static_cast<std::int64_t>(s)), piecewise[s], 1e-7) << "piecewise, step " << s;
 }
+
+}  // namespace optimizers_keras_test

@@ -19,6 +19,8 @@
 
 namespace nn = mwstrat::nn;
 
+namespace optimizers_test {
+
 TEST(NnOptimizers, PlainSgd) {
   nn::basic_sgd<double> opt(0.1);
   std::vector<double> w{1.0, -2.0}, g{0.5, -1.0};
@@ -356,3 +358,5 @@ TEST(NnOptimizers, VectorisedRulesGiveEachElementTheBitsOfTheScalarPath) {
     return nn::adagrad(o);
   });
 }
+
+}  // namespace optimizers_test

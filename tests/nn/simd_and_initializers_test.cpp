@@ -15,7 +15,7 @@
 namespace d = mwstrat::detail;
 namespace nn = mwstrat::nn;
 
-namespace {
+namespace simd_and_initializers_test {
 
 template <class T>
 void round_trips_through_every_store() {
@@ -38,7 +38,6 @@ void round_trips_through_every_store() {
   }
 }
 
-}  // namespace
 
 TEST(NnSimd, LoadStoreAndStreamedStoreKeepEveryBitAndStayInTheirVector) {
   round_trips_through_every_store<float>();
@@ -81,3 +80,5 @@ TEST(NnInitializers, ZerosClearsEveryValue) {
   nn::zeros(std::span<double>(v));
   for (double x : v) EXPECT_EQ(x, 0.0);
 }
+
+}  // namespace simd_and_initializers_test

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <string>
 
-namespace {
+namespace launch_recovery_test {
 
 struct run_result {
   int status;
@@ -52,4 +52,4 @@ TEST(launch_recovery, a_program_without_wiring_of_its_own_gets_in_memory_recover
   EXPECT_EQ(chief_result(r.output), expected) << r.output;  // the uninterrupted run's parameters
 }
 
-}  // namespace
+}  // namespace launch_recovery_test

@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace checkpoint_callbacks_test {
 
 using namespace mwstrat;
 using test::blob_batches;
@@ -655,4 +655,4 @@ TEST(model_checkpoint, a_user_checkpointer_receives_each_save) {
   EXPECT_EQ(last.optimizer_iterations, 20);
 }
 
-}  // namespace
+}  // namespace checkpoint_callbacks_test

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace checkpoint_tensors_test {
 
 using namespace mwstrat;
 
@@ -77,4 +77,4 @@ TEST(train_context, global_step_counts_whole_epochs_and_the_current_position) {
   EXPECT_EQ(ctx.global_step(), 145u);
 }
 
-}  // namespace
+}  // namespace checkpoint_tensors_test

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace concepts_test {
 
 using namespace mwstrat;
 
@@ -317,4 +317,4 @@ TEST(train_concepts, near_misses_are_compile_time_checks) {
   EXPECT_EQ(model{}.fingerprint(), "m");  // the static_asserts above are the test
 }
 
-}  // namespace
+}  // namespace concepts_test

@@ -17,7 +17,7 @@
 #include <mutex>
 #include <vector>
 
-namespace {
+namespace early_report_fit_test {
 
 using namespace mwstrat;
 
@@ -47,7 +47,6 @@ std::vector<float> train_two(reduction_overlap overlap) {
   return result;
 }
 
-}  // namespace
 
 TEST(fit_early_reports, overlapping_a_chunked_dense_layer_gives_the_bits_of_one_reduction_after_backward) {
   const auto overlapped = train_two(reduction_overlap::always);
@@ -87,3 +86,5 @@ TEST(fit_early_reports, the_tutorial_cnns_first_default_bucket_leaves_before_its
     EXPECT_GE(reduction.buckets_sent(), 2u);
   });
 }
+
+}  // namespace early_report_fit_test

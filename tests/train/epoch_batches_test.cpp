@@ -20,7 +20,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace {
+namespace epoch_batches_test {
 
 using namespace mwstrat;
 using test::momentum_sgd;
@@ -176,4 +176,4 @@ TEST(epoch_batches, reads_in_order_jumps_back_and_refuses_a_short_epoch) {
   EXPECT_THROW((void)source.batch_at(1, 4), data_error);
 }
 
-}  // namespace
+}  // namespace epoch_batches_test

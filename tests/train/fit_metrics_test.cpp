@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace fit_metrics_test {
 
 using namespace mwstrat;
 using test::blob_batches;
@@ -227,4 +227,4 @@ TEST(metrics, top_k_counts_a_row_with_a_nan_or_infinite_output_as_a_miss) {
   EXPECT_EQ(state[1], 4.0);
 }
 
-}  // namespace
+}  // namespace fit_metrics_test

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace fit_parts_test {
 
 using namespace mwstrat;
 using test::blob_batches;
@@ -203,4 +203,4 @@ TEST(recovery_session, refuses_recovery_on_a_strategy_that_cannot_rebuild_its_co
   });
 }
 
-}  // namespace
+}  // namespace fit_parts_test

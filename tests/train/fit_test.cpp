@@ -29,7 +29,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace {
+namespace fit_test {
 
 using namespace mwstrat;
 using test::blob_batches;
@@ -455,4 +455,4 @@ TEST(fit, a_different_model_on_one_worker_is_named) {
   EXPECT_NE(messages[2].find("softmax_regression(9x4)"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace fit_test

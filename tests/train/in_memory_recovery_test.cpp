@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace in_memory_recovery_test {
 
 using namespace mwstrat;
 
@@ -131,4 +131,4 @@ TEST(in_memory_recovery, fit_refuses_recovery_on_a_strategy_that_cannot_rebuild_
   });
 }
 
-}  // namespace
+}  // namespace in_memory_recovery_test

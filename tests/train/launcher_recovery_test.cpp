@@ -12,7 +12,7 @@
 #include <chrono>
 #include <string>
 
-namespace {
+namespace launcher_recovery_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -94,4 +94,4 @@ TEST(launcher_recovery, the_launchers_protocol_fills_what_the_program_left_unset
   EXPECT_FALSE(alone.on_peer_lost);
 }
 
-}  // namespace
+}  // namespace launcher_recovery_test

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace model_checkpoint_test {
 
 using namespace mwstrat;
 using test::blob_batches;
@@ -198,4 +198,4 @@ TEST(model_checkpoint_options, save_freq_in_steps_saves_every_n_global_steps_acr
   }
 }
 
-}  // namespace
+}  // namespace model_checkpoint_test

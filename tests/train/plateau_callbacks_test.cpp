@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace plateau_callbacks_test {
 
 using namespace mwstrat;
 using test::blob_batches;
@@ -220,4 +220,4 @@ TEST(plateau_callbacks, every_worker_sees_the_same_logs_and_decides_the_same_at_
   }
 }
 
-}  // namespace
+}  // namespace plateau_callbacks_test

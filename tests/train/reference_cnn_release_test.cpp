@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-namespace {
+namespace reference_cnn_release_test {
 
 std::vector<float> train(int replicas, std::size_t global_batch, const mwstrat::data::labeled_images& set) {
   std::vector<float> result;
@@ -52,4 +52,4 @@ TEST(reference_cnn_release, four_local_replicas_of_b_equal_one_of_4b) {
   EXPECT_EQ(train(4, 128, set), four) << "the same world size and seed give the same bits";
 }
 
-}  // namespace
+}  // namespace reference_cnn_release_test

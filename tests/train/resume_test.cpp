@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace resume_test {
 
 using namespace mwstrat;
 
@@ -262,4 +262,4 @@ TEST(resume, a_rejoined_worker_is_asked_for_its_target_but_reads_nothing) {
   });
 }
 
-}  // namespace
+}  // namespace resume_test

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace sample_weight_test {
 
 using namespace mwstrat;
 
@@ -410,4 +410,4 @@ TEST(model_outputs, top_k_accuracy_on_the_mnist_cnn) {
   EXPECT_LT(accuracy, 1.0);
 }
 
-}  // namespace
+}  // namespace sample_weight_test

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace saved_keras_model_test {
 
 using namespace mwstrat;
 namespace nn = mwstrat::nn;
@@ -260,4 +260,4 @@ TEST(saved_keras_model, a_refused_file_leaves_a_graph_models_moving_statistics_u
   EXPECT_TRUE(std::ranges::equal(model.model_state(), state)) << "the moving statistics were left overwritten";
 }
 
-}  // namespace
+}  // namespace saved_keras_model_test

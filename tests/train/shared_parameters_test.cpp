@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace shared_parameters_test {
 
 using namespace mwstrat;
 using namespace std::chrono_literals;
@@ -128,4 +128,4 @@ TEST(shared_parameters, payloads_over_tcp_keep_each_replica_its_own_copy_with_th
   EXPECT_EQ(tcp.params, train(path::shared, ring_transport::automatic).params);
 }
 
-}  // namespace
+}  // namespace shared_parameters_test

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace stream_and_stop_test {
 
 using namespace mwstrat;
 using test::momentum_sgd;
@@ -500,4 +500,4 @@ TEST(preemption_signals, sigterm_and_sigint_each_set_the_request_while_a_guard_l
   }
 }
 
-}  // namespace
+}  // namespace stream_and_stop_test

@@ -23,7 +23,7 @@
 #include <string>
 #include <utility>
 
-namespace {
+namespace tensorboard_test {
 
 using namespace mwstrat;
 namespace fs = std::filesystem;
@@ -115,4 +115,4 @@ TEST(tensorboard, the_chief_writes_event_files_that_tensorboard_reads_back) {
   EXPECT_FLOAT_EQ(static_cast<float>(chief_history.epochs.back().learning_rate.value()), 0.1f);
 }
 
-}  // namespace
+}  // namespace tensorboard_test

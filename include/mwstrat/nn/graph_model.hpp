@@ -98,18 +98,7 @@ class basic_graph_model {
 
   /// Makes `parameters()` and `gradients()` the caller's storage (see `basic_sequential::adopt_storage`). The
   /// model state stays the replica's own.
-  void adopt_storage(std::span<T> params, std::span<T> grads) {
-    const std::size_t count = exec_.parameter_count();
-    if (params.size() != count || grads.size() != count)
-      mwstrat::detail::nn_config_error("adopt_storage: " + std::to_string(params.size()) + " parameters and " +
-                                       std::to_string(grads.size()) + " gradients for a model of " +
-                                       std::to_string(count));
-    constexpr auto align = static_cast<std::uintptr_t>(mwstrat::detail::aligned_allocator<T>::alignment);
-    if (reinterpret_cast<std::uintptr_t>(params.data()) % align != 0 ||
-        reinterpret_cast<std::uintptr_t>(grads.data()) % align != 0)
-      mwstrat::detail::nn_config_error("adopt_storage: storage must be " + std::to_string(align) + "-byte aligned");
-    exec_.adopt_storage(params.data(), grads.data());
-  }
+  void adopt_storage(std::span<T> params, std::span<T> grads) { exec_.adopt_storage(params, grads); }
   /// Copies the parameters and gradients back into the model's own arena and uses it again.
   void use_own_storage() { exec_.use_own_storage(); }
   [[nodiscard]] bool uses_own_storage() const noexcept { return exec_.uses_own_storage(); }

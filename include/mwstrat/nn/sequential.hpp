@@ -98,17 +98,7 @@ class basic_sequential {
   /// that the replicas of one host share: `params` must already hold the parameter values (the model copies
   /// nothing) and must stay valid until `use_own_storage()`; both 64-byte aligned, like the model's own arena.
   /// A trainer's way to let replicas read one copy.
-  void adopt_storage(std::span<T> params, std::span<T> grads) {
-    const std::size_t count = parameter_count();
-    if (params.size() != count || grads.size() != count)
-      detail::nn_config_error("adopt_storage: " + std::to_string(params.size()) + " parameters and " +
-                              std::to_string(grads.size()) + " gradients for a model of " + std::to_string(count));
-    constexpr auto align = static_cast<std::uintptr_t>(detail::aligned_allocator<T>::alignment);
-    if (reinterpret_cast<std::uintptr_t>(params.data()) % align != 0 ||
-        reinterpret_cast<std::uintptr_t>(grads.data()) % align != 0)
-      detail::nn_config_error("adopt_storage: storage must be " + std::to_string(align) + "-byte aligned");
-    exec_->adopt_storage(params.data(), grads.data());
-  }
+  void adopt_storage(std::span<T> params, std::span<T> grads) { exec_->adopt_storage(params, grads); }
   /// Copies the current parameters and gradients back into the model's own arena and uses it again.
   void use_own_storage() { exec_->use_own_storage(); }
   /// False while the model works in adopted storage.

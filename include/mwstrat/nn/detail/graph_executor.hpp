@@ -158,10 +158,19 @@ class graph_executor {
   [[nodiscard]] T* gradients() const noexcept { return gbase_; }
   [[nodiscard]] std::span<T> state() noexcept { return state_; }
   [[nodiscard]] std::span<const T> state() const noexcept { return state_; }
-  // Parameters and gradients in the caller's storage (checked by the model), or back in the own arena.
-  void adopt_storage(T* params, T* grads) noexcept {
-    pbase_ = params;
-    gbase_ = grads;
+  // Parameters and gradients in the caller's storage (`parameter_count()` elements each, 64-byte aligned like the
+  // own arena), or back in the own arena. Both model front ends forward here, so the checks live once.
+  void adopt_storage(std::span<T> params, std::span<T> grads) {
+    if (params.size() != count_ || grads.size() != count_)
+      mwstrat::detail::nn_config_error("adopt_storage: " + std::to_string(params.size()) + " parameters and " +
+                                       std::to_string(grads.size()) + " gradients for a model of " +
+                                       std::to_string(count_));
+    constexpr auto align = static_cast<std::uintptr_t>(mwstrat::detail::aligned_allocator<T>::alignment);
+    if (reinterpret_cast<std::uintptr_t>(params.data()) % align != 0 ||
+        reinterpret_cast<std::uintptr_t>(grads.data()) % align != 0)
+      mwstrat::detail::nn_config_error("adopt_storage: storage must be " + std::to_string(align) + "-byte aligned");
+    pbase_ = params.data();
+    gbase_ = grads.data();
   }
   void use_own_storage() {
     if (uses_own_storage()) return;
