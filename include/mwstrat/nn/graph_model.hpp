@@ -17,14 +17,15 @@
 /// - `set_cross_replica_sum(f)` gives the model the strategy's sum across replicas (`fit` does it), which
 ///   SyncBatchNormalization uses for its batch statistics.
 ///
-/// The class is the public face of three parts: the front end that records the graph (nn/graph.hpp: symbolic
+/// The class is the public face of four parts: the front end that records the graph (nn/graph.hpp: symbolic
 /// tensors, layers applied to them, the cut from input to output), the executor that owns the arenas and runs the
-/// passes (nn/detail/graph_executor.hpp), and Keras's summary table (nn/detail/graph_summary.hpp). Here: the
-/// checks of what callers pass, the model's thread arena, and the weights and architecture in Keras's terms.
+/// passes (nn/detail/graph_executor.hpp), the front end over it that both models share (nn/detail/executor_front.hpp:
+/// the arena accessors, the checks of what callers pass, the thread arena, the steps), and Keras's summary table
+/// (nn/detail/graph_summary.hpp). Here: the model state, `predict`, and the weights and architecture in Keras's terms.
 
-#include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/executor_front.hpp>
 #include <mwstrat/nn/detail/graph_executor.hpp>
 #include <mwstrat/nn/detail/graph_layer_info.hpp>
 #include <mwstrat/nn/detail/graph_summary.hpp>
@@ -35,11 +36,7 @@
 #include <mwstrat/nn/model_options.hpp>
 #include <mwstrat/nn/step_stats.hpp>
 
-#include <oneapi/tbb/task_arena.h>
-
 #include <algorithm>
-#include <cmath>
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,7 +53,7 @@ namespace mwstrat::nn {
 /// A Keras functional model over elements of type `T` (float, or double for gradient checks): one input, one
 /// output. It satisfies what `nn::basic_sequential` does for `fit` (arena, steps, storage adoption, threads).
 template <class T = float>
-class basic_graph_model {
+class basic_graph_model : public graph_detail::executor_front<basic_graph_model<T>, T> {
   static_assert(std::is_floating_point_v<T>, "basic_graph_model<T>: T must be a floating-point type");
 
  public:
@@ -74,34 +71,22 @@ class basic_graph_model {
 
   /// The model from `inputs` to `outputs`: the layers `outputs` depends on, in the order they were applied.
   basic_graph_model(const symbolic_tensor& inputs, const symbolic_tensor& outputs, model_options options = {})
-      : options_(options), exec_(plan(inputs, outputs, options)) {
-    initialize(options.seed);
-    if (options.max_batch != 0) reserve(options.max_batch);
+      : front(options), exec_(plan(inputs, outputs, options)) {
+    this->initialize(options.seed);
+    if (options.max_batch != 0) this->reserve(options.max_batch);
   }
 
   basic_graph_model(basic_graph_model&&) noexcept = default;
   basic_graph_model& operator=(basic_graph_model&&) noexcept = default;
 
   // ------------------------------------------------------------------------------------------ arenas
-  /// All trained parameters, layer by layer.
-  [[nodiscard]] std::span<T> parameters() noexcept { return {exec_.parameters(), exec_.parameter_count()}; }
-  [[nodiscard]] std::span<const T> parameters() const noexcept { return {exec_.parameters(), exec_.parameter_count()}; }
-  /// The gradients, same layout as `parameters()`.
-  [[nodiscard]] std::span<T> gradients() noexcept { return {exec_.gradients(), exec_.parameter_count()}; }
-  [[nodiscard]] std::span<const T> gradients() const noexcept { return {exec_.gradients(), exec_.parameter_count()}; }
-  /// Number of trained parameters.
-  [[nodiscard]] std::size_t parameter_count() const noexcept { return exec_.parameter_count(); }
+  // The parameters, gradients, storage adoption, threads and steps: graph_detail::executor_front (shared with the
+  // sequential model).
+
   /// Non-trained model state (batch norm's moving mean and variance, layer by layer): saved and restored with the
   /// weights, never touched by an optimizer.
   [[nodiscard]] std::span<T> model_state() noexcept { return exec_.state(); }
   [[nodiscard]] std::span<const T> model_state() const noexcept { return exec_.state(); }
-
-  /// Makes `parameters()` and `gradients()` the caller's storage (see `basic_sequential::adopt_storage`). The
-  /// model state stays the replica's own.
-  void adopt_storage(std::span<T> params, std::span<T> grads) { exec_.adopt_storage(params, grads); }
-  /// Copies the parameters and gradients back into the model's own arena and uses it again.
-  void use_own_storage() { exec_.use_own_storage(); }
-  [[nodiscard]] bool uses_own_storage() const noexcept { return exec_.uses_own_storage(); }
 
   /// The layers after the input, in order.
   [[nodiscard]] const std::vector<layer_info>& layers() const noexcept { return exec_.info(); }
@@ -157,9 +142,6 @@ class basic_graph_model {
   /// The architecture as contract 1's JSON list (what `save_model` writes under `mwstrat.architecture`).
   [[nodiscard]] std::string architecture() const { return architecture_json(); }
 
-  /// Re-initialises every parameter and the model state from `seed`; gradients to zero, step to 0.
-  void initialize(std::uint64_t seed) { exec_.initialize(seed); }
-
   /// A string naming each layer's kind, inputs and shape: equal for models of the same architecture and type.
   [[nodiscard]] std::string fingerprint() const {
     const auto& layers = exec_.layers();
@@ -207,27 +189,6 @@ class basic_graph_model {
                                       exec_.state().size());
   }
 
-  /// Shape of one input sample.
-  [[nodiscard]] const shape_t& input_shape() const noexcept { return exec_.input_shape(); }
-  /// Shape of one output sample.
-  [[nodiscard]] const shape_t& output_shape() const noexcept { return exec_.layers().back()->output_shape(); }
-  [[nodiscard]] std::size_t input_size() const { return exec_.input_size(); }
-  [[nodiscard]] std::size_t output_size() const { return exec_.output_size(); }
-
-  // ------------------------------------------------------------------------------------------ threads
-  [[nodiscard]] int threads() const noexcept { return threads_; }
-  /// Sets the number of threads the kernels use (results do not change).
-  void set_threads(int threads) {
-    if (threads < 1)
-      mwstrat::detail::nn_config_error("graph_model: threads must be at least 1, got " + std::to_string(threads));
-    threads_ = threads;
-    arena_threads_ = std::make_unique<tbb::task_arena>(threads);
-  }
-  template <class F>
-  decltype(auto) execute(F&& f) {
-    return arena_threads_->execute(std::forward<F>(f));
-  }
-
   /// The sum across replicas that SyncBatchNormalization uses (`fit` sets it to the strategy's for the length of
   /// the training; an empty function means this replica is alone).
   void set_cross_replica_sum(mwstrat::detail::replica_sum sum) { exec_.set_cross_replica_sum(std::move(sum)); }
@@ -242,152 +203,45 @@ class basic_graph_model {
     exec_.add_regularization_gradients(first, count);
   }
 
-  // ------------------------------------------------------------------------------------------ steps
-  /// Allocates every buffer a batch of up to `batch` samples needs, so that later steps allocate nothing.
-  void reserve(std::size_t batch) { exec_.reserve(batch); }
-
-  /// The training step counter that keys dropout masks (saved and restored with a checkpoint).
-  [[nodiscard]] std::uint64_t step() const noexcept { return exec_.step(); }
-  void set_step(std::uint64_t step) noexcept { exec_.set_step(step); }
-
-  /// Forward, loss (with the regularisation terms) and backward on one batch; overwrites `gradients()` and calls
-  /// `on_ready(offset, count)` for each layer's gradient slice once final, last layer first.
-  template <class OnReady>
-  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch,
-                         OnReady&& on_ready) {
-    return train_batch(inputs, labels, std::span<const float>{}, batch, std::forward<OnReady>(on_ready));
-  }
-  /// `train_batch` with a weight per example (empty: all 1), as `basic_sequential`'s: Keras's
-  /// `sum_over_batch_size`, sum(w_i * loss_i) / batch (the regularisation terms unweighted).
-  template <class OnReady>
-  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
-                         std::span<const float> weights, std::size_t batch, OnReady&& on_ready) {
-    check(inputs, labels, batch, "train_batch");
-    check_weights(weights, batch, "train_batch");
-    step_stats stats;
-    arena_threads_->execute([&] {
-      exec_.forward_pass(inputs.data(), batch, true, true);
-      stats = exec_.loss_pass(labels, weights, batch, true, options_.label_smoothing);
-      exec_.backward_pass(batch, on_ready);
-    });
-    exec_.advance_step();
-    return stats;
-  }
-  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
-    return train_batch(inputs, labels, batch, [](std::size_t, std::size_t) {});
-  }
-  template <class OnReady>
-    requires std::same_as<T, float>
-  step_stats train_batch(const data::image_batch& batch, OnReady&& on_ready) {
-    return train_batch(batch.inputs, batch.labels, batch.size, std::forward<OnReady>(on_ready));
-  }
-  template <class OnReady>
-    requires std::same_as<T, float>
-  step_stats train_batch(const data::image_batch& batch, std::span<const float> weights, OnReady&& on_ready) {
-    return train_batch(batch.inputs, batch.labels, weights, batch.size, std::forward<OnReady>(on_ready));
-  }
-  step_stats evaluate_batch(const data::image_batch& batch)
-    requires std::same_as<T, float>
-  {
-    return evaluate_batch(batch.inputs, batch.labels, batch.size);
-  }
-  step_stats evaluate_batch(const data::image_batch& batch, std::span<const float> weights)
-    requires std::same_as<T, float>
-  {
-    return evaluate_batch(batch.inputs, batch.labels, weights, batch.size);
-  }
-
-  /// Forward and loss on one batch in inference mode (batch norm on its moving statistics, dropout off).
-  step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
-    return evaluate_batch(inputs, labels, std::span<const float>{}, batch);
-  }
-  step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
-                            std::span<const float> weights, std::size_t batch) {
-    check(inputs, labels, batch, "evaluate_batch");
-    check_weights(weights, batch, "evaluate_batch");
-    step_stats stats;
-    arena_threads_->execute([&] {
-      exec_.forward_pass(inputs.data(), batch, false, false);
-      stats = exec_.loss_pass(labels, weights, batch, false, options_.label_smoothing);
-    });
-    return stats;
-  }
-
-  /// The training loss of one batch (training-mode batch norm and dropout at the current step), without gradients,
-  /// without advancing the step and without moving the batch-norm statistics (for finite-difference checks).
-  step_stats training_loss(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
-    check(inputs, labels, batch, "training_loss");
-    step_stats stats;
-    arena_threads_->execute([&] {
-      exec_.forward_pass(inputs.data(), batch, true, false);
-      stats = exec_.loss_pass(labels, {}, batch, false, options_.label_smoothing);
-    });
-    return stats;
-  }
-
   /// The model's outputs for a batch (probabilities when the output layer has a softmax activation), in inference
   /// mode unless `training`; valid until the next call.
   std::span<const T> predict(std::span<const T> inputs, std::size_t batch, bool training = false) {
-    if (inputs.size() != batch * input_size())
+    if (inputs.size() != batch * this->input_size())
       mwstrat::detail::nn_config_error("predict: " + std::to_string(inputs.size()) + " input values for a batch of " +
-                                       std::to_string(batch) + " samples of " + std::to_string(input_size()));
+                                       std::to_string(batch) + " samples of " + std::to_string(this->input_size()));
     if (batch == 0) return {};  // nothing to run (and a model never reserved has no buffers to run it in)
-    reserve(batch);
-    arena_threads_->execute([&] { exec_.forward_pass(inputs.data(), batch, training, false); });
+    this->reserve(batch);
+    this->execute([&] { exec_.forward_pass(inputs.data(), batch, training, false); });
     if (!exec_.output_softmax()) return exec_.outputs();
     return exec_.probabilities(batch);
   }
-
-  /// The outputs (logits, before an output softmax) of the last forward pass: rows × `output_size()`, valid until
-  /// the next step (`model_with_outputs`: top-k accuracy).
-  [[nodiscard]] std::span<const T> outputs() const { return exec_.outputs(); }
 
   /// The regularisation terms of the loss at the current parameters (Keras's `sum(model.losses)`).
   [[nodiscard]] double regularization_loss() const { return exec_.regularization_loss(); }
 
  private:
+  using front = graph_detail::executor_front<basic_graph_model<T>, T>;
+  friend front;  // reads engine(), kind and default_on_ready
+
+  static constexpr const char* kind = "graph_model";  // the model in messages
+  // train_batch without on_ready reports every gradient slice (to nobody), as it always has.
+  struct default_on_ready {
+    void operator()(std::size_t, std::size_t) const noexcept {}
+  };
+  graph_detail::graph_executor<T>& engine() noexcept { return exec_; }
+  const graph_detail::graph_executor<T>& engine() const noexcept { return exec_; }
+
   // The layers between `inputs` and `outputs`, checked; the model's threads are set first (as their errors were).
   graph_detail::graph_plan plan(const symbolic_tensor& inputs, const symbolic_tensor& outputs,
                                 const model_options& options) {
     if (inputs.graph() != outputs.graph() || inputs.graph()->nodes[inputs.node()].type != "InputLayer")
       mwstrat::detail::nn_config_error("graph_model: the inputs must be the input_tensor the outputs were built from");
     nn::check_label_smoothing(options.label_smoothing, "graph_model");
-    set_threads(options.threads);
+    this->set_threads(options.threads);
     return graph_detail::plan_model(*outputs.graph(), inputs.node(), outputs.node());
   }
 
-  void check(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch, const char* what) {
-    namespace d = mwstrat::detail;
-    if (batch == 0) d::nn_config_error(std::string(what) + ": empty batch");
-    if (inputs.size() != batch * input_size())
-      d::nn_config_error(std::string(what) + ": " + std::to_string(inputs.size()) + " input values for a batch of " +
-                         std::to_string(batch) + " samples of " + std::to_string(input_size()));
-    if (labels.size() != batch)
-      d::nn_config_error(std::string(what) + ": " + std::to_string(labels.size()) + " labels for a batch of " +
-                         std::to_string(batch));
-    const auto classes = static_cast<std::int64_t>(output_size());
-    for (std::size_t i = 0; i < batch; ++i)
-      if (labels[i] < 0 || labels[i] >= classes)
-        throw data_error({"nn"}, "", std::string(what) + ": label " + std::to_string(labels[i]) + " of sample " +
-                                         std::to_string(i) + " outside [0, " + std::to_string(classes) + ")");
-    reserve(batch);
-  }
-
-  void check_weights(std::span<const float> weights, std::size_t batch, const char* what) const {
-    if (weights.empty()) return;
-    if (weights.size() != batch)
-      mwstrat::detail::nn_config_error(std::string(what) + ": sample_weight has " + std::to_string(weights.size()) +
-                                       " weights for a batch of " + std::to_string(batch));
-    for (std::size_t i = 0; i < batch; ++i)
-      if (!(weights[i] >= 0.0f) || !std::isfinite(weights[i]))
-        mwstrat::detail::nn_config_error(std::string(what) + ": sample_weight " + std::to_string(weights[i]) +
-                                         " of sample " + std::to_string(i) + " is not a finite weight >= 0");
-  }
-
-  model_options options_;
-  int threads_ = 1;
-  std::unique_ptr<tbb::task_arena> arena_threads_;  // the kernels' threads (declared before exec_: set first)
-  graph_detail::graph_executor<T> exec_;            // the layers, arenas, buffers and passes
+  graph_detail::graph_executor<T> exec_;  // the layers, arenas, buffers and passes (after the base's thread arena)
 };
 
 /// The graph model of float elements.

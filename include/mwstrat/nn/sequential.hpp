@@ -3,7 +3,8 @@
 /// `nn::sequential`: a Keras-style sequential model whose parameters and gradients live in one contiguous arena.
 /// As in Keras, it is a builder of a linear graph: its layers run on the one model executor
 /// (nn/detail/graph_executor.hpp) that also runs the graph model, so both train alike (early gradient reports,
-/// buffer sharing, no copies for Reshape and Flatten).
+/// buffer sharing, no copies for Reshape and Flatten), and share its front end (nn/detail/executor_front.hpp: the
+/// arena accessors, the argument checks, the thread arena and the steps).
 ///
 /// - `parameters()` / `gradients()` are spans over the whole arena in layer order (each layer: kernel, then
 ///   bias), so a strategy broadcasts, all-reduces or checkpoints a model in one piece.
@@ -12,9 +13,9 @@
 /// - Work runs in the model's own oneTBB arena of `threads` threads; every result is bitwise the same for any
 ///   number of threads. Once a batch size has been seen (or reserved), a step allocates nothing.
 
-#include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
+#include <mwstrat/nn/detail/executor_front.hpp>
 #include <mwstrat/nn/detail/graph_executor.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/layers/alias.hpp>
@@ -31,11 +32,7 @@
 #include <mwstrat/nn/step_stats.hpp>
 #include <mwstrat/strategy/after_backward.hpp>
 
-#include <oneapi/tbb/task_arena.h>
-
 #include <algorithm>
-#include <cmath>
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -55,7 +52,7 @@ namespace mwstrat::nn {
 
 /// A sequential model over elements of type `T` (float, or double for gradient checks).
 template <class T = float>
-class basic_sequential {
+class basic_sequential : public graph_detail::executor_front<basic_sequential<T>, T> {
   static_assert(std::is_floating_point_v<T>, "basic_sequential<T>: T must be a floating-point type");
 
  public:
@@ -67,42 +64,22 @@ class basic_sequential {
       : basic_sequential(std::vector<layer_spec>(specs), options) {}
 
   /// Builds the layers described by `specs` (the first must be `nn::input`).
-  explicit basic_sequential(std::vector<layer_spec> specs, model_options options = {}) : options_(options) {
+  explicit basic_sequential(std::vector<layer_spec> specs, model_options options = {}) : front(options) {
     if (specs.empty() || !std::holds_alternative<input>(specs.front()))
       detail::nn_config_error("sequential: the first layer must be nn::input");
     check_label_smoothing(options.label_smoothing, "sequential");
-    set_threads(options.threads);
+    this->set_threads(options.threads);
     specs_ = specs;  // for the Keras layout of saved models
     exec_ = std::make_unique<executor>(build(specs));
     for (const auto& l : exec_->info()) info_.push_back({l.name, l.type, l.output_shape, l.offset, l.count});
-    initialize(options.seed);
-    if (options.max_batch != 0) reserve(options.max_batch);
+    this->initialize(options.seed);
+    if (options.max_batch != 0) this->reserve(options.max_batch);
   }
 
   basic_sequential(basic_sequential&&) noexcept = default;
   basic_sequential& operator=(basic_sequential&&) noexcept = default;
 
-  // ------------------------------------------------------------------------------------------ arena
-  /// All parameters, layer by layer (kernel then bias).
-  [[nodiscard]] std::span<T> parameters() noexcept { return {exec_->parameters(), parameter_count()}; }
-  /// All parameters, layer by layer (kernel then bias).
-  [[nodiscard]] std::span<const T> parameters() const noexcept { return {exec_->parameters(), parameter_count()}; }
-  /// The gradients, same layout as `parameters()`.
-  [[nodiscard]] std::span<T> gradients() noexcept { return {exec_->gradients(), parameter_count()}; }
-  /// The gradients, same layout as `parameters()`.
-  [[nodiscard]] std::span<const T> gradients() const noexcept { return {exec_->gradients(), parameter_count()}; }
-  /// Number of trainable parameters.
-  [[nodiscard]] std::size_t parameter_count() const noexcept { return exec_->parameter_count(); }
-
-  /// Makes `parameters()` and `gradients()` the caller's storage (`parameter_count()` elements each), e.g. memory
-  /// that the replicas of one host share: `params` must already hold the parameter values (the model copies
-  /// nothing) and must stay valid until `use_own_storage()`; both 64-byte aligned, like the model's own arena.
-  /// A trainer's way to let replicas read one copy.
-  void adopt_storage(std::span<T> params, std::span<T> grads) { exec_->adopt_storage(params, grads); }
-  /// Copies the current parameters and gradients back into the model's own arena and uses it again.
-  void use_own_storage() { exec_->use_own_storage(); }
-  /// False while the model works in adopted storage.
-  [[nodiscard]] bool uses_own_storage() const noexcept { return exec_->uses_own_storage(); }
+  // The arena accessors, threads and steps: graph_detail::executor_front (shared with the graph model).
 
   /// One layer's place in the arena.
   struct layer_info {
@@ -115,9 +92,6 @@ class basic_sequential {
   /// The layers (after the input), in order.
   [[nodiscard]] const std::vector<layer_info>& layers() const noexcept { return info_; }
 
-  /// Re-initialises all parameters (glorot_uniform kernels, zero biases) from `seed`; gradients to zero.
-  void initialize(std::uint64_t seed) { exec_->initialize(seed); }
-
   /// A string naming each layer's kind and shape: equal for models of the same architecture and element type.
   [[nodiscard]] std::string fingerprint() const {
     std::string s = sizeof(T) == 4 ? "sequential<f32>[input" : "sequential<f64>[input";
@@ -125,7 +99,7 @@ class basic_sequential {
     for (const auto& l : exec_->layers()) {
       s.append(";").append(l->config()).append("->").append(detail::shape_string(l->output_shape()));
     }
-    s.append("]params=").append(std::to_string(parameter_count()));
+    s.append("]params=").append(std::to_string(this->parameter_count()));
     return s;
   }
 
@@ -144,7 +118,7 @@ class basic_sequential {
         << info_[i].count << "\n";
       if (i + 1 < info_.size()) o << "\n";
     }
-    o << thick << "\nTotal params: " << parameter_count() << "\nTrainable params: " << parameter_count()
+    o << thick << "\nTotal params: " << this->parameter_count() << "\nTrainable params: " << this->parameter_count()
       << "\nNon-trainable params: 0\n" << rule << "\n";
     out << o.str();
   }
@@ -209,140 +183,26 @@ class basic_sequential {
     return boost::json::serialize(layers);
   }
 
-  /// Shape of one input sample.
-  [[nodiscard]] const shape_t& input_shape() const noexcept { return input_shape_; }
-  /// Shape of one output sample (the logits).
-  [[nodiscard]] const shape_t& output_shape() const noexcept { return exec_->layers().back()->output_shape(); }
-  /// Elements of one input sample.
-  [[nodiscard]] std::size_t input_size() const { return detail::shape_size(input_shape_); }
-  /// Elements of one output sample.
-  [[nodiscard]] std::size_t output_size() const { return exec_->output_size(); }
-
-  // ------------------------------------------------------------------------------------------ threads
-  /// Number of threads the kernels use.
-  [[nodiscard]] int threads() const noexcept { return threads_; }
-  /// Sets the number of threads the kernels use (results do not change).
-  void set_threads(int threads) {
-    if (threads < 1) detail::nn_config_error("sequential: threads must be at least 1, got " + std::to_string(threads));
-    threads_ = threads;
-    arena_threads_ = std::make_unique<tbb::task_arena>(threads);
-  }
-  /// Runs `f()` inside the model's thread arena (e.g. an optimizer's update), returning its result.
-  template <class F>
-  decltype(auto) execute(F&& f) {
-    return arena_threads_->execute(std::forward<F>(f));
-  }
-
-  // ------------------------------------------------------------------------------------------ steps
-  /// Allocates every buffer a batch of up to `batch` samples needs, so that later steps allocate nothing.
-  void reserve(std::size_t batch) { exec_->reserve(batch); }
-
-  /// The training step counter that keys dropout masks (saved and restored with a checkpoint).
-  [[nodiscard]] std::uint64_t step() const noexcept { return exec_->step(); }
-  /// Sets the training step counter.
-  void set_step(std::uint64_t step) noexcept { exec_->set_step(step); }
-
-  /// Forward, loss and backward on one batch. Overwrites `gradients()` with d(mean loss over the batch)/d(params)
-  /// and calls `on_ready(offset, count)` for each layer's gradient slice once it is final, last layer first.
-  template <class OnReady>
-  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch,
-                         OnReady&& on_ready) {
-    return train_batch(inputs, labels, std::span<const float>{}, batch, std::forward<OnReady>(on_ready));
-  }
-  /// `train_batch` with a weight per example (`weights` empty: every example weighs 1). Keras's
-  /// `sum_over_batch_size` reduction: the loss is sum(w_i * loss_i) / batch and the gradients are its derivative;
-  /// `loss_sum` is sum(w_i * loss_i); `correct` and `count` stay unweighted (Keras's `metrics=`).
-  template <class OnReady>
-  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
-                         std::span<const float> weights, std::size_t batch, OnReady&& on_ready) {
-    check(inputs, labels, batch, "train_batch");
-    check_weights(weights, batch, "train_batch");
-    step_stats stats;
-    arena_threads_->execute([&] {
-      exec_->forward_pass(inputs.data(), batch, true, true);
-      stats = exec_->loss_pass(labels, weights, batch, true, options_.label_smoothing);
-      exec_->backward_pass(batch, on_ready);
-    });
-    exec_->advance_step();
-    return stats;
-  }
-  /// Forward, loss and backward on one batch (gradients overwritten, no readiness callback).
-  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
-    return train_batch(inputs, labels, batch, after_backward{});
-  }
-
-  /// `train_batch` on a batch of the library's image pipelines (what `fit` calls: `trainable_model`).
-  template <class OnReady>
-    requires std::same_as<T, float>
-  step_stats train_batch(const data::image_batch& batch, OnReady&& on_ready) {
-    return train_batch(batch.inputs, batch.labels, batch.size, std::forward<OnReady>(on_ready));
-  }
-  /// `train_batch` on an image batch with a weight per example (what `fit` calls with `sample_weight` or
-  /// `class_weight`: `sample_weighted_model`).
-  template <class OnReady>
-    requires std::same_as<T, float>
-  step_stats train_batch(const data::image_batch& batch, std::span<const float> weights, OnReady&& on_ready) {
-    return train_batch(batch.inputs, batch.labels, weights, batch.size, std::forward<OnReady>(on_ready));
-  }
-  /// `evaluate_batch` on a batch of the library's image pipelines (what `evaluate` calls: `trainable_model`).
-  step_stats evaluate_batch(const data::image_batch& batch)
-    requires std::same_as<T, float>
-  {
-    return evaluate_batch(batch.inputs, batch.labels, batch.size);
-  }
-  /// `evaluate_batch` on an image batch with a weight per example (`sample_weighted_model`).
-  step_stats evaluate_batch(const data::image_batch& batch, std::span<const float> weights)
-    requires std::same_as<T, float>
-  {
-    return evaluate_batch(batch.inputs, batch.labels, weights, batch.size);
-  }
-
-  /// Forward and loss on one batch in inference mode (dropout off); gradients untouched.
-  step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
-    return evaluate_batch(inputs, labels, std::span<const float>{}, batch);
-  }
-  /// `evaluate_batch` with a weight per example (`loss_sum` is sum(w_i * loss_i), as `train_batch`'s).
-  step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
-                            std::span<const float> weights, std::size_t batch) {
-    check(inputs, labels, batch, "evaluate_batch");
-    check_weights(weights, batch, "evaluate_batch");
-    step_stats stats;
-    arena_threads_->execute([&] {
-      exec_->forward_pass(inputs.data(), batch, false, false);
-      stats = exec_->loss_pass(labels, weights, batch, false, options_.label_smoothing);
-    });
-    return stats;
-  }
-
-  /// Loss and counts of one batch with dropout as in training at the current step, without gradients or
-  /// advancing the step (for finite-difference checks).
-  step_stats training_loss(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
-    check(inputs, labels, batch, "training_loss");
-    step_stats stats;
-    arena_threads_->execute([&] {
-      exec_->forward_pass(inputs.data(), batch, true, false);
-      stats = exec_->loss_pass(labels, {}, batch, false, options_.label_smoothing);
-    });
-    return stats;
-  }
-
   /// The model's outputs (logits) for a batch, in inference mode unless `training` (dropout on, at the current
   /// step); valid until the next call.
   std::span<const T> predict(std::span<const T> inputs, std::size_t batch, bool training = false) {
-    if (inputs.size() != batch * input_size())
+    if (inputs.size() != batch * this->input_size())
       detail::nn_config_error("predict: " + std::to_string(inputs.size()) + " input values for a batch of " +
-                              std::to_string(batch) + " samples of " + std::to_string(input_size()));
-    reserve(batch);
-    arena_threads_->execute([&] { exec_->forward_pass(inputs.data(), batch, training, false); });
+                              std::to_string(batch) + " samples of " + std::to_string(this->input_size()));
+    this->reserve(batch);
+    this->execute([&] { exec_->forward_pass(inputs.data(), batch, training, false); });
     return exec_->outputs();
   }
 
-  /// The outputs (logits) of the last forward pass (training, evaluation or `predict`): rows × `output_size()`,
-  /// valid until the next step. What metrics that need the outputs read (`model_with_outputs`, top-k accuracy).
-  [[nodiscard]] std::span<const T> outputs() const { return exec_->outputs(); }
-
  private:
   using executor = graph_detail::graph_executor<T>;
+  using front = graph_detail::executor_front<basic_sequential<T>, T>;
+  friend front;  // reads engine(), kind and default_on_ready
+
+  static constexpr const char* kind = "sequential";  // the model in messages
+  using default_on_ready = after_backward;            // no reports wanted: the dense kernel's gradient in one product
+  executor& engine() noexcept { return *exec_; }
+  const executor& engine() const noexcept { return *exec_; }
 
   // The linear graph of `specs` for the executor: layer i reads node i (the input, then each layer's output),
   // named as Keras names a sequential model's layers; its parameters are drawn from stream i, as they always were.
@@ -417,38 +277,8 @@ class basic_sequential {
     return s + "]";
   }
 
-  void check(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch, const char* what) {
-    if (batch == 0) detail::nn_config_error(std::string(what) + ": empty batch");
-    if (inputs.size() != batch * input_size())
-      detail::nn_config_error(std::string(what) + ": " + std::to_string(inputs.size()) + " input values for a batch of " +
-                              std::to_string(batch) + " samples of " + std::to_string(input_size()));
-    if (labels.size() != batch)
-      detail::nn_config_error(std::string(what) + ": " + std::to_string(labels.size()) + " labels for a batch of " +
-                              std::to_string(batch));
-    const auto classes = static_cast<std::int64_t>(output_size());
-    for (std::size_t i = 0; i < batch; ++i)
-      if (labels[i] < 0 || labels[i] >= classes)
-        throw data_error({"nn"}, "", std::string(what) + ": label " + std::to_string(labels[i]) + " of sample " +
-                                         std::to_string(i) + " outside [0, " + std::to_string(classes) + ")");
-    reserve(batch);
-  }
-
-  void check_weights(std::span<const float> weights, std::size_t batch, const char* what) const {
-    if (weights.empty()) return;
-    if (weights.size() != batch)
-      detail::nn_config_error(std::string(what) + ": sample_weight has " + std::to_string(weights.size()) +
-                              " weights for a batch of " + std::to_string(batch));
-    for (std::size_t i = 0; i < batch; ++i)
-      if (!(weights[i] >= 0.0f) || !std::isfinite(weights[i]))
-        detail::nn_config_error(std::string(what) + ": sample_weight " + std::to_string(weights[i]) +
-                                " of sample " + std::to_string(i) + " is not a finite weight >= 0");
-  }
-
-  model_options options_;
   std::vector<layer_spec> specs_;                        // as built (input first): the Keras layout's source
   mutable std::vector<std::vector<T>> keras_buffers_;    // transposed dense kernels of keras_weights()
-  int threads_ = 1;
-  std::unique_ptr<tbb::task_arena> arena_threads_;
   shape_t input_shape_;
   std::vector<layer_info> info_;
   std::unique_ptr<executor> exec_;  // the layers, arenas, buffers and passes (a pointer: the model moves cheaply)
