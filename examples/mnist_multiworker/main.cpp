@@ -312,16 +312,12 @@ int train_with_optimizer(const flags& f, Strategy& strategy) {
   return train(f, strategy, optimizer);
 }
 
-// The ring's workers: from TF_CONFIG, or from an MPI launcher's variables when there is no TF_CONFIG.
+// The ring's workers: from TF_CONFIG, or from an MPI launcher's variables when there is no TF_CONFIG (the library
+// chooses).
 mwstrat::multi_worker_mirrored_strategy make_ring_strategy(const flags& f) {
   mwstrat::communication_options comm;
   comm.connect_timeout = seconds(f.connect_timeout_s);
   comm.op_timeout = seconds(f.op_timeout_s);
-  if (!std::getenv("TF_CONFIG") && mwstrat::mpi_resolver::detected()) {
-    mwstrat::mpi_resolver_options mo;
-    mo.timeout = comm.connect_timeout;
-    return mwstrat::make_multi_worker_mirrored_strategy(mwstrat::mpi_resolver(mo), comm);
-  }
   return mwstrat::make_multi_worker_mirrored_strategy(comm);  // waits for every worker
 }
 

@@ -5,12 +5,14 @@
 ///
 /// Making one blocks until every worker of the cluster is connected (each listens on its own address and connects
 /// to the next, until `connect_timeout`); the chief logs `started: tcp://host:port, waiting for N workers`.
-/// Without TF_CONFIG (or with an empty one) the process is a single local worker and nothing listens. The options
+/// Without TF_CONFIG, under an MPI launcher the ranks meet through `mpi_resolver`; otherwise (or with an empty
+/// TF_CONFIG) the process is a single local worker and nothing listens. The options
 /// the code leaves unset are read from the environment here (`with_environment_defaults`), never deeper.
 
 #include <mwstrat/cluster/cluster_config.hpp>
 #include <mwstrat/cluster/concepts.hpp>
 #include <mwstrat/cluster/environment.hpp>
+#include <mwstrat/cluster/mpi_resolver.hpp>
 #include <mwstrat/cluster/tf_config.hpp>
 #include <mwstrat/collective/ring/host_arena.hpp>
 #include <mwstrat/collective/ring/options.hpp>
@@ -75,8 +77,16 @@ multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(const Resolve
   return make_multi_worker_mirrored_strategy(resolver.resolve(), std::move(options));
 }
 
-/// Builds the strategy from the environment's TF_CONFIG, as `tf.distribute.MultiWorkerMirroredStrategy()` does.
+/// Builds the strategy from the environment, as `tf.distribute.MultiWorkerMirroredStrategy()` does: from TF_CONFIG;
+/// without TF_CONFIG under an MPI launcher (mpirun, Hydra), from the launcher's rank variables, meeting the other
+/// ranks within `options.connect_timeout` (cluster/mpi_resolver.hpp); with neither, a single local worker.
 inline multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(communication_options options = {}) {
+  const environment env;
+  if (!env.get("TF_CONFIG") && mpi_resolver::detected(env)) {
+    mpi_resolver_options mpi;
+    mpi.timeout = options.connect_timeout;
+    return make_multi_worker_mirrored_strategy(mpi_resolver(mpi), std::move(options));
+  }
   return make_multi_worker_mirrored_strategy(tf_config_resolver{}, std::move(options));
 }
 
