@@ -63,5 +63,6 @@ endforeach()
 if(doc_block_sources)
   add_library(mwstrat_doc_blocks OBJECT ${doc_block_sources})
   target_link_libraries(mwstrat_doc_blocks PRIVATE mwstrat::mwstrat mwstrat::warnings)
+  target_compile_options(mwstrat_doc_blocks PRIVATE ${mwstrat_unsanitized_options})
   # Compiled, never linked or run: a page's program would wait for a cluster.
 endif()

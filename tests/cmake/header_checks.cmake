@@ -31,6 +31,7 @@ foreach(component IN ITEMS whole LISTS mwstrat_components)
   endif()
   add_library(mwstrat_header_checks_${component} OBJECT ${sources})
   target_link_libraries(mwstrat_header_checks_${component} PRIVATE ${target} mwstrat::warnings)
+  target_compile_options(mwstrat_header_checks_${component} PRIVATE ${mwstrat_unsanitized_options})
   # The boundary test re-runs these exact compile commands to list the headers each one opens.
   set_target_properties(mwstrat_header_checks_${component} PROPERTIES EXPORT_COMPILE_COMMANDS ON)
   list(APPEND header_check_targets mwstrat_header_checks_${component})
