@@ -4,6 +4,7 @@
 // together.
 #include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/train/detail/batch_steps.hpp>
 #include <mwstrat/train/detail/epoch_runner.hpp>
 #include <mwstrat/train/detail/step_agreement.hpp>
 #include <mwstrat/train/fit.hpp>
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -201,6 +203,25 @@ TEST(recovery_session, refuses_recovery_on_a_strategy_that_cannot_rebuild_its_co
       EXPECT_NE(std::string(e.what()).find("needs a recoverable_strategy"), std::string::npos) << e.what();
     }
   });
+}
+
+// batch_steps.hpp: an evaluation step skips a worker's empty batch only when the batch's type says how many examples
+// it holds, in any of the three spellings; a type that says nothing is never taken for empty.
+struct sized_by_member { std::size_t size = 0; };
+struct sized_by_count { std::size_t count = 0; };
+struct sized_by_call {
+  std::size_t n = 0;
+  [[nodiscard]] std::size_t size() const { return n; }
+};
+struct unsized {};
+
+TEST(batch_steps, examples_in_reads_a_batchs_size_count_or_size_call_and_nothing_else) {
+  EXPECT_EQ(mwstrat::detail::examples_in(sized_by_member{7}), std::optional<std::size_t>{7});
+  EXPECT_EQ(mwstrat::detail::examples_in(sized_by_member{0}), std::optional<std::size_t>{0});
+  EXPECT_EQ(mwstrat::detail::examples_in(sized_by_count{3}), std::optional<std::size_t>{3});
+  EXPECT_EQ(mwstrat::detail::examples_in(sized_by_call{5}), std::optional<std::size_t>{5});
+  EXPECT_EQ(mwstrat::detail::examples_in(unsized{}), std::nullopt);
+  EXPECT_EQ(mwstrat::detail::examples_in(std::vector<int>(4)), std::optional<std::size_t>{4});
 }
 
 }  // namespace fit_parts_test
