@@ -252,19 +252,33 @@ class safetensors_view {
   metadata_map metadata_;
 };
 
+namespace detail {
+/// A safetensors file opened for reading, its size, and its header's length checked against that size: how every
+/// reader of a file starts (`safetensors_file::open`, `load_training_state`).
+struct opened_safetensors {
+  unique_fd fd;
+  std::uint64_t size = 0;
+  std::uint64_t header_length = 0;
+};
+
+[[nodiscard]] inline opened_safetensors open_safetensors(const std::filesystem::path& path, std::optional<int> rank) {
+  opened_safetensors file{open_for_reading(path, rank)};
+  file.size = file_size(file.fd.get(), path, rank);
+  if (file.size < 8)
+    checkpoint_fail(rank, path,
+                    "too short for a safetensors file (" + std::to_string(file.size) + " bytes, need at least 8)");
+  read_exact(file.fd.get(), std::as_writable_bytes(std::span(&file.header_length, 1)), 0, path, rank);
+  safetensors_view::check_header_length(file.header_length, file.size, path, rank);
+  return file;
+}
+}  // namespace detail
+
 /// A safetensors file read into memory (64-byte aligned, so typed views of its tensors are aligned too).
 class safetensors_file {
  public:
   /// Reads and validates `path`; throws `checkpoint_error` naming it if it is missing, unreadable or corrupt.
   [[nodiscard]] static safetensors_file open(const std::filesystem::path& path, const read_options& options = {}) {
-    detail::unique_fd fd = detail::open_for_reading(path, options.rank);
-    const std::uint64_t size = detail::file_size(fd.get(), path, options.rank);
-    if (size < 8)
-      detail::checkpoint_fail(options.rank, path,
-                              "too short for a safetensors file (" + std::to_string(size) + " bytes, need at least 8)");
-    std::uint64_t header_length = 0;
-    detail::read_exact(fd.get(), std::as_writable_bytes(std::span(&header_length, 1)), 0, path, options.rank);
-    safetensors_view::check_header_length(header_length, size, path, options.rank);
+    const auto [fd, size, header_length] = detail::open_safetensors(path, options.rank);
     safetensors_file file;
     file.size_ = static_cast<std::size_t>(size);
     file.buffer_.reset(static_cast<std::byte*>(::operator new(file.size_, std::align_val_t{64})));

@@ -44,6 +44,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -86,6 +87,16 @@ struct basic_training_state {
   metadata_map extra;                     ///< anything else, as strings; keys must not start with "mwstrat." (but `mwstrat.architecture`)
 };
 
+namespace detail {
+/// Every field of a training state but its tensors, as a tuple of references: the one list that copying between the
+/// owning and the viewing form and comparing owning states go through, so a new field is added here once.
+template <class State>
+[[nodiscard]] auto progress_fields(State& s) noexcept {
+  return std::tie(s.epoch, s.step, s.cursor, s.rng_state, s.world_size, s.model_fingerprint, s.optimizer_iterations,
+                  s.extra);
+}
+}  // namespace detail
+
 /// A training state that owns its tensors.
 using training_state = basic_training_state<float_tensor>;
 /// A training state that views its tensors.
@@ -93,10 +104,8 @@ using training_state_view = basic_training_state<float_tensor_view>;
 
 /// Equality of owning states (bitwise for the values, except that NaN never equals itself).
 [[nodiscard]] inline bool operator==(const training_state& a, const training_state& b) {
-  return a.epoch == b.epoch && a.step == b.step && a.cursor == b.cursor && a.rng_state == b.rng_state &&
-         a.world_size == b.world_size && a.model_fingerprint == b.model_fingerprint &&
-         a.optimizer_iterations == b.optimizer_iterations && a.weights == b.weights &&
-         a.optimizer_slots == b.optimizer_slots && a.extra == b.extra;
+  return detail::progress_fields(a) == detail::progress_fields(b) && a.weights == b.weights &&
+         a.optimizer_slots == b.optimizer_slots;
 }
 
 /// A checkpoint that a `checkpointer` restored: the state and where it came from (for messages and logs).
@@ -109,14 +118,7 @@ struct restored_checkpoint {
 /// A view of `state` (valid while `state` lives and its vectors are not resized).
 [[nodiscard]] inline training_state_view view_of(const training_state& state) {
   training_state_view v;
-  v.epoch = state.epoch;
-  v.step = state.step;
-  v.cursor = state.cursor;
-  v.rng_state = state.rng_state;
-  v.world_size = state.world_size;
-  v.model_fingerprint = state.model_fingerprint;
-  v.optimizer_iterations = state.optimizer_iterations;
-  v.extra = state.extra;
+  detail::progress_fields(v) = detail::progress_fields(state);
   const auto convert = [](const std::vector<float_tensor>& from, std::vector<float_tensor_view>& to) {
     to.reserve(from.size());
     for (const auto& t : from) to.push_back({t.name, t.shape, std::span<const float>(t.values)});
@@ -130,14 +132,7 @@ struct restored_checkpoint {
 /// shapes, taking another snapshot allocates nothing. What a trainer does to write a state in the background while
 /// training goes on changing the values `from` views.
 inline void snapshot_into(const training_state_view& from, training_state& to) {
-  to.epoch = from.epoch;
-  to.step = from.step;
-  to.cursor = from.cursor;
-  to.rng_state = from.rng_state;
-  to.world_size = from.world_size;
-  to.model_fingerprint = from.model_fingerprint;
-  to.optimizer_iterations = from.optimizer_iterations;
-  to.extra = from.extra;
+  detail::progress_fields(to) = detail::progress_fields(from);
   const auto copy = [](const std::vector<float_tensor_view>& views, std::vector<float_tensor>& tensors) {
     tensors.resize(views.size());
     for (std::size_t i = 0; i < views.size(); ++i) {
@@ -358,14 +353,7 @@ inline void save_training_state(const std::filesystem::path& path, const trainin
 /// CRC32C; on any defect throws `checkpoint_error` naming the file, and `state` is then unspecified (but valid).
 inline void load_training_state(const std::filesystem::path& path, training_state& state, read_options options = {}) {
   options.require_crc = true;
-  detail::unique_fd fd = detail::open_for_reading(path, options.rank);
-  const std::uint64_t size = detail::file_size(fd.get(), path, options.rank);
-  if (size < 8)
-    detail::checkpoint_fail(options.rank, path,
-                            "too short for a safetensors file (" + std::to_string(size) + " bytes, need at least 8)");
-  std::uint64_t header_length = 0;
-  detail::read_exact(fd.get(), std::as_writable_bytes(std::span(&header_length, 1)), 0, path, options.rank);
-  safetensors_view::check_header_length(header_length, size, path, options.rank);
+  const auto [fd, size, header_length] = detail::open_safetensors(path, options.rank);
   std::string header_text(static_cast<std::size_t>(header_length), '\0');
   detail::read_exact(fd.get(), std::as_writable_bytes(std::span(header_text)), 8, path, options.rank);
   const detail::parsed_header header =

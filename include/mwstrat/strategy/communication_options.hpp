@@ -18,6 +18,7 @@
 ///     worker), else 0.
 
 #include <mwstrat/cluster/environment.hpp>
+#include <mwstrat/cluster/launcher_environment.hpp>
 #include <mwstrat/collective/ring/options.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
@@ -144,17 +145,9 @@ struct communication_options {
   }
   if (!options.host_identity)
     if (auto v = env.get("MWSTRAT_HOST_ID"); v && !v->empty()) options.host_identity = std::move(*v);
-  if (!options.ring_generation) {
-    options.ring_generation = 0;
-    if (const auto v = env.get("MWSTRAT_RECOVERY_GENERATION")) {
-      std::uint64_t g = 0;
-      const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), g);
-      if (ec != std::errc{} || end != v->data() + v->size())
-        throw config_error({"strategy", rank},
-                           "MWSTRAT_RECOVERY_GENERATION is '" + *v + "', expected a non-negative whole number");
-      options.ring_generation = g;
-    }
-  }
+  // The launcher's protocol has one reader (cluster/launcher_environment.hpp), which refuses every malformed variable
+  // of it here too, before any connection.
+  if (!options.ring_generation) options.ring_generation = launcher_environment::read(env).generation;
   return options;
 }
 

@@ -177,15 +177,7 @@ class collective_gradient_sync {
       if (placement_ == update_placement::shared_host_copy) {
         auto result = std::forward<Backward>(backward)(after_backward{});
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
-        detail::deferred_exception failed;  // the arena calls back mid-operation (deferred_exception.hpp)
-        arena_->mean_and_update([&](std::size_t first, std::size_t count) {
-          failed.run([&] {
-            regularization_.add(first, count);
-            optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
-          });
-        });
-        failed.rethrow_if_any();
-        optimizer_.count_step();
+        update_by_parts([&](auto& on_part) { arena_->mean_and_update(on_part); }, apply_own_part(params, grads));
         return result;
       }
     }
@@ -193,15 +185,8 @@ class collective_gradient_sync {
     if constexpr (can_shard) {
       if (placement_ == update_placement::sharded) {
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
-        detail::deferred_exception failed;
-        collective_.all_reduce_update(grads, reduce_op::mean, params, [&](std::size_t first, std::size_t count) {
-          failed.run([&] {
-            regularization_.add(first, count);
-            optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
-          });
-        });
-        failed.rethrow_if_any();
-        optimizer_.count_step();
+        update_by_parts([&](auto& on_part) { collective_.all_reduce_update(grads, reduce_op::mean, params, on_part); },
+                        apply_own_part(params, grads));
         return result;
       }
     }
@@ -211,15 +196,10 @@ class collective_gradient_sync {
         // travels: the same operations per element as the whole update after the all-reduce, one pass fewer over
         // the gradients.
         const std::span<float> params = model_.parameters(), grads = model_.gradients();
-        detail::deferred_exception failed;
-        collective_.all_reduce_streamed(grads, reduce_op::mean, [&](std::size_t first, std::size_t count) {
-          failed.run([&] {
-            regularization_.add(first, count);
-            optimizer_.apply_range(params, std::span<const float>(grads), first, count);
-          });
-        });
-        failed.rethrow_if_any();
-        optimizer_.count_step();
+        update_by_parts([&](auto& on_part) { collective_.all_reduce_streamed(grads, reduce_op::mean, on_part); },
+                        [&](std::size_t first, std::size_t count) {
+                          optimizer_.apply_range(params, std::span<const float>(grads), first, count);
+                        });
         return result;
       }
     }
@@ -236,6 +216,32 @@ class collective_gradient_sync {
   }
 
  private:
+  // One update whose parts arrive from inside a collective: `reduce(on_part)` runs the collective, which calls
+  // `on_part(first, count)` as each part of the mean is final here; each part is regularised and updated by
+  // `update_part`. The collective calls back mid-operation, so an exception is kept until it has returned
+  // (deferred_exception.hpp) and only then rethrown; the optimizer counts the step once every part is done.
+  template <class Reduce, class UpdatePart>
+  void update_by_parts(Reduce&& reduce, UpdatePart&& update_part) {
+    detail::deferred_exception failed;
+    auto on_part = [&](std::size_t first, std::size_t count) {
+      failed.run([&] {
+        regularization_.add(first, count);
+        update_part(first, count);
+      });
+    };
+    std::forward<Reduce>(reduce)(on_part);
+    failed.rethrow_if_any();
+    optimizer_.count_step();
+  }
+
+  // The update of one part of the parameters from the same part of the gradients (the shared and sharded
+  // placements: the part is this worker's own).
+  auto apply_own_part(std::span<float> params, std::span<float> grads) {
+    return [this, params, grads](std::size_t first, std::size_t count) {
+      optimizer_.apply_part(params.subspan(first, count), std::span<const float>(grads.subspan(first, count)));
+    };
+  }
+
   static constexpr bool can_shard = part_update_optimizer<Optimizer> && fused_update_collective<Collective>;
   static constexpr bool can_stream = range_update_optimizer<Optimizer> && streamed_reduce_collective<Collective>;
   static constexpr bool shares_storage =

@@ -31,16 +31,15 @@
 #include <stdexcept>
 #include <string>
 
-namespace mwstrat::nn::kernels {
+namespace mwstrat::detail {
 
-namespace detail_conv {
-
-inline std::size_t patch_size(const conv2d_geometry& g) { return g.kernel_h * g.kernel_w * g.in_c; }
-inline std::size_t out_positions(const conv2d_geometry& g) { return g.out_h * g.out_w; }
+// The im2col reference's pieces (the fast kernels have their own: conv2d_direct.hpp, conv2d_winograd.hpp).
+inline std::size_t conv_patch_size(const nn::kernels::conv2d_geometry& g) { return g.kernel_h * g.kernel_w * g.in_c; }
+inline std::size_t conv_out_positions(const nn::kernels::conv2d_geometry& g) { return g.out_h * g.out_w; }
 
 // cols[n][oy][ox][ky][kx][c] for one image.
-inline void im2col_image(const conv2d_geometry& g, const float* x, float* cols) {
-  const std::size_t patch = patch_size(g);
+inline void im2col_image(const nn::kernels::conv2d_geometry& g, const float* x, float* cols) {
+  const std::size_t patch = conv_patch_size(g);
   for (std::size_t oy = 0; oy < g.out_h; ++oy)
     for (std::size_t ox = 0; ox < g.out_w; ++ox) {
       float* dst = cols + (oy * g.out_w + ox) * patch;
@@ -62,8 +61,8 @@ inline void im2col_image(const conv2d_geometry& g, const float* x, float* cols) 
 }
 
 // dx (one image, zeroed first) += the patch gradients in cols, added in (oy, ox, ky, kx) order.
-inline void col2im_image(const conv2d_geometry& g, const float* cols, float* dx) {
-  const std::size_t patch = patch_size(g);
+inline void col2im_image(const nn::kernels::conv2d_geometry& g, const float* cols, float* dx) {
+  const std::size_t patch = conv_patch_size(g);
   std::fill(dx, dx + g.in_h * g.in_w * g.in_c, 0.0f);
   for (std::size_t oy = 0; oy < g.out_h; ++oy)
     for (std::size_t ox = 0; ox < g.out_w; ++ox) {
@@ -85,23 +84,25 @@ inline void col2im_image(const conv2d_geometry& g, const float* cols, float* dx)
 
 // Images per chunk of the filter gradient's batch sum: fixed by the shape (about 2^20 multiply-adds of work
 // per chunk at the least; a power of two), never by the thread count or the batch.
-inline std::size_t filter_chunk_images(const conv2d_geometry& g) {
-  const std::size_t per_image = out_positions(g) * patch_size(g) * g.out_c;
-  return ::mwstrat::detail::power_of_two_floor(
+inline std::size_t conv_filter_chunk_images(const nn::kernels::conv2d_geometry& g) {
+  const std::size_t per_image = conv_out_positions(g) * conv_patch_size(g) * g.out_c;
+  return power_of_two_floor(
       std::clamp<std::size_t>((std::size_t{1} << 20) / std::max<std::size_t>(per_image, 1), 1, 8));
 }
 
-}  // namespace detail_conv
+}  // namespace mwstrat::detail
+
+namespace mwstrat::nn::kernels {
 
 /// Reference forward pass: im2col, then one GEMM with the HWIO kernel (whose rows are the patch order).
 inline void conv2d_forward_reference(const conv2d_geometry& g, const float* input, const float* kernel,
                                      const float* bias, float* output, conv2d_workspace& ws) {
-  detail_conv::check_geometry(g, "conv2d_forward");
-  const std::size_t patch = detail_conv::patch_size(g);
-  const std::size_t rows = detail_conv::out_positions(g);
+  detail::check_conv_geometry(g, "conv2d_forward");
+  const std::size_t patch = detail::conv_patch_size(g);
+  const std::size_t rows = detail::conv_out_positions(g);
   float* cols = conv2d_workspace::ensure(ws.buffer_a, g.batch * rows * patch);
   ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
-    detail_conv::im2col_image(g, input + n * g.in_h * g.in_w * g.in_c, cols + n * rows * patch);
+    detail::im2col_image(g, input + n * g.in_h * g.in_w * g.in_c, cols + n * rows * patch);
   });
   ::mwstrat::detail::gemm_nn<float>(g.batch * rows, g.out_c, patch, cols, static_cast<std::ptrdiff_t>(patch), 1, kernel,
                          g.out_c, output, g.out_c, bias);
@@ -111,9 +112,9 @@ inline void conv2d_forward_reference(const conv2d_geometry& g, const float* inpu
 inline void conv2d_backward_data_reference(const conv2d_geometry& g, const float* grad_output, const float* kernel,
                                            float* grad_input, conv2d_workspace& ws,
                                            const conv2d_image_hook* hook = nullptr) {
-  detail_conv::check_geometry(g, "conv2d_backward_data");
-  const std::size_t patch = detail_conv::patch_size(g);
-  const std::size_t rows = detail_conv::out_positions(g);
+  detail::check_conv_geometry(g, "conv2d_backward_data");
+  const std::size_t patch = detail::conv_patch_size(g);
+  const std::size_t rows = detail::conv_out_positions(g);
   const std::size_t m = g.batch * rows;
   float* cols = conv2d_workspace::ensure(ws.buffer_a, m * patch);
   const std::size_t scratch = ::mwstrat::detail::gemm_nt_workspace(m, patch, g.out_c);
@@ -121,7 +122,7 @@ inline void conv2d_backward_data_reference(const conv2d_geometry& g, const float
   ::mwstrat::detail::gemm_nt<float>(m, patch, g.out_c, grad_output, g.out_c, kernel, g.out_c, cols, patch, nullptr, false,
                          std::span<float>(part, scratch));
   for_each_image(g.batch, hook, [&](std::size_t n) {
-    detail_conv::col2im_image(g, cols + n * rows * patch, grad_input + n * g.in_h * g.in_w * g.in_c);
+    detail::col2im_image(g, cols + n * rows * patch, grad_input + n * g.in_h * g.in_w * g.in_c);
   });
 }
 
@@ -129,10 +130,10 @@ inline void conv2d_backward_data_reference(const conv2d_geometry& g, const float
 /// one task, into its own partial sum), then the partial sums added by the aligned tree (batch-split invariant).
 inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const float* input, const float* grad_output,
                                              float* grad_kernel, float* grad_bias, conv2d_workspace& ws) {
-  detail_conv::check_geometry(g, "conv2d_backward_filter");
-  const std::size_t patch = detail_conv::patch_size(g);
-  const std::size_t rows = detail_conv::out_positions(g);
-  const std::size_t chunk = detail_conv::filter_chunk_images(g);
+  detail::check_conv_geometry(g, "conv2d_backward_filter");
+  const std::size_t patch = detail::conv_patch_size(g);
+  const std::size_t rows = detail::conv_out_positions(g);
+  const std::size_t chunk = detail::conv_filter_chunk_images(g);
   const std::size_t chunks = ::mwstrat::detail::ceil_div(g.batch, chunk);
   const std::size_t wsize = patch * g.out_c;
   float* cols = conv2d_workspace::ensure(ws.buffer_a, g.batch * rows * patch);
@@ -141,7 +142,7 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
     const std::size_t n0 = t * chunk;
     const std::size_t n1 = std::min(g.batch, n0 + chunk);
     for (std::size_t n = n0; n < n1; ++n)
-      detail_conv::im2col_image(g, input + n * g.in_h * g.in_w * g.in_c, cols + n * rows * patch);
+      detail::im2col_image(g, input + n * g.in_h * g.in_w * g.in_c, cols + n * rows * patch);
     const std::size_t m0 = n0 * rows;
     const std::size_t k = (n1 - n0) * rows;
     float* out = part + t * (wsize + g.out_c);
@@ -160,24 +161,29 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
   if (grad_bias != nullptr) std::copy_n(part + wsize, g.out_c, grad_bias);
 }
 
-namespace detail_conv {
+}  // namespace mwstrat::nn::kernels
+
+namespace mwstrat::detail {
 
 // The reference forward pass, then the hook (nullable) on each image: the reference's one GEMM finishes every
 // image at once, so the hook reads them back from memory, but gets the same calls as on the fast paths.
-inline void forward_reference_hooked(const conv2d_geometry& g, const float* input, const float* kernel,
-                                     const float* bias, float* output, conv2d_workspace& ws,
-                                     const conv2d_image_hook* hook) {
-  conv2d_forward_reference(g, input, kernel, bias, output, ws);
-  if (hook != nullptr) for_each_image(g.batch, hook, [](std::size_t) {});
+inline void conv_forward_reference_hooked(const nn::kernels::conv2d_geometry& g, const float* input,
+                                          const float* kernel, const float* bias, float* output,
+                                          nn::kernels::conv2d_workspace& ws,
+                                          const nn::kernels::conv2d_image_hook* hook) {
+  nn::kernels::conv2d_forward_reference(g, input, kernel, bias, output, ws);
+  if (hook != nullptr) nn::kernels::for_each_image(g.batch, hook, [](std::size_t) {});
 }
 
-}  // namespace detail_conv
+}  // namespace mwstrat::detail
+
+namespace mwstrat::nn::kernels {
 
 /// output = conv(input, kernel) + bias (bias may be null); output is overwritten. The hook (nullable) runs on each
 /// output image once it is complete (nn/kernels/conv2d_image_hook.hpp), on every path.
 inline void conv2d_forward(const conv2d_geometry& g, const float* input, const float* kernel, const float* bias,
                            float* output, conv2d_workspace& ws, const conv2d_image_hook* hook = nullptr) {
-  detail_conv::check_geometry(g, "conv2d_forward");
+  detail::check_conv_geometry(g, "conv2d_forward");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
     winograd::forward(g, input, nullptr, kernel, bias, output, ws, hook);
     return;
@@ -186,7 +192,7 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const f
     direct::forward(g, input, nullptr, kernel, bias, output, ws, hook);
     return;
   }
-  detail_conv::forward_reference_hooked(g, input, kernel, bias, output, ws, hook);
+  detail::conv_forward_reference_hooked(g, input, kernel, bias, output, ws, hook);
 }
 
 /// output = conv(t(input), kernel) + bias, where t is the per-channel transform (inference-mode batch norm and
@@ -195,7 +201,7 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const f
 inline void conv2d_forward(const conv2d_geometry& g, const float* input, const conv2d_input_transform& transform,
                            const float* kernel, const float* bias, float* output, conv2d_workspace& ws,
                            const conv2d_image_hook* hook = nullptr) {
-  detail_conv::check_geometry(g, "conv2d_forward");
+  detail::check_conv_geometry(g, "conv2d_forward");
   if (transform.scale == nullptr || transform.shift == nullptr)
     throw ::mwstrat::config_error({"nn"}, "conv2d_forward: the input transform needs a scale and a shift");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
@@ -216,7 +222,7 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
         x[p * g.in_c + c] = v;
       }
   });
-  detail_conv::forward_reference_hooked(g, x, kernel, bias, output, ws, hook);
+  detail::conv_forward_reference_hooked(g, x, kernel, bias, output, ws, hook);
 }
 
 /// grad_input = the gradient of the loss with respect to the input; overwritten, or with `add` added to what is
@@ -226,7 +232,7 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
 inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel,
                                  float* grad_input, conv2d_workspace& ws, bool add = false,
                                  const conv2d_image_hook* hook = nullptr) {
-  detail_conv::check_geometry(g, "conv2d_backward_data");
+  detail::check_conv_geometry(g, "conv2d_backward_data");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
     winograd::backward_data(g, grad_output, kernel, grad_input, ws, add, hook);
     return;
@@ -254,7 +260,7 @@ inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_out
 /// grad_kernel (HWIO) and grad_bias (nullable) = the gradients summed over the batch; overwritten.
 inline void conv2d_backward_filter(const conv2d_geometry& g, const float* input, const float* grad_output,
                                    float* grad_kernel, float* grad_bias, conv2d_workspace& ws) {
-  detail_conv::check_geometry(g, "conv2d_backward_filter");
+  detail::check_conv_geometry(g, "conv2d_backward_filter");
   if (ws.path == conv2d_path::automatic && winograd::filter_applies(g)) {
     winograd::backward_filter(g, input, grad_output, grad_kernel, grad_bias, ws);
     return;

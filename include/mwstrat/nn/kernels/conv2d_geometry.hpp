@@ -38,10 +38,12 @@ struct conv2d_workspace {
   }
 };
 
+}  // namespace mwstrat::nn::kernels
 
-namespace detail_conv {
+namespace mwstrat::detail {
 
-inline void check_geometry(const conv2d_geometry& g, const char* who) {
+// Throws config_error, naming `who` (the kernel entry point), unless `g` describes a convolution the kernels can run.
+inline void check_conv_geometry(const nn::kernels::conv2d_geometry& g, const char* who) {
   const auto fail = [&](const std::string& what) {
     throw ::mwstrat::config_error({"nn"}, std::string(who) + ": " + what);
   };
@@ -57,8 +59,9 @@ inline void check_geometry(const conv2d_geometry& g, const char* who) {
   if (g.pad_top >= g.kernel_h || g.pad_left >= g.kernel_w) fail("padding must be smaller than the kernel");
 }
 
-}  // namespace detail_conv
+}  // namespace mwstrat::detail
 
+namespace mwstrat::nn::kernels {
 
 /// A per-channel affine map and optional ReLU applied to the input as it is read (inference-mode batch norm and
 /// ReLU before a convolution): x -> max(0, x * scale[c] + shift[c]) with relu, x * scale[c] + shift[c] without.
