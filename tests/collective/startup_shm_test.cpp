@@ -57,6 +57,12 @@ struct log_lines {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The log holds exactly one line, and it says `part`.
+void expect_one_line(const log_lines& log, const std::string& part) {
+  ASSERT_EQ(log.lines.size(), 1u);
+  EXPECT_TRUE(has(log.lines[0], part)) << log.lines[0];
+}
+
 template <std::size_t N>
 void send(int fd, const std::array<std::uint8_t, N>& bytes) {
   ASSERT_EQ(d::write_all(fd, bytes.data(), bytes.size(), limit()).status, d::io_status::ok);
@@ -70,15 +76,14 @@ std::array<std::uint8_t, N> receive(int fd) {
 
 TEST(RingStartupShm, BothEndsMapOneObjectAndItsNameIsGone) {
   link_ends link = socket_pair();
-  auto& sender = link.sender;
-  auto& receiver = link.receiver;
   log_lines sent_log, received_log;
   std::optional<d::shm_region> offered, mapped;
   std::optional<std::string> receiver_failure;
   std::thread receiving([&] {
-    receiver_failure = d::accept_shm_offer(receiver.get(), limit(), chunk, "rank 0", received_log.sink(), mapped);
+    receiver_failure = d::accept_shm_offer(link.receiver.get(), limit(), chunk, "rank 0", received_log.sink(), mapped);
   });
-  const auto sender_failure = d::offer_shm_region(sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
+  const auto sender_failure =
+      d::offer_shm_region(link.sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
   receiving.join();
   EXPECT_EQ(sender_failure, std::nullopt);
   EXPECT_EQ(receiver_failure, std::nullopt);
@@ -100,37 +105,32 @@ TEST(RingStartupShm, BothEndsMapOneObjectAndItsNameIsGone) {
 
 TEST(RingStartupShm, AReceiverWithAnotherChunkSizeDeclinesAndBothEndsSayWhy) {
   link_ends link = socket_pair();
-  auto& sender = link.sender;
-  auto& receiver = link.receiver;
   log_lines sent_log, received_log;
   std::optional<d::shm_region> offered, mapped;
   std::optional<std::string> receiver_failure;
   std::thread receiving([&] {
-    receiver_failure = d::accept_shm_offer(receiver.get(), limit(), 2 * chunk, "rank 0", received_log.sink(), mapped);
+    receiver_failure =
+        d::accept_shm_offer(link.receiver.get(), limit(), 2 * chunk, "rank 0", received_log.sink(), mapped);
   });
-  const auto sender_failure = d::offer_shm_region(sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
+  const auto sender_failure =
+      d::offer_shm_region(link.sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
   receiving.join();
   EXPECT_EQ(sender_failure, std::nullopt);  // a decline is not a failure: the link goes on over TCP
   EXPECT_EQ(receiver_failure, std::nullopt);
   EXPECT_FALSE(offered);
   EXPECT_FALSE(mapped);
-  ASSERT_EQ(received_log.lines.size(), 1u);
-  EXPECT_TRUE(has(received_log.lines[0], "payloads from rank 0 over TCP: shared memory declined"));
-  EXPECT_TRUE(has(received_log.lines[0], "(8 x 4096 bytes) does not match our chunk_bytes (8192)"))
-      << received_log.lines[0];
-  ASSERT_EQ(sent_log.lines.size(), 1u);
-  EXPECT_TRUE(has(sent_log.lines[0], "payloads to rank 1 over TCP: it declined the shared memory"));
+  expect_one_line(received_log, "payloads from rank 0 over TCP: shared memory declined: its region (8 x 4096 bytes) "
+                                "does not match our chunk_bytes (8192)");
+  expect_one_line(sent_log, "payloads to rank 1 over TCP: it declined the shared memory");
   EXPECT_TRUE(our_names().empty());
 }
 
 TEST(RingStartupShm, AMalformedOfferIsAFailureOfTheConnection) {
   link_ends link = socket_pair();
-  auto& sender = link.sender;
-  auto& receiver = link.receiver;
-  send(sender.get(), std::array<std::uint8_t, d::shm_offer_size>{});  // no magic, nothing valid
+  send(link.sender.get(), std::array<std::uint8_t, d::shm_offer_size>{});  // no magic, nothing valid
   log_lines received_log;
   std::optional<d::shm_region> mapped;
-  const auto failure = d::accept_shm_offer(receiver.get(), limit(), chunk, "rank 0", received_log.sink(), mapped);
+  const auto failure = d::accept_shm_offer(link.receiver.get(), limit(), chunk, "rank 0", received_log.sink(), mapped);
   EXPECT_EQ(failure, std::optional<std::string>("malformed shared-memory offer"));
   EXPECT_FALSE(mapped);
 }
@@ -138,27 +138,24 @@ TEST(RingStartupShm, AMalformedOfferIsAFailureOfTheConnection) {
 TEST(RingStartupShm, AClosedConnectionIsReturnedAndTheOfferedNameStillGoes) {
   {  // The receiver's side: the sender went away before offering.
     link_ends link = socket_pair();
-    auto& sender = link.sender;
-    auto& receiver = link.receiver;
-    sender.reset();
+    link.sender.reset();
     log_lines received_log;
     std::optional<d::shm_region> mapped;
-    const auto failure = d::accept_shm_offer(receiver.get(), limit(), chunk, "rank 0", received_log.sink(), mapped);
+    const auto failure =
+        d::accept_shm_offer(link.receiver.get(), limit(), chunk, "rank 0", received_log.sink(), mapped);
     ASSERT_TRUE(failure);
     EXPECT_TRUE(has(*failure, "no shared-memory offer (")) << *failure;
     EXPECT_FALSE(mapped);
   }
   {  // The sender's side: the receiver read the offer and went away without answering.
     link_ends link = socket_pair();
-    auto& sender = link.sender;
-    auto& receiver = link.receiver;
     std::thread receiving([&] {
-      (void)receive<d::shm_offer_size>(receiver.get());
-      receiver.reset();
+      (void)receive<d::shm_offer_size>(link.receiver.get());
+      link.receiver.reset();
     });
     log_lines sent_log;
     std::optional<d::shm_region> offered;
-    const auto failure = d::offer_shm_region(sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
+    const auto failure = d::offer_shm_region(link.sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
     receiving.join();
     ASSERT_TRUE(failure);
     EXPECT_TRUE(has(*failure, "shared-memory answer: ")) << *failure;
@@ -171,28 +168,25 @@ TEST(RingStartupShm, AReceiverThatMappedAnotherObjectKeepsTheLinkOnTcp) {
   // What a receiver in another /dev/shm (another container or mount namespace) answers: "mapped", with bytes that
   // are not the sender's proof.
   link_ends link = socket_pair();
-  auto& sender = link.sender;
-  auto& receiver = link.receiver;
   std::optional<bool> verdict;
   std::thread receiving([&] {
-    (void)receive<d::shm_offer_size>(receiver.get());
+    (void)receive<d::shm_offer_size>(link.receiver.get());
     d::shm_answer answer;
     answer.mapped = true;
     answer.proof.fill(0x5a);
     std::array<std::uint8_t, d::shm_answer_size> raw{};
     d::encode(answer, raw);
-    send(receiver.get(), raw);
-    verdict = d::decode_shm_verdict(receive<d::shm_verdict_size>(receiver.get()));
+    send(link.receiver.get(), raw);
+    verdict = d::decode_shm_verdict(receive<d::shm_verdict_size>(link.receiver.get()));
   });
   log_lines sent_log;
   std::optional<d::shm_region> offered;
-  const auto failure = d::offer_shm_region(sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
+  const auto failure = d::offer_shm_region(link.sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
   receiving.join();
   EXPECT_EQ(failure, std::nullopt);
   EXPECT_FALSE(offered);
   EXPECT_EQ(verdict, std::optional<bool>(false));  // the receiver is told, so it does not use its mapping either
-  ASSERT_EQ(sent_log.lines.size(), 1u);
-  EXPECT_TRUE(has(sent_log.lines[0], "payloads to rank 1 over TCP: it mapped another object under the region's name"));
+  expect_one_line(sent_log, "payloads to rank 1 over TCP: it mapped another object under the region's name");
   EXPECT_TRUE(our_names().empty());
 }
 
@@ -200,8 +194,6 @@ TEST(RingStartupShm, ASenderThatSawAnotherObjectKeepsTheReceiverOnTcp) {
   // The receiver's side of the same: it maps the offered region, and the sender's verdict says the proof it echoed
   // was not the one written.
   link_ends link = socket_pair();
-  auto& sender = link.sender;
-  auto& receiver = link.receiver;
   d::shm_region region;
   ASSERT_EQ(region.create(d::shm_directory, d::ring_shm_slots, chunk), "");
   std::thread sending([&] {
@@ -212,39 +204,35 @@ TEST(RingStartupShm, ASenderThatSawAnotherObjectKeepsTheReceiverOnTcp) {
     offer.name = region.name();
     std::array<std::uint8_t, d::shm_offer_size> raw{};
     d::encode(offer, raw);
-    send(sender.get(), raw);
-    (void)receive<d::shm_answer_size>(sender.get());
+    send(link.sender.get(), raw);
+    (void)receive<d::shm_answer_size>(link.sender.get());
     std::array<std::uint8_t, d::shm_verdict_size> verdict{};
     d::encode_shm_verdict(false, verdict);
-    send(sender.get(), verdict);
+    send(link.sender.get(), verdict);
   });
   log_lines received_log;
   std::optional<d::shm_region> mapped;
-  const auto failure = d::accept_shm_offer(receiver.get(), limit(), chunk, "rank 0", received_log.sink(), mapped);
+  const auto failure = d::accept_shm_offer(link.receiver.get(), limit(), chunk, "rank 0", received_log.sink(), mapped);
   sending.join();
   EXPECT_EQ(failure, std::nullopt);
   EXPECT_FALSE(mapped);
-  ASSERT_EQ(received_log.lines.size(), 1u);
-  EXPECT_TRUE(
-      has(received_log.lines[0], "payloads from rank 0 over TCP: the region mapped here is not the one it wrote"));
+  expect_one_line(received_log, "payloads from rank 0 over TCP: the region mapped here is not the one it wrote");
   region.unlink();
   EXPECT_TRUE(our_names().empty());
 }
 
 TEST(RingStartupShm, AMalformedAnswerIsAProtocolErrorNamingThePeer) {
   link_ends link = socket_pair();
-  auto& sender = link.sender;
-  auto& receiver = link.receiver;
   std::thread receiving([&] {
-    (void)receive<d::shm_offer_size>(receiver.get());
+    (void)receive<d::shm_offer_size>(link.receiver.get());
     std::array<std::uint8_t, d::shm_answer_size> garbage{};
     garbage.fill(0xee);
-    send(receiver.get(), garbage);
+    send(link.receiver.get(), garbage);
   });
   log_lines sent_log;
   std::optional<d::shm_region> offered;
   try {
-    (void)d::offer_shm_region(sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
+    (void)d::offer_shm_region(link.sender.get(), limit(), chunk, "rank 1", 0, sent_log.sink(), offered);
     ADD_FAILURE() << "a malformed answer was taken";
   } catch (const mwstrat::protocol_error& e) {
     EXPECT_TRUE(has(e.what(), "rank 1 sent a malformed shared-memory answer")) << e.what();
