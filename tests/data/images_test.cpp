@@ -7,6 +7,8 @@
 #include <support/process.hpp>
 #include <support/temp_dir.hpp>
 
+#include "byte_files.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -25,6 +27,7 @@ namespace images_test {
 using namespace mwstrat;
 using namespace mwstrat::data;
 namespace fs = std::filesystem;
+using byte_files::read_bytes;
 
 const record_location here{"/data/images-00000-of-00001", 77};
 const std::string python = std::string(MWSTRAT_TEST_SOURCE_DIR) + "/.cache/py-venv/bin/python";
@@ -125,13 +128,6 @@ for mode, channels in (("L", 1), ("RGB", 3)):
 open(out + "/palette.png.pixels", "wb").write(Image.open(out + "/palette.png").convert("RGB").tobytes())
 )PY";
 
-std::vector<std::byte> read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> c{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  std::vector<std::byte> out(c.size());
-  for (std::size_t i = 0; i < c.size(); ++i) out[i] = static_cast<std::byte>(c[i]);
-  return out;
-}
 
 std::vector<std::uint8_t> as_u8(const std::vector<std::byte>& b) {
   std::vector<std::uint8_t> out(b.size());

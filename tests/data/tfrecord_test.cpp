@@ -7,6 +7,8 @@
 
 #include <support/temp_dir.hpp>
 
+#include "byte_files.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -22,6 +24,8 @@ namespace tfrecord_test {
 using namespace mwstrat;
 using namespace mwstrat::data;
 namespace fs = std::filesystem;
+using byte_files::read_bytes;
+using byte_files::write_bytes;
 
 std::vector<std::byte> payload(std::size_t n, unsigned seed) {
   std::vector<std::byte> v(n);
@@ -45,18 +49,7 @@ std::vector<std::uint64_t> write_records(const fs::path& path, tfrecord_compress
   return offsets;
 }
 
-std::vector<std::byte> read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> c{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  std::vector<std::byte> out(c.size());
-  for (std::size_t i = 0; i < c.size(); ++i) out[i] = static_cast<std::byte>(c[i]);
-  return out;
-}
 
-void write_bytes(const fs::path& p, const std::vector<std::byte>& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
 
 // Reads every record; the message of the data_error that ended the file ("" when none) goes to `error`.
 std::vector<std::vector<std::byte>> read_all(const fs::path& p, std::string& error, tfrecord_options o = {},
