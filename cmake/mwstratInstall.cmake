@@ -30,6 +30,7 @@ foreach(component IN LISTS mwstrat_components)
 endforeach()
 set(MWSTRAT_CONFIG_COMPONENTS ${mwstrat_components})
 set(MWSTRAT_CONFIG_WHOLE ${mwstrat_whole_components})
+set(MWSTRAT_CONFIG_OPTIONAL ${mwstrat_optional_components})
 set(MWSTRAT_CONFIG_HAS_WHOLE ${mwstrat_has_whole})
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/mwstratConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/mwstratConfig.cmake" INSTALL_DESTINATION "${MWSTRAT_CMAKE_DIR}")

@@ -27,6 +27,7 @@ MWSTRAT_PACKAGES=(
   libopenmpi-dev openmpi-bin                    # the optional MPI collective (and its tests under mpirun)
   libgloo-dev libopenblas-dev                   # benchmark baselines: Gloo all-reduce, OpenBLAS sgemm
   libpng-dev                                    # tools/cifar10_convert (CIFAR-10 from PNG sprites)
+  libjpeg-dev                                   # mwstrat::images: JPEG image features (libjpeg-turbo)
   dataset-fashion-mnist                         # real Fashion-MNIST (gzipped IDX)
   python3 python3-venv python3-pip python3-numpy  # Conan (in a venv), checkpoint interop test
   locales                                       # tests under a decimal-comma locale (tests/support/comma_locale.hpp)

@@ -15,7 +15,9 @@ set(package_signatures
   "ZLIB=/zlib\\.h$|/zconf\\.h$"
   "OpenSSL=/openssl/"
   "MPI=/mpi\\.h$|/openmpi/|/mpich/|/mpi/"
-  "Boost=/boost/")
+  "Boost=/boost/"
+  "PNG=/png\\.h$|/pngconf\\.h$|/pnglibconf\\.h$|/libpng[0-9]*/"
+  "JPEG=/jpeglib\\.h$|/jconfig\\.h$|/jmorecfg\\.h$|/jerror\\.h$")
 
 set(prefix "${SOURCE_DIR}/include/mwstrat/")
 string(LENGTH "${prefix}" prefix_length)
