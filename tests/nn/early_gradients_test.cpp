@@ -225,9 +225,9 @@ struct reporting_probe final : d::layer_impl<float> {
 template <class OnReady>
 std::vector<std::string> probe_step(OnReady make_on_ready) {
   std::vector<std::string> events;
-  std::vector<nn::graph_detail::executor_layer<float>> layers;
+  std::vector<d::executor_layer<float>> layers;
   layers.push_back({std::make_unique<reporting_probe>(&events), {0}, "probe", {"input_layer"}});
-  nn::graph_detail::graph_executor<float> exec({4}, std::move(layers), false, {});
+  d::graph_executor<float> exec({4}, std::move(layers), false, {});
   const std::vector<float> x{0.5f, -1.0f, 2.0f, 0.0f, 1.0f, 1.0f, -3.0f, 0.25f};
   const std::vector<std::int64_t> labels{2, 0};
   exec.reserve(2);

@@ -155,7 +155,7 @@ TEST(NnLayerImpl, JsonNumbersRoundTripAndRegularizersReadAsKeras) {
 // each layer offers only its own, and a convolution off the float kernels refuses with the library's own error.
 TEST(NnLayerFusions, LayersOfferOnlyTheFusionInterfacesTheyTakePartIn) {
   d::dense_layer<float> dense(nn::dense{4}, {6});
-  const nn::graph_detail::fusion_roles<float> none(dense);
+  const d::fusion_roles<float> none(dense);
   EXPECT_EQ(none.affine_map, nullptr);
   EXPECT_EQ(none.affine_reader, nullptr);
   EXPECT_EQ(none.deferrable, nullptr);
@@ -169,7 +169,7 @@ TEST(NnLayerFusions, LayersOfferOnlyTheFusionInterfacesTheyTakePartIn) {
   EXPECT_EQ(d::fusion_role<d::relu_fusable>(dense), nullptr);
 
   d::batch_normalization_layer<float> bn(0.99, 1e-3, false, {4, 4, 8});
-  const nn::graph_detail::fusion_roles<float> norm(bn);
+  const d::fusion_roles<float> norm(bn);
   EXPECT_NE(norm.affine_map, nullptr);
   EXPECT_NE(norm.deferrable, nullptr);
   EXPECT_NE(norm.input_sums, nullptr);
@@ -178,7 +178,7 @@ TEST(NnLayerFusions, LayersOfferOnlyTheFusionInterfacesTheyTakePartIn) {
   EXPECT_NE(d::fusion_role<d::relu_fusable>(bn), nullptr);
 
   d::add_layer<float> add({{4, 4, 8}, {4, 4, 8}});
-  const nn::graph_detail::fusion_roles<float> sum(add);
+  const d::fusion_roles<float> sum(add);
   EXPECT_TRUE(sum.one_gradient);
   EXPECT_NE(sum.map_reader, nullptr);
   EXPECT_EQ(sum.affine_map, nullptr);
@@ -188,7 +188,7 @@ TEST(NnLayerFusions, LayersOfferOnlyTheFusionInterfacesTheyTakePartIn) {
   EXPECT_TRUE(d::fusion_role<d::plain_relu>(relu)->is_plain_relu());
 
   d::conv2d_layer<double> conv(nn::conv2d{8, {3, 3}}, {6, 6, 8});
-  const nn::graph_detail::fusion_roles<double> reader(conv);
+  const d::fusion_roles<double> reader(conv);
   ASSERT_NE(reader.affine_reader, nullptr);
   EXPECT_FALSE(reader.affine_reader->takes_input_affine());  // double runs off the float kernels
   EXPECT_FALSE(reader.adds_to_dx());
@@ -283,7 +283,7 @@ TEST(NnGraphPlan, KeepsOnlyWhatTheOutputDependsOnWithModelNodeIndices) {
   auto unused = nn::dense{3}(a);  // applied, but not on the way to the output
   auto out = nn::dense{2, nn::activation::softmax}(nn::add{}({a, nn::dense{6}(flat)}));
   EXPECT_EQ(unused.layer_name(), "dense_1");
-  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  const auto plan = d::plan_model(*out.graph(), x.node(), out.node());
   EXPECT_EQ(plan.input_shape, (nn::shape_t{4, 4, 1}));
   ASSERT_EQ(plan.layers.size(), 5u);  // flatten, dense, dense_2, add, dense_3
   std::vector<std::string> names;
@@ -305,7 +305,7 @@ TEST(NnGraphPlan, RefusesASoftmaxDenseBeforeTheOutputAndOutputsOfAnotherInput) {
   auto x = nn::input_tensor({3});
   auto hidden = nn::dense{4, nn::activation::softmax}(x);
   auto out = nn::dense{2}(hidden);
-  const std::string inner = config_error_of([&] { (void)nn::graph_detail::plan_model(*out.graph(), x.node(), out.node()); });
+  const std::string inner = config_error_of([&] { (void)d::plan_model(*out.graph(), x.node(), out.node()); });
   EXPECT_NE(inner.find("graph_model: layer dense (Dense) has a softmax activation but is not the output"),
             std::string::npos) << inner;
   EXPECT_EQ(config_error_of([&] { nn::graph_model m(x, out); }), inner);
@@ -313,7 +313,7 @@ TEST(NnGraphPlan, RefusesASoftmaxDenseBeforeTheOutputAndOutputsOfAnotherInput) {
   auto other = nn::input_tensor({3});
   const std::string foreign = config_error_of([&] { nn::graph_model m(x, nn::dense{2}(other)); });
   EXPECT_NE(foreign.find("the inputs must be the input_tensor the outputs were built from"), std::string::npos) << foreign;
-  const std::string none = config_error_of([&] { (void)nn::graph_detail::plan_model(*x.graph(), x.node(), x.node()); });
+  const std::string none = config_error_of([&] { (void)d::plan_model(*x.graph(), x.node(), x.node()); });
   EXPECT_NE(none.find("graph_model: no layers between the inputs and the outputs"), std::string::npos) << none;
 }
 
@@ -511,8 +511,8 @@ TEST(NnGraphFusionPlan, SoleReadersCountEveryReadOfANode) {
       {3, 3},  // layer 3 reads layer 2 twice
       {2, 4},  // layer 4 reads layers 1 and 3
   };
-  const std::size_t none = nn::graph_detail::no_layer;
-  EXPECT_EQ(nn::graph_detail::sole_readers(inputs), (std::vector<std::size_t>{0, none, 4, none, 4, none}));
+  const std::size_t none = d::no_layer;
+  EXPECT_EQ(d::sole_readers(inputs), (std::vector<std::size_t>{0, none, 4, none, 4, none}));
 }
 
 // ---------------------------------------------------------------------------------------------------- ReLU fusion
@@ -527,8 +527,8 @@ struct pass_bits {
   std::size_t fused = 0, buffers = 0, deferred = 0, aliased = 0, sums = 0, gradient_sums = 0;
 };
 
-pass_bits run_passes(const nn::graph_detail::graph_plan& plan, bool fuse, bool share, std::size_t batch) {
-  nn::graph_detail::graph_executor<float> exec(plan, fuse, share);
+pass_bits run_passes(const d::graph_plan& plan, bool fuse, bool share, std::size_t batch) {
+  d::graph_executor<float> exec(plan, fuse, share);
   exec.initialize(7);
   exec.reserve(batch);
   // Every parameter off its initial value, so that each batch norm's γ and β count (β = 0 would hide a ReLU mask
@@ -582,7 +582,7 @@ void expect_same_passes(const pass_bits& fused, const pass_bits& plain) {
 
 // For each batch: the passes with the executor's optimisations against the plain ones (gradient buffers shared in
 // both), bit for bit, and `count` of them applied `expected` times (none in the plain passes).
-void expect_optimised_like_plain(const nn::graph_detail::graph_plan& plan, std::initializer_list<std::size_t> batches,
+void expect_optimised_like_plain(const d::graph_plan& plan, std::initializer_list<std::size_t> batches,
                                  std::size_t pass_bits::*count, std::size_t expected) {
   for (std::size_t batch : batches) {
     SCOPED_TRACE("batch " + std::to_string(batch));
@@ -608,7 +608,7 @@ TEST(NnGraphExecutor, FusedReluAndSharedGradientBuffersGiveTheBitsOfThePlainPass
   auto z = nn::relu{}(nn::add{}({relu(shared_bn), shared_bn, stem}));                // the Add's ReLU: fused
   auto tail = relu(conv(4)(z));                                                       // after a Conv2D: not fused
   auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(tail));
-  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  const auto plan = d::plan_model(*out.graph(), x.node(), out.node());
   for (std::size_t batch : {std::size_t{5}, std::size_t{16}}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     const pass_bits fused = run_passes(plan, true, true, batch);
@@ -636,7 +636,7 @@ TEST(NnGraphExecutor, ReshapeAndFlattenPassTheirGradientThroughInTheirInputsBuff
   auto f = nn::flatten{}(c);
   auto r = nn::reshape{{8, 8}}(f);
   auto out = nn::dense{3}(nn::flatten{}(r));
-  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  const auto plan = d::plan_model(*out.graph(), x.node(), out.node());
   for (std::size_t batch : {std::size_t{2}, std::size_t{5}}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     const pass_bits fused = run_passes(plan, true, true, batch);
@@ -650,9 +650,9 @@ TEST(NnGraphExecutor, ReshapeAndFlattenPassTheirGradientThroughInTheirInputsBuff
 
 // Inference outputs of `plan` with every parameter and moving statistic moved off its initial value (so that each
 // batch norm's γ, β, mean and variance all count), and how many batch norms the executor folded.
-std::pair<std::vector<float>, std::size_t> inference_bits(const nn::graph_detail::graph_plan& plan, bool fuse,
+std::pair<std::vector<float>, std::size_t> inference_bits(const d::graph_plan& plan, bool fuse,
                                                           std::size_t batch) {
-  nn::graph_detail::graph_executor<float> exec(plan, fuse, true);
+  d::graph_executor<float> exec(plan, fuse, true);
   exec.initialize(7);
   exec.reserve(batch);
   for (std::size_t i = 0; i < exec.parameter_count(); ++i)
@@ -685,7 +685,7 @@ TEST(NnGraphExecutor, BatchNormsFoldedIntoTheirConvolutionInInferenceGiveTheBits
   auto z = nn::add{}({f, e});
   auto tail = bn()(conv(16, 3, 1)(z));              // read by pooling: stays
   auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(tail));
-  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  const auto plan = d::plan_model(*out.graph(), x.node(), out.node());
   for (std::size_t batch : {std::size_t{1}, std::size_t{6}}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     const auto [folded, n_folded] = inference_bits(plan, true, batch);
@@ -728,7 +728,7 @@ TEST(NnGraphExecutor, BatchNormsDeferredToTheirAddInTrainingGiveTheBitsOfThePlai
     // deferred: 1 (the second input)
     auto b2 = lay.relu(nn::add{}({b1, lay.bn()(lay.conv()(b1)), lay.relu(lay.bn()(lay.conv()(twice))), twice}));
     auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(b2));
-    const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+    const auto plan = d::plan_model(*out.graph(), x.node(), out.node());
     expect_optimised_like_plain(plan, {3, 8}, &pass_bits::deferred, 2);
   }
 }
@@ -752,7 +752,7 @@ TEST(NnGraphExecutor, BatchNormSumsMadeByTheConvolutionThatWritesTheirInputGiveT
   auto twice = conv(16, 3, 1)(e);                                                  // read twice: its own pass
   auto f = lay.relu(nn::add{}({lay.bn()(twice), twice}));
   auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(f));
-  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  const auto plan = d::plan_model(*out.graph(), x.node(), out.node());
   expect_optimised_like_plain(plan, {3, 9}, &pass_bits::sums, 6);
 }
 
@@ -775,7 +775,7 @@ TEST(NnGraphExecutor, BatchNormGradientSumsMadeByTheConvolutionThatReadsTheirOut
   auto f = lay.relu(lay.bn()(conv(16, 3, 1)(e)));  // read twice: its own pass
   auto g = lay.relu(nn::add{}({lay.bn()(conv(16, 1, 1)(f)), conv(16, 3, 1)(f)}));  // deferred: its own pass
   auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(g));
-  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+  const auto plan = d::plan_model(*out.graph(), x.node(), out.node());
   expect_optimised_like_plain(plan, {3, 9}, &pass_bits::gradient_sums, 5);
 }
 
@@ -800,7 +800,7 @@ TEST(NnGraphExecutor, GradientsSharedByAnAddsInputsOrAddedInPlaceGiveTheBitsOfTh
     auto twice = nn::add{}({merged, lay.conv()(merged), lay.conv()(merged)});
     auto same = lay.relu(nn::add{}({twice, twice, lay.bn()(lay.conv()(twice))}));  // twice read twice: not aliased
     auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(nn::add{}({same, late})));
-    const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
+    const auto plan = d::plan_model(*out.graph(), x.node(), out.node());
     for (std::size_t batch : {std::size_t{3}, std::size_t{8}}) {
       SCOPED_TRACE("batch " + std::to_string(batch));
       const pass_bits shared = run_passes(plan, true, true, batch);
@@ -820,9 +820,9 @@ TEST(NnGraphExecutor, LayersLaidOutInOrderSummarisedAndTheLossCountsTheBatch) {
   auto y = nn::conv2d{8, {3, 3}, nn::activation::linear, {1, 1}, nn::padding::same}(x);
   y = nn::activation_layer{nn::activation::relu}(nn::batch_normalization{0.9, 1e-3}(y));
   auto out = nn::dense{3, nn::activation::softmax}(nn::global_average_pooling2d{}(y));
-  const auto plan = nn::graph_detail::plan_model(*out.graph(), x.node(), out.node());
-  nn::graph_detail::graph_executor<float> exec(plan);
-  const std::vector<nn::graph_detail::graph_layer_info>& info = exec.info();
+  const auto plan = d::plan_model(*out.graph(), x.node(), out.node());
+  d::graph_executor<float> exec(plan);
+  const std::vector<d::graph_layer_info>& info = exec.info();
   ASSERT_EQ(info.size(), 5u);
   const std::vector<std::string> types{"Conv2D", "BatchNormalization", "Activation", "GlobalAveragePooling2D",
                                        "Dense"};
@@ -846,7 +846,7 @@ TEST(NnGraphExecutor, LayersLaidOutInOrderSummarisedAndTheLossCountsTheBatch) {
   EXPECT_EQ(exec.state().size(), state_offset);
 
   std::ostringstream summary;
-  nn::graph_detail::print_graph_summary(summary, exec.input_shape(), info, offset, state_offset);
+  d::print_graph_summary(summary, exec.input_shape(), info, offset, state_offset);
   // Keras's row: the first column cut at 32 characters, the parameters and the model state counted together.
   EXPECT_NE(summary.str().find("\n batch_normalization (BatchNorm (None, 4, 4, 8)      32          ['conv2d[0][0]']\n"),
             std::string::npos)
@@ -854,8 +854,8 @@ TEST(NnGraphExecutor, LayersLaidOutInOrderSummarisedAndTheLossCountsTheBatch) {
   EXPECT_NE(summary.str().find("Total params: 283\nTrainable params: 267\nNon-trainable params: 16\n"),
             std::string::npos)
       << summary.str();
-  EXPECT_EQ(nn::graph_detail::grouped(860874), "860,874");
-  EXPECT_EQ(nn::graph_detail::grouped(999), "999");
+  EXPECT_EQ(d::grouped(860874), "860,874");
+  EXPECT_EQ(d::grouped(999), "999");
 
   // A step's stats: every sample counted, and `correct` the samples whose arg-max output is their label.
   const std::size_t batch = 6;
@@ -887,8 +887,8 @@ TEST(NnGraphExecutor, BatchNormInferenceIsKerasMapOfTheMovingStatistics) {
   // (γ, β, mean and variance of 20 channels all different), against double sums.
   auto x = nn::input_tensor({2, 3, 20});
   auto y = nn::batch_normalization{0.9, 1e-3}(x);
-  const auto plan = nn::graph_detail::plan_model(*y.graph(), x.node(), y.node());
-  nn::graph_detail::graph_executor<float> exec(plan);
+  const auto plan = d::plan_model(*y.graph(), x.node(), y.node());
+  d::graph_executor<float> exec(plan);
   exec.initialize(7);
   exec.reserve(2);
   const std::size_t c = 20;

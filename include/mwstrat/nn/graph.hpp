@@ -26,15 +26,13 @@
 #include <variant>
 #include <vector>
 
-namespace mwstrat::nn {
-
-namespace graph_detail {
+namespace mwstrat::detail {
 
 // The graph as the functional API builds it: nodes in the order layers were applied (a topological order).
 struct graph_node {
-  graph_layer_spec spec;
+  nn::graph_layer_spec spec;
   std::vector<std::size_t> inputs;  // node indices
-  shape_t shape;                    // output, per sample
+  nn::shape_t shape;                // output, per sample
   std::string name;                 // Keras's ("conv2d_3")
   std::string type;                 // Keras's class ("Conv2D")
 };
@@ -47,7 +45,9 @@ struct graph_def {
   }
 };
 
-}  // namespace graph_detail
+}  // namespace mwstrat::detail
+
+namespace mwstrat::nn {
 
 /// A tensor of the functional API: the output of a layer (or an input) in a graph being built. It holds no values.
 class symbolic_tensor {
@@ -58,12 +58,13 @@ class symbolic_tensor {
   [[nodiscard]] const std::string& layer_name() const { return graph_->nodes[node_].name; }
 
   // Implementation: the graph and the node.
-  symbolic_tensor(std::shared_ptr<graph_detail::graph_def> g, std::size_t node) : graph_(std::move(g)), node_(node) {}
-  [[nodiscard]] const std::shared_ptr<graph_detail::graph_def>& graph() const noexcept { return graph_; }
+  symbolic_tensor(std::shared_ptr<mwstrat::detail::graph_def> g, std::size_t node)
+      : graph_(std::move(g)), node_(node) {}
+  [[nodiscard]] const std::shared_ptr<mwstrat::detail::graph_def>& graph() const noexcept { return graph_; }
   [[nodiscard]] std::size_t node() const noexcept { return node_; }
 
  private:
-  std::shared_ptr<graph_detail::graph_def> graph_;
+  std::shared_ptr<mwstrat::detail::graph_def> graph_;
   std::size_t node_;
 };
 
@@ -71,18 +72,20 @@ class symbolic_tensor {
 inline symbolic_tensor input_tensor(shape_t shape) {
   if (shape.empty() || mwstrat::detail::shape_size(shape) == 0)
     mwstrat::detail::nn_config_error("input_tensor: shape " + mwstrat::detail::shape_string(shape) + " is empty");
-  auto g = std::make_shared<graph_detail::graph_def>();
+  auto g = std::make_shared<mwstrat::detail::graph_def>();
   g->per_class["input"] = 1;  // Keras names the first input input_1
   g->nodes.push_back({input{shape}, {}, shape, "input_1", "InputLayer"});
   return {g, 0};
 }
 
-namespace graph_detail {
+}  // namespace mwstrat::nn
 
-inline symbolic_tensor apply_spec(const graph_layer_spec& spec, const std::vector<symbolic_tensor>& xs) {
+namespace mwstrat::detail {
+
+inline nn::symbolic_tensor apply_spec(const nn::graph_layer_spec& spec, const std::vector<nn::symbolic_tensor>& xs) {
   if (xs.empty()) mwstrat::detail::nn_config_error("a layer applied to no tensors");
   const auto& g = xs.front().graph();
-  std::vector<shape_t> shapes;
+  std::vector<nn::shape_t> shapes;
   std::vector<std::size_t> ids;
   for (const auto& x : xs) {
     if (x.graph() != g) mwstrat::detail::nn_config_error("a layer applied to tensors of different graphs");
@@ -110,15 +113,15 @@ inline symbolic_tensor apply_spec(const graph_layer_spec& spec, const std::vecto
 
 // One layer of a model cut out of a graph, as the executor makes it.
 struct planned_layer {
-  graph_layer_spec spec;
+  nn::graph_layer_spec spec;
   std::vector<std::size_t> inputs;   // model nodes: 0 is the input, i + 1 is layer i
-  std::vector<shape_t> input_shapes;
+  std::vector<nn::shape_t> input_shapes;
   std::string name;                  // Keras's
   std::vector<std::string> inbound;  // names of the layers it is applied to
 };
 // The layers between a model's input and output, in the order they were applied (those the output depends on).
 struct graph_plan {
-  shape_t input_shape;
+  nn::shape_t input_shape;
   std::vector<planned_layer> layers;
   bool output_softmax = false;  // the output is a Dense with a softmax activation (trained from its logits)
 };
@@ -153,9 +156,9 @@ inline graph_plan plan_model(const graph_def& g, std::size_t in_node, std::size_
     plan.layers.push_back(std::move(layer));
     remap[i] = plan.layers.size();
   }
-  const auto softmax_dense = [](const graph_layer_spec& spec) {
-    const auto* d = std::get_if<dense>(&spec);
-    return d != nullptr && d->activation == activation::softmax;
+  const auto softmax_dense = [](const nn::graph_layer_spec& spec) {
+    const auto* d = std::get_if<nn::dense>(&spec);
+    return d != nullptr && d->activation == nn::activation::softmax;
   };
   plan.output_softmax = softmax_dense(g.nodes[out_node].spec);
   for (std::size_t i = 0; i + 1 < plan.layers.size(); ++i)
@@ -164,17 +167,19 @@ inline graph_plan plan_model(const graph_def& g, std::size_t in_node, std::size_
   return plan;
 }
 
-}  // namespace graph_detail
+}  // namespace mwstrat::detail
+
+namespace mwstrat::nn {
 
 /// Applies a layer description to a tensor (what `spec(x)` calls).
 template <class Spec>
   requires std::is_constructible_v<graph_layer_spec, Spec>
 symbolic_tensor apply_layer(const Spec& spec, const symbolic_tensor& x) {
-  return graph_detail::apply_spec(graph_layer_spec(spec), {x});
+  return mwstrat::detail::apply_spec(graph_layer_spec(spec), {x});
 }
 /// Applies `Add` to a list of tensors (what `nn::add{}({a, b})` calls).
 inline symbolic_tensor apply_layer(const add& spec, std::initializer_list<symbolic_tensor> xs) {
-  return graph_detail::apply_spec(graph_layer_spec(spec), std::vector<symbolic_tensor>(xs));
+  return mwstrat::detail::apply_spec(graph_layer_spec(spec), std::vector<symbolic_tensor>(xs));
 }
 
 }  // namespace mwstrat::nn

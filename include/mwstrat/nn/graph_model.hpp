@@ -53,14 +53,14 @@ namespace mwstrat::nn {
 /// A Keras functional model over elements of type `T` (float, or double for gradient checks): one input, one
 /// output. It satisfies what `nn::basic_sequential` does for `fit` (arena, steps, storage adoption, threads).
 template <class T = float>
-class basic_graph_model : public graph_detail::executor_front<basic_graph_model<T>, T> {
+class basic_graph_model : public mwstrat::detail::executor_front<basic_graph_model<T>, T> {
   static_assert(std::is_floating_point_v<T>, "basic_graph_model<T>: T must be a floating-point type");
 
  public:
   using value_type = T;
 
   /// One layer's place in the arenas (name, type, output shape, inbound layers, parameter and state slices).
-  using layer_info = graph_detail::graph_layer_info;
+  using layer_info = mwstrat::detail::graph_layer_info;
 
   /// One named weight: `<layer>/<weight>` with Keras's shape, viewing the arena (`named_parameters()`).
   struct named_weight {
@@ -80,7 +80,7 @@ class basic_graph_model : public graph_detail::executor_front<basic_graph_model<
   basic_graph_model& operator=(basic_graph_model&&) noexcept = default;
 
   // ------------------------------------------------------------------------------------------ arenas
-  // The parameters, gradients, storage adoption, threads and steps: graph_detail::executor_front (shared with the
+  // The parameters, gradients, storage adoption, threads and steps: detail::executor_front (shared with the
   // sequential model).
 
   /// Non-trained model state (batch norm's moving mean and variance, layer by layer): saved and restored with the
@@ -185,8 +185,8 @@ class basic_graph_model : public graph_detail::executor_front<basic_graph_model<
 
   /// Prints Keras's summary of a functional model: Layer (type), Output Shape, Param #, Connected to; totals.
   void summary(std::ostream& out) const {
-    graph_detail::print_graph_summary(out, exec_.input_shape(), exec_.info(), exec_.parameter_count(),
-                                      exec_.state().size());
+    mwstrat::detail::print_graph_summary(out, exec_.input_shape(), exec_.info(), exec_.parameter_count(),
+                                         exec_.state().size());
   }
 
   /// The sum across replicas that SyncBatchNormalization uses (`fit` sets it to the strategy's for the length of
@@ -220,7 +220,7 @@ class basic_graph_model : public graph_detail::executor_front<basic_graph_model<
   [[nodiscard]] double regularization_loss() const { return exec_.regularization_loss(); }
 
  private:
-  using front = graph_detail::executor_front<basic_graph_model<T>, T>;
+  using front = mwstrat::detail::executor_front<basic_graph_model<T>, T>;
   friend front;  // reads engine(), kind and default_on_ready
 
   static constexpr const char* kind = "graph_model";  // the model in messages
@@ -228,20 +228,20 @@ class basic_graph_model : public graph_detail::executor_front<basic_graph_model<
   struct default_on_ready {
     void operator()(std::size_t, std::size_t) const noexcept {}
   };
-  graph_detail::graph_executor<T>& engine() noexcept { return exec_; }
-  const graph_detail::graph_executor<T>& engine() const noexcept { return exec_; }
+  mwstrat::detail::graph_executor<T>& engine() noexcept { return exec_; }
+  const mwstrat::detail::graph_executor<T>& engine() const noexcept { return exec_; }
 
   // The layers between `inputs` and `outputs`, checked; the model's threads are set first (as their errors were).
-  graph_detail::graph_plan plan(const symbolic_tensor& inputs, const symbolic_tensor& outputs,
-                                const model_options& options) {
+  mwstrat::detail::graph_plan plan(const symbolic_tensor& inputs, const symbolic_tensor& outputs,
+                                   const model_options& options) {
     if (inputs.graph() != outputs.graph() || inputs.graph()->nodes[inputs.node()].type != "InputLayer")
       mwstrat::detail::nn_config_error("graph_model: the inputs must be the input_tensor the outputs were built from");
     nn::check_label_smoothing(options.label_smoothing, "graph_model");
     this->set_threads(options.threads);
-    return graph_detail::plan_model(*outputs.graph(), inputs.node(), outputs.node());
+    return mwstrat::detail::plan_model(*outputs.graph(), inputs.node(), outputs.node());
   }
 
-  graph_detail::graph_executor<T> exec_;  // the layers, arenas, buffers and passes (after the base's thread arena)
+  mwstrat::detail::graph_executor<T> exec_;  // the layers, arenas, buffers and passes (after the base's thread arena)
 };
 
 /// The graph model of float elements.

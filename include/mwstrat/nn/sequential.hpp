@@ -52,7 +52,7 @@ namespace mwstrat::nn {
 
 /// A sequential model over elements of type `T` (float, or double for gradient checks).
 template <class T = float>
-class basic_sequential : public graph_detail::executor_front<basic_sequential<T>, T> {
+class basic_sequential : public detail::executor_front<basic_sequential<T>, T> {
   static_assert(std::is_floating_point_v<T>, "basic_sequential<T>: T must be a floating-point type");
 
  public:
@@ -79,7 +79,7 @@ class basic_sequential : public graph_detail::executor_front<basic_sequential<T>
   basic_sequential(basic_sequential&&) noexcept = default;
   basic_sequential& operator=(basic_sequential&&) noexcept = default;
 
-  // The arena accessors, threads and steps: graph_detail::executor_front (shared with the graph model).
+  // The arena accessors, threads and steps: detail::executor_front (shared with the graph model).
 
   /// One layer's place in the arena.
   struct layer_info {
@@ -195,8 +195,8 @@ class basic_sequential : public graph_detail::executor_front<basic_sequential<T>
   }
 
  private:
-  using executor = graph_detail::graph_executor<T>;
-  using front = graph_detail::executor_front<basic_sequential<T>, T>;
+  using executor = detail::graph_executor<T>;
+  using front = detail::executor_front<basic_sequential<T>, T>;
   friend front;  // reads engine(), kind and default_on_ready
 
   static constexpr const char* kind = "sequential";  // the model in messages
@@ -211,7 +211,7 @@ class basic_sequential : public graph_detail::executor_front<basic_sequential<T>
     if (input_shape_.empty() || detail::shape_size(input_shape_) == 0)
       detail::nn_config_error("input: shape " + detail::shape_string(input_shape_) + " is empty");
     shape_t shape = input_shape_;
-    std::vector<graph_detail::executor_layer<T>> layers;
+    std::vector<detail::executor_layer<T>> layers;
     std::vector<std::string> bases;
     for (std::size_t i = 1; i < specs.size(); ++i) {
       auto layer = std::visit([&](const auto& s) { return make(s, shape, i); }, specs[i]);

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// `graph_detail::executor_front<Derived, T>`: the public front end that `nn::basic_sequential` and
+/// `detail::executor_front<Derived, T>`: the public front end that `nn::basic_sequential` and
 /// `nn::basic_graph_model` share over their one executor (nn/detail/graph_executor.hpp): the arena accessors, the
 /// thread arena, the training and evaluation steps with the checks of what callers pass. Each model keeps what is
 /// its own (building, layer info, fingerprint, architecture, Keras names, summary, `predict`).
@@ -27,7 +27,7 @@
 #include <string>
 #include <utility>
 
-namespace mwstrat::nn::graph_detail {
+namespace mwstrat::detail {
 
 /// The front end both models share; `Derived` provides `engine()` (its `graph_executor<T>`), `kind` (its name in
 /// messages) and `default_on_ready` (what `train_batch` without `on_ready` passes).
@@ -61,9 +61,9 @@ class executor_front {
   void initialize(std::uint64_t seed) { exec().initialize(seed); }
 
   /// Shape of one input sample.
-  [[nodiscard]] const shape_t& input_shape() const noexcept { return exec().input_shape(); }
+  [[nodiscard]] const nn::shape_t& input_shape() const noexcept { return exec().input_shape(); }
   /// Shape of one output sample (the logits, or a graph model's probabilities before its output softmax).
-  [[nodiscard]] const shape_t& output_shape() const noexcept { return exec().layers().back()->output_shape(); }
+  [[nodiscard]] const nn::shape_t& output_shape() const noexcept { return exec().layers().back()->output_shape(); }
   /// Elements of one input sample.
   [[nodiscard]] std::size_t input_size() const { return exec().input_size(); }
   /// Elements of one output sample.
@@ -99,8 +99,8 @@ class executor_front {
   /// with d(mean loss over the batch)/d(params) and calls `on_ready(offset, count)` for each layer's gradient slice
   /// once it is final, last layer first.
   template <class OnReady>
-  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch,
-                         OnReady&& on_ready) {
+  nn::step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch,
+                             OnReady&& on_ready) {
     return train_batch(inputs, labels, std::span<const float>{}, batch, std::forward<OnReady>(on_ready));
   }
   /// `train_batch` with a weight per example (`weights` empty: every example weighs 1). Keras's
@@ -108,12 +108,12 @@ class executor_front {
   /// and the gradients are its derivative; `loss_sum` is sum(w_i * loss_i); `correct` and `count` stay unweighted
   /// (Keras's `metrics=`).
   template <class OnReady>
-  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
-                         std::span<const float> weights, std::size_t batch, OnReady&& on_ready) {
+  nn::step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
+                             std::span<const float> weights, std::size_t batch, OnReady&& on_ready) {
     check(inputs, labels, batch, "train_batch");
     check_weights(weights, batch, "train_batch");
     auto& e = exec();
-    step_stats stats;
+    nn::step_stats stats;
     arena_threads_->execute([&] {
       e.forward_pass(inputs.data(), batch, true, true);
       stats = e.loss_pass(labels, weights, batch, true, options_.label_smoothing);
@@ -123,31 +123,31 @@ class executor_front {
     return stats;
   }
   /// Forward, loss and backward on one batch (gradients overwritten, no readiness callback).
-  step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
+  nn::step_stats train_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
     return train_batch(inputs, labels, batch, typename Derived::default_on_ready{});
   }
 
   /// `train_batch` on a batch of the library's image pipelines (what `fit` calls: `trainable_model`).
   template <class OnReady>
     requires std::same_as<T, float>
-  step_stats train_batch(const data::image_batch& batch, OnReady&& on_ready) {
+  nn::step_stats train_batch(const data::image_batch& batch, OnReady&& on_ready) {
     return train_batch(batch.inputs, batch.labels, batch.size, std::forward<OnReady>(on_ready));
   }
   /// `train_batch` on an image batch with a weight per example (what `fit` calls with `sample_weight` or
   /// `class_weight`: `sample_weighted_model`).
   template <class OnReady>
     requires std::same_as<T, float>
-  step_stats train_batch(const data::image_batch& batch, std::span<const float> weights, OnReady&& on_ready) {
+  nn::step_stats train_batch(const data::image_batch& batch, std::span<const float> weights, OnReady&& on_ready) {
     return train_batch(batch.inputs, batch.labels, weights, batch.size, std::forward<OnReady>(on_ready));
   }
   /// `evaluate_batch` on a batch of the library's image pipelines (what `evaluate` calls: `trainable_model`).
-  step_stats evaluate_batch(const data::image_batch& batch)
+  nn::step_stats evaluate_batch(const data::image_batch& batch)
     requires std::same_as<T, float>
   {
     return evaluate_batch(batch.inputs, batch.labels, batch.size);
   }
   /// `evaluate_batch` on an image batch with a weight per example (`sample_weighted_model`).
-  step_stats evaluate_batch(const data::image_batch& batch, std::span<const float> weights)
+  nn::step_stats evaluate_batch(const data::image_batch& batch, std::span<const float> weights)
     requires std::same_as<T, float>
   {
     return evaluate_batch(batch.inputs, batch.labels, weights, batch.size);
@@ -155,16 +155,16 @@ class executor_front {
 
   /// Forward and loss on one batch in inference mode (batch norm on its moving statistics, dropout off); gradients
   /// untouched.
-  step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
+  nn::step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
     return evaluate_batch(inputs, labels, std::span<const float>{}, batch);
   }
   /// `evaluate_batch` with a weight per example (`loss_sum` is sum(w_i * loss_i), as `train_batch`'s).
-  step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
-                            std::span<const float> weights, std::size_t batch) {
+  nn::step_stats evaluate_batch(std::span<const T> inputs, std::span<const std::int64_t> labels,
+                                std::span<const float> weights, std::size_t batch) {
     check(inputs, labels, batch, "evaluate_batch");
     check_weights(weights, batch, "evaluate_batch");
     auto& e = exec();
-    step_stats stats;
+    nn::step_stats stats;
     arena_threads_->execute([&] {
       e.forward_pass(inputs.data(), batch, false, false);
       stats = e.loss_pass(labels, weights, batch, false, options_.label_smoothing);
@@ -175,10 +175,10 @@ class executor_front {
   /// Loss and counts of one batch with batch norm and dropout as in training at the current step, without
   /// gradients, without advancing the step and without moving the batch-norm statistics (for finite-difference
   /// checks).
-  step_stats training_loss(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
+  nn::step_stats training_loss(std::span<const T> inputs, std::span<const std::int64_t> labels, std::size_t batch) {
     check(inputs, labels, batch, "training_loss");
     auto& e = exec();
-    step_stats stats;
+    nn::step_stats stats;
     arena_threads_->execute([&] {
       e.forward_pass(inputs.data(), batch, true, false);
       stats = e.loss_pass(labels, {}, batch, false, options_.label_smoothing);
@@ -193,7 +193,7 @@ class executor_front {
 
  protected:
   // Only a model derives from it; the model sets the threads itself, where its own checks put them.
-  explicit executor_front(model_options options) noexcept : options_(options) {}
+  explicit executor_front(nn::model_options options) noexcept : options_(options) {}
   executor_front(executor_front&&) noexcept = default;
   executor_front& operator=(executor_front&&) noexcept = default;
   ~executor_front() = default;
@@ -230,9 +230,9 @@ class executor_front {
                                          " of sample " + std::to_string(i) + " is not a finite weight >= 0");
   }
 
-  model_options options_;
+  nn::model_options options_;
   int threads_ = 1;
   std::unique_ptr<tbb::task_arena> arena_threads_;  // the kernels' threads (a base: set before the model's executor)
 };
 
-}  // namespace mwstrat::nn::graph_detail
+}  // namespace mwstrat::detail

@@ -49,7 +49,7 @@
 #include <utility>
 #include <vector>
 
-namespace mwstrat::nn::graph_detail {
+namespace mwstrat::detail {
 
 // One layer as a builder hands it to the executor: the layer, its inputs as model nodes (0 is the input, i + 1 is
 // layer i; a layer reads only nodes before it), Keras's name and the names of the layers it is applied to.
@@ -81,7 +81,7 @@ class graph_executor {
 
   // The layers a builder made, in an order where each reads only nodes before it; `output_softmax`: the last is a
   // Dense with a softmax activation (trained from its logits).
-  graph_executor(shape_t input_shape, std::vector<executor_layer<T>> layers, bool output_softmax,
+  graph_executor(nn::shape_t input_shape, std::vector<executor_layer<T>> layers, bool output_softmax,
                  executor_options options)
       : input_shape_(std::move(input_shape)),
         output_softmax_(output_softmax),
@@ -137,7 +137,7 @@ class graph_executor {
   [[nodiscard]] const std::vector<graph_layer_info>& info() const noexcept { return info_; }
   // Per layer: its inputs as model nodes (0 = the input, i + 1 = layer i).
   [[nodiscard]] const std::vector<std::vector<std::size_t>>& inputs() const noexcept { return inputs_; }
-  [[nodiscard]] const shape_t& input_shape() const noexcept { return input_shape_; }
+  [[nodiscard]] const nn::shape_t& input_shape() const noexcept { return input_shape_; }
   [[nodiscard]] std::size_t input_size() const { return mwstrat::detail::shape_size(input_shape_); }
   [[nodiscard]] std::size_t output_size() const { return layers_.back()->output_size(); }
   [[nodiscard]] bool output_softmax() const noexcept { return output_softmax_; }
@@ -292,9 +292,9 @@ class graph_executor {
 
   // The weighted cross-entropy (nn/detail/loss_pass.hpp, shared with the sequential model) and, as in Keras, the
   // regularisation terms, which the mean gains once.
-  step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
-                       bool with_grad, double label_smoothing) {
-    step_stats st = mwstrat::detail::weighted_loss_pass<T>(
+  nn::step_stats loss_pass(std::span<const std::int64_t> labels, std::span<const float> weights, std::size_t batch,
+                           bool with_grad, double label_smoothing) {
+    nn::step_stats st = mwstrat::detail::weighted_loss_pass<T>(
         output_values(), with_grad ? grads_.back() : nullptr, output_size(), labels, weights, batch,
         losses_.data(), hits_.data(), static_cast<T>(label_smoothing));
     st.loss_sum += static_cast<double>(batch) * regularization_loss();
@@ -376,7 +376,7 @@ class graph_executor {
   std::span<const T> probabilities(std::size_t batch) {
     const std::size_t k = output_size();
     for (std::size_t s = 0; s < batch; ++s)
-      apply_softmax<T>(std::span<const T>(output_values() + s * k, k), std::span<T>(probs_.data() + s * k, k), k);
+      nn::apply_softmax<T>(std::span<const T>(output_values() + s * k, k), std::span<T>(probs_.data() + s * k, k), k);
     return {probs_.data(), batch * k};
   }
 
@@ -516,7 +516,7 @@ class graph_executor {
   }
   const T* output_values() const { return node_values(layers_.size()); }
 
-  shape_t input_shape_;
+  nn::shape_t input_shape_;
   std::vector<layer_ptr> layers_;
   std::vector<std::vector<std::size_t>> inputs_;  // per layer: model nodes (0 = input, i + 1 = layer i)
   std::vector<std::size_t> values_of_;             // per model node: the node whose buffer holds its values
@@ -555,4 +555,4 @@ class graph_executor {
   std::uint64_t step_ = 0;
 };
 
-}  // namespace mwstrat::nn::graph_detail
+}  // namespace mwstrat::detail

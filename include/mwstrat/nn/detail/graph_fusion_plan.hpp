@@ -38,7 +38,7 @@
 #include <memory>
 #include <vector>
 
-namespace mwstrat::nn::graph_detail {
+namespace mwstrat::detail {
 
 // "No layer" in the per-layer tables below and the executor's.
 inline constexpr std::size_t no_layer = static_cast<std::size_t>(-1);
@@ -226,4 +226,4 @@ struct graph_fusion_plan {
   }
 };
 
-}  // namespace mwstrat::nn::graph_detail
+}  // namespace mwstrat::detail

@@ -27,57 +27,59 @@
 #include <variant>
 #include <vector>
 
-namespace mwstrat::nn::graph_detail {
+namespace mwstrat::detail {
 
 // The layer a spec makes, for any element type; `ins` are the input shapes, `stream` keys its random numbers.
 template <class T>
-std::unique_ptr<mwstrat::detail::layer_impl<T>> make_graph_layer(const graph_layer_spec& spec,
-                                                                 const std::vector<shape_t>& ins, std::size_t stream) {
+std::unique_ptr<mwstrat::detail::layer_impl<T>> make_graph_layer(const nn::graph_layer_spec& spec,
+                                                                 const std::vector<nn::shape_t>& ins,
+                                                                 std::size_t stream) {
   namespace d = mwstrat::detail;
   using ptr = std::unique_ptr<d::layer_impl<T>>;
   return std::visit(
       [&](const auto& s) -> ptr {
         using S = std::remove_cvref_t<decltype(s)>;
-        if constexpr (std::is_same_v<S, add>) {
+        if constexpr (std::is_same_v<S, nn::add>) {
           return std::make_unique<d::add_layer<T>>(ins);
         } else {
           if (ins.size() != 1) d::nn_config_error("takes one input, got " + std::to_string(ins.size()));
-          const shape_t& in = ins.front();
-          if constexpr (std::is_same_v<S, input>) {
+          const nn::shape_t& in = ins.front();
+          if constexpr (std::is_same_v<S, nn::input>) {
             d::nn_config_error("an input is not applied to a tensor");
-          } else if constexpr (std::is_same_v<S, reshape>) {
+          } else if constexpr (std::is_same_v<S, nn::reshape>) {
             if (d::shape_size(s.target_shape) != d::shape_size(in) || s.target_shape.empty())
               d::nn_config_error("cannot reshape " + d::shape_string(in) + " to " + d::shape_string(s.target_shape));
             return std::make_unique<d::alias_layer<T>>("Reshape", "reshape", in, s.target_shape);
-          } else if constexpr (std::is_same_v<S, flatten>) {
-            return std::make_unique<d::alias_layer<T>>("Flatten", "flatten", in, shape_t{d::shape_size(in)});
-          } else if constexpr (std::is_same_v<S, conv2d>) {
-            if (s.activation == activation::softmax) d::nn_config_error("conv2d: softmax activation is not supported");
+          } else if constexpr (std::is_same_v<S, nn::flatten>) {
+            return std::make_unique<d::alias_layer<T>>("Flatten", "flatten", in, nn::shape_t{d::shape_size(in)});
+          } else if constexpr (std::is_same_v<S, nn::conv2d>) {
+            if (s.activation == nn::activation::softmax)
+              d::nn_config_error("conv2d: softmax activation is not supported");
             return std::make_unique<d::conv2d_layer<T>>(s, in);
-          } else if constexpr (std::is_same_v<S, max_pool2d>) {
+          } else if constexpr (std::is_same_v<S, nn::max_pool2d>) {
             return std::make_unique<d::max_pool2d_layer<T>>(s, in);
-          } else if constexpr (std::is_same_v<S, relu>) {
+          } else if constexpr (std::is_same_v<S, nn::relu>) {
             return std::make_unique<d::relu_layer<T>>(in);
-          } else if constexpr (std::is_same_v<S, dense>) {
+          } else if constexpr (std::is_same_v<S, nn::dense>) {
             return std::make_unique<d::dense_layer<T>>(s, in, true);
-          } else if constexpr (std::is_same_v<S, dropout>) {
+          } else if constexpr (std::is_same_v<S, nn::dropout>) {
             return std::make_unique<d::dropout_layer<T>>(s, in, stream);
-          } else if constexpr (std::is_same_v<S, softmax>) {
+          } else if constexpr (std::is_same_v<S, nn::softmax>) {
             return std::make_unique<d::softmax_layer<T>>(in);
-          } else if constexpr (std::is_same_v<S, batch_normalization>) {
+          } else if constexpr (std::is_same_v<S, nn::batch_normalization>) {
             return std::make_unique<d::batch_normalization_layer<T>>(s.momentum, s.epsilon, false, in);
-          } else if constexpr (std::is_same_v<S, sync_batch_normalization>) {
+          } else if constexpr (std::is_same_v<S, nn::sync_batch_normalization>) {
             return std::make_unique<d::batch_normalization_layer<T>>(s.momentum, s.epsilon, true, in);
-          } else if constexpr (std::is_same_v<S, activation_layer>) {
-            if (s.activation == activation::softmax)
+          } else if constexpr (std::is_same_v<S, nn::activation_layer>) {
+            if (s.activation == nn::activation::softmax)
               d::nn_config_error("activation: use nn::softmax or a Dense output's softmax activation");
             return std::make_unique<d::activation_layer<T>>(s, in);
-          } else if constexpr (std::is_same_v<S, zero_padding2d>) {
+          } else if constexpr (std::is_same_v<S, nn::zero_padding2d>) {
             return std::make_unique<d::zero_padding2d_layer<T>>(s, in);
-          } else if constexpr (std::is_same_v<S, global_average_pooling2d>) {
+          } else if constexpr (std::is_same_v<S, nn::global_average_pooling2d>) {
             return std::make_unique<d::global_average_pooling2d_layer<T>>(in);
           } else {
-            static_assert(std::is_same_v<S, pad_channels_shortcut>);
+            static_assert(std::is_same_v<S, nn::pad_channels_shortcut>);
             return std::make_unique<d::pad_channels_shortcut_layer<T>>(s, in);
           }
         }
@@ -86,28 +88,28 @@ std::unique_ptr<mwstrat::detail::layer_impl<T>> make_graph_layer(const graph_lay
 }
 
 // Keras's base name of the layer a spec would make (its base_name()), for an error raised before the layer exists.
-inline std::string keras_base_name(const graph_layer_spec& spec) {
+inline std::string keras_base_name(const nn::graph_layer_spec& spec) {
   return std::visit(
       [](const auto& s) -> std::string {
         using S = std::remove_cvref_t<decltype(s)>;
-        return std::is_same_v<S, conv2d>                     ? "conv2d"
-               : std::is_same_v<S, dense>                    ? "dense"
-               : std::is_same_v<S, batch_normalization>      ? "batch_normalization"
-               : std::is_same_v<S, sync_batch_normalization> ? "sync_batch_normalization"
-               : std::is_same_v<S, add>                      ? "add"
-               : std::is_same_v<S, zero_padding2d>           ? "zero_padding2d"
-               : std::is_same_v<S, global_average_pooling2d> ? "global_average_pooling2d"
-               : std::is_same_v<S, max_pool2d>               ? "max_pooling2d"
-               : std::is_same_v<S, pad_channels_shortcut>    ? "lambda"
-               : std::is_same_v<S, activation_layer>         ? "activation"
-               : std::is_same_v<S, reshape>                  ? "reshape"
-               : std::is_same_v<S, flatten>                  ? "flatten"
-               : std::is_same_v<S, dropout>                  ? "dropout"
-               : std::is_same_v<S, relu>                     ? "re_lu"
-               : std::is_same_v<S, softmax>                  ? "softmax"
-                                                             : "input_layer";
+        return std::is_same_v<S, nn::conv2d>                     ? "conv2d"
+               : std::is_same_v<S, nn::dense>                    ? "dense"
+               : std::is_same_v<S, nn::batch_normalization>      ? "batch_normalization"
+               : std::is_same_v<S, nn::sync_batch_normalization> ? "sync_batch_normalization"
+               : std::is_same_v<S, nn::add>                      ? "add"
+               : std::is_same_v<S, nn::zero_padding2d>           ? "zero_padding2d"
+               : std::is_same_v<S, nn::global_average_pooling2d> ? "global_average_pooling2d"
+               : std::is_same_v<S, nn::max_pool2d>               ? "max_pooling2d"
+               : std::is_same_v<S, nn::pad_channels_shortcut>    ? "lambda"
+               : std::is_same_v<S, nn::activation_layer>         ? "activation"
+               : std::is_same_v<S, nn::reshape>                  ? "reshape"
+               : std::is_same_v<S, nn::flatten>                  ? "flatten"
+               : std::is_same_v<S, nn::dropout>                  ? "dropout"
+               : std::is_same_v<S, nn::relu>                     ? "re_lu"
+               : std::is_same_v<S, nn::softmax>                  ? "softmax"
+                                                                 : "input_layer";
       },
       spec);
 }
 
-}  // namespace mwstrat::nn::graph_detail
+}  // namespace mwstrat::detail

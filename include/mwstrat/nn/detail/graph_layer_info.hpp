@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::nn::graph_detail {
+namespace mwstrat::detail {
 
 // One layer's place in the arenas (nn::basic_graph_model::layer_info).
 struct graph_layer_info {
   std::string name;                 ///< Keras's unique name
   std::string type;                 ///< Keras class name
-  shape_t output_shape;             ///< per sample
+  nn::shape_t output_shape;         ///< per sample
   std::vector<std::string> inbound; ///< names of the layers it is applied to
   std::size_t offset;               ///< first parameter in the arena
   std::size_t count;                ///< trained parameters
@@ -22,4 +22,4 @@ struct graph_layer_info {
   std::size_t state_count;          ///< non-trained values (moving statistics)
 };
 
-}  // namespace mwstrat::nn::graph_detail
+}  // namespace mwstrat::detail

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::nn::graph_detail {
+namespace mwstrat::detail {
 
 // 860874 -> "860,874", as Keras prints counts.
 inline std::string grouped(std::size_t n) {
@@ -25,7 +25,7 @@ inline std::string grouped(std::size_t n) {
 }
 
 // `trained` and `state` are the parameter and model-state counts of the whole model.
-inline void print_graph_summary(std::ostream& out, const shape_t& input_shape,
+inline void print_graph_summary(std::ostream& out, const nn::shape_t& input_shape,
                                 const std::vector<graph_layer_info>& info, std::size_t trained, std::size_t state) {
   constexpr std::size_t width = 98;
   const std::size_t stops[] = {32, 53, 65, width};
@@ -40,7 +40,7 @@ inline void print_graph_summary(std::ostream& out, const shape_t& input_shape,
     while (!line.empty() && line.back() == ' ') line.pop_back();
     o << line << "\n";
   };
-  auto shape = [](const shape_t& s) {
+  auto shape = [](const nn::shape_t& s) {
     std::string r = "(None";
     for (auto e : s) r += ", " + std::to_string(e);
     return r + ")";
@@ -66,4 +66,4 @@ inline void print_graph_summary(std::ostream& out, const shape_t& input_shape,
   out << o.str();
 }
 
-}  // namespace mwstrat::nn::graph_detail
+}  // namespace mwstrat::detail
