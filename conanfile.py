@@ -59,8 +59,9 @@ class MwstratConan(ConanFile):
         self.cpp_info.set_property("cmake_find_mode", "none")
         builddirs = [os.path.join("share", "cmake", "mwstrat")]
         # The components, as in cmake/mwstratComponents.cmake: a program that brings its own tensors needs core
-        # (+ ring, data) and no oneTBB. mpi (collective/mpi/) is left to the CMake config, which finds the system's
-        # MPI for find_package(mwstrat COMPONENTS mpi).
+        # (+ ring, data) and no oneTBB. The optional components are left to the CMake config, which finds the
+        # system's packages: mpi (collective/mpi/, MPI) for find_package(mwstrat COMPONENTS mpi), and images
+        # (data/images/, libpng and libjpeg) for COMPONENTS images.
         components = {
             "core": ["boost::headers", "boost::json"],  # + Threads
             "ring": ["core", "openssl::crypto"],

@@ -26,7 +26,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
-                "checkpoint", "data", "resnet", "kernels", "resnet_tta", "resnet56_tta", "collective_hosts", "train_hosts", "fault_campaign"]
+                "checkpoint", "data", "resnet", "kernels", "isa", "resnet_tta", "resnet56_tta", "collective_hosts", "train_hosts", "fault_campaign"]
 
 
 def cnn_flops_per_sample():
@@ -896,6 +896,60 @@ class Page:
         self.headlines.append(("Fault campaign: seconds lost per fault", fmt(first["seconds_lost_per_fault"], 2),
                                "—", f"{first['faults_survived']}/{first['faults_injected']} survived, byte-identical: "
                                f"{'yes' if first['byte_identical'] else 'NO'}", short_source(c), c["commands"][0]))
+    def isa(self):
+        """Kernels chosen at run time (issue 49): the default-ISA build on each path against the -march=native
+        build, MNIST CNN and ResNet-56 steps (goal: the default build at >= 95% of the native one)."""
+        k = self.r.get("isa")
+        if not k or not k.get("rows"):
+            return
+        w = self.w
+        med = statistics.median
+        w("### Kernels chosen at run time: a default-flags build against -march=native")
+        w()
+        w(f"Measured: {where(k)}.  ")
+        w("Commands: " + "; ".join(f"`{c}`" for c in k["commands"]))
+        w()
+        w("The same two programs built twice in one Release build: with the bench build's `-march=native`, and for "
+          "the compiler's default x86-64 ISA (`-march=x86-64 -mtune=generic`, what a project with CMake's plain "
+          "Release gets). The default-ISA build runs the kernels the CPU has, chosen at run time "
+          "(`nn/kernels/isa.hpp`); `MWSTRAT_KERNEL_ISA` forces each path it has. One worker, one thread (the "
+          f"kernels' own speed), {k['rounds']} interleaved round(s); medians of the rounds. *Of native*: the native "
+          "build's time per step ÷ this row's (above 100%: faster).")
+        w()
+        self.busy_note(k)
+        w("| model | build | kernels | ms per step | CPU ms per step | of native (wall) | of native (CPU) |")
+        w("|---|---|---|---:|---:|---:|---:|")
+        headline = {}
+        for model, title in (("mnist", "MNIST CNN, batch 64"), ("resnet56", "ResNet-56, batch 128")):
+            rows = [x for x in k["rows"] if x["model"] == model]
+            if not rows:
+                continue
+            steps = lambda x: x["seconds"] / x["steps"]
+            cpu = lambda x: x["cpu_s_per_step"] / max(1, x.get("workers", 1))
+            native = [x for x in rows if x["label"] == "native"]
+            if not native:
+                continue
+            n_wall, n_cpu = med([steps(x) for x in native]), med([cpu(x) for x in native])
+            labels = ["native"] + [x for x in dict.fromkeys(x["label"] for x in rows) if x != "native"]
+            for label in labels:
+                these = [x for x in rows if x["label"] == label]
+                wall, c = med([steps(x) for x in these]), med([cpu(x) for x in these])
+                kernels = these[0].get("kernels", "?")
+                build = "-march=native" if label == "native" else "default ISA"
+                w(f"| {title} | {build} | {kernels} | {fmt(wall * 1000, 1)} | {fmt(c * 1000, 1)} | "
+                  f"{pct(n_wall / wall)} | {pct(n_cpu / c)} |")
+                if label != "native" and label == labels[1]:
+                    headline[model] = (n_wall / wall, kernels)
+        w()
+        if headline:
+            w("The first default-ISA row of each model is what such a build runs unasked (the best path this CPU "
+              "has). Goal: at least 95% of the native build's speed.")
+            w()
+            cells = ", ".join(f"{'MNIST CNN' if m == 'mnist' else 'ResNet-56'} {pct(r)} ({kern})"
+                              for m, (r, kern) in headline.items())
+            self.headlines.append(("Default-flags build ÷ -march=native build, step speed", cells, "—",
+                                   "goal ≥ 95%", short_source(k), k["commands"][0]))
+
     def busy_note(self, rec):
         """A warning where the machine was loaded when `rec` was measured (shared with builds)."""
         try:
@@ -1261,7 +1315,7 @@ class Page:
         self.lines = []
         body_start = 0
         for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.resnet, self.kernels,
-                        self.resnet_time_to_accuracy, self.hosts,
+                        self.isa, self.resnet_time_to_accuracy, self.hosts,
                         self.fault_campaign):
             section()
         body = self.lines[body_start:]
@@ -1276,7 +1330,7 @@ class Page:
           "to the peers (PyTorch DDP, TensorFlow MultiWorkerMirroredStrategy, Gloo, Open MPI, OpenBLAS) and to the "
           "machine's limit (FP32 FMA peak, loopback link, disk). To rerun everything on your machine: `scripts/bench` "
           "(`--quick` for one short repeat of each, `--only "
-          "train|collective|nn|checkpoint|data|peak|resnet|kernels|tta|hosts` for one). How "
+          "train|collective|nn|checkpoint|data|peak|resnet|kernels|isa|tta|hosts` for one). How "
           "each figure came about, pass by pass: [history/](history/).")
         w()
         kept = sorted(glob.glob(os.path.join(HERE, "history", "results-*")))

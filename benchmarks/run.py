@@ -21,6 +21,10 @@ Families and what each writes (RESULTS.md's sections):
   kernels     kernels.json               the convolution kernels vs oneDNN (PyTorch) on each of ResNet-56's layer
                                          shapes, forward / data gradient / filter gradient, one thread, batch 128,
                                          interleaved rounds (kernels/compare.py)
+  isa         isa.json                   kernels chosen at run time: the MNIST CNN step and the ResNet-56 step built with
+                                         -march=native against the same programs built for the default x86-64 ISA,
+                                         on each kernel path MWSTRAT_KERNEL_ISA forces (train_throughput, resnet_throughput;
+                                         one worker, one thread, interleaved rounds)
   tta         resnet_tta.json            time to accuracy: ResNet-20 test accuracy against wall time, 2 workers, mwstrat
                                          (examples/cifar10_resnet: the build needs -DMWSTRAT_BUILD_EXAMPLES=ON) then
                                          PyTorch channels_last, the same short cosine recipe, each alone for up to
@@ -49,7 +53,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 
-FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet", "kernels", "tta", "hosts"]
+FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet", "kernels", "isa", "tta", "hosts"]
 
 
 class Failed(Exception):
@@ -307,6 +311,53 @@ def family_kernels(a, log):
     benchlib.write_json(os.path.join(a.results, "kernels.json"), record)
     if not any(r["torch_gflops"] for r in record["rows"]):
         raise Failed("no pass was timed on both sides")
+
+
+def family_isa(a, log):
+    # One worker and one thread, so the figure is the kernels' own: each round runs the native build, then the
+    # default-ISA build on every path this CPU has (best first), for the MNIST CNN (batch 64) and ResNet-56 (batch
+    # 128). Rows keep the wall and CPU seconds per step; the report takes medians and the default ÷ native ratio.
+    started = benchlib.start()
+    rounds = 1 if a.quick else 3
+    mnist_steps, resnet_steps = ("20", "2") if a.quick else ("150", "6")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("TF_CONFIG", None)
+    env.pop("MWSTRAT_KERNEL_ISA", None)
+    flags = open("/proc/cpuinfo").read()
+    paths = [p for p, need in (("avx512", " avx512bw"), ("avx2", " avx2"), ("baseline", "")) if need in flags]
+    programs = {
+        "mnist": (os.path.join("train", "train_throughput"),
+                  ["--data-dir", a.data_dir, "--batch", "64", "--threads", "1", "--warmup", "10", "--steps", mnist_steps]),
+        "resnet56": (os.path.join("resnet", "resnet_throughput"),
+                     ["--data-dir", a.cifar_dir, "--depth", "56", "--batch", "128", "--threads", "1", "--warmup", "2",
+                      "--steps", resnet_steps]),
+    }
+    variants = [("native", "", None)] + [(f"default-isa {p}", "_default_isa", p) for p in paths]
+    commands, rows, failures = [], [], []
+    for r in range(rounds):
+        for model, (prog, args) in programs.items():
+            for label, suffix, path in variants:
+                argv = [os.path.join(a.build, "benchmarks", prog + suffix)] + args
+                run_env = dict(env, MWSTRAT_KERNEL_ISA=path) if path else env
+                command = (f"MWSTRAT_KERNEL_ISA={path} " if path else "") + " ".join(
+                    benchlib.rel(x) if os.sep in x else x for x in argv)
+                if r == 0:
+                    commands.append(command)
+                try:
+                    text = run(argv, log, 1200, env=run_env)
+                except Failed as e:
+                    failures.append(f"{model} {label} (round {r + 1}): {e}")
+                    continue
+                for line in text.splitlines():
+                    if line.startswith("{"):
+                        row = json.loads(line)
+                        row.update(model=model, label=label, path=path or "native", round=r + 1)
+                        rows.append(row)
+    record = benchlib.meta("isa", commands, a.quick, started)
+    record.update(rows=rows, failures=failures, rounds=rounds, paths=paths)
+    benchlib.write_json(os.path.join(a.results, "isa.json"), record)
+    if not rows:
+        raise Failed("no run succeeded: " + "; ".join(failures))
 
 
 # Time to accuracy per depth: the results file and the recipe's changes from time_to_accuracy.py's default (ResNet-20,

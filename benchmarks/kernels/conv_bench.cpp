@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
       }
     }
   int n = static_cast<int>(rest.size());
+  benchmark::AddCustomContext("kernels", mwstrat::nn::kernel_isa_in_use().name);  // in the JSON's context
   benchmark::Initialize(&n, rest.data());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

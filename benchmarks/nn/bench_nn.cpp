@@ -69,4 +69,11 @@ BENCHMARK(Dense)->ArgNames({"batch", "threads", "kind"})->ArgsProduct({{64, 128}
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::AddCustomContext("kernels", mwstrat::nn::kernel_isa_in_use().name);  // in the JSON's context
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

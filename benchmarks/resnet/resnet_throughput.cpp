@@ -242,9 +242,10 @@ int run_conv_kernels(const flags& f) {
   std::printf("{\"impl\":\"mwstrat-conv-kernels\",\"conv_path\":\"%s\",\"model\":\"resnet%zu\",\"variant\":\"%s\",\"threads\":%d,"
               "\"batch\":%zu,\"steps\":%zu,\"convolutions\":%zu,\"conv_gflop_per_step\":%.3f,"
               "\"conv_seconds_per_step\":%.4f,\"conv_cpu_s_per_step\":%.4f,\"conv_gflops\":%.2f,"
-              "\"conv_gflops_per_cpu_s\":%.2f}\n",
+              "\"conv_gflops_per_cpu_s\":%.2f,\"kernels\":\"%s\"}\n",
               f.conv_path.c_str(), f.depth, f.variant.c_str(), f.threads, f.batch, f.steps, shapes.size(), gflop, per_step,
-              cpu / static_cast<double>(f.steps), gflop / per_step, gflop * static_cast<double>(f.steps) / cpu);
+              cpu / static_cast<double>(f.steps), gflop / per_step, gflop * static_cast<double>(f.steps) / cpu,
+              mwstrat::nn::kernel_isa_in_use().name.c_str());
   std::fflush(stdout);
   return 0;
 }
@@ -302,11 +303,12 @@ int run_training(const flags& f) {
     std::printf("{\"impl\":\"mwstrat\",\"model\":\"resnet%zu\",\"variant\":\"%s\",\"workers\":%zu,\"threads\":%d,"
                 "\"batch\":%zu,\"warmup\":%zu,\"steps\":%zu,\"seconds\":%.4f,\"steps_per_s\":%.4f,"
                 "\"samples_per_s\":%.2f,\"samples_per_s_per_worker\":%.2f,\"cpu_s_per_step\":%.4f,"
-                "\"peak_rss_mib\":%.1f,\"loss\":%.5f,\"conv_gflop_per_step\":%.3f}\n",
+                "\"peak_rss_mib\":%.1f,\"loss\":%.5f,\"conv_gflop_per_step\":%.3f,\"kernels\":\"%s\"}\n",
                 f.depth, f.variant.c_str(), workers, f.threads, f.batch, f.warmup, f.steps, job_seconds, steps_per_s,
                 steps_per_s * static_cast<double>(global_batch), steps_per_s * static_cast<double>(f.batch),
                 cpu_total / static_cast<double>(f.steps), peak, h.epochs.empty() ? 0.0 : h.epochs.back().loss,
-                conv_gflop_per_step(resnet_convolutions(f.depth, f.batch, f.variant == "tf")));
+                conv_gflop_per_step(resnet_convolutions(f.depth, f.batch, f.variant == "tf")),
+                mwstrat::nn::kernel_isa_in_use().name.c_str());
     std::fflush(stdout);
   }
   return 0;

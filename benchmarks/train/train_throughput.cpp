@@ -277,12 +277,12 @@ int main(int argc, char** argv) {
       std::printf("{\"impl\":\"mwstrat\",\"workers\":%zu,\"threads\":%d,\"batch\":%zu,\"steps\":%zu,"
                   "\"seconds\":%.4f,\"steps_per_s\":%.3f,\"samples_per_s\":%.1f,\"peak_rss_mib\":%.1f,"
                   "\"peak_rss_mib_per_worker\":[%s],\"cpu_s_per_step\":%.5f,\"cpu_user_s_per_step\":%.5f,"
-                  "\"cpu_system_s_per_step\":%.5f,\"context_switches_per_step\":%.1f,\"loss\":%.5f,\"gradients\":\"%s\"}\n",
+                  "\"cpu_system_s_per_step\":%.5f,\"context_switches_per_step\":%.1f,\"loss\":%.5f,\"gradients\":\"%s\",\"kernels\":\"%s\"}\n",
                   workers, f.threads, f.batch, f.steps, job_seconds, steps_per_s,
                   steps_per_s * static_cast<double>(global_batch), peak, per_worker.c_str(),
                   cpu_total / static_cast<double>(f.steps), user_total / static_cast<double>(f.steps),
                   system_total / static_cast<double>(f.steps), switches_total / static_cast<double>(f.steps), h.epochs.empty() ? 0.0 : h.epochs.back().loss,
-                  f.local_gradients ? "local" : "mean");
+                  f.local_gradients ? "local" : "mean", mwstrat::nn::kernel_isa_in_use().name.c_str());
       std::fflush(stdout);
     }
     return 0;

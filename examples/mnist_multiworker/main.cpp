@@ -61,8 +61,7 @@ struct flags {
   // In-memory recovery (fit_options::recovery): a lost worker is replaced and the survivors go on. Also on when the
   // launcher says so (mwstrat-launch --replace-lost sets MWSTRAT_REPLACE_LOST=1).
   bool in_memory_recovery = false;
-  std::optional<double> recovery_timeout_s;  // unset: 60 s; MWSTRAT_RECOVERY_TIMEOUT_MS overrides
-  mwstrat::launcher_environment launcher;     // what mwstrat-launch told this worker (checked before connecting)
+  std::optional<double> recovery_timeout_s;  // unset: the launcher's MWSTRAT_RECOVERY_TIMEOUT_MS, else 60 s
   std::string collective = "ring";  // ring (TF_CONFIG or an MPI launcher's variables) or mpi
   std::size_t train_examples = 0;  // 0: the whole training set; N: its first N examples (short runs, tests)
   std::size_t test_examples = 0;   // 0: the whole test set
@@ -164,7 +163,7 @@ const char* const usage =
     "SIGTERM or SIGINT stops every worker at the next step boundary (the chief backs up when --backup-dir is\n"
     "given); each then exits with status 75: restart the job to resume.\n"
     "--in-memory-recovery (or MWSTRAT_REPLACE_LOST=1, set by mwstrat-launch --replace-lost): a lost worker's\n"
-    "survivors wait (--recovery-timeout, or MWSTRAT_RECOVERY_TIMEOUT_MS; default 60 s) for its replacement\n"
+    "survivors wait (--recovery-timeout, else MWSTRAT_RECOVERY_TIMEOUT_MS, else 60 s) for its replacement\n"
     "and hand it the training state from memory; without one in time they exit with status 69.\n";
 
 // Timeouts in seconds: above 0, at most this (about 11 days).
@@ -212,14 +211,14 @@ flags parse(int argc, char** argv) {
 #ifndef MWSTRAT_EXAMPLE_WITH_MPI
   if (f.collective == "mpi") args.fail("--collective mpi: this build has no MPI (mnist_multiworker_mpi has)");
 #endif
-  // The launcher's protocol is the library's (cluster/launcher_environment.hpp; fit applies it): read here once so
-  // that a malformed variable is refused before connecting, as a bad flag is.
+  // The launcher's protocol is the library's: fit applies it (train/in_memory_recovery.hpp). It is read here only so
+  // that a malformed variable is refused before connecting, as a bad flag is, and so that the one-off fault is not
+  // repeated by a restarted job or a replacement worker.
   try {
-    f.launcher = mwstrat::launcher_environment::read();
+    if (mwstrat::launcher_environment::read().restarted()) f.kill_at_step.reset();
   } catch (const mwstrat::config_error& e) {
     args.fail(std::string(e.detail()));
   }
-  if (f.launcher.restarted()) f.kill_at_step.reset();  // a restarted job, or a replacement worker, runs clean
   return f;
 }
 
@@ -247,11 +246,10 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   mwstrat::fit_options options;
   options.epochs = f.epochs;
   options.steps_per_epoch = f.steps_per_epoch;
-  // In-memory recovery: on with --in-memory-recovery, or when the launcher replaces lost workers (fit reads
-  // MWSTRAT_REPLACE_LOST, and reports lost ranks on MWSTRAT_LAUNCH_REPORT_FD); the launcher's timeout wins.
+  // In-memory recovery: on with --in-memory-recovery; under mwstrat-launch --replace-lost fit turns it on itself and
+  // reports lost ranks to the launcher. A timeout the program sets wins over the launcher's (fit's one rule).
   options.recovery.enabled = f.in_memory_recovery;
-  if (f.recovery_timeout_s && !f.launcher.recovery_timeout) options.recovery.timeout = seconds(*f.recovery_timeout_s);
-  options.recovery.launcher = f.launcher;
+  if (f.recovery_timeout_s) options.recovery.timeout = seconds(*f.recovery_timeout_s);
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
   mwstrat::tensorboard board({.log_dir = f.tensorboard_dir, .update_freq = 10});

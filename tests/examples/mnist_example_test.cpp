@@ -30,6 +30,23 @@ TEST(mnist_example, two_ring_workers_train_and_only_the_chief_writes) {
   EXPECT_EQ(saved_weights(dir.path() / "model" / "model.safetensors").size(), 2770634u);
 }
 
+// The chief names the kernels once (nn/kernels/isa.hpp: chosen at run time, whatever the example's build flags);
+// a path the CPU cannot run, or no path at all, is refused before training with the CPU's features named.
+TEST(mnist_example, the_chief_names_the_kernels_and_a_bad_request_is_refused) {
+  const std::string job = " -- " + example + " --data-dir " + mnist_dir +
+                          " --epochs 1 --steps-per-epoch 1 --batch-size 8 --no-test";
+  const auto r = run(launcher + " -n 2" + job, 240);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto at = r.output.find("[worker 0] [mwstrat] kernels: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[mwstrat] kernels: ", at + 1), std::string::npos) << "said once, by the chief only";
+  const auto bad = run("MWSTRAT_KERNEL_ISA=avx3 " + launcher + " -n 1" + job, 240);
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("[mwstrat.nn] MWSTRAT_KERNEL_ISA=avx3: expected avx512, avx2, baseline or native (CPU: "),
+            std::string::npos)
+      << bad.output;
+}
+
 TEST(mnist_example, a_bad_tf_config_is_a_clear_error_at_once) {
   const auto r = run("TF_CONFIG='{\"cluster\":{\"worker\":[\"127.0.0.1:1\"]},\"task\":{\"type\":\"worker\",\"index\":3}}' " +
                      example + " --data-dir " + mnist_dir, 60);

@@ -26,6 +26,11 @@ std::vector<float> filled(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
+// a * b + c rounded as the running pass's kernels round it (once where its ISA has FMA).
+float running_fmadd(float a, float b, float c) {
+  return mwstrat::detail::with_running_pass([&]<class Pass>(Pass) { return Pass::fmadd(a, b, c); });
+}
+
 // Keras's geometry for `same` (pads split with the larger half at the bottom/right) or `valid`.
 conv2d_geometry make(std::size_t batch, std::size_t h, std::size_t w, std::size_t c, std::size_t f, std::size_t k,
                      std::size_t s, bool same) {
@@ -293,75 +298,31 @@ TEST(Conv2dKernels, TransposedFilterTileSumsEachPixelInOrderAcrossCalls) {
 
 // The data gradient of a stride-2 3x3 convolution whose input is one vector of channels is scattered
 // (conv2d_scatter.hpp) on both the automatic and the direct path: the same bits as the scatter kernel called alone.
-// Other shapes (another stride, kernel or channel count) never take it.
+// Other shapes (another stride, kernel or channel count) never take it. The entry point runs the kernels of the
+// ISA this process chose (nn/kernels/isa.hpp), so "alone" is that pass's scatter kernel, at its vector width.
 TEST(Conv2dKernels, StrideTwoThreeByThreeDataGradientOfOneChannelVectorIsScattered) {
-  namespace scatter = mwstrat::nn::kernels::scatter;
-  const auto L = static_cast<std::size_t>(scatter::lanes);
-  EXPECT_TRUE(scatter::applies(make(2, 32, 32, L, 32, 3, 2, true)));
-  EXPECT_FALSE(scatter::applies(make(2, 32, 32, L, 32, 3, 1, true)));
-  EXPECT_FALSE(scatter::applies(make(2, 32, 32, L, 32, 1, 2, true)));
-  EXPECT_FALSE(scatter::applies(make(2, 32, 32, 2 * L, 32, 3, 2, true)));
-  for (const conv2d_geometry& g : {make(2, 32, 32, L, 32, 3, 2, true), make(1, 9, 11, L, 16, 3, 2, true)}) {
-    SCOPED_TRACE(describe(g));
-    const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, 61);
-    const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, 62);
-    std::vector<float> alone(g.batch * g.in_h * g.in_w * g.in_c, 7.0f);
-    conv2d_workspace ws;
-    scatter::backward_data(g, dy.data(), w.data(), alone.data(), ws);
-    for (conv2d_path path : {conv2d_path::automatic, conv2d_path::direct}) {
-      std::vector<float> dx(alone.size(), -3.0f);  // every element overwritten, whatever was there
-      conv2d_workspace pws;
-      pws.path = path;
-      mwstrat::nn::kernels::conv2d_backward_data(g, dy.data(), w.data(), dx.data(), pws);
-      EXPECT_TRUE(same_bits(dx, alone));
-    }
-  }
-}
-
-// 3x3 stride-1 convolutions take Winograd under the automatic path (other bits than the direct kernels' for the
-// same values, but for the bias gradient, the same sum on both paths); other shapes never take Winograd.
-TEST(Conv2dKernels, AutomaticTakesWinogradForThreeByThreeStrideOne) {
-  for (const conv2d_geometry& g : {make(2, 8, 8, 16, 16, 3, 1, true), make(2, 9, 9, 16, 32, 3, 2, true),
-                                   make(2, 8, 8, 16, 32, 1, 1, true)}) {
-    SCOPED_TRACE(describe(g));
-    const bool winograd = g.kernel_h == 3 && g.stride_h == 1;
-    const auto x = filled(g.batch * g.in_h * g.in_w * g.in_c, 51);
-    const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, 52);
-    const auto b = filled(g.out_c, 53);
-    const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, 54);
-    const run_result fast = run(g, conv2d_path::automatic, x, w, b, dy, 1);
-    const run_result direct = run(g, conv2d_path::direct, x, w, b, dy, 1);
-    EXPECT_EQ(same_bits(fast.y, direct.y), !winograd);
-    EXPECT_EQ(same_bits(fast.dx, direct.dx), !winograd);
-    EXPECT_EQ(same_bits(fast.dw, direct.dw), !winograd);
-    EXPECT_TRUE(same_bits(fast.db, direct.db));
-  }
-}
-
-// With `add`, the data gradient is added to what the output holds: the bits of computing it apart and adding it
-// (what the graph executor did with a second reader's part), on every path (the Winograd path adds as it stores,
-// the others through a buffer of the workspace).
-TEST(Conv2dKernels, DataGradientAddedToTheOutputIsTheSumOfTheTwoRoundedOnce) {
-  std::uint64_t seed = 61;
-  for (conv2d_path path : {conv2d_path::automatic, conv2d_path::direct, conv2d_path::reference})
-    for (const conv2d_geometry& g : geometries()) {
-      SCOPED_TRACE(describe(g) + " path " + std::to_string(static_cast<int>(path)));
-      const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, seed++);
-      const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, seed++);
-      const auto before = filled(g.batch * g.in_h * g.in_w * g.in_c, seed++);
+  mwstrat::detail::with_running_pass([]<class Pass>(Pass) {
+    const auto L = static_cast<std::size_t>(Pass::float_lanes);
+    EXPECT_TRUE(Pass::scatter_applies(make(2, 32, 32, L, 32, 3, 2, true)));
+    EXPECT_FALSE(Pass::scatter_applies(make(2, 32, 32, L, 32, 3, 1, true)));
+    EXPECT_FALSE(Pass::scatter_applies(make(2, 32, 32, L, 32, 1, 2, true)));
+    EXPECT_FALSE(Pass::scatter_applies(make(2, 32, 32, 2 * L, 32, 3, 2, true)));
+    for (const conv2d_geometry& g : {make(2, 32, 32, L, 32, 3, 2, true), make(1, 9, 11, L, 16, 3, 2, true)}) {
+      SCOPED_TRACE(describe(g));
+      const auto w = filled(g.kernel_h * g.kernel_w * g.in_c * g.out_c, 61);
+      const auto dy = filled(g.batch * g.out_h * g.out_w * g.out_c, 62);
+      std::vector<float> alone(g.batch * g.in_h * g.in_w * g.in_c, 7.0f);
       conv2d_workspace ws;
-      ws.path = path;
-      std::vector<float> apart(before.size(), std::nanf(""));
-      std::vector<float> added = before;
-      tbb::task_arena arena(1);
-      arena.execute([&] {
-        mwstrat::nn::kernels::conv2d_backward_data(g, dy.data(), w.data(), apart.data(), ws);
-        mwstrat::nn::kernels::conv2d_backward_data(g, dy.data(), w.data(), added.data(), ws, true);
-      });
-      std::vector<float> want(before.size());
-      for (std::size_t i = 0; i < want.size(); ++i) want[i] = before[i] + apart[i];
-      EXPECT_TRUE(same_bits(added, want));
+      Pass::scatter_backward_data(g, dy.data(), w.data(), alone.data(), ws);
+      for (conv2d_path path : {conv2d_path::automatic, conv2d_path::direct}) {
+        std::vector<float> dx(alone.size(), -3.0f);  // every element overwritten, whatever was there
+        conv2d_workspace pws;
+        pws.path = path;
+        mwstrat::nn::kernels::conv2d_backward_data(g, dy.data(), w.data(), dx.data(), pws);
+        EXPECT_TRUE(same_bits(dx, alone));
+      }
     }
+  });
 }
 
 // The forward pass with an input transform equals the transform applied first, then the plain forward pass; the
@@ -382,7 +343,7 @@ TEST(Conv2dKernels, InputTransformIsAppliedBeforeZeroPadding) {
         std::vector<float> t(x.size());
         for (std::size_t i = 0; i < x.size(); ++i) {
           const std::size_t c = i % g.in_c;
-          const float v = mwstrat::detail::fmadd(x[i], scale[c], shift[c]);
+          const float v = running_fmadd(x[i], scale[c], shift[c]);
           t[i] = relu && v < 0.0f ? 0.0f : v;
         }
         std::vector<float> want(g.batch * g.out_h * g.out_w * g.out_c), got(want.size(), std::nanf(""));

@@ -18,6 +18,7 @@
 #include <mwstrat/nn/detail/executor_front.hpp>
 #include <mwstrat/nn/detail/graph_executor.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
+#include <mwstrat/nn/detail/kernel_isas.hpp>
 #include <mwstrat/nn/layers/alias.hpp>
 #include <mwstrat/nn/layers/conv2d.hpp>
 #include <mwstrat/nn/layers/dense.hpp>
@@ -214,7 +215,9 @@ class basic_sequential : public detail::executor_front<basic_sequential<T>, T> {
     std::vector<detail::executor_layer<T>> layers;
     std::vector<std::string> bases;
     for (std::size_t i = 1; i < specs.size(); ++i) {
-      auto layer = std::visit([&](const auto& s) { return make(s, shape, i); }, specs[i]);
+      // Layers of the ISA this process runs (nn/kernels/isa.hpp).
+      auto layer = detail::with_running_pass(
+          [&]<class Pass>(Pass) { return std::visit([&](const auto& s) { return make<Pass>(s, shape, i); }, specs[i]); });
       shape = layer->output_shape();
       const std::string base = layer->base_name();
       const auto n = static_cast<std::size_t>(std::count(bases.begin(), bases.end(), base));
@@ -226,28 +229,35 @@ class basic_sequential : public detail::executor_front<basic_sequential<T>, T> {
     return executor(input_shape_, std::move(layers), false, {.fuse = true, .share = true, .first_stream = 0});
   }
 
+  template <class Pass>
   std::unique_ptr<detail::layer_impl<T>> make(const input& s, const shape_t&, std::size_t) {
     (void)s;
     detail::nn_config_error("sequential: nn::input may only be the first layer");
   }
+  template <class Pass>
   std::unique_ptr<detail::layer_impl<T>> make(const reshape& s, const shape_t& in, std::size_t) {
     if (detail::shape_size(s.target_shape) != detail::shape_size(in) || s.target_shape.empty())
       detail::nn_config_error("reshape: cannot reshape " + detail::shape_string(in) + " to " +
                               detail::shape_string(s.target_shape));
-    return std::make_unique<detail::alias_layer<T>>("Reshape", "reshape", in, s.target_shape);
+    return std::make_unique<typename Pass::template alias<T>>("Reshape", "reshape", in, s.target_shape);
   }
+  template <class Pass>
   std::unique_ptr<detail::layer_impl<T>> make(const flatten&, const shape_t& in, std::size_t) {
-    return std::make_unique<detail::alias_layer<T>>("Flatten", "flatten", in, shape_t{detail::shape_size(in)});
+    return std::make_unique<typename Pass::template alias<T>>("Flatten", "flatten", in, shape_t{detail::shape_size(in)});
   }
+  template <class Pass>
   std::unique_ptr<detail::layer_impl<T>> make(const conv2d& s, const shape_t& in, std::size_t) {
-    return std::make_unique<detail::conv2d_layer<T>>(s, in);
+    return std::make_unique<typename Pass::template conv2d<T>>(s, in);
   }
+  template <class Pass>
   std::unique_ptr<detail::layer_impl<T>> make(const max_pool2d& s, const shape_t& in, std::size_t) {
-    return std::make_unique<detail::max_pool2d_layer<T>>(s, in);
+    return std::make_unique<typename Pass::template max_pool2d<T>>(s, in);
   }
+  template <class Pass>
   std::unique_ptr<detail::layer_impl<T>> make(const relu&, const shape_t& in, std::size_t) {
-    return std::make_unique<detail::relu_layer<T>>(in);
+    return std::make_unique<typename Pass::template relu<T>>(in);
   }
+  template <class Pass>
   std::unique_ptr<detail::layer_impl<T>> make(const dense& s, const shape_t& in, std::size_t) {
     if (s.activation == activation::softmax)
       detail::nn_config_error(
@@ -255,13 +265,15 @@ class basic_sequential : public detail::executor_front<basic_sequential<T>, T> {
           "from_logits=True) and predict returns them: end a sequential model with a linear Dense, and apply a "
           "softmax to predict's logits where probabilities are wanted (an nn::softmax layer at the end would be "
           "trained through a second softmax)");
-    return std::make_unique<detail::dense_layer<T>>(s, in);
+    return std::make_unique<typename Pass::template dense<T>>(s, in);
   }
+  template <class Pass>
   std::unique_ptr<detail::layer_impl<T>> make(const dropout& s, const shape_t& in, std::size_t i) {
-    return std::make_unique<detail::dropout_layer<T>>(s, in, i);
+    return std::make_unique<typename Pass::template dropout<T>>(s, in, i);
   }
+  template <class Pass>
   std::unique_ptr<detail::layer_impl<T>> make(const softmax&, const shape_t& in, std::size_t) {
-    return std::make_unique<detail::softmax_layer<T>>(in);
+    return std::make_unique<typename Pass::template softmax<T>>(in);
   }
 
   // f(layer index, tensor layout) for every weight of every layer, in arena order.

@@ -31,7 +31,9 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,6 +68,15 @@ namespace detail {
 template <class Strategy>
 [[noreturn]] void throw_fit_error(Strategy& s, const std::string& what) {
   throw config_error({"train", s.replica_id()}, what);
+}
+
+// Writes the line that names the kernels to standard error, at the first fit of this process only.
+inline void announce_kernels_once(const std::string& line) {
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  });
 }
 
 }  // namespace detail
@@ -126,6 +137,10 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
                                           ") differ in size");
   }
   ctx.epoch = options.initial_epoch;
+  // The chief says once per process which kernels run, for a model that can tell (nn's: nn/kernels/isa.hpp).
+  if constexpr (requires { { model.kernel_report() } -> std::convertible_to<std::string>; }) {
+    if (strategy.is_chief()) detail::announce_kernels_once("[mwstrat] " + std::string(model.kernel_report()));
+  }
 
   // In-memory recovery (train/in_memory_recovery.hpp): a replacement takes the state from a survivor; every other
   // worker starts from the chief's weights.

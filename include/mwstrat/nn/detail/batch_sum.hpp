@@ -1,4 +1,3 @@
-#pragma once
 // Sums over the batch that do not depend on how the global batch is split among replicas.
 //
 // A layer's sum over its batch (a filter gradient, batch norm's statistics) is taken as partial sums over fixed
@@ -15,7 +14,11 @@
 #include <bit>
 #include <cstddef>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 /// The largest power of two not above `n` (1 for 0): block sizes are rounded to one, so blocks stay aligned to
 /// every power-of-two batch split.
@@ -37,3 +40,5 @@ void combine_blocks(T* parts, std::size_t blocks, std::size_t stride, std::size_
 }
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,4 +1,3 @@
-#pragma once
 // The filter and bias gradients of a convolution with a small patch (kh * kw * c ≤ 12: a first layer on a few
 // channels, such as the reference CNN's 3x3 on grey images) and a few vectors of filters, in one pass over the rows
 // of the output gradient per group of filters: each row is masked by the ReLU, added to the bias sum and multiplied
@@ -11,12 +10,15 @@
 // `acc += cols[m][p] * dz[m]` as one `vfma`, like gemm_nn's micro-kernel), so the bits are the same whichever path
 // runs.
 
-#include <mwstrat/nn/detail/simd.hpp>
 
 #include <cstddef>
 #include <utility>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 inline constexpr std::size_t small_patch_limit = 12;
 inline constexpr std::size_t small_filter_limit = 64;  // filters (a multiple of the vector's lanes)
@@ -103,3 +105,5 @@ void conv_filter_gradient(std::size_t patch, std::size_t filters, std::size_t ro
 }
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,4 +1,3 @@
-#pragma once
 // Elementwise loops written once for a scalar and for a whole register of lanes (detail/simd.hpp's vectors):
 // `for_each_lane_block` calls a generic body with the vector type over whole vectors, then with the scalar type
 // over the tail, and the helpers here (load, store, square root, clamp) take either. The operations per element
@@ -9,14 +8,17 @@
 // library cannot change its users' flags. IEEE square root is correctly rounded, so the vector instruction gives
 // the scalar call's bits.
 
-#include <mwstrat/nn/detail/simd.hpp>
 
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 /// The `V` (a scalar T or vec_t<T>) starting at p.
 template <class V, class T>
@@ -48,7 +50,7 @@ inline V sqrt_lanes(const V& x) noexcept {
   } else {
     using T = std::remove_cvref_t<decltype(x[0])>;
     V r;
-#if defined(__AVX512F__)
+#if MWSTRAT_ISA_AVX512
     if constexpr (sizeof(V) == 64 && std::is_same_v<T, float>) {
       __m512 a;
       std::memcpy(&a, &x, sizeof a);
@@ -63,7 +65,7 @@ inline V sqrt_lanes(const V& x) noexcept {
       return r;
     }
 #endif
-#if defined(__AVX__)
+#if MWSTRAT_ISA_AVX
     if constexpr (sizeof(V) == 32 && std::is_same_v<T, float>) {
       __m256 a;
       std::memcpy(&a, &x, sizeof a);
@@ -78,7 +80,7 @@ inline V sqrt_lanes(const V& x) noexcept {
       return r;
     }
 #endif
-#if defined(__SSE2__)
+#if MWSTRAT_ISA_SSE2
     if constexpr (sizeof(V) == 16 && std::is_same_v<T, float>) {
       __m128 a;
       std::memcpy(&a, &x, sizeof a);
@@ -118,4 +120,12 @@ inline void for_each_lane_block(std::size_t begin, std::size_t end, Body&& body)
   for (; i < end; ++i) body.template operator()<T>(i);
 }
 
+// y = (x − mean)·scale + shift (a layer_impl.hpp channel_map's rule), with fmadd's rounding on every path.
+template <class T>
+inline T apply_channel_map(T x, T mean, T scale, T shift) noexcept {
+  return fmadd(x - mean, scale, shift);
+}
+
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

@@ -12,6 +12,7 @@
 #include <mwstrat/data/image_batch.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/graph_executor.hpp>
+#include <mwstrat/nn/kernels/isa.hpp>
 #include <mwstrat/nn/model_options.hpp>
 #include <mwstrat/nn/step_stats.hpp>
 #include <mwstrat/strategy/after_backward.hpp>
@@ -70,6 +71,9 @@ class executor_front {
   [[nodiscard]] std::size_t output_size() const { return exec().output_size(); }
 
   // ------------------------------------------------------------------------------------------ threads
+  /// Which kernels the layers run, as the chief's job line says it: "kernels: avx2+fma (AMD EPYC 7B13)"
+  /// (nn/kernels/isa.hpp); `fit` writes it once.
+  [[nodiscard]] std::string kernel_report() const { return nn::kernel_isa_in_use().line(); }
   /// Number of threads the kernels use.
   [[nodiscard]] int threads() const noexcept { return threads_; }
   /// Sets the number of threads the kernels use (results do not change).

@@ -1,4 +1,3 @@
-#pragma once
 // Cache-blocked, vectorised GEMM for the nn kernels, in two forms that between them avoid every transpose the
 // reference CNN would otherwise need:
 //
@@ -10,7 +9,6 @@
 // So results are bitwise identical for any number of threads.
 
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -21,7 +19,11 @@
 
 #define MWSTRAT_NN_UNROLL _Pragma("GCC unroll 32")
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 // ---------------------------------------------------------------------------------------------- gemm_nn
 // A(i, k) = a[i * ars + k * aks]; B[k][j] = b[k * ldb + j]; C[i][j] = c[i * ldc + j].
@@ -271,6 +273,9 @@ inline nn_tiling gemm_nn_tiling(std::size_t M, std::size_t N, std::size_t K) noe
 template <class T>
 void gemm_nn(std::size_t M, std::size_t N, std::size_t K, const T* a, std::ptrdiff_t ars, std::ptrdiff_t aks,
              const T* b, std::size_t ldb, T* c, std::size_t ldc, const T* bias = nullptr, bool relu = false) {
+#if MWSTRAT_ISA_IS_BUILD
+  if (on_dispatched_isa<kernel_entry::gemm_nn>(M, N, K, a, ars, aks, b, ldb, c, ldc, bias, relu)) return;
+#endif
   if (M == 0 || N == 0) return;
   auto apply_relu = [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
     if (relu)
@@ -455,6 +460,9 @@ inline std::size_t gemm_nt_workspace(std::size_t M, std::size_t N, std::size_t K
 template <class T>
 void gemm_nt(std::size_t M, std::size_t N, std::size_t K, const T* a, std::size_t lda, const T* b,
              std::size_t ldb, T* c, std::size_t ldc, const T* bias, bool relu, std::span<T> workspace) {
+#if MWSTRAT_ISA_IS_BUILD
+  if (on_dispatched_isa<kernel_entry::gemm_nt>(M, N, K, a, lda, b, ldb, c, ldc, bias, relu, workspace)) return;
+#endif
   if (M == 0 || N == 0) return;
   const nt_tiling t = gemm_nt_tiling(M, K);
   auto finish = [&](std::size_t i, std::size_t j, T sum) {
@@ -494,3 +502,5 @@ void gemm_nt(std::size_t M, std::size_t N, std::size_t K, const T* a, std::size_
 }  // namespace mwstrat::detail
 
 #undef MWSTRAT_NN_UNROLL
+
+#endif  // MWSTRAT_ISA_NS

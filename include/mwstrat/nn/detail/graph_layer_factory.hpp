@@ -4,6 +4,7 @@
 // applied; the executor (graph_executor.hpp) makes the model's own.
 
 #include <mwstrat/error.hpp>
+#include <mwstrat/nn/detail/kernel_isas.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/layer_specs.hpp>
 #include <mwstrat/nn/layers/activation.hpp>
@@ -29,18 +30,19 @@
 
 namespace mwstrat::detail {
 
-// The layer a spec makes, for any element type; `ins` are the input shapes, `stream` keys its random numbers.
-template <class T>
-std::unique_ptr<mwstrat::detail::layer_impl<T>> make_graph_layer(const nn::graph_layer_spec& spec,
-                                                                 const std::vector<nn::shape_t>& ins,
-                                                                 std::size_t stream) {
+// The layer a spec makes, for any element type, of the ISA pass `Pass` (nn/detail/isa_pass.hpp); `ins` are the
+// input shapes, `stream` keys its random numbers.
+template <class T, class Pass>
+std::unique_ptr<mwstrat::detail::layer_impl<T>> make_graph_layer_of(const nn::graph_layer_spec& spec,
+                                                                    const std::vector<nn::shape_t>& ins,
+                                                                    std::size_t stream) {
   namespace d = mwstrat::detail;
   using ptr = std::unique_ptr<d::layer_impl<T>>;
   return std::visit(
       [&](const auto& s) -> ptr {
         using S = std::remove_cvref_t<decltype(s)>;
         if constexpr (std::is_same_v<S, nn::add>) {
-          return std::make_unique<d::add_layer<T>>(ins);
+          return std::make_unique<typename Pass::template add<T>>(ins);
         } else {
           if (ins.size() != 1) d::nn_config_error("takes one input, got " + std::to_string(ins.size()));
           const nn::shape_t& in = ins.front();
@@ -49,42 +51,50 @@ std::unique_ptr<mwstrat::detail::layer_impl<T>> make_graph_layer(const nn::graph
           } else if constexpr (std::is_same_v<S, nn::reshape>) {
             if (d::shape_size(s.target_shape) != d::shape_size(in) || s.target_shape.empty())
               d::nn_config_error("cannot reshape " + d::shape_string(in) + " to " + d::shape_string(s.target_shape));
-            return std::make_unique<d::alias_layer<T>>("Reshape", "reshape", in, s.target_shape);
+            return std::make_unique<typename Pass::template alias<T>>("Reshape", "reshape", in, s.target_shape);
           } else if constexpr (std::is_same_v<S, nn::flatten>) {
-            return std::make_unique<d::alias_layer<T>>("Flatten", "flatten", in, nn::shape_t{d::shape_size(in)});
+            return std::make_unique<typename Pass::template alias<T>>("Flatten", "flatten", in, nn::shape_t{d::shape_size(in)});
           } else if constexpr (std::is_same_v<S, nn::conv2d>) {
             if (s.activation == nn::activation::softmax)
               d::nn_config_error("conv2d: softmax activation is not supported");
-            return std::make_unique<d::conv2d_layer<T>>(s, in);
+            return std::make_unique<typename Pass::template conv2d<T>>(s, in);
           } else if constexpr (std::is_same_v<S, nn::max_pool2d>) {
-            return std::make_unique<d::max_pool2d_layer<T>>(s, in);
+            return std::make_unique<typename Pass::template max_pool2d<T>>(s, in);
           } else if constexpr (std::is_same_v<S, nn::relu>) {
-            return std::make_unique<d::relu_layer<T>>(in);
+            return std::make_unique<typename Pass::template relu<T>>(in);
           } else if constexpr (std::is_same_v<S, nn::dense>) {
-            return std::make_unique<d::dense_layer<T>>(s, in, true);
+            return std::make_unique<typename Pass::template dense<T>>(s, in, true);
           } else if constexpr (std::is_same_v<S, nn::dropout>) {
-            return std::make_unique<d::dropout_layer<T>>(s, in, stream);
+            return std::make_unique<typename Pass::template dropout<T>>(s, in, stream);
           } else if constexpr (std::is_same_v<S, nn::softmax>) {
-            return std::make_unique<d::softmax_layer<T>>(in);
+            return std::make_unique<typename Pass::template softmax<T>>(in);
           } else if constexpr (std::is_same_v<S, nn::batch_normalization>) {
-            return std::make_unique<d::batch_normalization_layer<T>>(s.momentum, s.epsilon, false, in);
+            return std::make_unique<typename Pass::template batch_normalization<T>>(s.momentum, s.epsilon, false, in);
           } else if constexpr (std::is_same_v<S, nn::sync_batch_normalization>) {
-            return std::make_unique<d::batch_normalization_layer<T>>(s.momentum, s.epsilon, true, in);
+            return std::make_unique<typename Pass::template batch_normalization<T>>(s.momentum, s.epsilon, true, in);
           } else if constexpr (std::is_same_v<S, nn::activation_layer>) {
             if (s.activation == nn::activation::softmax)
               d::nn_config_error("activation: use nn::softmax or a Dense output's softmax activation");
-            return std::make_unique<d::activation_layer<T>>(s, in);
+            return std::make_unique<typename Pass::template activation<T>>(s, in);
           } else if constexpr (std::is_same_v<S, nn::zero_padding2d>) {
-            return std::make_unique<d::zero_padding2d_layer<T>>(s, in);
+            return std::make_unique<typename Pass::template zero_padding2d<T>>(s, in);
           } else if constexpr (std::is_same_v<S, nn::global_average_pooling2d>) {
-            return std::make_unique<d::global_average_pooling2d_layer<T>>(in);
+            return std::make_unique<typename Pass::template global_average_pooling2d<T>>(in);
           } else {
             static_assert(std::is_same_v<S, nn::pad_channels_shortcut>);
-            return std::make_unique<d::pad_channels_shortcut_layer<T>>(s, in);
+            return std::make_unique<typename Pass::template pad_channels_shortcut<T>>(s, in);
           }
         }
       },
       spec);
+}
+
+// The same, of the ISA pass this process runs (nn/kernels/isa.hpp).
+template <class T>
+std::unique_ptr<mwstrat::detail::layer_impl<T>> make_graph_layer(const nn::graph_layer_spec& spec,
+                                                                 const std::vector<nn::shape_t>& ins,
+                                                                 std::size_t stream) {
+  return with_running_pass([&]<class Pass>(Pass) { return make_graph_layer_of<T, Pass>(spec, ins, stream); });
 }
 
 // Keras's base name of the layer a spec would make (its base_name()), for an error raised before the layer exists.

@@ -8,7 +8,6 @@
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
 #include <mwstrat/nn/layer_specs.hpp>
 
@@ -105,18 +104,13 @@ struct weight_info {
 };
 
 // A per-channel map y = (x − mean)·scale + shift over the last axis (batch norm in training, with the batch's
-// statistics), applied by apply_channel_map wherever it is applied, so that the bits are the same everywhere.
+// statistics), applied by apply_channel_map (nn/detail/elementwise.hpp) wherever it is applied, so that the bits are the same everywhere.
 template <class T>
 struct channel_map {
   const T* mean = nullptr;  // null: no map (the identity)
   const T* scale = nullptr;
   const T* shift = nullptr;
 };
-
-template <class T>
-inline T apply_channel_map(T x, T mean, T scale, T shift) noexcept {
-  return fmadd(x - mean, scale, shift);
-}
 
 template <class T>
 class layer_impl {

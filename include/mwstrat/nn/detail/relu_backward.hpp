@@ -1,11 +1,9 @@
-#pragma once
 // The ReLU mask applied to a gradient: shared by the ReLU layer and the layers that fuse a ReLU.
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +15,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 // dz[i] = dy[i] where y[i] > 0, else 0, for i in [b, e): a vector select, no branch on the data.
 template <class T>
@@ -44,3 +46,5 @@ void relu_backward(std::size_t n, const T* y, const T* dy, T* dz) {
 }
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

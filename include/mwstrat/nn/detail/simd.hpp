@@ -1,4 +1,3 @@
-#pragma once
 // Portable vectors (GCC/Clang vector extensions) as wide as one register of the ISA the code is compiled for
 // (-march=native in optimised builds): 64 bytes with AVX-512, 32 with AVX/AVX2, 16 otherwise. The kernels size
 // their register blocks from `vector_registers`, so a micro-kernel's accumulators stay in registers on every ISA
@@ -11,16 +10,20 @@
 #include <cstring>
 #include <type_traits>
 
-#if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
 
-#if defined(__AVX512F__)
+namespace MWSTRAT_ISA_NS(detail) {
+
+#if MWSTRAT_ISA_AVX512
 inline constexpr std::size_t vector_bytes = 64;
 inline constexpr int vector_registers = 32;
-#elif defined(__AVX__)
+#elif MWSTRAT_ISA_AVX
 inline constexpr std::size_t vector_bytes = 32;
 inline constexpr int vector_registers = 16;
 #elif defined(__aarch64__)
@@ -59,7 +62,7 @@ inline void vstore(T* p, const V& v) noexcept {
 template <class V, class T>
 inline void vstream(T* p, const V& v) noexcept {
   static_assert(sizeof(V) == vector_bytes);
-#if defined(__AVX512F__)
+#if MWSTRAT_ISA_AVX512
   if constexpr (std::is_same_v<T, float>) {
     __m512 r;
     std::memcpy(&r, &v, sizeof r);
@@ -71,7 +74,7 @@ inline void vstream(T* p, const V& v) noexcept {
     _mm512_stream_pd(p, r);
     return;
   }
-#elif defined(__AVX__)
+#elif MWSTRAT_ISA_AVX
   if constexpr (std::is_same_v<T, float>) {
     __m256 r;
     std::memcpy(&r, &v, sizeof r);
@@ -83,7 +86,7 @@ inline void vstream(T* p, const V& v) noexcept {
     _mm256_stream_pd(p, r);
     return;
   }
-#elif defined(__SSE2__)
+#elif MWSTRAT_ISA_SSE2
   if constexpr (std::is_same_v<T, float>) {
     __m128 r;
     std::memcpy(&r, &v, sizeof r);
@@ -104,7 +107,7 @@ inline void vstream(T* p, const V& v) noexcept {
 // their sums do not depend on where the compiler chose to contract a multiply and an add.
 template <class V, class T>
 inline void vfma(V& acc, T s, const V& b) noexcept {
-#if defined(__AVX512F__)
+#if MWSTRAT_ISA_AVX512
   if constexpr (sizeof(V) == 64 && std::is_same_v<T, float>) {
     __m512 a, x;
     std::memcpy(&a, &acc, sizeof a);
@@ -121,7 +124,7 @@ inline void vfma(V& acc, T s, const V& b) noexcept {
     return;
   }
 #endif
-#if defined(__FMA__)
+#if MWSTRAT_ISA_FMA
   if constexpr (sizeof(V) == 32 && std::is_same_v<T, float>) {
     __m256 a, x;
     std::memcpy(&a, &acc, sizeof a);
@@ -160,11 +163,11 @@ inline void vfma(V& acc, T s, const V& b) noexcept {
 // scalar fmadd elsewhere.
 template <class V>
 inline V vfmadd(const V& a, const V& b, const V& c) noexcept {
-#if defined(__FMA__) || defined(__AVX512F__) || defined(__ARM_FEATURE_FMA)
+#if MWSTRAT_ISA_FMA || MWSTRAT_ISA_AVX512 || defined(__ARM_FEATURE_FMA)
   using T = std::remove_cvref_t<decltype(a[0])>;
-#if defined(__FMA__) || defined(__AVX512F__)
+#if MWSTRAT_ISA_FMA || MWSTRAT_ISA_AVX512
   constexpr bool f = std::is_same_v<T, float>, d = std::is_same_v<T, double>;
-#if defined(__AVX512F__)
+#if MWSTRAT_ISA_AVX512
   if constexpr (sizeof(V) == 64 && f) return _mm512_fmadd_ps(a, b, c);
   if constexpr (sizeof(V) == 64 && d) return _mm512_fmadd_pd(a, b, c);
 #endif
@@ -187,9 +190,9 @@ inline V vfmadd(const V& a, const V& b, const V& c) noexcept {
 // loads per 8 FMAs and ran at ~45% of the FMA peak, load-bound). Changes no bits: the same FMAs in the same order.
 template <class V>
 inline void in_register(V& v) noexcept {
-#if defined(__AVX512F__)
+#if MWSTRAT_ISA_AVX512
   asm("" : "+v"(v));
-#elif defined(__AVX__) || defined(__SSE2__)
+#elif MWSTRAT_ISA_AVX || MWSTRAT_ISA_SSE2
   asm("" : "+x"(v));
 #elif defined(__aarch64__)
   asm("" : "+w"(v));
@@ -203,7 +206,7 @@ inline void in_register(V& v) noexcept {
 // convolution that applies it to its input (graph executor's folding) both use it.
 template <class T>
 inline T fmadd(T a, T b, T c) noexcept {
-#if defined(__FMA__) || defined(__AVX512F__) || defined(__ARM_FEATURE_FMA)
+#if MWSTRAT_ISA_FMA || MWSTRAT_ISA_AVX512 || defined(__ARM_FEATURE_FMA)
   return std::fma(a, b, c);
 #else
   return a * b + c;  // no FMA instruction to contract into
@@ -212,7 +215,7 @@ inline T fmadd(T a, T b, T c) noexcept {
 
 /// Orders earlier non-temporal stores before later stores (before another thread may read them).
 inline void stream_fence() noexcept {
-#if defined(__SSE2__) || defined(__AVX__) || defined(__AVX512F__)
+#if MWSTRAT_ISA_SSE2 || MWSTRAT_ISA_AVX || MWSTRAT_ISA_AVX512
   _mm_sfence();
 #endif
 }
@@ -221,3 +224,5 @@ inline void stream_fence() noexcept {
 inline bool line_aligned(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

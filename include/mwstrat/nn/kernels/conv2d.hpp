@@ -1,4 +1,3 @@
-#pragma once
 // 2-D convolution kernels on NHWC activations and Keras's HWIO kernels: forward, data gradient and filter
 // gradient, parallel on oneTBB with results that are the same bits for any number of threads (work is cut by the
 // problem's shape only; the filter gradient's sum over the batch is taken in fixed chunks, added by an aligned tree).
@@ -13,15 +12,8 @@
 // path.
 
 #include <mwstrat/error.hpp>
-#include <mwstrat/nn/kernels/conv2d_direct.hpp>
-#include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 #include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
-#include <mwstrat/nn/kernels/conv2d_scatter.hpp>
-#include <mwstrat/nn/kernels/conv2d_winograd.hpp>
-#include <mwstrat/nn/kernels/conv2d_winograd_filter.hpp>
-#include <mwstrat/nn/detail/gemm.hpp>
-#include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 
 #include <algorithm>
@@ -31,7 +23,11 @@
 #include <stdexcept>
 #include <string>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 // The im2col reference's pieces (the fast kernels have their own: conv2d_direct.hpp, conv2d_winograd.hpp).
 inline std::size_t conv_patch_size(const nn::kernels::conv2d_geometry& g) { return g.kernel_h * g.kernel_w * g.in_c; }
@@ -92,7 +88,7 @@ inline std::size_t conv_filter_chunk_images(const nn::kernels::conv2d_geometry& 
 
 }  // namespace mwstrat::detail
 
-namespace mwstrat::nn::kernels {
+namespace MWSTRAT_ISA_NS(nn::kernels) {
 
 /// Reference forward pass: im2col, then one GEMM with the HWIO kernel (whose rows are the patch order).
 inline void conv2d_forward_reference(const conv2d_geometry& g, const float* input, const float* kernel,
@@ -101,10 +97,10 @@ inline void conv2d_forward_reference(const conv2d_geometry& g, const float* inpu
   const std::size_t patch = detail::conv_patch_size(g);
   const std::size_t rows = detail::conv_out_positions(g);
   float* cols = conv2d_workspace::ensure(ws.buffer_a, g.batch * rows * patch);
-  ::mwstrat::detail::parallel_tasks(g.batch, [&](std::size_t n) {
+  detail::parallel_tasks(g.batch, [&](std::size_t n) {
     detail::im2col_image(g, input + n * g.in_h * g.in_w * g.in_c, cols + n * rows * patch);
   });
-  ::mwstrat::detail::gemm_nn<float>(g.batch * rows, g.out_c, patch, cols, static_cast<std::ptrdiff_t>(patch), 1, kernel,
+  detail::gemm_nn<float>(g.batch * rows, g.out_c, patch, cols, static_cast<std::ptrdiff_t>(patch), 1, kernel,
                          g.out_c, output, g.out_c, bias);
 }
 
@@ -117,9 +113,9 @@ inline void conv2d_backward_data_reference(const conv2d_geometry& g, const float
   const std::size_t rows = detail::conv_out_positions(g);
   const std::size_t m = g.batch * rows;
   float* cols = conv2d_workspace::ensure(ws.buffer_a, m * patch);
-  const std::size_t scratch = ::mwstrat::detail::gemm_nt_workspace(m, patch, g.out_c);
+  const std::size_t scratch = detail::gemm_nt_workspace(m, patch, g.out_c);
   float* part = conv2d_workspace::ensure(ws.buffer_b, std::max<std::size_t>(scratch, 1));
-  ::mwstrat::detail::gemm_nt<float>(m, patch, g.out_c, grad_output, g.out_c, kernel, g.out_c, cols, patch, nullptr, false,
+  detail::gemm_nt<float>(m, patch, g.out_c, grad_output, g.out_c, kernel, g.out_c, cols, patch, nullptr, false,
                          std::span<float>(part, scratch));
   for_each_image(g.batch, hook, [&](std::size_t n) {
     detail::col2im_image(g, cols + n * rows * patch, grad_input + n * g.in_h * g.in_w * g.in_c);
@@ -130,15 +126,18 @@ inline void conv2d_backward_data_reference(const conv2d_geometry& g, const float
 /// one task, into its own partial sum), then the partial sums added by the aligned tree (batch-split invariant).
 inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const float* input, const float* grad_output,
                                              float* grad_kernel, float* grad_bias, conv2d_workspace& ws) {
+#if MWSTRAT_ISA_IS_BUILD
+  if (detail::on_dispatched_isa<detail::kernel_entry::conv2d_backward_filter>(g, input, grad_output, grad_kernel, grad_bias, ws)) return;
+#endif
   detail::check_conv_geometry(g, "conv2d_backward_filter");
   const std::size_t patch = detail::conv_patch_size(g);
   const std::size_t rows = detail::conv_out_positions(g);
   const std::size_t chunk = detail::conv_filter_chunk_images(g);
-  const std::size_t chunks = ::mwstrat::detail::ceil_div(g.batch, chunk);
+  const std::size_t chunks = detail::ceil_div(g.batch, chunk);
   const std::size_t wsize = patch * g.out_c;
   float* cols = conv2d_workspace::ensure(ws.buffer_a, g.batch * rows * patch);
   float* part = conv2d_workspace::ensure(ws.buffer_b, chunks * (wsize + g.out_c));
-  ::mwstrat::detail::parallel_tasks(chunks, [&](std::size_t t) {
+  detail::parallel_tasks(chunks, [&](std::size_t t) {
     const std::size_t n0 = t * chunk;
     const std::size_t n1 = std::min(g.batch, n0 + chunk);
     for (std::size_t n = n0; n < n1; ++n)
@@ -147,7 +146,7 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
     const std::size_t k = (n1 - n0) * rows;
     float* out = part + t * (wsize + g.out_c);
     // A(i, k) = cols[k][i]: the patch element i of position k.
-    ::mwstrat::detail::gemm_nn_block<float>(0, patch, 0, g.out_c, k, cols + m0 * patch, 1, static_cast<std::ptrdiff_t>(patch),
+    detail::gemm_nn_block<float>(0, patch, 0, g.out_c, k, cols + m0 * patch, 1, static_cast<std::ptrdiff_t>(patch),
                                  grad_output + m0 * g.out_c, g.out_c, out, g.out_c, nullptr);
     float* bsum = out + wsize;
     std::fill(bsum, bsum + g.out_c, 0.0f);
@@ -156,14 +155,14 @@ inline void conv2d_backward_filter_reference(const conv2d_geometry& g, const flo
       for (std::size_t f = 0; f < g.out_c; ++f) bsum[f] += dy[f];
     }
   });
-  ::mwstrat::detail::combine_blocks(part, chunks, wsize + g.out_c, wsize + g.out_c);
+  detail::combine_blocks(part, chunks, wsize + g.out_c, wsize + g.out_c);
   std::copy_n(part, wsize, grad_kernel);
   if (grad_bias != nullptr) std::copy_n(part + wsize, g.out_c, grad_bias);
 }
 
-}  // namespace mwstrat::nn::kernels
+}  // namespace nn::kernels
 
-namespace mwstrat::detail {
+namespace MWSTRAT_ISA_NS(detail) {
 
 // The reference forward pass, then the hook (nullable) on each image: the reference's one GEMM finishes every
 // image at once, so the hook reads them back from memory, but gets the same calls as on the fast paths.
@@ -177,12 +176,15 @@ inline void conv_forward_reference_hooked(const nn::kernels::conv2d_geometry& g,
 
 }  // namespace mwstrat::detail
 
-namespace mwstrat::nn::kernels {
+namespace MWSTRAT_ISA_NS(nn::kernels) {
 
 /// output = conv(input, kernel) + bias (bias may be null); output is overwritten. The hook (nullable) runs on each
 /// output image once it is complete (nn/kernels/conv2d_image_hook.hpp), on every path.
 inline void conv2d_forward(const conv2d_geometry& g, const float* input, const float* kernel, const float* bias,
                            float* output, conv2d_workspace& ws, const conv2d_image_hook* hook = nullptr) {
+#if MWSTRAT_ISA_IS_BUILD
+  if (detail::on_dispatched_isa<detail::kernel_entry::conv2d_forward>(g, input, kernel, bias, output, ws, hook)) return;
+#endif
   detail::check_conv_geometry(g, "conv2d_forward");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
     winograd::forward(g, input, nullptr, kernel, bias, output, ws, hook);
@@ -201,6 +203,9 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const f
 inline void conv2d_forward(const conv2d_geometry& g, const float* input, const conv2d_input_transform& transform,
                            const float* kernel, const float* bias, float* output, conv2d_workspace& ws,
                            const conv2d_image_hook* hook = nullptr) {
+#if MWSTRAT_ISA_IS_BUILD
+  if (detail::on_dispatched_isa<detail::kernel_entry::conv2d_forward>(g, input, transform, kernel, bias, output, ws, hook)) return;
+#endif
   detail::check_conv_geometry(g, "conv2d_forward");
   if (transform.scale == nullptr || transform.shift == nullptr)
     throw ::mwstrat::config_error({"nn"}, "conv2d_forward: the input transform needs a scale and a shift");
@@ -214,10 +219,10 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
   }
   const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
   float* x = conv2d_workspace::ensure(ws.buffer_c, n);
-  ::mwstrat::detail::parallel_chunks(n / g.in_c, 1024, [&](std::size_t p0, std::size_t p1) {
+  detail::parallel_chunks(n / g.in_c, 1024, [&](std::size_t p0, std::size_t p1) {
     for (std::size_t p = p0; p < p1; ++p)
       for (std::size_t c = 0; c < g.in_c; ++c) {
-        float v = ::mwstrat::detail::fmadd(input[p * g.in_c + c], transform.scale[c], transform.shift[c]);
+        float v = detail::fmadd(input[p * g.in_c + c], transform.scale[c], transform.shift[c]);
         if (transform.relu) v = v > 0.0f ? v : 0.0f;
         x[p * g.in_c + c] = v;
       }
@@ -232,6 +237,9 @@ inline void conv2d_forward(const conv2d_geometry& g, const float* input, const c
 inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_output, const float* kernel,
                                  float* grad_input, conv2d_workspace& ws, bool add = false,
                                  const conv2d_image_hook* hook = nullptr) {
+#if MWSTRAT_ISA_IS_BUILD
+  if (detail::on_dispatched_isa<detail::kernel_entry::conv2d_backward_data>(g, grad_output, kernel, grad_input, ws, add, hook)) return;
+#endif
   detail::check_conv_geometry(g, "conv2d_backward_data");
   if (ws.path == conv2d_path::automatic && winograd::applies(g)) {
     winograd::backward_data(g, grad_output, kernel, grad_input, ws, add, hook);
@@ -240,7 +248,7 @@ inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_out
   if (add) {
     const std::size_t image = g.in_h * g.in_w * g.in_c;
     float* own = conv2d_workspace::ensure(ws.gradient, g.batch * image);
-    conv2d_backward_data(g, grad_output, kernel, own, ws);
+    kernels::conv2d_backward_data(g, grad_output, kernel, own, ws);
     for_each_image(g.batch, hook, [&](std::size_t n) {
       for (std::size_t i = n * image; i < (n + 1) * image; ++i) grad_input[i] += own[i];
     });
@@ -254,7 +262,7 @@ inline void conv2d_backward_data(const conv2d_geometry& g, const float* grad_out
     direct::backward_data(g, grad_output, kernel, grad_input, ws, hook);
     return;
   }
-  conv2d_backward_data_reference(g, grad_output, kernel, grad_input, ws, hook);
+  kernels::conv2d_backward_data_reference(g, grad_output, kernel, grad_input, ws, hook);
 }
 
 /// grad_kernel (HWIO) and grad_bias (nullable) = the gradients summed over the batch; overwritten.
@@ -269,7 +277,9 @@ inline void conv2d_backward_filter(const conv2d_geometry& g, const float* input,
     direct::backward_filter(g, input, grad_output, grad_kernel, grad_bias, ws);
     return;
   }
-  conv2d_backward_filter_reference(g, input, grad_output, grad_kernel, grad_bias, ws);
+  kernels::conv2d_backward_filter_reference(g, input, grad_output, grad_kernel, grad_bias, ws);
 }
 
-}  // namespace mwstrat::nn::kernels
+}  // namespace nn::kernels
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,4 +1,3 @@
-#pragma once
 // The fast convolution path: direct convolution over a zero-padded NHWC copy of the input (or over the input
 // itself where nothing pads before its start: see forward_reads_in_place), with register-blocked
 // micro-kernels sized for the ISA at hand (nn/detail/simd.hpp: 16 floats per vector and 32 registers with
@@ -16,7 +15,6 @@
 // The filter gradient's tiles and sums are in conv2d_direct_filter.hpp.
 
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 #include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
 
@@ -30,13 +28,17 @@
 
 #define MWSTRAT_CONV_UNROLL _Pragma("GCC unroll 32")
 
-namespace mwstrat::nn::kernels::direct {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
 
-using V = ::mwstrat::detail::vec_t<float>;
-inline constexpr int lanes = ::mwstrat::detail::lanes_v<float>;
+namespace MWSTRAT_ISA_NS(nn::kernels::direct) {
+
+using V = detail::vec_t<float>;
+inline constexpr int lanes = detail::lanes_v<float>;
 // Accumulators a micro-kernel may hold (the rest of the register file takes the weight vectors and a broadcast).
-inline constexpr int accumulator_budget = ::mwstrat::detail::vector_registers >= 32 ? 24 : 12;
-inline constexpr int max_nv = ::mwstrat::detail::vector_registers >= 32 ? 4 : 2;
+inline constexpr int accumulator_budget = detail::vector_registers >= 32 ? 24 : 12;
+inline constexpr int max_nv = detail::vector_registers >= 32 ? 4 : 2;
 inline constexpr int max_mr = 12;  // pixels per tile: more would not keep their addresses in registers
 
 // ---------------------------------------------------------------------------------------------- micro-kernels
@@ -51,11 +53,11 @@ void tile(std::size_t taps, const std::ptrdiff_t* tap_off, std::size_t K, const 
   V acc[MR][NV];
   if (accumulate) {
     MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
-      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vload(acc[i][v], out + i * out_px + v * lanes);
+      MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vload(acc[i][v], out + i * out_px + v * lanes);
   } else {
     MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) {
       V init = {};
-      if (bias != nullptr) ::mwstrat::detail::vload(init, bias + v * lanes);
+      if (bias != nullptr) detail::vload(init, bias + v * lanes);
       MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) acc[i][v] = init;
     }
   }
@@ -65,17 +67,17 @@ void tile(std::size_t taps, const std::ptrdiff_t* tap_off, std::size_t K, const 
     for (std::size_t k = 0; k < K; ++k) {
       V bv[NV];
       MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) {
-        ::mwstrat::detail::vload(bv[v], b + k * width + static_cast<std::size_t>(v * lanes));
-        ::mwstrat::detail::in_register(bv[v]);
+        detail::vload(bv[v], b + k * width + static_cast<std::size_t>(v * lanes));
+        detail::in_register(bv[v]);
       }
       MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i) {
         const float s = a[i * in_px + static_cast<std::ptrdiff_t>(k)];
-        MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vfma(acc[i][v], s, bv[v]);
+        MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vfma(acc[i][v], s, bv[v]);
       }
     }
   }
   MWSTRAT_CONV_UNROLL for (int i = 0; i < MR; ++i)
-    MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vstore(out + i * out_px + v * lanes, acc[i][v]);
+    MWSTRAT_CONV_UNROLL for (int v = 0; v < NV; ++v) detail::vstore(out + i * out_px + v * lanes, acc[i][v]);
 }
 
 // Table of the instantiations a plan may pick: [NV - 1][MR - 1], null where MR * NV exceeds the budget.
@@ -198,7 +200,7 @@ inline void pad_image(const float* src, std::size_t h, std::size_t w, std::size_
     } else {
       for (std::size_t x = 0; x < copy; ++x)
         for (std::size_t c = 0; c < ch; ++c) {
-          float v = ::mwstrat::detail::fmadd(sr[x * ch + c], transform->scale[c], transform->shift[c]);
+          float v = detail::fmadd(sr[x * ch + c], transform->scale[c], transform->shift[c]);
           if (transform->relu) v = v > 0.0f ? v : 0.0f;
           dc[x * ch + c] = v;
         }
@@ -223,7 +225,7 @@ struct staged_images {
 
   staged_images(const float* source, std::size_t height, std::size_t width, std::size_t channels,
                 std::size_t padded_rows, std::size_t padded_cols, std::size_t pad_top, std::size_t pad_left,
-                const conv2d_input_transform* t, std::size_t images_per_task, ::mwstrat::detail::aligned_vector<float>& buffer)
+                const conv2d_input_transform* t, std::size_t images_per_task, detail::aligned_vector<float>& buffer)
       : src(source), h(height), w(width), ch(channels), rows(padded_rows), cols(padded_cols), top(pad_top),
         left(pad_left), transform(t), per_slot(images_per_task),
         in_place(t == nullptr && pad_top == 0 && pad_left == 0 && padded_rows == height && padded_cols == width) {
@@ -309,7 +311,7 @@ inline void forward(const conv2d_geometry& g, const float* input, const conv2d_i
   // e, the same with only its first K_e = (in_w - x0) * C values of each kernel row.
   const auto edge_run = [&](std::size_t e) { return (g.in_w - (cols_inside + e) * g.stride_w) * C; };
   const auto edge_weights = [&](std::size_t e) { return packed + (1 + e) * blocks * block_size; };
-  ::mwstrat::detail::parallel_tasks(blocks, [&](std::size_t blk) {
+  detail::parallel_tasks(blocks, [&](std::size_t blk) {
     for (std::size_t t = 0; t < g.kernel_h * K; ++t)
       std::memcpy(packed + blk * block_size + t * width, kernel + t * g.out_c + blk * width, width * sizeof(float));
     for (std::size_t e = 0; e < edges; ++e) {
@@ -475,7 +477,7 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
     pl.tail = rem != 0 ? tiles[static_cast<std::size_t>(b.nv - 1)][rem - 1] : nullptr;
     pl.weights = phase_weights;
     const std::size_t width = pl.width, K = pl.K, block_size = pl.block_size;
-    ::mwstrat::detail::parallel_tasks(pl.blocks, [&](std::size_t blk) {
+    detail::parallel_tasks(pl.blocks, [&](std::size_t blk) {
       float* wb = phase_weights + blk * block_size;
       for (std::size_t ty = 0; ty < r.count; ++ty)
         for (std::size_t tx = 0; tx < c.count; ++tx) {
@@ -560,6 +562,8 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
   });
 }
 
-}  // namespace mwstrat::nn::kernels::direct
+}  // namespace nn::kernels::direct
 
 #undef MWSTRAT_CONV_UNROLL
+
+#endif  // MWSTRAT_ISA_NS

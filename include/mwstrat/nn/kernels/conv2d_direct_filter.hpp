@@ -1,4 +1,3 @@
-#pragma once
 // The direct path's filter gradient (the kernels' gradient summed over the batch), for the shapes Winograd's filter
 // gradient (conv2d_winograd_filter.hpp) does not take: strided and 1x1 convolutions, and every convolution under
 // the direct path. Its tiles also run that Winograd path's products.
@@ -10,10 +9,7 @@
 // nn/detail/batch_sum.hpp), so its bits depend neither on the thread count nor on how a power-of-two global batch is
 // split among replicas.
 
-#include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
-#include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 
 #include <oneapi/tbb/task_arena.h>
@@ -25,7 +21,11 @@
 
 #define MWSTRAT_CONV_FILTER_UNROLL _Pragma("GCC unroll 32")
 
-namespace mwstrat::nn::kernels::direct {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(nn::kernels::direct) {
 
 // Patch values per filter-gradient tile (their broadcasts come from one pointer at fixed offsets).
 inline constexpr int filter_max_mr = accumulator_budget;
@@ -43,7 +43,7 @@ void filter_tile(std::size_t images, std::size_t rows, std::size_t cols, const f
   const V zero = {};
   MWSTRAT_CONV_FILTER_UNROLL for (int i = 0; i < MR; ++i)
     MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NV; ++v) {
-      if (accumulate) ::mwstrat::detail::vload(acc[i][v], out + static_cast<std::size_t>(i) * ldo + static_cast<std::size_t>(v * lanes));
+      if (accumulate) detail::vload(acc[i][v], out + static_cast<std::size_t>(i) * ldo + static_cast<std::size_t>(v * lanes));
       else acc[i][v] = zero;
     }
   for (std::size_t n = 0; n < images; ++n)
@@ -57,18 +57,18 @@ void filter_tile(std::size_t images, std::size_t rows, std::size_t cols, const f
       for (std::size_t c = 0; c < cols; ++c, gc += g_px, ac += a_px) {
         V gv[NV];
         MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NV; ++v) {
-          ::mwstrat::detail::vload(gv[v], gc + v * lanes);
-          ::mwstrat::detail::in_register(gv[v]);
+          detail::vload(gv[v], gc + v * lanes);
+          detail::in_register(gv[v]);
         }
         MWSTRAT_CONV_FILTER_UNROLL for (int i = 0; i < MR; ++i) {
           const float s = ac[i];
-          MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NV; ++v) ::mwstrat::detail::vfma(acc[i][v], s, gv[v]);
+          MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NV; ++v) detail::vfma(acc[i][v], s, gv[v]);
         }
       }
     }
   MWSTRAT_CONV_FILTER_UNROLL for (int i = 0; i < MR; ++i)
     MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NV; ++v)
-      ::mwstrat::detail::vstore(out + static_cast<std::size_t>(i) * ldo + static_cast<std::size_t>(v * lanes), acc[i][v]);
+      detail::vstore(out + static_cast<std::size_t>(i) * ldo + static_cast<std::size_t>(v * lanes), acc[i][v]);
 }
 
 // The same sums, transposed: vectors along the patch values, broadcasts of the output gradient. state[(j * NVK + v)
@@ -82,7 +82,7 @@ void filter_tile_transposed(std::size_t rows, std::size_t cols, const float* a, 
                             std::ptrdiff_t a_px, const float* g, std::ptrdiff_t g_px, float* state) noexcept {
   V acc[MRC][NVK];
   MWSTRAT_CONV_FILTER_UNROLL for (int j = 0; j < MRC; ++j)
-    MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) ::mwstrat::detail::vload(acc[j][v], state + (j * NVK + v) * lanes);
+    MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) detail::vload(acc[j][v], state + (j * NVK + v) * lanes);
   for (std::size_t r = 0; r < rows; ++r) {
     // Pointers stepped rather than indexed: a broadcast FMA from [base + disp] stays one fused uop.
     const float* ac = a + static_cast<std::ptrdiff_t>(r) * a_row;
@@ -90,17 +90,17 @@ void filter_tile_transposed(std::size_t rows, std::size_t cols, const float* a, 
     for (std::size_t c = 0; c < cols; ++c, ac += a_px, gc += g_px) {
       V av[NVK];
       MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) {
-        ::mwstrat::detail::vload(av[v], ac + v * lanes);
-        ::mwstrat::detail::in_register(av[v]);
+        detail::vload(av[v], ac + v * lanes);
+        detail::in_register(av[v]);
       }
       MWSTRAT_CONV_FILTER_UNROLL for (int j = 0; j < MRC; ++j) {
         const float s = gc[j];
-        MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) ::mwstrat::detail::vfma(acc[j][v], s, av[v]);
+        MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) detail::vfma(acc[j][v], s, av[v]);
       }
     }
   }
   MWSTRAT_CONV_FILTER_UNROLL for (int j = 0; j < MRC; ++j)
-    MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) ::mwstrat::detail::vstore(state + (j * NVK + v) * lanes, acc[j][v]);
+    MWSTRAT_CONV_FILTER_UNROLL for (int v = 0; v < NVK; ++v) detail::vstore(state + (j * NVK + v) * lanes, acc[j][v]);
 }
 using transposed_tile_fn = void (*)(std::size_t, std::size_t, const float*, std::ptrdiff_t, std::ptrdiff_t,
                                     const float*, std::ptrdiff_t, float*) noexcept;
@@ -175,7 +175,7 @@ inline blocking filter_plan(std::size_t extent, std::size_t vectors) {
 // 16 images, fixed by the shape; a power of two, so the chunks' tree is batch-split invariant (detail/batch_sum.hpp).
 inline std::size_t filter_chunk(const conv2d_geometry& g, std::size_t padded_image) {
   const std::size_t bytes = (padded_image + g.out_h * g.out_w * g.out_c) * sizeof(float);
-  return ::mwstrat::detail::power_of_two_floor(
+  return detail::power_of_two_floor(
       std::clamp<std::size_t>((std::size_t{1024} << 10) / std::max<std::size_t>(bytes, 1), 1, 16));
 }
 
@@ -185,10 +185,10 @@ inline void sum_pixels(const float* x, std::size_t pixels, std::size_t C, float*
     V acc = {};
     for (std::size_t p = 0; p < pixels; ++p) {
       V v;
-      ::mwstrat::detail::vload(v, x + p * C + f);
+      detail::vload(v, x + p * C + f);
       acc += v;
     }
-    ::mwstrat::detail::vstore(sum + f, acc);
+    detail::vstore(sum + f, acc);
   }
 }
 
@@ -226,7 +226,7 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   float* states = transposed != nullptr ? conv2d_workspace::ensure(ws.buffer_b, threads * state_floats) : nullptr;
 
   const std::size_t wsize = g.kernel_h * K * OC;
-  const std::size_t chunks = ::mwstrat::detail::ceil_div(g.batch, chunk);
+  const std::size_t chunks = detail::ceil_div(g.batch, chunk);
   const std::size_t stride = wsize + OC;  // one chunk's partial sums: the kernel's, then the bias's
   float* part = conv2d_workspace::ensure(ws.buffer_c, chunks * stride);
   const auto a_img = static_cast<std::ptrdiff_t>(hp * wp * C);
@@ -235,7 +235,7 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   const auto g_img = static_cast<std::ptrdiff_t>(g.out_h * g.out_w * OC);
   const auto g_px = static_cast<std::ptrdiff_t>(OC);
   // One task per chunk of images (its padded copy made by the task, in cache), into the chunk's own partial sums.
-  ::mwstrat::detail::parallel_tasks(chunks, [&](std::size_t t) {
+  detail::parallel_tasks(chunks, [&](std::size_t t) {
     const std::size_t n0 = t * chunk;
     const std::size_t images = std::min(g.batch, n0 + chunk) - n0;
     const float* padded = staged.stage(n0, images);
@@ -283,11 +283,13 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
     }
     sum_pixels(go, images * g.out_h * g.out_w, OC, part + t * stride + wsize);
   });
-  ::mwstrat::detail::combine_blocks(part, chunks, stride, stride);
+  detail::combine_blocks(part, chunks, stride, stride);
   std::copy_n(part, wsize, grad_kernel);
   if (grad_bias != nullptr) std::copy_n(part + wsize, OC, grad_bias);
 }
 
-}  // namespace mwstrat::nn::kernels::direct
+}  // namespace nn::kernels::direct
 
 #undef MWSTRAT_CONV_FILTER_UNROLL
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,4 +1,3 @@
-#pragma once
 // The data gradient of a stride-2 3x3 convolution whose input has one vector of channels (16 on AVX-512, 8 with
 // AVX2): ResNet's first downsampling layer (16 -> 32 channels at 32x32).
 //
@@ -14,7 +13,6 @@
 // the output channels in order, so the bits depend on the shape only: one task per image, any thread count.
 
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 #include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
 
@@ -25,14 +23,18 @@
 
 #define MWSTRAT_SCATTER_UNROLL _Pragma("GCC unroll 32")
 
-namespace mwstrat::nn::kernels::scatter {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
 
-using V = ::mwstrat::detail::vec_t<float>;
-inline constexpr int lanes = ::mwstrat::detail::lanes_v<float>;
+namespace MWSTRAT_ISA_NS(nn::kernels::scatter) {
+
+using V = detail::vec_t<float>;
+inline constexpr int lanes = detail::lanes_v<float>;
 inline constexpr int stride = 2;
 inline constexpr int kernel = 3;
 // Pixels per tile: its 2(M - 1) + 3 accumulators, the three weight vectors and a broadcast fill the registers.
-inline constexpr int max_m = (::mwstrat::detail::vector_registers - kernel - 1 - (kernel - stride)) / stride;
+inline constexpr int max_m = (detail::vector_registers - kernel - 1 - (kernel - stride)) / stride;
 
 // dx[(ix0 + p) * lanes ...] for p in [0, P), P = 2(M - 1) + 3, gets the sum over oc of dy[m * OC + oc] *
 // w[(kx * OC + oc) * lanes ...] for 2m + kx = p. Pixels outside [0, in_w) are neither read nor written. A pixel
@@ -48,24 +50,24 @@ void tile(std::size_t OC, const float* dy, const float* w, float* dx, std::ptrdi
     const std::ptrdiff_t ix = ix0 + p;
     acc[p] = V{};
     if (ix >= 0 && ix < in_w && (!first || (continues && p < shared)))
-      ::mwstrat::detail::vload(acc[p], dx + ix * lanes);
+      detail::vload(acc[p], dx + ix * lanes);
   }
   const std::ptrdiff_t oc_step = static_cast<std::ptrdiff_t>(OC) * lanes;
   for (std::size_t oc = 0; oc < OC; ++oc) {
     V wk[kernel];
     MWSTRAT_SCATTER_UNROLL for (int kx = 0; kx < kernel; ++kx) {
-      ::mwstrat::detail::vload(wk[kx], w + kx * oc_step + static_cast<std::ptrdiff_t>(oc) * lanes);
-      ::mwstrat::detail::in_register(wk[kx]);
+      detail::vload(wk[kx], w + kx * oc_step + static_cast<std::ptrdiff_t>(oc) * lanes);
+      detail::in_register(wk[kx]);
     }
     MWSTRAT_SCATTER_UNROLL for (int m = 0; m < M; ++m) {
       const float s = dy[static_cast<std::size_t>(m) * OC + oc];
       MWSTRAT_SCATTER_UNROLL for (int kx = 0; kx < kernel; ++kx)
-        ::mwstrat::detail::vfma(acc[stride * m + kx], s, wk[kx]);
+        detail::vfma(acc[stride * m + kx], s, wk[kx]);
     }
   }
   MWSTRAT_SCATTER_UNROLL for (int p = 0; p < P; ++p) {
     const std::ptrdiff_t ix = ix0 + p;
-    if (ix >= 0 && ix < in_w) ::mwstrat::detail::vstore(dx + ix * lanes, acc[p]);
+    if (ix >= 0 && ix < in_w) detail::vstore(dx + ix * lanes, acc[p]);
   }
 }
 
@@ -129,6 +131,8 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
   });
 }
 
-}  // namespace mwstrat::nn::kernels::scatter
+}  // namespace nn::kernels::scatter
 
 #undef MWSTRAT_SCATTER_UNROLL
+
+#endif  // MWSTRAT_ISA_NS

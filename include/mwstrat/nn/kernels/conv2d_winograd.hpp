@@ -1,4 +1,3 @@
-#pragma once
 // Winograd's minimal filtering F(m x m, 3x3) for 3x3 stride-1 convolutions (Lavin & Gray, 2016): each m x m block of
 // outputs is A^T [(G g G^T) . (B^T d B)] A over an (m+2) x (m+2) block d of the padded input. With m = 4, 36
 // multiplies per input and output channel pair give 16 outputs where direct sums need 144 (2.25x fewer); m = 2
@@ -16,11 +15,9 @@
 // A task is one image, worked in chunks of tiles whose transformed inputs and products stay in about 64 KiB; the
 // transformed kernel ((m+2)^2 x in_c x out_c floats) is made once per call.
 
-#include <mwstrat/nn/kernels/conv2d_direct.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
 #include <mwstrat/nn/kernels/conv2d_image_hook.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -31,7 +28,11 @@
 
 #define MWSTRAT_WINOGRAD_UNROLL _Pragma("GCC unroll 36")
 
-namespace mwstrat::nn::kernels::winograd {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(nn::kernels::winograd) {
 
 using direct::lanes;
 using direct::V;
@@ -151,18 +152,18 @@ void transform_kernel(const kernel_view& k, std::size_t in_c, std::size_t out_c,
   constexpr std::size_t alpha = transforms<M>::alpha;
   constexpr auto L = static_cast<std::size_t>(lanes);
   const std::size_t blocks = out_c / width;
-  ::mwstrat::detail::parallel_tasks(in_c, [&](std::size_t i) {
+  detail::parallel_tasks(in_c, [&](std::size_t i) {
     for (std::size_t o = 0; o < out_c; o += L) {
       V t[alpha][3];  // G g: the kernel's columns transformed
       for (std::size_t x = 0; x < 3; ++x) {
         V g[3];
         for (std::size_t y = 0; y < 3; ++y) {
           if (k.s_o == 1) {  // the forward kernel: output channels adjacent
-            ::mwstrat::detail::vload(g[y], &k.at(y, x, i, o));
+            detail::vload(g[y], &k.at(y, x, i, o));
           } else {  // the data gradient's flipped, transposed kernel: gathered
             alignas(64) float lane_values[L];
             for (std::size_t l = 0; l < L; ++l) lane_values[l] = k.at(y, x, i, o + l);
-            ::mwstrat::detail::vload(g[y], lane_values);
+            detail::vload(g[y], lane_values);
           }
         }
         V u[alpha];
@@ -174,7 +175,7 @@ void transform_kernel(const kernel_view& k, std::size_t in_c, std::size_t out_c,
         V u[alpha];
         transforms<M>::kernel(t[r], u);
         for (std::size_t c = 0; c < alpha; ++c)
-          ::mwstrat::detail::vstore(U + (((r * alpha + c) * blocks + blk) * in_c + i) * width + lane, u[c]);
+          detail::vstore(U + (((r * alpha + c) * blocks + blk) * in_c + i) * width + lane, u[c]);
       }
     }
   });
@@ -234,18 +235,18 @@ struct fixed_products {
         _Pragma("GCC unroll 16") for (std::size_t k = 0; k < C; ++k) {
           V bv[nv];
           MWSTRAT_WINOGRAD_UNROLL for (int v = 0; v < nv; ++v) {
-            ::mwstrat::detail::vload(bv[v], w + k * width + static_cast<std::size_t>(v * lanes));
-            ::mwstrat::detail::in_register(bv[v]);
+            detail::vload(bv[v], w + k * width + static_cast<std::size_t>(v * lanes));
+            detail::in_register(bv[v]);
           }
           MWSTRAT_WINOGRAD_UNROLL for (int i = 0; i < mr; ++i) {
             const float x = a[static_cast<std::size_t>(i) * row + k];
-            MWSTRAT_WINOGRAD_UNROLL for (int v = 0; v < nv; ++v) ::mwstrat::detail::vfma(acc[i][v], x, bv[v]);
+            MWSTRAT_WINOGRAD_UNROLL for (int v = 0; v < nv; ++v) detail::vfma(acc[i][v], x, bv[v]);
           }
         }
         float* out = Mt + xi * C + blk * width;
         MWSTRAT_WINOGRAD_UNROLL for (int i = 0; i < mr; ++i)
           MWSTRAT_WINOGRAD_UNROLL for (int v = 0; v < nv; ++v)
-            ::mwstrat::detail::vstore(out + static_cast<std::size_t>(i) * row + static_cast<std::size_t>(v * lanes),
+            detail::vstore(out + static_cast<std::size_t>(i) * row + static_cast<std::size_t>(v * lanes),
                                       acc[i][v]);
       }
   }
@@ -271,7 +272,7 @@ void transform_input_tile_by(Load&& load, Channels C, float* out, Stride xi_stri
     MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r) {
       T::input(v + r * alpha, 1);
       MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x)
-        ::mwstrat::detail::vstore(out + (r * alpha + x) * static_cast<std::size_t>(xi_stride) + c, v[r * alpha + x]);
+        detail::vstore(out + (r * alpha + x) * static_cast<std::size_t>(xi_stride) + c, v[r * alpha + x]);
     }
   }
 }
@@ -283,7 +284,7 @@ void transform_input_tile(const float* d, std::size_t wp, Channels C, float* out
   const std::size_t row = wp * static_cast<std::size_t>(C);
   transform_input_tile_by<M>(
       [d, row, C](V& v, std::size_t r, std::size_t x, std::size_t c) {
-        ::mwstrat::detail::vload(v, d + r * row + x * static_cast<std::size_t>(C) + c);
+        detail::vload(v, d + r * row + x * static_cast<std::size_t>(C) + c);
       },
       C, out, xi_stride);
 }
@@ -315,7 +316,7 @@ void transform_image_tile(const float* image, std::size_t h, std::size_t w, Chan
   transform_input_tile_by<M>(
       [&](V& v, std::size_t r, std::size_t x, std::size_t c) {
         if (row_in[r] && col_in[x])
-          ::mwstrat::detail::vload(v, image + ((y0 + static_cast<std::ptrdiff_t>(r)) * W + x0 +
+          detail::vload(v, image + ((y0 + static_cast<std::ptrdiff_t>(r)) * W + x0 +
                                                static_cast<std::ptrdiff_t>(x)) * channels +
                                               static_cast<std::ptrdiff_t>(c));
         else
@@ -340,18 +341,18 @@ void transform_output_tile(const float* m, Stride xi_stride, Channels F, const f
     MWSTRAT_WINOGRAD_UNROLL for (std::size_t x = 0; x < alpha; ++x) {
       V col[alpha];
       MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < alpha; ++r)
-        ::mwstrat::detail::vload(col[r], m + (r * alpha + x) * static_cast<std::size_t>(xi_stride) + f);
+        detail::vload(col[r], m + (r * alpha + x) * static_cast<std::size_t>(xi_stride) + f);
       T::output(col, 1, s + x, alpha);
     }
     V bv = {};
-    if (bias != nullptr) ::mwstrat::detail::vload(bv, bias + f);
+    if (bias != nullptr) detail::vload(bv, bias + f);
     const auto put = [add](float* to, const V& v) {
       if (add) {
         V old;
-        ::mwstrat::detail::vload(old, to);
-        ::mwstrat::detail::vstore(to, old + v);
+        detail::vload(old, to);
+        detail::vstore(to, old + v);
       } else {
-        ::mwstrat::detail::vstore(to, v);
+        detail::vstore(to, v);
       }
     };
     MWSTRAT_WINOGRAD_UNROLL for (std::size_t r = 0; r < static_cast<std::size_t>(M); ++r) {
@@ -516,6 +517,8 @@ inline void backward_data(const conv2d_geometry& g, const float* grad_output, co
   convolve(t, grad_output, nullptr, flipped, nullptr, grad_input, ws, add, hook);
 }
 
-}  // namespace mwstrat::nn::kernels::winograd
+}  // namespace nn::kernels::winograd
 
 #undef MWSTRAT_WINOGRAD_UNROLL
+
+#endif  // MWSTRAT_ISA_NS

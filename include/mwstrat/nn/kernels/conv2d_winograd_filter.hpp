@@ -1,4 +1,3 @@
-#pragma once
 // The filter gradient of a 3x3 stride-1 convolution by Winograd's F(4x4, 3x3), transposed. The forward pass's
 // output tile is y = A^T [(G g G^T) . (B^T d B)] A, so the sum over its outputs of dy . y is the sum over the 36
 // points of (A dy A^T) . (G g G^T) . (B^T d B), and its gradient in g is G^T [(A dy A^T) . (B^T d B)] G. Summed over
@@ -13,13 +12,8 @@
 // differ from the direct path's by the transforms' rounding (tests/nn/conv2d_kernels_test.cpp bounds the error
 // against double sums). The bias gradient is the direct path's sum, so its bits are the same.
 
-#include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
-#include <mwstrat/nn/kernels/conv2d_direct.hpp>
-#include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
 #include <mwstrat/nn/kernels/conv2d_geometry.hpp>
-#include <mwstrat/nn/kernels/conv2d_winograd.hpp>
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -29,7 +23,11 @@
 
 #define MWSTRAT_WINOGRAD_FILTER_UNROLL _Pragma("GCC unroll 36")
 
-namespace mwstrat::nn::kernels::winograd {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(nn::kernels::winograd) {
 
 /// Whether the filter gradient takes this path: the shapes the forward pass's Winograd path takes, with room for
 /// whole 4x4 output tiles (smaller outputs take the direct kernels).
@@ -52,7 +50,7 @@ void transform_output_gradient_tile(const float* dy, std::size_t out_w, Channels
     MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t x = 0; x < m; ++x) {
       V col[alpha];
       MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t r = 0; r < m; ++r) {
-        if (whole || (r < rows && x < cols)) ::mwstrat::detail::vload(col[r], dy + (r * out_w + x) * f_count + f);
+        if (whole || (r < rows && x < cols)) detail::vload(col[r], dy + (r * out_w + x) * f_count + f);
         else col[r] = V{};
       }
       T::output_gradient(col, 1);
@@ -61,7 +59,7 @@ void transform_output_gradient_tile(const float* dy, std::size_t out_w, Channels
     MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t r = 0; r < alpha; ++r) {
       T::output_gradient(t[r], 1);
       MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t x = 0; x < alpha; ++x)
-        ::mwstrat::detail::vstore(out + (r * alpha + x) * static_cast<std::size_t>(xi_stride) + f, t[r][x]);
+        detail::vstore(out + (r * alpha + x) * static_cast<std::size_t>(xi_stride) + f, t[r][x]);
     }
   }
 }
@@ -114,13 +112,13 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
   float* slots = conv2d_workspace::ensure(ws.buffer_b, threads * slot_size);
 
   const std::size_t wsize = 9 * C * F;
-  const std::size_t chunks = ::mwstrat::detail::ceil_div(g.batch, chunk);
+  const std::size_t chunks = detail::ceil_div(g.batch, chunk);
   const std::size_t stride = wsize + F;  // one chunk's partial sums: the kernel's, then the bias's
   float* part = conv2d_workspace::ensure(ws.buffer_c, chunks * stride);
   const auto a_px = static_cast<std::ptrdiff_t>(C);
   const auto g_px = static_cast<std::ptrdiff_t>(F);
 
-  ::mwstrat::detail::parallel_tasks(chunks, [&](std::size_t task) {
+  detail::parallel_tasks(chunks, [&](std::size_t task) {
     const std::size_t n0 = task * chunk;
     const std::size_t images = std::min(g.batch, n0 + chunk) - n0;
     const std::size_t total = images * tiles;  // the chunk's tiles, image by image
@@ -178,23 +176,25 @@ inline void backward_filter(const conv2d_geometry& g, const float* input, const 
         MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t x = 0; x < alpha; ++x) {
           V col[alpha];
           MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t r = 0; r < alpha; ++r)
-            ::mwstrat::detail::vload(col[r], S + ((r * alpha + x) * C + c) * F + f);
+            detail::vload(col[r], S + ((r * alpha + x) * C + c) * F + f);
           T::filter(col, 1, &rowsum[0][x], alpha);
         }
         MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t ky = 0; ky < 3; ++ky) {
           V k[3];
           T::filter(rowsum[ky], 1, k, 1);
           MWSTRAT_WINOGRAD_FILTER_UNROLL for (std::size_t kx = 0; kx < 3; ++kx)
-            ::mwstrat::detail::vstore(dw + ((ky * 3 + kx) * C + c) * F + f, k[kx]);
+            detail::vstore(dw + ((ky * 3 + kx) * C + c) * F + f, k[kx]);
         }
       }
     direct::sum_pixels(go, images * g.out_h * g.out_w, F, part + task * stride + wsize);
   });
-  ::mwstrat::detail::combine_blocks(part, chunks, stride, stride);
+  detail::combine_blocks(part, chunks, stride, stride);
   std::copy_n(part, wsize, grad_kernel);
   if (grad_bias != nullptr) std::copy_n(part + wsize, F, grad_bias);
 }
 
-}  // namespace mwstrat::nn::kernels::winograd
+}  // namespace nn::kernels::winograd
 
 #undef MWSTRAT_WINOGRAD_FILTER_UNROLL
+
+#endif  // MWSTRAT_ISA_NS

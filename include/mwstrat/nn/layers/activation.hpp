@@ -1,8 +1,6 @@
-#pragma once
 // Activation (`nn::activation_layer`): ReLU or the identity as a layer of its own (softmax only on a graph
 // model's output, where the loss uses the logits before it).
 
-#include <mwstrat/nn/detail/relu_backward.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
@@ -14,7 +12,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class activation_layer final : public layer_impl<T>, public plain_relu {
@@ -46,3 +48,5 @@ class activation_layer final : public layer_impl<T>, public plain_relu {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,4 +1,3 @@
-#pragma once
 // Add (`nn::add`): the element-wise sum of two or more tensors of one shape, the merge of a residual block
 // (with the ReLU that follows it fused in, where the graph executor finds one).
 
@@ -6,8 +5,6 @@
 #include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/detail/relu_backward.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
@@ -15,7 +12,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class add_layer final : public layer_impl<T>,
@@ -133,3 +134,5 @@ class add_layer final : public layer_impl<T>,
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

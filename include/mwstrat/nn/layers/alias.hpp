@@ -1,4 +1,3 @@
-#pragma once
 // Reshape and Flatten: layers that only relabel the data.
 
 #include <mwstrat/error.hpp>
@@ -16,7 +15,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 // Input, reshape and flatten only relabel the data: output and gradient share the input's buffers.
 template <class T>
@@ -37,3 +40,5 @@ class alias_layer final : public layer_impl<T> {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

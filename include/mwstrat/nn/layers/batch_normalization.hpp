@@ -1,4 +1,3 @@
-#pragma once
 // BatchNormalization and SyncBatchNormalization (`nn::batch_normalization`, `nn::sync_batch_normalization`) over
 // the channel (last) axis. Per-channel sums run in double over fixed chunks of samples combined by an aligned tree,
 // so the bits depend neither on the thread count nor on the batch's split among replicas; the synchronised variant
@@ -7,11 +6,9 @@
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
-#include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
-#include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/initializers.hpp>
 #include <mwstrat/nn/layer_specs.hpp>
 
@@ -25,7 +22,11 @@
 #include <utility>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class batch_normalization_layer final : public layer_impl<T>,
@@ -539,3 +540,5 @@ class batch_normalization_layer final : public layer_impl<T>,
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

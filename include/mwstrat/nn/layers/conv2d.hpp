@@ -1,4 +1,3 @@
-#pragma once
 // Conv2D (`nn::conv2d`): im2col + GEMM, with the ReLU fused.
 
 #include <mwstrat/error.hpp>
@@ -6,12 +5,8 @@
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/detail/conv_filter_gradient.hpp>
-#include <mwstrat/nn/detail/gemm.hpp>
-#include <mwstrat/nn/detail/relu_backward.hpp>
 #include <mwstrat/nn/detail/window_2d.hpp>
 #include <mwstrat/nn/initializers.hpp>
-#include <mwstrat/nn/kernels/conv2d.hpp>
 #include <mwstrat/nn/layer_specs.hpp>
 
 #include <algorithm>
@@ -25,7 +20,11 @@
 #include <type_traits>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class conv2d_layer final : public layer_impl<T>,
@@ -309,3 +308,5 @@ class conv2d_layer final : public layer_impl<T>,
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,13 +1,9 @@
-#pragma once
 // Dense (`nn::dense`): a fully connected layer on the last axis, on the GEMM kernels.
 
 #include <mwstrat/error.hpp>
 #include <mwstrat/nn/detail/aligned.hpp>
-#include <mwstrat/nn/detail/batch_sum.hpp>
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/detail/gemm.hpp>
-#include <mwstrat/nn/detail/relu_backward.hpp>
 #include <mwstrat/nn/initializers.hpp>
 #include <mwstrat/nn/layer_specs.hpp>
 
@@ -21,7 +17,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class dense_layer final : public layer_impl<T> {
@@ -218,3 +218,5 @@ class dense_layer final : public layer_impl<T> {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

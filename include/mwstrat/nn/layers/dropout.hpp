@@ -1,4 +1,3 @@
-#pragma once
 // Dropout (`nn::dropout`): masks keyed by (seed, step, element).
 
 #include <mwstrat/error.hpp>
@@ -18,7 +17,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class dropout_layer final : public layer_impl<T> {
@@ -58,3 +61,5 @@ class dropout_layer final : public layer_impl<T> {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,4 +1,3 @@
-#pragma once
 // GlobalAveragePooling2D (`nn::global_average_pooling2d`): (height, width, channels) -> (channels), the mean of each
 // channel, summed in a fixed order.
 
@@ -12,7 +11,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class global_average_pooling2d_layer final : public layer_impl<T> {
@@ -55,3 +58,5 @@ class global_average_pooling2d_layer final : public layer_impl<T> {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,4 +1,3 @@
-#pragma once
 // MaxPooling2D (`nn::max_pool2d`).
 
 #include <mwstrat/error.hpp>
@@ -18,7 +17,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class max_pool2d_layer final : public layer_impl<T> {
@@ -92,3 +95,5 @@ class max_pool2d_layer final : public layer_impl<T> {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

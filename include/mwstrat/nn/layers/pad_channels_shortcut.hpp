@@ -1,4 +1,3 @@
-#pragma once
 // He et al.'s option-A shortcut (`nn::pad_channels_shortcut`, a Keras Lambda): every stride-th row and column, the
 // channels padded with zeros (after the existing ones) up to `filters`. No parameters.
 
@@ -12,7 +11,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class pad_channels_shortcut_layer final : public layer_impl<T> {
@@ -71,3 +74,5 @@ class pad_channels_shortcut_layer final : public layer_impl<T> {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

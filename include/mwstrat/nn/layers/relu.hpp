@@ -1,4 +1,3 @@
-#pragma once
 // ReLU (`nn::relu`).
 
 #include <mwstrat/error.hpp>
@@ -6,7 +5,6 @@
 #include <mwstrat/nn/detail/parallel.hpp>
 #include <mwstrat/nn/detail/layer_fusions.hpp>
 #include <mwstrat/nn/detail/layer_impl.hpp>
-#include <mwstrat/nn/detail/relu_backward.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +16,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class relu_layer final : public layer_impl<T>, public plain_relu {
@@ -38,3 +40,5 @@ class relu_layer final : public layer_impl<T>, public plain_relu {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,4 +1,3 @@
-#pragma once
 // Softmax (`nn::softmax`) over the last axis.
 
 #include <mwstrat/error.hpp>
@@ -16,7 +15,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class softmax_layer final : public layer_impl<T> {
@@ -57,3 +60,5 @@ class softmax_layer final : public layer_impl<T> {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

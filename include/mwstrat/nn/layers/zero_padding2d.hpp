@@ -1,4 +1,3 @@
-#pragma once
 // ZeroPadding2D (`nn::zero_padding2d`): zero rows and columns around each (height, width, channels) sample.
 
 #include <mwstrat/error.hpp>
@@ -11,7 +10,11 @@
 #include <string>
 #include <vector>
 
-namespace mwstrat::detail {
+#ifndef MWSTRAT_ISA_NS
+#include <mwstrat/nn/detail/kernel_isas.hpp>  // this file's code, for every ISA
+#else
+
+namespace MWSTRAT_ISA_NS(detail) {
 
 template <class T>
 class zero_padding2d_layer final : public layer_impl<T> {
@@ -61,3 +64,5 @@ class zero_padding2d_layer final : public layer_impl<T> {
 };
 
 }  // namespace mwstrat::detail
+
+#endif  // MWSTRAT_ISA_NS

@@ -1,0 +1,32 @@
+// One pass of nn/detail/kernel_isas.hpp: every header whose code is compiled once per ISA, in the order they use
+// each other, into the namespaces MWSTRAT_ISA_NS names. No include guard: the driver includes this once per ISA.
+#ifndef MWSTRAT_ISA_NS
+#error "nn/detail/kernel_isa_pass.hpp is included by nn/detail/kernel_isas.hpp only"
+#endif
+
+#include <mwstrat/nn/detail/simd.hpp>
+#include <mwstrat/nn/detail/elementwise.hpp>
+#include <mwstrat/nn/detail/batch_sum.hpp>
+#include <mwstrat/nn/detail/relu_backward.hpp>
+#include <mwstrat/nn/detail/gemm.hpp>
+#include <mwstrat/nn/detail/conv_filter_gradient.hpp>
+#include <mwstrat/nn/kernels/conv2d_direct.hpp>
+#include <mwstrat/nn/kernels/conv2d_direct_filter.hpp>
+#include <mwstrat/nn/kernels/conv2d_scatter.hpp>
+#include <mwstrat/nn/kernels/conv2d_winograd.hpp>
+#include <mwstrat/nn/kernels/conv2d_winograd_filter.hpp>
+#include <mwstrat/nn/kernels/conv2d.hpp>
+#include <mwstrat/nn/layers/activation.hpp>
+#include <mwstrat/nn/layers/add.hpp>
+#include <mwstrat/nn/layers/alias.hpp>
+#include <mwstrat/nn/layers/batch_normalization.hpp>
+#include <mwstrat/nn/layers/conv2d.hpp>
+#include <mwstrat/nn/layers/dense.hpp>
+#include <mwstrat/nn/layers/dropout.hpp>
+#include <mwstrat/nn/layers/global_average_pooling2d.hpp>
+#include <mwstrat/nn/layers/max_pool2d.hpp>
+#include <mwstrat/nn/layers/pad_channels_shortcut.hpp>
+#include <mwstrat/nn/layers/relu.hpp>
+#include <mwstrat/nn/layers/softmax.hpp>
+#include <mwstrat/nn/layers/zero_padding2d.hpp>
+#include <mwstrat/nn/detail/isa_pass.hpp>
