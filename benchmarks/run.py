@@ -52,6 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
+from common import procs  # noqa: E402
 
 FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet", "kernels", "isa", "tta", "hosts"]
 
@@ -332,13 +333,26 @@ def family_isa(a, log):
                      ["--data-dir", a.cifar_dir, "--depth", "56", "--batch", "128", "--threads", "1", "--warmup", "2",
                       "--steps", resnet_steps]),
     }
-    variants = [("native", "", None)] + [(f"default-isa {p}", "_default_isa", p) for p in paths]
+    # The default-ISA build unasked (it takes the best path), then forced onto each narrower one.
+    variants = ([("native", "", None), ("default-isa", "_default_isa", None)]
+                + [(f"default-isa {p}", "_default_isa", p) for p in paths[1:]])
+    # The peers on the same step, one worker and one thread: PyTorch DDP (gloo) for the CNN, torch channels_last
+    # for ResNet-56 (Debian's torch, its own oneDNN dispatch).
+    peers = {
+        "mnist": ("torch", ["/usr/bin/python3", os.path.join(HERE, "train", "ddp_throughput.py")] + programs["mnist"][1]),
+        "resnet56": ("torch channels_last", ["/usr/bin/python3", os.path.join(HERE, "resnet", "pytorch_resnet.py"),
+                                             "--layout", "channels_last", "--workers", "1"] + programs["resnet56"][1]),
+    }
     commands, rows, failures = [], [], []
     for r in range(rounds):
         for model, (prog, args) in programs.items():
-            for label, suffix, path in variants:
-                argv = [os.path.join(a.build, "benchmarks", prog + suffix)] + args
-                run_env = dict(env, MWSTRAT_KERNEL_ISA=path) if path else env
+            for label, suffix, path in variants + [("peer", None, None)]:
+                if label == "peer":
+                    label, argv = peers[model]
+                    run_env = dict(env, RANK="0", WORLD_SIZE="1", MASTER_PORT=str(procs.free_ports(1)[0]))
+                else:
+                    argv = [os.path.join(a.build, "benchmarks", prog + suffix)] + args
+                    run_env = dict(env, MWSTRAT_KERNEL_ISA=path) if path else env
                 command = (f"MWSTRAT_KERNEL_ISA={path} " if path else "") + " ".join(
                     benchlib.rel(x) if os.sep in x else x for x in argv)
                 if r == 0:
@@ -351,7 +365,7 @@ def family_isa(a, log):
                 for line in text.splitlines():
                     if line.startswith("{"):
                         row = json.loads(line)
-                        row.update(model=model, label=label, path=path or "native", round=r + 1)
+                        row.update(model=model, label=label, round=r + 1)
                         rows.append(row)
     record = benchlib.meta("isa", commands, a.quick, started)
     record.update(rows=rows, failures=failures, rounds=rounds, paths=paths)
