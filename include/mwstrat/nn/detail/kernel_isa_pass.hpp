@@ -1,8 +1,9 @@
 // One pass of nn/detail/kernel_isas.hpp: every header whose code is compiled once per ISA, in the order they use
-// each other, into the namespaces MWSTRAT_ISA_NS names. No include guard: the driver includes this once per ISA.
+// each other, into the namespaces MWSTRAT_ISA_NS names. No include guard: the driver includes this once per ISA
+// (and a direct include is the driver's).
 #ifndef MWSTRAT_ISA_NS
-#error "nn/detail/kernel_isa_pass.hpp is included by nn/detail/kernel_isas.hpp only"
-#endif
+#include <mwstrat/nn/detail/kernel_isas.hpp>
+#else
 
 #include <mwstrat/nn/detail/simd.hpp>
 #include <mwstrat/nn/detail/elementwise.hpp>
@@ -30,3 +31,5 @@
 #include <mwstrat/nn/layers/softmax.hpp>
 #include <mwstrat/nn/layers/zero_padding2d.hpp>
 #include <mwstrat/nn/detail/isa_pass.hpp>
+
+#endif  // MWSTRAT_ISA_NS

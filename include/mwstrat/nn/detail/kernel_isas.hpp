@@ -189,6 +189,7 @@ namespace mwstrat::detail {
 
 template <kernel_entry E, class... A>
 bool on_dispatched_isa(A&&... args) {
+  ((void)args, ...);  // a build whose own flags are the widest has no pass to hand over to
 #if MWSTRAT_KERNEL_DISPATCH
   switch (kernel_isa_choice().isa) {
 #if MWSTRAT_BUILD_ISA_LEVEL < 2
@@ -205,8 +206,6 @@ bool on_dispatched_isa(A&&... args) {
 #endif
     default: break;
   }
-#else
-  ((void)args, ...);
 #endif
   return false;
 }
