@@ -47,8 +47,7 @@ TEST(kernel_isa, unset_takes_the_best_the_cpu_runs) {
 TEST(kernel_isa, without_dispatch_the_program_s_own_flags_run) {
   const auto r = d::choose_kernel_isa("", cpu(true, true), "x", false);
   EXPECT_EQ(r.isa, kernel_isa::build);
-  EXPECT_NE(refusal("avx512", cpu(true, true), false), "") << "a wider request than the build cannot run";
-  if (d::build_isa_level < 2) {
+  if (d::build_isa_level < 2) {  // a request wider than the build's own flags cannot run
     EXPECT_NE(refusal("avx512", cpu(true, true), false).find("this build has only its own flags' kernels"),
               std::string::npos);
   }
