@@ -319,8 +319,8 @@ def family_isa(a, log):
     # default-ISA build on every path this CPU has (best first), for the MNIST CNN (batch 64) and ResNet-56 (batch
     # 128). Rows keep the wall and CPU seconds per step; the report takes medians and the default ÷ native ratio.
     started = benchlib.start()
-    rounds = 1 if a.quick else 3
-    mnist_steps, resnet_steps = ("20", "2") if a.quick else ("150", "6")
+    rounds = 1 if a.quick else 4
+    mnist_steps, resnet_steps = ("20", "2") if a.quick else ("300", "6")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("TF_CONFIG", None)
     env.pop("MWSTRAT_KERNEL_ISA", None)
