@@ -32,4 +32,12 @@
 #include <mwstrat/nn/layers/zero_padding2d.hpp>
 #include <mwstrat/nn/detail/isa_pass.hpp>
 
+// The pass's macros end with it, so the driver defines each pass's afresh.
+#undef MWSTRAT_ISA_NS
+#undef MWSTRAT_ISA_IS_BUILD
+#undef MWSTRAT_ISA_AVX512
+#undef MWSTRAT_ISA_AVX
+#undef MWSTRAT_ISA_FMA
+#undef MWSTRAT_ISA_SSE2
+
 #endif  // MWSTRAT_ISA_NS

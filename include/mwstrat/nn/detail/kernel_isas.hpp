@@ -85,12 +85,6 @@ bool on_dispatched_isa(A&&... args);  // defined at the end of this file, once e
 #define MWSTRAT_ISA_SSE2 0
 #endif
 #include <mwstrat/nn/detail/kernel_isa_pass.hpp>
-#undef MWSTRAT_ISA_NS
-#undef MWSTRAT_ISA_IS_BUILD
-#undef MWSTRAT_ISA_AVX512
-#undef MWSTRAT_ISA_AVX
-#undef MWSTRAT_ISA_FMA
-#undef MWSTRAT_ISA_SSE2
 
 #if MWSTRAT_KERNEL_DISPATCH
 
@@ -118,12 +112,6 @@ MWSTRAT_ISA_PRELUDE(isa_avx2)
 #define MWSTRAT_ISA_FMA 1
 #define MWSTRAT_ISA_SSE2 1
 #include <mwstrat/nn/detail/kernel_isa_pass.hpp>
-#undef MWSTRAT_ISA_NS
-#undef MWSTRAT_ISA_IS_BUILD
-#undef MWSTRAT_ISA_AVX512
-#undef MWSTRAT_ISA_AVX
-#undef MWSTRAT_ISA_FMA
-#undef MWSTRAT_ISA_SSE2
 #pragma GCC pop_options
 #endif
 
@@ -138,12 +126,6 @@ MWSTRAT_ISA_PRELUDE(isa_avx512)
 #define MWSTRAT_ISA_FMA 1
 #define MWSTRAT_ISA_SSE2 1
 #include <mwstrat/nn/detail/kernel_isa_pass.hpp>
-#undef MWSTRAT_ISA_NS
-#undef MWSTRAT_ISA_IS_BUILD
-#undef MWSTRAT_ISA_AVX512
-#undef MWSTRAT_ISA_AVX
-#undef MWSTRAT_ISA_FMA
-#undef MWSTRAT_ISA_SSE2
 #pragma GCC pop_options
 #endif
 
