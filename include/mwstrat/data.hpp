@@ -17,8 +17,11 @@
 #include <mwstrat/data/idx.hpp>
 #include <mwstrat/data/image_augmentation.hpp>
 #include <mwstrat/data/image_batch.hpp>
+#include <mwstrat/data/image_record_format.hpp>
+#include <mwstrat/data/indexed_tfrecord_file.hpp>
 #include <mwstrat/data/labeled_images.hpp>
 #include <mwstrat/data/mnist.hpp>
+#include <mwstrat/data/record_batches.hpp>
 #include <mwstrat/data/record_location.hpp>
 #include <mwstrat/data/sharding.hpp>
 #include <mwstrat/data/tfrecord.hpp>

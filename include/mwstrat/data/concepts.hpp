@@ -54,6 +54,10 @@ struct shard_request {
   int num_workers = 1;                         ///< N
   int worker_index = 0;                        ///< w, in [0, N)
   std::size_t global_batch = 0;                ///< G
+  /// False when the set is streamed from record files and no file is opened yet: `resolve` is then asked first
+  /// with one 0 per file (and `num_examples` 0), so that file sharding opens only this worker's files, and asked
+  /// again once the counts are read (it must choose the same for this worker both times).
+  bool counts_known = true;
 };
 
 /// What a policy answers: the mode, and for `shard_mode::file` the indices of this worker's files.

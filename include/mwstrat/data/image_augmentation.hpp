@@ -199,8 +199,9 @@ class image_augmentation {
 
   /// This object as the hook `distribution_options::transform` takes (a copy of it inside).
   [[nodiscard]] example_transform transform() const {
-    return [self = *this](const labeled_images& set, std::size_t index, std::uint64_t epoch, std::span<float> out) {
-      self(set, index, epoch, out);
+    return [self = *this](std::span<const std::uint8_t> image, image_shape shape, std::size_t index,
+                          std::uint64_t epoch, std::span<float> out) {
+      self.apply(image, shape, self.draw(epoch, index), out);
     };
   }
 

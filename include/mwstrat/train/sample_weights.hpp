@@ -93,9 +93,7 @@ class sample_weighted_input {
 
   /// The weights of the examples of `batch_at(epoch, step)`, in the same order; valid until the next call.
   std::span<const float> weights_at(std::size_t epoch, std::size_t step) {
-    auto& batches = data_.batches();
-    const data::data_cursor at{epoch, step, batches.options().seed};
-    const std::size_t n = batches.indices(at, indices_);
+    const std::size_t n = data_.indices_at(epoch, step, indices_);
     for (std::size_t i = 0; i < n; ++i) weights_[i] = sample_weight_[indices_[i]];
     return std::span<const float>(weights_).first(n);
   }

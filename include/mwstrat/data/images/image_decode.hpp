@@ -8,10 +8,12 @@
 #include <mwstrat/data/images/decoded_image.hpp>
 #include <mwstrat/data/images/jpeg.hpp>
 #include <mwstrat/data/images/png.hpp>
+#include <mwstrat/data/image_record_format.hpp>
 #include <mwstrat/data/record_location.hpp>
 
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
@@ -55,6 +57,26 @@ inline void decode_image(std::span<const std::byte> bytes, decoded_image& out, c
   decoded_image out;
   decode_image(bytes, out, at, feature_name, options);
   return out;
+}
+
+/// A `record_image_format::decode` for PNG and JPEG image features: each image decoded to the format's shape
+/// (grey, RGB or alpha converted to its channels as `image_decode_options::channels` says; another height or
+/// width refused, naming the record). Safe to call from several threads at once.
+[[nodiscard]] inline image_decoder png_jpeg_decoder() {
+  return [](std::span<const std::byte> encoded, image_shape shape, std::span<std::uint8_t> out,
+            const record_location& at, std::string_view feature_name) {
+    thread_local decoded_image image;  // its pixel buffer is reused from image to image on each thread
+    image_decode_options o;
+    o.channels = shape.channels;
+    o.rows = shape.rows;
+    o.cols = shape.cols;
+    decode_image(encoded, image, at, feature_name, o);
+    if (image.pixels.size() != out.size()) {
+      throw detail::image_error(at, feature_name, "decodes to " + std::to_string(image.pixels.size()) + " bytes, " +
+                                                 std::to_string(out.size()) + " expected");
+    }
+    std::memcpy(out.data(), image.pixels.data(), out.size());
+  };
 }
 
 }  // namespace mwstrat::data
