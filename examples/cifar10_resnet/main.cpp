@@ -2,6 +2,9 @@
 //
 // Every worker runs this same program with its own TF_CONFIG (mwstrat-launch sets it):
 //   mwstrat-launch -n 2 -- cifar10_resnet --data-dir .cache/cifar10
+// or, from TFRecord shards of tf.train.Example (features image: PNG/JPEG or raw 32x32x3 bytes, label: int64;
+// tools/tfrecord_convert writes them), streamed rather than loaded, each worker opening only its own shards:
+//   mwstrat-launch -n 2 -- cifar10_resnet --data 'tfrecord:shards/cifar10-train.tfrecord-*' --shard-policy auto
 // Each trains TF's official Keras ResNet (resnet_cifar_model) on its share of every global batch (per-worker
 // batch × workers) with SGD (momentum 0.9) and the tutorial's piecewise learning rate (×1 until epoch 30, ×0.1
 // until 45, ×0.01 after; `--schedule cosine` decays it by step over --epochs instead, the short recipe of
@@ -12,6 +15,9 @@
 #include <mwstrat/mwstrat.hpp>
 #include <mwstrat/data/cifar10.hpp>
 #include <mwstrat/data/image_augmentation.hpp>
+#ifdef CIFAR10_RESNET_IMAGES
+#include <mwstrat/data/images/image_decode.hpp>
+#endif
 #include <mwstrat/nn/optimizers/schedules.hpp>
 #include <mwstrat/nn/optimizers/sgd.hpp>
 #include <mwstrat/nn/resnet_cifar.hpp>
@@ -34,6 +40,10 @@ namespace {
 
 struct flags {
   std::string data_dir = ".cache/cifar10";
+  std::string train_records;  // --data tfrecord:GLOB: the training set from these shards instead of data_dir
+  std::string test_records;   // --test-data tfrecord:GLOB: the test set from these shards instead of data_dir
+  std::string shard_policy = "data";
+  std::size_t decode_threads = 0;  // 0: one per hardware thread
   std::size_t depth = 56;
   int epochs = 60;
   std::size_t steps_per_epoch = 0;  // 0: a full pass
@@ -59,7 +69,8 @@ struct flags {
 };
 
 const char* const usage =
-    "usage: cifar10_resnet [--data-dir D] [--depth 6n+2] [--epochs N] [--steps-per-epoch N (0: a full pass)]\n"
+    "usage: cifar10_resnet [--data-dir D] [--data tfrecord:GLOB] [--test-data tfrecord:GLOB]\n"
+    "  [--shard-policy data|file|auto|off] [--decode-threads N (0: one per CPU)] [--depth 6n+2] [--epochs N] [--steps-per-epoch N (0: a full pass)]\n"
     "  [--batch-size B (per worker)] [--learning-rate X] [--schedule piecewise|cosine] [--warmup-epochs E]\n"
     "  [--nesterov] [--label-smoothing E (0..1)] [--variant tf|he] [--sync-batch-norm] [--seed S]\n"
     "  [--bn-momentum M (0..1; 0.997)]\n"
@@ -73,11 +84,25 @@ constexpr double max_timeout_s = 1e6;
 // The schedules count steps in std::int64_t.
 constexpr auto max_steps = static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max());
 
+// The glob of `--data tfrecord:GLOB` (the only source kind besides --data-dir).
+std::string records_glob(example_flags::reader& args, const std::string& flag) {
+  const std::string v = args.value();
+  const std::string prefix = "tfrecord:";
+  if (v.rfind(prefix, 0) != 0 || v.size() == prefix.size()) {
+    args.fail(flag + ": '" + v + "' is not tfrecord:GLOB (a path or glob of TFRecord shards)");
+  }
+  return v.substr(prefix.size());
+}
+
 flags parse(int argc, char** argv) {
   flags f;
   example_flags::reader args(argc, argv, "cifar10_resnet", usage);
   while (args.next()) {
     if (args.is("--data-dir")) f.data_dir = args.value();
+    else if (args.is("--data")) f.train_records = records_glob(args, "--data");
+    else if (args.is("--test-data")) f.test_records = records_glob(args, "--test-data");
+    else if (args.is("--shard-policy")) f.shard_policy = args.value();
+    else if (args.is("--decode-threads")) f.decode_threads = args.whole<std::size_t>(0, 1024);
     else if (args.is("--depth")) f.depth = args.whole<std::size_t>(0);
     else if (args.is("--epochs")) f.epochs = args.whole(1);
     else if (args.is("--steps-per-epoch")) f.steps_per_epoch = args.whole<std::size_t>(0, max_steps);
@@ -102,6 +127,8 @@ flags parse(int argc, char** argv) {
     else if (args.is("--no-test")) f.evaluate_test = false;
     else args.unknown();
   }
+  if (f.shard_policy != "data" && f.shard_policy != "file" && f.shard_policy != "auto" && f.shard_policy != "off")
+    args.fail("--shard-policy: '" + f.shard_policy + "' is not data, file, auto or off");
   if (f.variant != "tf" && f.variant != "he") args.fail("--variant: '" + f.variant + "' is not tf or he");
   if (f.schedule != "piecewise" && f.schedule != "cosine")
     args.fail("--schedule: '" + f.schedule + "' is not piecewise or cosine");
@@ -119,6 +146,31 @@ std::chrono::milliseconds seconds(double s) {
   return std::chrono::milliseconds(static_cast<long long>(std::ceil(s * 1000)));
 }
 
+mwstrat::data::any_shard_policy shard_policy(const std::string& name) {
+  namespace data = mwstrat::data;
+  if (name == "file") return data::file_shard{};
+  if (name == "auto") return data::auto_shard{};
+  if (name == "off") return data::off_shard{};
+  return data::data_shard{};
+}
+
+// CIFAR-10 as TFRecord shards hold it: a 32 x 32 RGB image (PNG or JPEG where this build has mwstrat::images, else
+// the raw bytes) and an int64 label.
+mwstrat::data::record_image_format cifar_records() {
+  mwstrat::data::record_image_format format;
+  format.shape = {32, 32, 3};
+#ifdef CIFAR10_RESNET_IMAGES
+  format.decode = mwstrat::data::png_jpeg_decoder();
+#endif
+  return format;
+}
+
+mwstrat::data::record_batch_options reading(const flags& f) {
+  mwstrat::data::record_batch_options r;
+  r.decode_threads = f.decode_threads;
+  return r;
+}
+
 int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   namespace data = mwstrat::data;
   namespace nn = mwstrat::nn;
@@ -134,15 +186,36 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   o.worker_index = strategy.replica_id();
   o.seed = f.seed;
   o.transform = data::image_augmentation(aug).transform();
-  // Data sharding: each worker takes its contiguous part of every global batch of one shared order, so N workers
-  // × B see exactly the examples one worker × N·B sees. (Auto sharding would pick file sharding here — the five
-  // training files are enough for it — and each worker would read other files.)
-  o.policy = data::data_shard{};
-  mwstrat::distributed_input train_data(
-      data::distributed_batches(data::load_cifar10(f.data_dir, data::cifar10_split::train), o));
-  auto test_data = mwstrat::distributed_input(data::distributed_batches::for_evaluation(
-      data::load_cifar10(f.data_dir, data::cifar10_split::test), global_batch, workers, strategy.replica_id(),
-      data::data_shard{}, data::image_augmentation(aug.for_evaluation()).transform()));
+  // Data sharding (the default): each worker takes its contiguous part of every global batch of one shared order, so
+  // N workers × B see exactly the examples one worker × N·B sees. (Auto sharding would pick file sharding here —
+  // the five training files are enough for it — and each worker would read other files.)
+  o.policy = shard_policy(f.shard_policy);
+  const auto eval_transform = data::image_augmentation(aug.for_evaluation()).transform();
+  mwstrat::distributed_input train_data =
+      f.train_records.empty()
+          ? mwstrat::distributed_input(
+                data::distributed_batches(data::load_cifar10(f.data_dir, data::cifar10_split::train), o))
+          : mwstrat::distributed_input::from_records(data::list_files(f.train_records), cifar_records(),
+                                                     o, strategy, reading(f));
+  mwstrat::distributed_input test_data =
+      f.test_records.empty()
+          ? mwstrat::distributed_input(data::distributed_batches::for_evaluation(
+                data::load_cifar10(f.data_dir, data::cifar10_split::test), global_batch, workers,
+                strategy.replica_id(), data::data_shard{}, eval_transform))
+          : mwstrat::distributed_input(data::record_batches::for_evaluation(
+                data::list_files(f.test_records), cifar_records(), global_batch, workers, strategy.replica_id(),
+                data::data_shard{}, eval_transform, reading(f)));
+  if (!f.train_records.empty()) {
+    // Every worker says which shards it opened (under file sharding, only its own).
+    const auto& records = train_data.records();
+    std::string names;
+    for (const std::size_t i : records.opened_files()) {
+      if (!names.empty()) names += ' ';
+      names += records.files()[i].filename().string();
+    }
+    std::cerr << "[mwstrat.data] rank " << strategy.replica_id() << " opened " << records.opened_files().size()
+              << " of " << records.files().size() << " training shards: " << names << "\n";
+  }
 
   nn::resnet_options ro;
   ro.variant = f.variant == "he" ? nn::resnet_variant::he : nn::resnet_variant::tf;

@@ -67,6 +67,47 @@ TEST(cifar10_resnet_example_release, sync_batch_norm_two_workers_of_64_equal_one
   EXPECT_GT(worst_relative(one, plain), 1e-2);
 }
 
+#ifdef MWSTRAT_TFRECORD_CONVERT
+TEST(cifar10_resnet_example_release, training_from_png_shards_gives_the_bits_of_the_binary_files_and_file_sharding_opens_only_own_shards) {
+  if (!have_cifar()) GTEST_SKIP() << "no CIFAR-10 in " << cifar_dir << " (scripts/fetch-cifar10 puts it there)";
+  scratch_dir dir;
+  // The training set as 8 shards of PNG-encoded tf.train.Examples, written by the converter (contiguous runs of the
+  // set's order), then streamed by the example: same order, same augmentation, so the same bits.
+  const auto convert = run(std::string(MWSTRAT_TFRECORD_CONVERT) + " cifar10 " + cifar_dir + " " + (dir / "shards") +
+                               " --split train --shards 8 --image png",
+                           600);
+  ASSERT_EQ(convert.exit_code, 0) << convert.output;
+  const std::string shards = " --data 'tfrecord:" + (dir / "shards") + "/cifar10-train.tfrecord-*'";
+  const std::string flags = " --depth 8 --epochs 1 --validation-steps 1 --steps-per-epoch 4 --batch-size 32 --seed 7"
+                            " --no-test";
+  auto train = [&](const std::string& name, const std::string& source) {
+    const auto r = run(launcher + " -n 2 -- " + resnet_example + " --data-dir " + cifar_dir + flags + source +
+                           " --model-dir " + (dir / name),
+                       900);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return std::pair{saved_weights(dir.path() / name / "model.safetensors"), r.output};
+  };
+  const auto [binary, binary_log] = train("binary", "");
+  const auto [records, records_log] = train("records", shards);
+  ASSERT_FALSE(binary.empty());
+  EXPECT_EQ(binary, records) << "worst relative difference " << worst_relative(binary, records);
+  EXPECT_NE(records_log.find("[mwstrat.data] data sharding of 8 file(s) over 2 worker(s): data"), std::string::npos)
+      << records_log;
+  // Auto sharding with 8 files for 2 workers is file sharding: each worker process opens its 4 shards only.
+  const auto [by_file, by_file_log] = train("by_file", shards + " --shard-policy auto");
+  EXPECT_NE(by_file_log.find("auto sharding of 8 file(s) over 2 worker(s): file"), std::string::npos) << by_file_log;
+  EXPECT_NE(by_file_log.find("rank 0 opened 4 of 8 training shards: cifar10-train.tfrecord-00000-of-00008 "
+                             "cifar10-train.tfrecord-00002-of-00008 cifar10-train.tfrecord-00004-of-00008 "
+                             "cifar10-train.tfrecord-00006-of-00008"),
+            std::string::npos)
+      << by_file_log;
+  EXPECT_NE(by_file_log.find("rank 1 opened 4 of 8 training shards: cifar10-train.tfrecord-00001-of-00008 "),
+            std::string::npos)
+      << by_file_log;
+  EXPECT_NE(binary, by_file);  // another split of the examples: another computation
+}
+#endif
+
 // Where two saved models differ, for the failure message: each tensor (weights, moving statistics, optimizer
 // slots) whose values differ, with how many and by how much, and any differing metadata. Empty when none do.
 std::string differences(const fs::path& a_path, const fs::path& b_path) {

@@ -47,6 +47,16 @@ enum class shard_mode {
   file,       ///< every worker reads only its files (FILE)
 };
 
+/// "replicate", "data" or "file".
+[[nodiscard]] constexpr std::string_view to_string(shard_mode mode) noexcept {
+  switch (mode) {
+    case shard_mode::replicate: return "replicate";
+    case shard_mode::data: return "data";
+    case shard_mode::file: return "file";
+  }
+  return "?";
+}
+
 /// What a policy is asked: the shape of the data set and of the job.
 struct shard_request {
   std::size_t num_examples = 0;                ///< examples in the data set

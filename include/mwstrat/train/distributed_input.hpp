@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -86,8 +87,16 @@ class distributed_input {
         return counts;
       };
     }
-    return distributed_input(data::record_batches(std::move(files), std::move(format), std::move(options),
-                                                  std::move(reading)));
+    const std::string policy(options.policy.name());
+    data::record_batches batches(std::move(files), std::move(format), std::move(options), std::move(reading));
+    if (strategy.is_chief()) {
+      // Once, by the chief: what the policy resolved to (AUTO decides by the number of files, as TensorFlow does).
+      std::clog << "[mwstrat.data] " << policy << " sharding of " << batches.files().size() << " file(s) over "
+                << batches.options().num_workers << " worker(s): " << data::to_string(batches.mode())
+                << (batches.mode() == data::shard_mode::file ? " (each worker opens only its own files)" : "")
+                << ", " << batches.steps_per_epoch() << " steps per pass\n";
+    }
+    return distributed_input(std::move(batches));
   }
 
   /// Evaluation input: the set in file order, every example once over all workers, the last batch partial.
