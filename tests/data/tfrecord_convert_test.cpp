@@ -1,12 +1,15 @@
 // tools/tfrecord_convert on the real data sets: MNIST's test split as 4 gzip shards of PNG examples reads back, in
 // order, to the same pixels and labels as the IDX loader; CIFAR-10's test split as 3 zlib shards of raw bytes to
-// the same as the binary loader; bad arguments exit 2 saying why. Skipped, saying so, where a data set is absent
+// the same as the binary loader; MNIST as 8 PNG shards streams (record_batches) the batches of the in-memory set,
+// bit for bit; bad arguments exit 2 saying why. Skipped, saying so, where a data set is absent
 // (scripts/test fetches both).
 #include <mwstrat/data/cifar10.hpp>
+#include <mwstrat/data/distributed.hpp>
 #include <mwstrat/data/feature_spec.hpp>
 #include <mwstrat/data/file_list.hpp>
 #include <mwstrat/data/images/image_decode.hpp>
 #include <mwstrat/data/mnist.hpp>
+#include <mwstrat/data/record_batches.hpp>
 #include <mwstrat/data/tfrecord.hpp>
 
 #include <support/process.hpp>
@@ -76,6 +79,45 @@ TEST(tfrecord_convert, mnist_shards_read_back_to_the_idx_loaders_pixels_and_labe
   EXPECT_EQ(tfrecord_reader(dir / "out" / "mnist-test.tfrecord-00000-of-00004").compression(), tfrecord_compression::gzip);
   expect_same_examples((dir / "out" / "mnist-test.tfrecord-*-of-00004").string(), 4,
                        load_mnist(mnist, mnist_split::test), true);
+}
+
+TEST(tfrecord_convert, mnist_as_8_png_shards_streams_the_batches_of_the_in_memory_set) {
+  const fs::path mnist = MWSTRAT_TEST_MNIST_DIR;
+  if (!fs::exists(mnist / "t10k-images-idx3-ubyte") && !fs::exists(mnist / "t10k-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "SKIPPED: no MNIST in " << mnist << " (scripts/fetch-mnist)";
+  }
+  test::temp_dir dir("tfrecord-convert");
+  const auto r = test::run(tool + " mnist " + mnist.string() + " " + (dir / "out").string() +
+                               " --split test --shards 8", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto files = list_files((dir / "out" / "mnist-test.tfrecord-*").string());
+  ASSERT_EQ(files.size(), 8U);
+  const labeled_images set = load_mnist(mnist, mnist_split::test);
+  record_image_format format;
+  format.shape = set.shape();
+  format.decode = png_jpeg_decoder();
+  for (int w = 0; w < 2; ++w) {
+    distribution_options o;
+    o.global_batch = 128;
+    o.num_workers = 2;
+    o.worker_index = w;
+    o.seed = 42;
+    o.policy = data_shard{};
+    distributed_batches memory(set, o);
+    record_batches records(files, format, o);
+    ASSERT_EQ(records.count(), set.count());
+    ASSERT_EQ(records.steps_per_epoch(), memory.steps_per_epoch());
+    std::vector<float> a(64 * 784), b(64 * 784);
+    std::vector<std::int64_t> la(64), lb(64);
+    const std::uint64_t last = memory.steps_per_epoch() - 1;
+    for (const data_cursor at : {data_cursor{0, 0, 42}, data_cursor{0, 1, 42}, data_cursor{0, last, 42},
+                                 data_cursor{1, 0, 42}, data_cursor{3, 17, 42}}) {
+      (void)memory.fill(at, a, la);
+      (void)records.fill(at, b, lb);
+      ASSERT_EQ(la, lb) << "worker " << w << " pass " << at.epoch << " step " << at.step;
+      ASSERT_EQ(a, b) << "worker " << w << " pass " << at.epoch << " step " << at.step;
+    }
+  }
 }
 
 TEST(tfrecord_convert, cifar10_shards_of_raw_bytes_read_back_to_the_binary_loaders) {

@@ -2,9 +2,11 @@
 // RecordWriter (TensorFlow's TFRecord framing and masked CRC32C) writes tf.train.Example messages serialized by
 // Google's protobuf library (the Python venv of scripts/test, python_test_venv in scripts/lib/common.sh), raw,
 // gzip and zlib, with packed and with unpacked repeated fields (feature.proto's messages are declared in the
-// script: tensorboard carries the framing but not example.proto). Skipped, saying so, without the venv.
+// script: tensorboard carries the framing but not example.proto); and the same records read by number
+// (indexed_tfrecord_file, what record_batches streams with). Skipped, saying so, without the venv.
 #include <mwstrat/data/example.hpp>
 #include <mwstrat/data/feature_spec.hpp>
+#include <mwstrat/data/indexed_tfrecord_file.hpp>
 #include <mwstrat/data/tfrecord.hpp>
 
 #include <support/process.hpp>
@@ -187,6 +189,16 @@ TEST(tfrecord_interop, records_from_tensorflows_writer_read_back_feature_for_fea
         EXPECT_TRUE(parsed.int64s(3).empty());
       }
       EXPECT_FALSE(reader.next()) << file;
+    }
+    // Read by record number, as record_batches streams them (a compressed file through its inflated copy): the
+    // same records at the same offsets.
+    const indexed_tfrecord_file indexed(dir / file);
+    ASSERT_EQ(indexed.size(), std::size_t{records}) << file;
+    std::vector<std::byte> buffer;
+    for (int i = records - 1; i >= 0; --i) {
+      const auto k = static_cast<std::size_t>(i);
+      EXPECT_EQ(indexed.location(k).offset, offsets[file][k]) << file;
+      EXPECT_EQ(decode_example(indexed.read(k, buffer), indexed.location(k)), expected(i)) << file << " record " << i;
     }
   }
 }
