@@ -5,6 +5,7 @@
 // Arithmetic is done in a fixed order so results are reproducible bit for bit.
 
 #include <mwstrat/data/image_batch.hpp>
+#include <mwstrat/data/labeled_images.hpp>
 #include <mwstrat/train/concepts.hpp>
 
 #include <algorithm>
@@ -18,6 +19,24 @@
 #include <vector>
 
 namespace mwstrat::test {
+
+/// `count` images of 2×4 bytes whose class shows in the pixels (learnable by a softmax_regression(8, 4)), labels
+/// 0..3, from one file or from the files of `file_counts`.
+inline data::labeled_images learnable_blobs(std::size_t count, std::uint32_t seed = 3,
+                                            std::vector<std::size_t> file_counts = {}) {
+  constexpr std::size_t features = 8, classes = 4;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> noise(0, 90);
+  std::vector<std::uint8_t> pixels(count * features);
+  std::vector<std::int64_t> labels(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    labels[i] = static_cast<std::int64_t>(i % classes);
+    for (std::size_t f = 0; f < features; ++f) {
+      pixels[i * features + f] = static_cast<std::uint8_t>(noise(rng) + (f % classes == i % classes ? 160 : 0));
+    }
+  }
+  return {std::move(pixels), std::move(labels), data::image_shape{2, 4, 1}, std::move(file_counts)};
+}
 
 class softmax_regression {
  public:

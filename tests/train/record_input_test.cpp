@@ -20,7 +20,6 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -36,19 +35,8 @@ namespace fs = std::filesystem;
 constexpr std::size_t rows = 2, cols = 4, features = rows * cols, classes = 4;
 const std::vector<std::size_t> eight_files = {13, 12, 13, 12, 13, 12, 13, 12};
 
-// `count` learnable 2×4 images in the files of `file_counts`, labels 0..3.
 data::labeled_images blobs(std::size_t count, std::vector<std::size_t> file_counts) {
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int> noise(0, 90);
-  std::vector<std::uint8_t> pixels(count * features);
-  std::vector<std::int64_t> labels(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    labels[i] = static_cast<std::int64_t>(i % classes);
-    for (std::size_t f = 0; f < features; ++f) {
-      pixels[i * features + f] = static_cast<std::uint8_t>(noise(rng) + (f % classes == i % classes ? 160 : 0));
-    }
-  }
-  return {std::move(pixels), std::move(labels), data::image_shape{rows, cols, 1}, std::move(file_counts)};
+  return test::learnable_blobs(count, 3, std::move(file_counts));
 }
 
 data::distribution_options training(data::any_shard_policy policy) {

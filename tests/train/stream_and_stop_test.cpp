@@ -37,20 +37,7 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t rows = 2, cols = 4, features = rows * cols, classes = 4;
 
-// `count` images of 2×4 bytes whose class shows in the pixels (learnable), labels 0..3.
-data::labeled_images blobs(std::size_t count, std::uint32_t seed = 3) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> noise(0, 90);
-  std::vector<std::uint8_t> pixels(count * features);
-  std::vector<std::int64_t> labels(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    labels[i] = static_cast<std::int64_t>(i % classes);
-    for (std::size_t f = 0; f < features; ++f) {
-      pixels[i * features + f] = static_cast<std::uint8_t>(noise(rng) + (f % classes == i % classes ? 160 : 0));
-    }
-  }
-  return {std::move(pixels), std::move(labels), rows, cols};
-}
+data::labeled_images blobs(std::size_t count, std::uint32_t seed = 3) { return test::learnable_blobs(count, seed); }
 
 // softmax_regression that records the first pixel and label of every training batch it sees.
 struct recording_model : softmax_regression {

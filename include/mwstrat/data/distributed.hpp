@@ -66,6 +66,22 @@ struct distribution_options {
   example_transform transform = {};       ///< empty: pixels / 255; else this (augmentation, standardization)
 };
 
+/// The options of the in-order pass an evaluation needs: no shuffle, the partial last batch kept, so every example
+/// is read exactly once per epoch over all workers.
+[[nodiscard]] inline distribution_options evaluation_options(std::size_t global_batch, int num_workers,
+                                                             int worker_index, any_shard_policy policy,
+                                                             example_transform transform) {
+  distribution_options o;
+  o.global_batch = global_batch;
+  o.num_workers = num_workers;
+  o.worker_index = worker_index;
+  o.shuffle = false;
+  o.drop_remainder = false;
+  o.policy = std::move(policy);
+  o.transform = std::move(transform);
+  return o;
+}
+
 /// One batch in buffers owned by a `distributed_batches`; valid until its next call.
 struct batch_view {
   std::span<const float> images;         ///< count × example_size floats in [0, 1], row-major
@@ -94,15 +110,8 @@ class distributed_batches {
                                                           int num_workers, int worker_index,
                                                           any_shard_policy policy = data_shard{},
                                                           example_transform transform = {}) {
-    distribution_options o;
-    o.global_batch = global_batch;
-    o.num_workers = num_workers;
-    o.worker_index = worker_index;
-    o.shuffle = false;
-    o.drop_remainder = false;
-    o.policy = std::move(policy);
-    o.transform = std::move(transform);
-    return {std::move(set), std::move(o)};
+    return {std::move(set), evaluation_options(global_batch, num_workers, worker_index, std::move(policy),
+                                               std::move(transform))};
   }
 
   /// Global steps per epoch; the same number on every worker.

@@ -29,9 +29,9 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <span>
@@ -55,7 +55,7 @@ class indexed_tfrecord_file {
   /// Opens and indexes `path`; throws as the file comment says.
   explicit indexed_tfrecord_file(std::filesystem::path path, indexed_tfrecord_options options = {})
       : path_(std::move(path)), name_(path_.string()), options_(std::move(options)) {
-    check_is_regular_file();
+    mwstrat::detail::check_tfrecord_file(path_);
     fd_ = open_read(name_);
     std::array<std::byte, tfrecord_header_bytes> head{};
     const std::size_t got = pread_some(head.data(), head.size(), 0);
@@ -118,22 +118,6 @@ class indexed_tfrecord_file {
   }
 
  private:
-  void check_is_regular_file() const {
-    std::error_code ec;
-    const auto status = std::filesystem::status(path_, ec);
-    if (ec || !std::filesystem::exists(status)) {
-      throw io_error({"tfrecord"}, "cannot open " + name_ + ": " +
-                                       (ec ? ec.message() : std::string("No such file or directory")));
-    }
-    if (std::filesystem::is_directory(status)) {
-      throw data_error({"tfrecord"}, name_, name_ + ": a directory, not a TFRecord file (list its files with "
-                                                    "list_files(\"" + name_ + "/*\"))");
-    }
-    if (!std::filesystem::is_regular_file(status)) {
-      throw data_error({"tfrecord"}, name_, name_ + ": not a regular file (a device, socket or pipe)");
-    }
-  }
-
   static int open_read(const std::string& name) {
     const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {

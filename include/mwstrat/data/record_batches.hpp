@@ -89,15 +89,9 @@ class record_batches {
                                                      any_shard_policy policy = data_shard{},
                                                      example_transform transform = {},
                                                      record_batch_options reading = {}) {
-    distribution_options o;
-    o.global_batch = global_batch;
-    o.num_workers = num_workers;
-    o.worker_index = worker_index;
-    o.shuffle = false;
-    o.drop_remainder = false;
-    o.policy = std::move(policy);
-    o.transform = std::move(transform);
-    return {std::move(files), std::move(format), std::move(o), std::move(reading)};
+    return {std::move(files), std::move(format),
+            evaluation_options(global_batch, num_workers, worker_index, std::move(policy), std::move(transform)),
+            std::move(reading)};
   }
 
   /// Global steps per pass; the same on every worker.

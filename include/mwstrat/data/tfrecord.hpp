@@ -129,6 +129,25 @@ namespace mwstrat::detail {
   return stream_codec::raw;
 }
 
+/// Throws io_error when `path` does not exist, data_error when it is a directory or not a regular file: what every
+/// reader of a TFRecord file checks before opening it.
+inline void check_tfrecord_file(const std::filesystem::path& path) {
+  const std::string name = path.string();
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    throw io_error({"tfrecord"}, "cannot open " + name + ": " +
+                                     (ec ? ec.message() : std::string("No such file or directory")));
+  }
+  if (std::filesystem::is_directory(status)) {
+    throw data_error({"tfrecord"}, name, name + ": a directory, not a TFRecord file (list its files with "
+                                                "list_files(\"" + name + "/*\"))");
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    throw data_error({"tfrecord"}, name, name + ": not a regular file (a device, socket or pipe)");
+  }
+}
+
 }  // namespace mwstrat::detail
 
 namespace mwstrat::data {
@@ -139,19 +158,7 @@ class tfrecord_reader {
   /// Opens `path`; throws io_error when it cannot be opened, data_error when it is not a regular file.
   explicit tfrecord_reader(std::filesystem::path path, tfrecord_options options = {})
       : path_(std::move(path)), name_(path_.string()), options_(options) {
-    std::error_code ec;
-    const auto status = std::filesystem::status(path_, ec);
-    if (ec || !std::filesystem::exists(status)) {
-      throw io_error({"tfrecord"}, "cannot open " + name_ + ": " +
-                                       (ec ? ec.message() : std::string("No such file or directory")));
-    }
-    if (std::filesystem::is_directory(status)) {
-      throw data_error({"tfrecord"}, name_, name_ + ": a directory, not a TFRecord file (list its files with "
-                                                    "list_files(\"" + name_ + "/*\"))");
-    }
-    if (!std::filesystem::is_regular_file(status)) {
-      throw data_error({"tfrecord"}, name_, name_ + ": not a regular file (a device, socket or pipe)");
-    }
+    detail::check_tfrecord_file(path_);
     std::FILE* file = std::fopen(name_.c_str(), "rb");
     if (file == nullptr) {
       const int err = errno;
