@@ -62,8 +62,8 @@ struct record_batch_options {
   indexed_tfrecord_options files;  ///< how each file is opened (compression, record size limit, inflate folder)
   /// File sharding with N > 1: given this worker's per-file record counts (0 for files it did not open), returns
   /// every file's count, the element-wise maximum over the workers (`distributed_input` does it with an
-  /// all_gather). Without it, file sharding of several workers is refused: the steps per pass depend on every
-  /// worker's files.
+  /// all_gather). Called by every worker of such a job, once, at construction. Without it, file sharding of
+  /// several workers is refused: the steps per pass depend on every worker's files.
   std::function<std::vector<std::size_t>(std::span<const std::size_t> mine)> exchange_counts;
 };
 
@@ -204,7 +204,7 @@ class record_batches {
           }
           open_file(f);
         }
-        if (std::any_of(open.begin(), open.end(), [](const auto& file) { return !file; })) {
+        if (n > 1) {  // every worker of a file-sharded job exchanges, so none waits in the collective alone
           if (!reading.exchange_counts) {
             throw config_error({"data", w}, "record_batches: file sharding over " + std::to_string(n) +
                                                 " workers needs every worker's record counts; build it through "

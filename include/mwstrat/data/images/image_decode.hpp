@@ -42,7 +42,8 @@ inline void decode_image(std::span<const std::byte> bytes, decoded_image& out, c
     for (std::size_t i = 0; i < 4 && i < bytes.size(); ++i) {
       char hex[4];
       std::snprintf(hex, sizeof hex, "%02x", std::to_integer<unsigned>(bytes[i]));
-      head += (i ? " " : "") + std::string(hex);
+      if (i != 0) head += ' ';  // appended piecewise: GCC 12 -O3 reports a false -Wrestrict on "lit" + string&&
+      head += hex;
     }
     throw detail::image_error(at, feature_name, "neither a PNG nor a JPEG (" + std::to_string(bytes.size()) + " bytes" +
                                                (bytes.empty() ? std::string() : ", starting " + head) + ")");
