@@ -19,7 +19,9 @@ Families and what each writes (RESULTS.md's sections):
                                          read + decoded + augmented (pad 4, crop, flip, per-image standardization),
                                          batch 128: mwstrat's data::record_batches (data/records_bench.cpp) vs tf.data
                                          (data/tfdata_records.py), 1 and 2 threads, each run its own process,
-                                         interleaved rounds; records/s, records per CPU second, peak RSS
+                                         interleaved rounds; records/s, records per CPU second, peak RSS; and
+                                         ResNet-56 training ms/step from those shards vs from memory
+                                         (resnet/resnet_throughput.cpp --records), 1 worker × 1 thread
   resnet      resnet.json                ResNet-56 on CIFAR-10 training samples/s: mwstrat (resnet/resnet_throughput.cpp)
                                          vs PyTorch (both layouts) and TensorFlow MWMS, 1 and 2 workers × 1 thread,
                                          interleaved rounds; mwstrat's convolutions alone (--conv-kernels)
@@ -251,6 +253,9 @@ def family_records(a, log):
     # the runs take turns within each round (mwstrat 1, tf 1, mwstrat 2, tf 2), so a busy spell of a shared machine
     # weighs on both. The figure that matters is records per CPU second (all threads' user + system time), which a
     # busy machine changes least; the goal is mwstrat ≥ 1.5× tf.data's with no more memory.
+    # Then, from the same shards where resnet_throughput is built: ResNet-56 training (1 worker × 1 thread, batch
+    # 128) fed from the shards (--records, 1 decode thread on the input's prefetch thread) and from the set in
+    # memory, taking turns round by round; the goal is the shards' ms/step within 2% of memory's.
     started = benchlib.start()
     rounds = a.records_rounds or (1 if a.quick else 5)
     threads = (1, 2)
@@ -293,7 +298,54 @@ def family_records(a, log):
                         row = json.loads(line)
                         row.update(label=label, round=r + 1, load_at_start=load)
                         rows.append(row)
+        resnet = os.path.join(a.build, "benchmarks", "resnet", "resnet_throughput")
+        train_rows, train_rounds = [], 0
+        if os.access(resnet, os.X_OK):
+            train_rounds = 1 if a.quick else 3
+            warmup, steps = ("1", "3") if a.quick else ("2", "10")
+            common = ["--data-dir", a.cifar_dir, "--depth", "56", "--batch", "128", "--threads", "1", "--warmup",
+                      warmup, "--steps", steps]
+            train_runs = [("memory", [resnet] + common), ("records", [resnet] + common + ["--records", pattern])]
+            for label, argv in train_runs:
+                commands.append(" ".join(benchlib.rel(x) if os.sep in x else x for x in argv).replace(
+                    pattern, "'SHARDS/cifar10-train.tfrecord-*'"))
+            for r in range(train_rounds):
+                for label, argv in train_runs:
+                    load = benchlib.loadavg()
+                    try:
+                        text = run(argv, log, 900, env=env)
+                    except Failed as e:
+                        failures.append(f"ResNet-56 from {label} (round {r + 1}): {e}")
+                        continue
+                    for line in text.splitlines():
+                        if line.startswith("{"):
+                            row = json.loads(line)
+                            row.update(label=label, round=r + 1, load_at_start=load)
+                            train_rows.append(row)
+        else:
+            failures.append(f"{benchlib.rel(resnet)} not built: the ResNet-56 comparison was not run")
     med = statistics.median
+    training = {}
+    for label in ("memory", "records"):
+        mine = [x for x in train_rows if x["label"] == label and x.get("steps_per_s")]
+        if mine:
+            training[label] = {"runs": len(mine), "ms_per_step": med([1000.0 / x["steps_per_s"] for x in mine]),
+                               "ms_per_step_min": min(1000.0 / x["steps_per_s"] for x in mine),
+                               "ms_per_step_max": max(1000.0 / x["steps_per_s"] for x in mine),
+                               "cpu_ms_per_step": med([1000.0 * x["cpu_s_per_step"] for x in mine]),
+                               "peak_rss_mib": max(x["peak_rss_mib"] for x in mine)}
+    if "memory" in training and "records" in training:
+        per_round = []
+        for r in range(1, train_rounds + 1):
+            m = [x for x in train_rows if x["label"] == "memory" and x["round"] == r]
+            f = [x for x in train_rows if x["label"] == "records" and x["round"] == r]
+            if m and f:
+                per_round.append(m[0]["steps_per_s"] / f[0]["steps_per_s"])
+        ratio = training["records"]["ms_per_step"] / training["memory"]["ms_per_step"]
+        training["ratio"] = {"ms_per_step": ratio, "ms_per_step_rounds": med(per_round) if per_round else None,
+                             "cpu_ms_per_step": training["records"]["cpu_ms_per_step"]
+                             / training["memory"]["cpu_ms_per_step"],
+                             "goal_met": ratio <= 1.02}
     summary = {}
     for label in ("mwstrat", "tf.data"):
         for t in threads:
@@ -330,6 +382,7 @@ def family_records(a, log):
     tf_version = next((x.get("tensorflow") for x in rows if x.get("tensorflow")), None)
     record = benchlib.meta("records", commands, a.quick, started)
     record.update(rows=rows, summary=summary, ratios=ratios, failures=failures, rounds=rounds, tensorflow=tf_version,
+                  training_rows=train_rows, training=training, training_rounds=train_rounds,
                   config={"data_set": "CIFAR-10 train", "shards": 8, "image": "png", "shard_bytes": shard_bytes,
                           "batch": 128, "workers": 1, "policy": "data_shard", "threads": list(threads),
                           "augmentation": "pad 4, random crop 32x32, random flip left-right, per-image "
