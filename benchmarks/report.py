@@ -26,7 +26,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
-                "checkpoint", "data", "resnet", "kernels", "isa", "resnet_tta", "resnet56_tta", "collective_hosts", "train_hosts", "fault_campaign"]
+                "checkpoint", "data", "records", "resnet", "kernels", "isa", "resnet_tta", "resnet56_tta", "collective_hosts", "train_hosts", "fault_campaign"]
 
 
 def cnn_flops_per_sample():
@@ -603,6 +603,114 @@ class Page:
                                    "—", f"{rate / mw['steps_per_s']:.0f}× the 1-worker training step rate{other}"
                                    if mw else "—",
                                    short_source(d), d["commands"][0]))
+
+    def records(self):
+        d = self.r.get("records")
+        if not d:
+            return
+        cfg = d.get("config", {})
+        summary, ratios = d.get("summary", {}), d.get("ratios", {})
+        self.w("## Input pipeline from TFRecord shards: mwstrat vs tf.data")
+        self.w()
+        self.w(f"Measured: {where(d)}.  ")
+        self.w("Commands: " + ", then ".join(f"`{c}`" for c in d.get("commands", [])))
+        self.w()
+        self.w(f"{cfg.get('data_set', 'CIFAR-10 train')} written as {cfg.get('shards', 8)} TFRecord shards of "
+               f"{cfg.get('image', 'png').upper()} images ({fmt(cfg.get('shard_bytes', 0) / 2**20, 0)} MiB, "
+               f"`tools/tfrecord_convert`), then one full pass read + decoded + augmented ({cfg.get('augmentation')}) "
+               f"into batches of {cfg.get('batch', 128)}: mwstrat's `data::record_batches` (1 worker, data sharding, "
+               f"`decode_threads` = the threads; `benchmarks/data/records_bench.cpp`) against tf.data "
+               f"(TensorFlow {d.get('tensorflow') or '?'}: `TFRecordDataset` → `map(parse + decode_png + the same "
+               f"augmentation, AUTOTUNE)` → `batch` → `prefetch`, its intra/inter-op pools, private threadpool and "
+               f"max_intra_op_parallelism limited to the threads; `benchmarks/data/tfdata_records.py`). Each run is "
+               f"its own process; the four take turns in each of {d.get('rounds', 1)} rounds, medians shown. Time "
+               f"and CPU (user + system of all threads) from building the pipeline to the end of the pass; peak RSS "
+               f"is the process's (TensorFlow's own import is most of tf.data's). mwstrat reads the records in a "
+               f"seeded shuffled order (one `pread` each), tf.data in file order (no shuffle), which favours "
+               f"tf.data. The goal (issue 47): mwstrat ≥ {cfg.get('goal_cpu_ratio', 1.5)}× tf.data's records per "
+               f"CPU second with no more memory.")
+        self.w()
+        self.w("| impl | threads | records/s | min–max | records per CPU s | min–max | peak RSS, MiB "
+               "(before the pipeline) |")
+        self.w("|---|---|---|---|---|---|---|")
+        for label in ("mwstrat", "tf.data"):
+            for t, x in sorted(summary.get(label, {}).items(), key=lambda kv: int(kv[0])):
+                self.w(f"| {label} | {t} | {fmt(x['records_per_s'])} | {fmt(x['records_per_s_min'])}–"
+                       f"{fmt(x['records_per_s_max'])} | **{fmt(x['records_per_cpu_s'])}** | "
+                       f"{fmt(x['records_per_cpu_s_min'])}–{fmt(x['records_per_cpu_s_max'])} | "
+                       f"{fmt(x['peak_rss_mib'], 1)} ({fmt(x.get('start_rss_mib'), 1)}) |")
+        self.w()
+        if ratios:
+            def round_ratios(t):  # each round's own mwstrat ÷ tf.data (the two ran back to back)
+                out = []
+                for r in sorted({x["round"] for x in d.get("rows", [])}):
+                    m = [x for x in d["rows"] if x["label"] == "mwstrat" and x["threads"] == int(t) and x["round"] == r]
+                    f = [x for x in d["rows"] if x["label"] == "tf.data" and x["threads"] == int(t) and x["round"] == r]
+                    if m and f:
+                        out.append(m[0]["records_per_cpu_s"] / f[0]["records_per_cpu_s"])
+                return out
+
+            self.w("| threads | mwstrat ÷ tf.data, records per CPU s: of the medians | median of the rounds' own "
+                   "(min–max) | records/s | peak RSS | CPU goal ≥ 1.5× | memory goal |")
+            self.w("|---|---|---|---|---|---|---|")
+            for t, x in sorted(ratios.items(), key=lambda kv: int(kv[0])):
+                rr = round_ratios(t)
+                spread = f" ({times(min(rr))}–{times(max(rr))})" if rr else ""
+                self.w(f"| {t} | **{times(x['records_per_cpu_s'])}** | "
+                       f"{times(x.get('records_per_cpu_s_rounds'))}{spread} | "
+                       f"{times(x['records_per_s'])} | {pct(x['peak_rss'])} | "
+                       f"{'met' if x['goal_cpu_met'] else 'not met'} | "
+                       f"{'met' if x['goal_memory_met'] else 'not met'} |")
+            self.w()
+            cpu_met = all(x["goal_cpu_met"] for x in ratios.values())
+            mem_met = all(x["goal_memory_met"] for x in ratios.values())
+            self.w(f"Goal of ≥ {cfg.get('goal_cpu_ratio', 1.5)}× tf.data's records per CPU second at "
+                   f"{' and '.join(sorted(ratios, key=int))} threads: **{'met' if cpu_met else 'not met'}**; no more "
+                   f"memory than tf.data: **{'met' if mem_met else 'not met'}**. Load average at the start "
+                   f"{d.get('load_at_start', '?')}, at the end {d.get('load_at_end', '?')} (on {short_cpu(d)} × "
+                   f"{d.get('machine', {}).get('cpus', '?')}): records/s is the machine's share, records per CPU "
+                   f"second the pipeline's own cost.")
+            self.w()
+            one = ratios.get("1")
+            if one:
+                self.headlines.append(("TFRecord PNG pipeline (CIFAR-10, decode + augment), records per CPU second, "
+                                       "1 thread", fmt(summary["mwstrat"]["1"]["records_per_cpu_s"]),
+                                       f"tf.data {times(one['records_per_cpu_s'])}", "—", short_source(d),
+                                       d["commands"][1] if len(d.get("commands", [])) > 1 else ""))
+        tr = d.get("training", {})
+        if tr.get("memory") and tr.get("records"):
+            self.w(f"ResNet-56 training from those shards against the set in memory "
+                   f"(`benchmarks/resnet/resnet_throughput.cpp`, `--records`: `distributed_input::from_records`, the "
+                   f"same augmentation, data sharding, 1 decode thread on the input's prefetch thread), 1 worker × 1 "
+                   f"thread, batch 128, {d.get('training_rounds', 1)} interleaved rounds, medians. The goal: within 2% "
+                   f"of memory's time per step. The same seed gives the same batches from either input, bit for bit "
+                   f"(record_batches walks the in-memory path's order), so the losses must agree too.")
+            self.w()
+            self.w("| input | ms per step | min–max | CPU ms per step | peak RSS, MiB | loss the run reports "
+                   "(each round) |")
+            self.w("|---|---|---|---|---|---|")
+            for label in ("memory", "records"):
+                x = tr[label]
+                losses = " ".join(f"{r['loss']:.5f}" for r in d.get("training_rows", []) if r["label"] == label)
+                self.w(f"| {label} | **{fmt(x['ms_per_step'], 1)}** | {fmt(x['ms_per_step_min'], 1)}–"
+                       f"{fmt(x['ms_per_step_max'], 1)} | {fmt(x['cpu_ms_per_step'], 1)} | "
+                       f"{fmt(x['peak_rss_mib'], 1)} | {losses} |")
+            self.w()
+            q = tr.get("ratio", {})
+            if q:
+                self.w(f"Shards ÷ memory, ms per step: **{q['ms_per_step']:.3f}** (median of the rounds' own "
+                       f"{q['ms_per_step_rounds']:.3f}); CPU ms per step {q['cpu_ms_per_step']:.3f}. Within 2%: "
+                       f"**{'met' if q['goal_met'] else 'not met'}**."
+                       + (" (Below 1 is the machine's noise, not a gain: from the shards the input does more work — "
+                          "reading and decoding PNGs — on its prefetch thread.)" if q["ms_per_step"] < 1 else ""))
+                self.w()
+        for f in d.get("failures", []):
+            self.w(f"- failed: {f}")
+        if d.get("failures"):
+            self.w()
+        if d.get("note"):
+            self.w(d["note"])
+            self.w()
 
     def resnet(self):
         t = self.r.get("resnet")
@@ -1321,7 +1429,7 @@ class Page:
         machine = self.lines
         self.lines = []
         body_start = 0
-        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.resnet, self.kernels,
+        for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.records, self.resnet, self.kernels,
                         self.isa, self.resnet_time_to_accuracy, self.hosts,
                         self.fault_campaign):
             section()
@@ -1337,7 +1445,7 @@ class Page:
           "to the peers (PyTorch DDP, TensorFlow MultiWorkerMirroredStrategy, Gloo, Open MPI, OpenBLAS) and to the "
           "machine's limit (FP32 FMA peak, loopback link, disk). To rerun everything on your machine: `scripts/bench` "
           "(`--quick` for one short repeat of each, `--only "
-          "train|collective|nn|checkpoint|data|peak|resnet|kernels|isa|tta|hosts` for one). How "
+          "train|collective|nn|checkpoint|data|records|peak|resnet|kernels|isa|tta|hosts` for one). How "
           "each figure came about, pass by pass: [history/](history/).")
         w()
         kept = sorted(glob.glob(os.path.join(HERE, "history", "results-*")))

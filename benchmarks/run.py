@@ -15,6 +15,13 @@ Families and what each writes (RESULTS.md's sections):
   nn          nn.json                    reference CNN vs PyTorch, dense GEMMs vs OpenBLAS (nn/compare.sh)
   checkpoint  checkpoint.json            save/load vs raw write/read (checkpoint/checkpoint_bench.cpp)
   data        data.json                  input pipeline batches/s and MNIST's peak memory (data/*.cpp)
+  records     records.json               CIFAR-10 train as 8 TFRecord shards of PNGs (tools/tfrecord_convert), one pass
+                                         read + decoded + augmented (pad 4, crop, flip, per-image standardization),
+                                         batch 128: mwstrat's data::record_batches (data/records_bench.cpp) vs tf.data
+                                         (data/tfdata_records.py), 1 and 2 threads, each run its own process,
+                                         interleaved rounds; records/s, records per CPU second, peak RSS; and
+                                         ResNet-56 training ms/step from those shards vs from memory
+                                         (resnet/resnet_throughput.cpp --records), 1 worker × 1 thread
   resnet      resnet.json                ResNet-56 on CIFAR-10 training samples/s: mwstrat (resnet/resnet_throughput.cpp)
                                          vs PyTorch (both layouts) and TensorFlow MWMS, 1 and 2 workers × 1 thread,
                                          interleaved rounds; mwstrat's convolutions alone (--conv-kernels)
@@ -54,7 +61,8 @@ sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 from common import procs  # noqa: E402
 
-FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "resnet", "kernels", "isa", "tta", "hosts"]
+FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "records", "resnet", "kernels", "isa", "tta",
+            "hosts"]
 
 
 class Failed(Exception):
@@ -234,6 +242,156 @@ def family_data(a, log):
                            a.quick, started)
     record.update(rows=rows, memory=memory)
     benchlib.write_json(os.path.join(a.results, "data.json"), record)
+
+
+def family_records(a, log):
+    # Issue 47's input pipeline, "data as clusters hold it": CIFAR-10 train written as 8 TFRecord shards of PNG
+    # images (tools/tfrecord_convert, into a temporary folder), then one full pass each of mwstrat's
+    # data::record_batches (1 worker, data sharding, decode_threads 1 and 2) and tf.data (TFRecordDataset -> map
+    # (parse + decode_png + the same augmentation, AUTOTUNE) -> batch(128) -> prefetch, TensorFlow's pools and
+    # tf.data's private threadpool limited to 1 and 2 threads). Every run is its own process (its peak RSS its own);
+    # the runs take turns within each round (mwstrat 1, tf 1, mwstrat 2, tf 2), so a busy spell of a shared machine
+    # weighs on both. The figure that matters is records per CPU second (all threads' user + system time), which a
+    # busy machine changes least; the goal is mwstrat ≥ 1.5× tf.data's with no more memory.
+    # Then, from the same shards where resnet_throughput is built: ResNet-56 training (1 worker × 1 thread, batch
+    # 128) fed from the shards (--records, 1 decode thread on the input's prefetch thread) and from the set in
+    # memory, taking turns round by round; the goal is the shards' ms/step within 2% of memory's.
+    started = benchlib.start()
+    rounds = a.records_rounds or (1 if a.quick else 5)
+    threads = (1, 2)
+    convert = os.path.join(a.build, "tools", "tfrecord_convert")
+    prog = os.path.join(a.build, "benchmarks", "data", "mwstrat_bench_records")
+    for exe in (convert, prog):
+        if not os.access(exe, os.X_OK):
+            raise Failed(f"{benchlib.rel(exe)} is not built (it needs mwstrat::images: libpng and libjpeg)")
+    tf_script = os.path.join(HERE, "data", "tfdata_records.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    env.pop("TF_CONFIG", None)
+    rows, failures, commands = [], [], []
+    with tempfile.TemporaryDirectory(prefix="mwstrat-bench-records-") as shards:
+        run([convert, "cifar10", a.cifar_dir, shards, "--split", "train", "--shards", "8", "--image", "png"], log, 600)
+        files = sorted(os.path.join(shards, f) for f in os.listdir(shards))
+        shard_bytes = sum(os.path.getsize(f) for f in files)
+        pattern = os.path.join(shards, "cifar10-train.tfrecord-*")
+        commands.append(f"{benchlib.rel(convert)} cifar10 {benchlib.rel(a.cifar_dir)} SHARDS --split train "
+                        f"--shards 8 --image png")
+        runs = []
+        for t in threads:
+            runs.append(("mwstrat", t, [prog, "--decode-threads", str(t), "--batch", "128", pattern]))
+            if a.tf_python:
+                runs.append(("tf.data", t, [a.tf_python, tf_script, "--threads", str(t), "--batch", "128", pattern]))
+        for label, t, argv in runs:
+            commands.append(" ".join(benchlib.rel(x) if os.sep in x else x for x in argv).replace(
+                pattern, "'SHARDS/cifar10-train.tfrecord-*'"))
+        if not a.tf_python:
+            failures.append("no --tf-python given: tf.data not measured")
+        for r in range(rounds):
+            for label, t, argv in runs:
+                load = benchlib.loadavg()
+                try:
+                    text = run(argv, log, 900, env=env)
+                except Failed as e:
+                    failures.append(f"{label} × {t} threads (round {r + 1}): {e}")
+                    continue
+                for line in text.splitlines():
+                    if line.startswith("{"):
+                        row = json.loads(line)
+                        row.update(label=label, round=r + 1, load_at_start=load)
+                        rows.append(row)
+        resnet = os.path.join(a.build, "benchmarks", "resnet", "resnet_throughput")
+        train_rows, train_rounds = [], 0
+        if os.access(resnet, os.X_OK):
+            train_rounds = 1 if a.quick else 3
+            warmup, steps = ("1", "3") if a.quick else ("2", "10")
+            common = ["--data-dir", a.cifar_dir, "--depth", "56", "--batch", "128", "--threads", "1", "--warmup",
+                      warmup, "--steps", steps]
+            train_runs = [("memory", [resnet] + common), ("records", [resnet] + common + ["--records", pattern])]
+            for label, argv in train_runs:
+                commands.append(" ".join(benchlib.rel(x) if os.sep in x else x for x in argv).replace(
+                    pattern, "'SHARDS/cifar10-train.tfrecord-*'"))
+            for r in range(train_rounds):
+                for label, argv in train_runs:
+                    load = benchlib.loadavg()
+                    try:
+                        text = run(argv, log, 900, env=env)
+                    except Failed as e:
+                        failures.append(f"ResNet-56 from {label} (round {r + 1}): {e}")
+                        continue
+                    for line in text.splitlines():
+                        if line.startswith("{"):
+                            row = json.loads(line)
+                            row.update(label=label, round=r + 1, load_at_start=load)
+                            train_rows.append(row)
+        else:
+            failures.append(f"{benchlib.rel(resnet)} not built: the ResNet-56 comparison was not run")
+    med = statistics.median
+    training = {}
+    for label in ("memory", "records"):
+        mine = [x for x in train_rows if x["label"] == label and x.get("steps_per_s")]
+        if mine:
+            training[label] = {"runs": len(mine), "ms_per_step": med([1000.0 / x["steps_per_s"] for x in mine]),
+                               "ms_per_step_min": min(1000.0 / x["steps_per_s"] for x in mine),
+                               "ms_per_step_max": max(1000.0 / x["steps_per_s"] for x in mine),
+                               "cpu_ms_per_step": med([1000.0 * x["cpu_s_per_step"] for x in mine]),
+                               "peak_rss_mib": max(x["peak_rss_mib"] for x in mine)}
+    if "memory" in training and "records" in training:
+        per_round = []
+        for r in range(1, train_rounds + 1):
+            m = [x for x in train_rows if x["label"] == "memory" and x["round"] == r]
+            f = [x for x in train_rows if x["label"] == "records" and x["round"] == r]
+            if m and f:
+                per_round.append(m[0]["steps_per_s"] / f[0]["steps_per_s"])
+        ratio = training["records"]["ms_per_step"] / training["memory"]["ms_per_step"]
+        training["ratio"] = {"ms_per_step": ratio, "ms_per_step_rounds": med(per_round) if per_round else None,
+                             "cpu_ms_per_step": training["records"]["cpu_ms_per_step"]
+                             / training["memory"]["cpu_ms_per_step"],
+                             "goal_met": ratio <= 1.02}
+    summary = {}
+    for label in ("mwstrat", "tf.data"):
+        for t in threads:
+            mine = [x for x in rows if x["label"] == label and x["threads"] == t]
+            if mine:
+                summary.setdefault(label, {})[str(t)] = {
+                    "runs": len(mine), "records": mine[0]["records"],
+                    "records_per_s": med([x["records_per_s"] for x in mine]),
+                    "records_per_s_min": min(x["records_per_s"] for x in mine),
+                    "records_per_s_max": max(x["records_per_s"] for x in mine),
+                    "records_per_cpu_s": med([x["records_per_cpu_s"] for x in mine]),
+                    "records_per_cpu_s_min": min(x["records_per_cpu_s"] for x in mine),
+                    "records_per_cpu_s_max": max(x["records_per_cpu_s"] for x in mine),
+                    "peak_rss_mib": max(x["peak_rss_mib"] for x in mine),
+                    "start_rss_mib": med([x["start_rss_mib"] for x in mine if x.get("start_rss_mib") is not None]
+                                         or [0.0])}
+    ratios = {}
+    for t in threads:
+        m, f = summary.get("mwstrat", {}).get(str(t)), summary.get("tf.data", {}).get(str(t))
+        if m and f:
+            # Of the medians, and the median of each round's own ratio (the two sides of one round ran together).
+            per_round = []
+            for r in range(1, rounds + 1):
+                mr = [x for x in rows if x["label"] == "mwstrat" and x["threads"] == t and x["round"] == r]
+                fr = [x for x in rows if x["label"] == "tf.data" and x["threads"] == t and x["round"] == r]
+                if mr and fr:
+                    per_round.append(mr[0]["records_per_cpu_s"] / fr[0]["records_per_cpu_s"])
+            ratios[str(t)] = {"records_per_cpu_s": m["records_per_cpu_s"] / f["records_per_cpu_s"],
+                              "records_per_cpu_s_rounds": med(per_round) if per_round else None,
+                              "records_per_s": m["records_per_s"] / f["records_per_s"],
+                              "peak_rss": m["peak_rss_mib"] / f["peak_rss_mib"],
+                              "goal_cpu_met": m["records_per_cpu_s"] / f["records_per_cpu_s"] >= 1.5,
+                              "goal_memory_met": m["peak_rss_mib"] <= f["peak_rss_mib"]}
+    tf_version = next((x.get("tensorflow") for x in rows if x.get("tensorflow")), None)
+    record = benchlib.meta("records", commands, a.quick, started)
+    record.update(rows=rows, summary=summary, ratios=ratios, failures=failures, rounds=rounds, tensorflow=tf_version,
+                  training_rows=train_rows, training=training, training_rounds=train_rounds,
+                  config={"data_set": "CIFAR-10 train", "shards": 8, "image": "png", "shard_bytes": shard_bytes,
+                          "batch": 128, "workers": 1, "policy": "data_shard", "threads": list(threads),
+                          "augmentation": "pad 4, random crop 32x32, random flip left-right, per-image "
+                                          "standardization", "goal_cpu_ratio": 1.5})
+    benchlib.write_json(os.path.join(a.results, "records.json"), record)
+    if not summary.get("mwstrat"):
+        raise Failed("no mwstrat run succeeded: " + "; ".join(failures))
+    if a.tf_python and not summary.get("tf.data"):
+        raise Failed("no tf.data run succeeded: " + "; ".join(failures))
 
 
 def family_resnet(a, log):
@@ -432,6 +590,7 @@ def main():
     ap.add_argument("--tf-python", default=None, help="a Python with tensorflow and tf_keras (compare.py's)")
     ap.add_argument("--quick", action="store_true", help="one repeat/round of everything, shorter runs")
     ap.add_argument("--only", action="append", choices=FAMILIES, help="run only this family (repeatable)")
+    ap.add_argument("--records-rounds", type=int, default=0, help="records: interleaved rounds (default 5, quick 1)")
     ap.add_argument("--resnet-rounds", type=int, default=0, help="resnet: interleaved rounds (default 3, quick 1)")
     ap.add_argument("--resnet-steps", type=int, default=0, help="resnet: timed steps per run (default 10, quick 3)")
     ap.add_argument("--tta-budget-s", type=int, default=1800, help="tta: wall-clock budget of each run (s)")

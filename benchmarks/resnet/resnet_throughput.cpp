@@ -15,9 +15,18 @@
 // the model at --batch (random data, one task arena of --threads), --steps times after --warmup untimed passes, and
 // prints {"impl":"mwstrat-conv-kernels", "conv_seconds_per_step", "conv_gflops", ...}: the convolutions' own rate,
 // to set against the FP32 FMA peak (benchmarks/peak) and the whole step's time.
+//
+// `--records GLOB` (where mwstrat::images is built) trains from TFRecord shards of PNG images instead of the set in
+// memory (tools/tfrecord_convert cifar10 ... --image png): mwstrat::distributed_input::from_records with the same
+// augmentation, data sharding and --decode-threads threads decoding (default 1; the input's prefetch thread runs
+// them beside the step). The JSON line's "input" says which ("memory" or "records"); benchmarks/run.py's `records`
+// family sets the two against each other.
 #include <mwstrat/mwstrat.hpp>
 #include <mwstrat/data/cifar10.hpp>
 #include <mwstrat/data/image_augmentation.hpp>
+#ifdef MWSTRAT_BENCH_HAVE_IMAGES
+#include <mwstrat/data/images/image_decode.hpp>
+#endif
 #include <mwstrat/nn/kernels/conv2d.hpp>
 #include <mwstrat/nn/optimizers/sgd.hpp>
 #include <mwstrat/nn/resnet_cifar.hpp>
@@ -48,6 +57,8 @@ struct flags {
   int threads = 1;
   std::uint64_t seed = 42;
   std::string variant = "tf";
+  std::string records;             // --records: TFRecord shards (a glob) instead of the set in memory
+  std::size_t decode_threads = 1;  // --records: record_batch_options::decode_threads
   bool conv_kernels = false;
   std::string conv_path = "automatic";  // --conv-kernels: which kernels (conv2d_path)
 };
@@ -55,8 +66,8 @@ struct flags {
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "resnet_throughput: " << problem << "\n"
             << "usage: resnet_throughput [--data-dir D] [--depth 6n+2 (56)] [--batch B (per worker, 128)] "
-               "[--warmup N] [--steps N] [--threads T] [--seed S] [--variant tf|he] [--conv-kernels "
-               "[--conv-path automatic|direct|reference]]\n";
+               "[--warmup N] [--steps N] [--threads T] [--seed S] [--variant tf|he] [--records GLOB "
+               "[--decode-threads N (1)]] [--conv-kernels [--conv-path automatic|direct|reference]]\n";
   std::exit(2);
 }
 
@@ -83,6 +94,8 @@ flags parse(int argc, char** argv) {
     else if (a == "--seed") f.seed = count(value());
     else if (a == "--variant") f.variant = value();
     else if (a == "--conv-kernels") f.conv_kernels = true;
+    else if (a == "--records") f.records = value();
+    else if (a == "--decode-threads") f.decode_threads = count(value());
     else if (a == "--conv-path") f.conv_path = value();
     else usage("unknown flag '" + a + "'");
   }
@@ -265,8 +278,24 @@ int run_training(const flags& f) {
   o.worker_index = strategy.replica_id();
   o.seed = f.seed;
   o.transform = data::image_augmentation(aug).transform();
-  mwstrat::distributed_input train(
-      data::distributed_batches(data::load_cifar10(f.data_dir, data::cifar10_split::train), o));
+  const auto make_input = [&]() -> mwstrat::distributed_input {
+    if (f.records.empty()) {
+      return mwstrat::distributed_input(
+          data::distributed_batches(data::load_cifar10(f.data_dir, data::cifar10_split::train), o));
+    }
+#ifdef MWSTRAT_BENCH_HAVE_IMAGES
+    data::record_image_format format;
+    format.shape = {32, 32, 3};
+    format.decode = data::png_jpeg_decoder();
+    o.policy = data::data_shard{};  // one shared order, as the set in memory is read with one worker or several
+    data::record_batch_options reading;
+    reading.decode_threads = f.decode_threads;
+    return mwstrat::distributed_input::from_records(data::list_files(f.records), format, o, strategy, reading);
+#else
+    usage("--records: this build has no mwstrat::images (libpng and libjpeg)");
+#endif
+  };
+  mwstrat::distributed_input train = make_input();
   if (train.steps_per_epoch() < f.warmup + f.steps) {
     usage("--warmup + --steps must fit in one epoch (" + std::to_string(train.steps_per_epoch()) + " global steps)");
   }
@@ -300,10 +329,11 @@ int run_training(const flags& f) {
 
   if (strategy.is_chief()) {
     const double steps_per_s = static_cast<double>(f.steps) / job_seconds;
-    std::printf("{\"impl\":\"mwstrat\",\"model\":\"resnet%zu\",\"variant\":\"%s\",\"workers\":%zu,\"threads\":%d,"
+    std::printf("{\"impl\":\"mwstrat\",\"input\":\"%s\",\"decode_threads\":%zu,\"model\":\"resnet%zu\",\"variant\":\"%s\",\"workers\":%zu,\"threads\":%d,"
                 "\"batch\":%zu,\"warmup\":%zu,\"steps\":%zu,\"seconds\":%.4f,\"steps_per_s\":%.4f,"
                 "\"samples_per_s\":%.2f,\"samples_per_s_per_worker\":%.2f,\"cpu_s_per_step\":%.4f,"
                 "\"peak_rss_mib\":%.1f,\"loss\":%.5f,\"conv_gflop_per_step\":%.3f,\"kernels\":\"%s\"}\n",
+                f.records.empty() ? "memory" : "records", f.records.empty() ? std::size_t{0} : f.decode_threads,
                 f.depth, f.variant.c_str(), workers, f.threads, f.batch, f.warmup, f.steps, job_seconds, steps_per_s,
                 steps_per_s * static_cast<double>(global_batch), steps_per_s * static_cast<double>(f.batch),
                 cpu_total / static_cast<double>(f.steps), peak, h.epochs.empty() ? 0.0 : h.epochs.back().loss,
