@@ -23,4 +23,5 @@
 #include <mwstrat/train/resume.hpp>
 #include <mwstrat/train/sample_weights.hpp>
 #include <mwstrat/train/saved_model.hpp>
+#include <mwstrat/train/tensor_model.hpp>
 #include <mwstrat/train/train_context.hpp>

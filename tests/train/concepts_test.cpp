@@ -36,7 +36,9 @@ struct result_no_count {
 };
 static_assert(batch_result<result> && batch_result<batch_stats>);
 static_assert(!batch_result<result_no_loss>);     // 1
-static_assert(!batch_result<result_no_correct>);  // 2
+// 2: `correct` is a classifier's only: any task's result is a batch_result, and only a classifier's reports accuracy.
+static_assert(batch_result<result_no_correct> && !classification_result<result_no_correct>);
+static_assert(classification_result<result> && classification_result<batch_stats>);
 static_assert(!batch_result<result_no_count>);    // 3
 
 // ------------------------------------------------------------------------------------------------ batch_source

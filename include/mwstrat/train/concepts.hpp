@@ -27,9 +27,14 @@
 ///      final, last layer first, so that the reduction overlaps the rest of backward; returns a `batch_result`;
 ///   4. `m.evaluate_batch(batch)`: forward and loss only; returns a `batch_result`.
 /// The batch is whatever the `batch_source` yields (`data::image_batch` for the library's image pipelines).
+/// A model whose parameters are many tensors of its own type instead of one arena is trained through
+/// `tensor_model` (train/tensor_model.hpp), which owns the arena for it.
 ///
-/// `batch_result<R>`: `r.loss_sum` (sum of the per-example losses), `r.correct` (examples classified right) and
-/// `r.count` (examples), so that metrics reduce over workers weighted by examples.
+/// `batch_result<R>`: `r.loss_sum` (sum of the per-example losses) and `r.count` (examples), so that the loss
+/// reduces over workers weighted by examples. Any task has these. A classifier's result also has `r.correct`
+/// (examples classified right: `classification_result`), and only then do the logs, the progress line and the
+/// history show an accuracy. A result may carry `r.predictions` and `r.targets` (`std::span<const float>`, count ×
+/// outputs each: `result_with_targets`) for metrics that compare them (`mean_squared_error`, train/fit_metrics.hpp).
 ///
 /// `optimizer_for<O>`: `o.apply(params, gradients)` updates `params` in place.
 ///
@@ -70,13 +75,39 @@
 
 namespace mwstrat {
 
-/// The result of training or evaluating one batch (requirements in the file comment).
+/// The result of training or evaluating one batch, for any task (requirements in the file comment).
 template <class R>
 concept batch_result = requires(const R& r) {
   { r.loss_sum } -> std::convertible_to<double>;
-  { r.correct } -> std::convertible_to<double>;
   { r.count } -> std::convertible_to<double>;
 };
+
+/// A classifier's result: a `batch_result` with `r.correct`, the examples classified right. Accuracy is reported
+/// for such results only.
+template <class R>
+concept classification_result = batch_result<R> && requires(const R& r) {
+  { r.correct } -> std::convertible_to<double>;
+};
+
+/// A result that carries what the model predicted and what it should have (`r.predictions`, `r.targets`: count ×
+/// outputs floats each, valid until the model's next batch), for metrics that compare them.
+template <class R>
+concept result_with_targets = batch_result<R> && requires(const R& r) {
+  { r.predictions } -> std::convertible_to<std::span<const float>>;
+  { r.targets } -> std::convertible_to<std::span<const float>>;
+};
+
+namespace detail {
+// The examples a result classified right; 0 for a result of another task (which reports no accuracy).
+template <class R>
+double correct_of(const R& r) {
+  if constexpr (classification_result<R>) {
+    return static_cast<double>(r.correct);
+  } else {
+    return 0.0;
+  }
+}
+}  // namespace detail
 
 /// A dataset as this worker sees it (requirements in the file comment).
 template <class D>

@@ -70,6 +70,16 @@ template <class Strategy>
   throw config_error({"train", s.replica_id()}, what);
 }
 
+// A model that keeps the user's tensors beside its arena (tensor_model) gets the final values into them however fit
+// ends: normally, preempted or failing.
+template <class Model>
+struct publish_parameters_at_end {
+  Model& model;
+  ~publish_parameters_at_end() {
+    if constexpr (requires { model.publish_parameters(); }) model.publish_parameters();
+  }
+};
+
 // Writes the line that names the kernels to standard error, at the first fit of this process only.
 inline void announce_kernels_once(const std::string& line) {
   static std::once_flag said;
@@ -117,6 +127,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
             const fit_options& options, Callbacks&... callbacks) {
   using context = train_context<Strategy, Model, Optimizer>;
   static_assert(detail::check_sample_weights<Model, Train>());
+  const detail::publish_parameters_at_end<Model> publish{model};
   static_assert(detail::check_sample_weights<Model, Validation>());
   constexpr bool agree_after_begin = (detail::needs_begin_agreement<Callbacks, context> || ...);
   // The metric sets among the callbacks (train/fit_metrics.hpp): their states ride the step's reduction.
@@ -124,6 +135,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   std::vector<named_value> batch_metric_values;  // what on_train_batch_end sees
   context ctx(strategy, model, optimizer);
   ctx.epoch_metric_sums = std::span<double>(epoch_metrics);
+  ctx.reports_accuracy = classification_result<detail::train_result_t<Model, Train>>;
   ctx.epochs = options.epochs;
   ctx.steps_per_pass = static_cast<std::size_t>(train.steps_per_epoch());
   if (ctx.steps_per_pass == 0) detail::throw_fit_error(strategy, "the training dataset has no full global batch");

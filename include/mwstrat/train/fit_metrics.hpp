@@ -50,8 +50,9 @@ struct metric_input {
   double loss_sum = 0;                 ///< the model's sum of per-example losses for it
   double correct = 0;                  ///< examples the model classified right
   double count = 0;                    ///< examples
-  std::span<const float> outputs = {}; ///< the model's outputs (count × classes), when it exposes them
+  std::span<const float> outputs = {}; ///< the model's outputs or predictions (count × classes), when it gives them
   std::size_t classes = 0;             ///< outputs per example (0 when there are no outputs)
+  std::span<const float> targets = {}; ///< what the outputs should have been (same size), when the result has them
 };
 
 /// A metric over batches of type `Batch` (requirements in the file comment).
@@ -131,6 +132,52 @@ struct sparse_top_k_accuracy {
     } else {
       throw config_error({"train.metrics"}, "sparse_top_k_categorical_accuracy needs a batch with labels");
     }
+  }
+  [[nodiscard]] double result(std::span<const double> s) const { return s[1] > 0 ? s[0] / s[1] : 0.0; }
+};
+
+namespace detail {
+// The predictions and targets of `in`, checked to be there and of one size; `metric` names the metric in the error.
+template <class B>
+void check_targets(const metric_input<B>& in, std::string_view metric) {
+  if (in.count > 0 && (in.targets.empty() || in.targets.size() != in.outputs.size())) {
+    throw config_error({"train.metrics"},
+                       std::string(metric) + " needs the model's predictions and targets of one size (a batch result "
+                                             "with `predictions` and `targets`: result_with_targets); got " +
+                           std::to_string(in.outputs.size()) + " predictions and " +
+                           std::to_string(in.targets.size()) + " targets");
+  }
+}
+}  // namespace detail
+
+/// Keras's `MeanSquaredError` metric: the mean of (prediction - target)² over every output of every example. State
+/// [sum of squared errors, outputs]. Needs results with `predictions` and `targets` (`result_with_targets`).
+struct mean_squared_error {
+  static constexpr std::size_t state_size = 2;
+  [[nodiscard]] std::string_view name() const { return "mean_squared_error"; }
+  template <class B>
+  void update_state(std::span<double> s, const metric_input<B>& in) const {
+    detail::check_targets(in, name());
+    for (std::size_t i = 0; i < in.targets.size(); ++i) {
+      const double d = static_cast<double>(in.outputs[i]) - static_cast<double>(in.targets[i]);
+      s[0] += d * d;
+    }
+    s[1] += static_cast<double>(in.targets.size());
+  }
+  [[nodiscard]] double result(std::span<const double> s) const { return s[1] > 0 ? s[0] / s[1] : 0.0; }
+};
+
+/// Keras's `MeanAbsoluteError` metric: the mean of |prediction - target|. State [sum of absolute errors, outputs].
+struct mean_absolute_error {
+  static constexpr std::size_t state_size = 2;
+  [[nodiscard]] std::string_view name() const { return "mean_absolute_error"; }
+  template <class B>
+  void update_state(std::span<double> s, const metric_input<B>& in) const {
+    detail::check_targets(in, name());
+    for (std::size_t i = 0; i < in.targets.size(); ++i) {
+      s[0] += std::abs(static_cast<double>(in.outputs[i]) - static_cast<double>(in.targets[i]));
+    }
+    s[1] += static_cast<double>(in.targets.size());
   }
   [[nodiscard]] double result(std::span<const double> s) const { return s[1] > 0 ? s[0] / s[1] : 0.0; }
 };

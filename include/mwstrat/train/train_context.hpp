@@ -40,6 +40,9 @@ struct train_context {
   /// came from a survivor's memory before `on_train_begin`, which must not restore anything else (`fit` reads no
   /// backup then).
   bool rejoined = false;
+  /// Whether the model is a classifier (its batch results have `correct`), set by fit: only then do the logs carry
+  /// an accuracy.
+  bool reports_accuracy = true;
 
   /// Steps done since the start of training (epoch × steps_per_epoch + step), the same on every worker.
   [[nodiscard]] std::uint64_t global_step() const {

@@ -58,16 +58,23 @@ class csv_logger {
           metric_columns_.push_back("val_" + m.name);
         }
       columns_fixed_ = true;
+      accuracy_columns_ = logs.has_accuracy;  // a model of another task than classification has none
       if (!had_rows_) {
-        out_ << "epoch" << sep << "loss" << sep << "accuracy" << sep << "val_loss" << sep << "val_accuracy" << sep
-             << "learning_rate";
+        out_ << "epoch" << sep << "loss" << sep;
+        if (accuracy_columns_) out_ << "accuracy" << sep;
+        out_ << "val_loss" << sep;
+        if (accuracy_columns_) out_ << "val_accuracy" << sep;
+        out_ << "learning_rate";
         for (const std::string& name : metric_columns_) out_ << sep << name;
         out_ << '\n';
       }
     }
     // Every number as text of its own: the stream's locale would group the epoch ("1.000") or comma the decimals.
-    out_ << std::to_string(epoch) << sep << number(logs.loss) << sep << number(logs.accuracy) << sep
-         << optional(logs.val_loss) << sep << optional(logs.val_accuracy) << sep << optional(logs.learning_rate);
+    out_ << std::to_string(epoch) << sep << number(logs.loss) << sep;
+    if (accuracy_columns_) out_ << number(logs.accuracy) << sep;
+    out_ << optional(logs.val_loss) << sep;
+    if (accuracy_columns_) out_ << optional(logs.val_accuracy) << sep;
+    out_ << optional(logs.learning_rate);
     for (const std::string& name : metric_columns_) out_ << sep << optional(logged_value(logs, name));
     out_ << '\n';
     out_.flush();
@@ -87,6 +94,7 @@ class csv_logger {
   csv_logger_options options_;
   bool had_rows_ = false;
   bool columns_fixed_ = false;
+  bool accuracy_columns_ = true;  // the accuracy and val_accuracy columns (a classifier's)
   std::vector<std::string> metric_columns_;
   std::ofstream out_;
 };

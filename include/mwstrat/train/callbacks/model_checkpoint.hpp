@@ -93,6 +93,7 @@ class basic_model_checkpoint {
     l.epoch = ctx.epoch;
     l.loss = logs.loss;
     l.accuracy = logs.accuracy;
+    l.has_accuracy = logs.has_accuracy;
     l.metrics.assign(logs.metrics.begin(), logs.metrics.end());  // so a step save can monitor and name them too
     l.steps = step + 1;
     consider(ctx, l);

@@ -63,7 +63,8 @@ class progress_logger {
     const auto now = clock::now();
     if (step + 1 < ctx.steps_per_epoch && now - last_draw_ < options_.redraw_every) return;
     last_draw_ = now;
-    std::string text = line(step + 1, ctx.steps_per_epoch, now, logs.loss, logs.accuracy);
+    std::string text = line(step + 1, ctx.steps_per_epoch, now, logs.loss);
+    if (logs.has_accuracy) text += " - accuracy: " + fixed4(logs.accuracy);
     for (const named_value& m : logs.metrics) text += " - " + m.name + ": " + fixed4(m.value);
     *options_.out << '\r' << prefix_ << text << std::flush;
   }
@@ -73,7 +74,8 @@ class progress_logger {
     if (!enabled_) return;
     // A stopped epoch keeps its position (ctx.step); a finished one is back at 0: the bar shows where it ended.
     const std::size_t reached = ctx.step != 0 ? ctx.step : ctx.steps_per_epoch;
-    std::string text = line(reached, ctx.steps_per_epoch, clock::now(), logs.loss, logs.accuracy);
+    std::string text = line(reached, ctx.steps_per_epoch, clock::now(), logs.loss);
+    if (logs.has_accuracy) text += " - accuracy: " + fixed4(logs.accuracy);
     // Keras's order: the training metrics, then the validation loss, accuracy and metrics.
     for (const named_value& m : logs.metrics) {
       if (m.name.rfind("val_", 0) != 0) text += " - " + m.name + ": " + fixed4(m.value);
@@ -91,7 +93,7 @@ class progress_logger {
 
   static std::string fixed4(double v) { return detail::fixed_text(v, 4); }
 
-  std::string line(std::size_t done, std::size_t total, clock::time_point now, double loss, double accuracy) const {
+  std::string line(std::size_t done, std::size_t total, clock::time_point now, double loss) const {
     constexpr std::size_t width = 30;
     const std::size_t filled = total == 0 ? width : done * width / total;
     std::string bar(filled, '=');
@@ -107,7 +109,7 @@ class progress_logger {
     count.insert(0, digits.size() > count.size() ? digits.size() - count.size() : 0, ' ');
     return count + '/' + digits + " [" + bar + "] - " + std::to_string(static_cast<long long>(std::lround(seconds))) +
            "s " + std::to_string(static_cast<long long>(std::lround(ms_per_step))) +
-           "ms/step - loss: " + fixed4(loss) + " - accuracy: " + fixed4(accuracy);
+           "ms/step - loss: " + fixed4(loss);
   }
 
   progress_options options_;

@@ -56,7 +56,8 @@ class tensorboard {
     if (!train_ || options_.update_freq == 0) return;
     const std::uint64_t step = ctx.global_step();  // already counts this batch
     if (step % options_.update_freq != 0) return;
-    std::vector<std::pair<std::string, double>> v{{"batch_loss", logs.batch_loss}, {"batch_accuracy", logs.accuracy}};
+    std::vector<std::pair<std::string, double>> v{{"batch_loss", logs.batch_loss}};
+    if (logs.has_accuracy) v.emplace_back("batch_accuracy", logs.accuracy);
     if constexpr (has_learning_rate<std::remove_cvref_t<decltype(ctx.optimizer)>>)
       v.emplace_back("batch_learning_rate", static_cast<double>(ctx.optimizer.learning_rate()));
     for (const named_value& m : logs.metrics) v.emplace_back("batch_" + m.name, m.value);
@@ -66,7 +67,8 @@ class tensorboard {
   template <class Ctx>
   void on_epoch_end(Ctx&, int epoch, const epoch_logs& logs) {
     if (!train_) return;
-    std::vector<std::pair<std::string, double>> v{{"epoch_loss", logs.loss}, {"epoch_accuracy", logs.accuracy}};
+    std::vector<std::pair<std::string, double>> v{{"epoch_loss", logs.loss}};
+    if (logs.has_accuracy) v.emplace_back("epoch_accuracy", logs.accuracy);
     if (logs.learning_rate) v.emplace_back("epoch_learning_rate", *logs.learning_rate);
     std::vector<std::pair<std::string, double>> w;
     if (logs.val_loss) w.emplace_back("epoch_loss", *logs.val_loss);

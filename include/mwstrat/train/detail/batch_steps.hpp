@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <optional>
@@ -67,6 +68,34 @@ decltype(auto) evaluate_step(Model& m, Data& d, const Batch& batch, std::size_t 
   }
 }
 
+// What `train_step` and `evaluate_step` return for this model and data: whether it has `correct` (a classifier)
+// decides, at compile time, whether the logs show an accuracy.
+template <class Model, class Data>
+using train_result_t = std::remove_cvref_t<decltype(train_step(
+    std::declval<Model&>(), std::declval<Data&>(), std::declval<const batch_of<Data>&>(),
+    std::declval<const data::data_cursor&>(), ready_probe{}))>;
+template <class Model, class Data>
+using evaluation_result_t = std::remove_cvref_t<decltype(evaluate_step(
+    std::declval<Model&>(), std::declval<Data&>(), std::declval<const batch_of<Data>&>(), std::size_t{}))>;
+
+// What the metrics see of one batch: the result's sums, and its predictions and targets where it carries them
+// (`result_with_targets`), else the model's outputs where it exposes them (`model_with_outputs`).
+template <class Model, class Batch, class Result>
+metric_input<Batch> make_metric_input(const Model& model, const Batch& batch, const Result& r) {
+  metric_input<Batch> in{batch, static_cast<double>(r.loss_sum), correct_of(r), static_cast<double>(r.count)};
+  if constexpr (result_with_targets<Result>) {
+    in.outputs = std::span<const float>(r.predictions);
+    in.targets = std::span<const float>(r.targets);
+    const auto rows = static_cast<std::size_t>(r.count);
+    in.classes = rows > 0 ? in.outputs.size() / rows : 0;
+  } else {
+    const auto [outputs, classes] = model_outputs(model);
+    in.outputs = outputs;
+    in.classes = classes;
+  }
+  return in;
+}
+
 // evaluate, with the metric sets found among `sets` (fit passes its callbacks; the others are skipped).
 template <class Strategy, class Data, class Model, class... Sets>
 evaluation evaluate_with(Strategy& strategy, Model& model, Data& data, std::size_t steps, const char* prefix,
@@ -84,19 +113,16 @@ evaluation evaluate_with(Strategy& strategy, Model& model, Data& data, std::size
     if (const auto n_examples = examples_in(batch); n_examples && *n_examples == 0) continue;
     const auto r = evaluate_step(model, data, batch, s);
     local[0] += static_cast<double>(r.loss_sum);
-    local[1] += static_cast<double>(r.correct);
+    local[1] += correct_of(r);
     local[2] += static_cast<double>(r.count);
     if constexpr (metric_doubles > 0) {
-      const auto [outputs, classes] = model_outputs(model);
-      using batch_type = std::remove_cvref_t<decltype(batch)>;
-      const metric_input<batch_type> in{batch, static_cast<double>(r.loss_sum), static_cast<double>(r.correct),
-                                        static_cast<double>(r.count), outputs, classes};
-      update_metric_sets(std::span<double>(local).subspan(3), in, sets...);
+      update_metric_sets(std::span<double>(local).subspan(3), make_metric_input(model, batch, r), sets...);
     }
   }
   strategy.sum_metrics(std::span<double>(local));
   const batch_stats all{local[0], local[1], local[2]};
-  evaluation e{all.loss(), all.accuracy(), all.count, {}};
+  constexpr bool classifies = classification_result<evaluation_result_t<Model, Data>>;
+  evaluation e{all.loss(), classifies ? all.accuracy() : std::nan(""), all.count, {}, classifies};
   if constexpr (metric_doubles > 0) {
     metric_set_results(std::span<const double>(local).subspan(3), e.metrics, prefix, sets...);
   }

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <span>
 #include <type_traits>
@@ -36,14 +37,11 @@ batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool&
     return train_step(ctx.model, train, batch, at, std::forward<decltype(on_ready)>(on_ready));
   });
   preempt = watch.requested();
-  std::array<double, 4 + metric_doubles> reduced{static_cast<double>(result.loss_sum),
-                                                 static_cast<double>(result.correct),
+  std::array<double, 4 + metric_doubles> reduced{static_cast<double>(result.loss_sum), correct_of(result),
                                                  static_cast<double>(result.count), preempt ? 1.0 : 0.0};
   if constexpr (metric_doubles > 0) {
-    const auto [outputs, classes] = model_outputs(ctx.model);
-    using batch_type = std::remove_cvref_t<decltype(batch)>;
-    const metric_input<batch_type> in{batch, reduced[0], reduced[1], reduced[2], outputs, classes};
-    update_metric_sets(std::span<double>(reduced).subspan(4), in, callbacks...);
+    update_metric_sets(std::span<double>(reduced).subspan(4), make_metric_input(ctx.model, batch, result),
+                       callbacks...);
   }
   ctx.strategy.sum_metrics(std::span<double>(reduced));
   preempt = reduced[3] > 0;
@@ -72,8 +70,9 @@ void run_epoch_steps(Ctx& ctx, Sync& sync, Train& train, preemption_watch& watch
       batch_metric_values.clear();
       metric_set_results(std::span<const double>(ctx.epoch_metric_sums), batch_metric_values, "", callbacks...);
     }
-    const batch_logs logs{step, ctx.epoch_sums.loss(), ctx.epoch_sums.accuracy(), global.loss(),
-                          std::span<const named_value>(batch_metric_values)};
+    constexpr bool classifies = classification_result<train_result_t<std::remove_cvref_t<decltype(ctx.model)>, Train>>;
+    const batch_logs logs{step, ctx.epoch_sums.loss(), classifies ? ctx.epoch_sums.accuracy() : std::nan(""),
+                          global.loss(), std::span<const named_value>(batch_metric_values), classifies};
     fire_batch_end(ctx, step, logs, callbacks...);
     agree_after_step<agree_every_step>(ctx, preempt, watch);
     at_boundary();
@@ -100,7 +99,9 @@ void finish_epoch(Ctx& ctx, int epoch, std::chrono::steady_clock::time_point sta
   epoch_logs logs;
   logs.epoch = epoch;
   logs.loss = ctx.epoch_sums.loss();
-  logs.accuracy = ctx.epoch_sums.accuracy();
+  // A model of another task than classification reports no accuracy (its results have no `correct`).
+  logs.has_accuracy = ctx.reports_accuracy;
+  logs.accuracy = logs.has_accuracy ? ctx.epoch_sums.accuracy() : std::nan("");
   logs.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   logs.steps = steps_run;
   if constexpr (has_learning_rate<Optimizer>) logs.learning_rate = static_cast<double>(ctx.optimizer.learning_rate());
@@ -115,7 +116,7 @@ void finish_epoch(Ctx& ctx, int epoch, std::chrono::steady_clock::time_point sta
                                            callbacks...);
       fire_test_end(ctx, val, callbacks...);
       logs.val_loss = val.loss;
-      logs.val_accuracy = val.accuracy;
+      if (val.has_accuracy) logs.val_accuracy = val.accuracy;
       logs.metrics.insert(logs.metrics.end(), val.metrics.begin(), val.metrics.end());
     }
   }
