@@ -61,7 +61,8 @@ class MwstratConan(ConanFile):
         # The components, as in cmake/mwstratComponents.cmake: a program that brings its own tensors needs core
         # (+ ring, data) and no oneTBB. The optional components are left to the CMake config, which finds the
         # system's packages: mpi (collective/mpi/, MPI) for find_package(mwstrat COMPONENTS mpi), and images
-        # (data/images/, libpng and libjpeg) for COMPONENTS images.
+        # (data/images/, libpng and libjpeg) for COMPONENTS images, and libtorch (libtorch/, Debian's libtorch-dev)
+        # for COMPONENTS libtorch.
         components = {
             "core": ["boost::headers", "boost::json"],  # + Threads
             "ring": ["core", "openssl::crypto"],

@@ -14,18 +14,22 @@
 #   mpi   collective/mpi/ (optional: defined where MPI is found)                   core + MPI
 #   images data/images/ (PNG and JPEG image features; optional: defined where libpng and libjpeg are found)
 #                                                                                  core + data + PNG + JPEG
+#   libtorch libtorch/ (DDP for torch::nn::Module; optional: defined where libtorch is found)    core + Torch
 # mwstrat::mwstrat is core + ring + data + nn and holds the umbrella header mwstrat.hpp.
 
-set(mwstrat_all_components mpi images ring nn data core)  # the order patterns are tried in
+set(mwstrat_all_components mpi images libtorch ring nn data core)  # the order patterns are tried in
 set(mwstrat_whole_components core ring data nn)    # what mwstrat::mwstrat is (and find_package with no COMPONENTS)
 # Defined only where their packages are found, never part of the whole (so mwstrat.hpp does not include them);
 # find_package(mwstrat) with no COMPONENTS loads them where it finds their packages.
-set(mwstrat_optional_components mpi images)
+set(mwstrat_optional_components mpi images libtorch)
 
 # Patterns (regular expressions on the path below include/mwstrat/).
 set(mwstrat_mpi_patterns "^collective/mpi/")
 # Image decoding links libpng and libjpeg: a program that reads TFRecords of raw tensors needs neither.
 set(mwstrat_images_patterns "^data/images/")
+# The libtorch adapter compiles against libtorch's headers (tens of seconds per translation unit): only its users
+# pay for them.
+set(mwstrat_libtorch_patterns "^libtorch/")
 # The multi-worker strategy and its communication options (which carry the ring's transport) are the ring's; the
 # family umbrellas collective.hpp and strategy.hpp include them.
 set(mwstrat_ring_patterns "^collective/ring/" "^strategy/multi_worker" "^strategy/communication_options"
@@ -46,6 +50,7 @@ set(mwstrat_data_uses core)
 set(mwstrat_nn_uses core data)  # the reference model trains on data's image batches
 set(mwstrat_mpi_uses core)
 set(mwstrat_images_uses core data)  # decodes the image features of data/'s records
+set(mwstrat_libtorch_uses core)  # a model for fit (train/), nothing of data/ or nn/
 
 # find_package arguments (one string per package) and the targets linked, per component.
 set(mwstrat_core_packages "Boost 1.81 COMPONENTS json" "Threads")
@@ -60,6 +65,8 @@ set(mwstrat_mpi_packages "MPI COMPONENTS CXX")
 set(mwstrat_mpi_links MPI::MPI_CXX)
 set(mwstrat_images_packages "PNG" "JPEG")
 set(mwstrat_images_links PNG::PNG JPEG::JPEG)
+set(mwstrat_libtorch_packages "Torch")
+set(mwstrat_libtorch_links torch)
 
 # mwstrat_component_of(<path below include/mwstrat/> <out-var>): the component that holds the header, or "whole"
 # for the umbrella of everything.
@@ -93,7 +100,7 @@ function(mwstrat_component_closure out)
     endif()
   endwhile()
   set(ordered "")
-  foreach(c core ring data nn images mpi)
+  foreach(c core ring data nn images libtorch mpi)
     if(c IN_LIST seen)
       list(APPEND ordered ${c})
     endif()
