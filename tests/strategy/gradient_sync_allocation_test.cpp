@@ -12,6 +12,7 @@
 #include <mwstrat/strategy/gradient_sync.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/train/tensor_model.hpp>
 
 #include <support/ring_threads.hpp>
 
@@ -131,6 +132,39 @@ struct sgd {
   void count_step() {}
 };
 
+// The same layers as separate tensors of the user's own type (no arena): tensor_model owns the layout. Backward
+// reports them in an order of its own (each layer's pair last-first, the second-last layer before the last), which
+// the adapter turns into last-first slices.
+struct no_result {
+  double loss_sum = 0, count = 0;
+};
+struct separate_layers {
+  struct parameter {
+    std::string name;
+    std::vector<float> value, grad;
+  };
+  std::vector<parameter> tensors;
+  int rank = 0, step = 0;
+  separate_layers() {
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      tensors.push_back({"layer" + std::to_string(i), std::vector<float>(layers[i], 0.5f),
+                         std::vector<float>(layers[i], 0.0f)});
+  }
+  std::vector<parameter>& parameter_tensors() { return tensors; }
+  template <class Ready>
+  no_result train_batch(const int&, Ready&& ready) {
+    for (std::size_t t = 0; t < tensors.size(); ++t)
+      for (std::size_t i = 0; i < tensors[t].grad.size(); ++i)
+        tensors[t].grad[i] = static_cast<float>((i + t + static_cast<std::size_t>(rank + step)) % 5);
+    const std::size_t n = tensors.size();
+    ready(n - 2);
+    ready(n - 1);
+    for (std::size_t t = n - 2; t-- > 0;) ready(t);
+    ++step;
+    return {};
+  }
+  no_result evaluate_batch(const int&) { return {}; }
+};
 struct measured {
   std::size_t window = 0, barriers_only = 0;
   update_placement placement = update_placement::automatic;
@@ -175,6 +209,39 @@ void run_rank(Collective& c, const gradient_sync_options& options, int steps, me
   if (c.rank() == 0) allocations = 0, counting = true;
   c.barrier();
   for (int s = 0; s < steps; ++s, ++step) sync.step(backward);
+  c.barrier();
+  if (c.rank() == 0) {
+    counting = false;
+    m.window = allocations.load();
+    m.placement = sync.placement();
+    m.overlaps = sync.overlaps();
+  }
+}
+
+// run_rank for a model of separate tensors behind tensor_model: its gathering and reporting allocate nothing either.
+template <class Collective>
+void run_tensor_rank(Collective& c, const gradient_sync_options& options, int steps, measured& m) {
+  mirrored_strategy<Collective&> strategy(c, options);
+  separate_layers net;
+  net.rank = c.rank();
+  tensor_model model(net);
+  sgd opt;
+  auto sync = strategy.make_gradient_sync(model, opt);
+  const int batch = 0;
+  const auto backward = [&](auto&& on_ready) {
+    model.train_batch(batch, on_ready);
+    return 0;
+  };
+  for (int s = 0; s < 3; ++s) sync.step(backward);
+  c.barrier();
+  if (c.rank() == 0) allocations = 0, counting = true;
+  c.barrier();
+  c.barrier();
+  if (c.rank() == 0) counting = false, m.barriers_only = allocations.load();
+  c.barrier();
+  if (c.rank() == 0) allocations = 0, counting = true;
+  c.barrier();
+  for (int s = 0; s < steps; ++s) sync.step(backward);
   c.barrier();
   if (c.rank() == 0) {
     counting = false;
@@ -259,6 +326,20 @@ TEST(gradient_sync_allocation, every_path_over_the_ring_allocates_nothing_per_st
       expect_no_allocation(backend::ring, n, policy(reduction_overlap::never, update_placement::shared_host_copy),
                            false, update_placement::shared_host_copy);
     }
+  }
+}
+
+// A model of separate tensors (tensor_model) over the ring, overlapped and after backward: nothing per step either.
+TEST(gradient_sync_allocation, a_model_of_separate_tensors_allocates_nothing_per_step) {
+  for (const auto overlap : {reduction_overlap::always, reduction_overlap::never}) {
+    measured m;
+    warm_backtrace();
+    test::on_ring_threads(2, [](ring_options& o) { o.job_token = ""; }, [&](ring_collective& ring) {
+      run_tensor_rank(ring, policy(overlap, update_placement::replicated), 5, m);
+    });
+    EXPECT_EQ(m.overlaps, overlap == reduction_overlap::always);
+    if (m.window != m.barriers_only) print_records(m.window);
+    EXPECT_EQ(m.window, m.barriers_only) << "allocations in 5 steady-state steps of a tensor_model";
   }
 }
 
