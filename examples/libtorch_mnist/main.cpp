@@ -72,15 +72,18 @@ struct step_losses {
 };
 
 // A worker lost at a step, after the backup of that step is durable (so the resume point does not depend on the
-// timing of the background write): the chief waits for it, everyone meets, then the chosen rank kills itself. Not
-// again in a restarted job.
+// timing of the background write): the chief waits for it, everyone meets, then the chosen rank kills itself. Once
+// per process (with in-memory recovery the survivors run the step again with the replacement), and never in a
+// restarted job or a replacement.
 struct kill_at_step {
   std::optional<std::uint64_t> step;
   int rank = 1;
   mwstrat::backup_and_restore* backup = nullptr;
+  bool fired = false;
   template <class Ctx>
   void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
-    if (!step || ctx.global_step() != *step) return;
+    if (!step || fired || ctx.global_step() != *step) return;
+    fired = true;
     if (backup) backup->wait_for_backup();
     ctx.strategy.barrier();
     if (ctx.strategy.replica_id() == rank) std::raise(SIGKILL);

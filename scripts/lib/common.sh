@@ -28,7 +28,7 @@ MWSTRAT_PACKAGES=(
   libgloo-dev libopenblas-dev                   # benchmark baselines: Gloo all-reduce, OpenBLAS sgemm
   libpng-dev                                    # tools/cifar10_convert (CIFAR-10 from PNG sprites)
   libjpeg-dev                                   # mwstrat::images: JPEG image features (libjpeg-turbo)
-  libtorch-dev                                  # mwstrat::torch: DDP for libtorch modules (adapters/torch)
+  libtorch-dev                                  # mwstrat::libtorch: DDP for libtorch modules (include/mwstrat/libtorch)
   openssh-server                                # sshd inside simulated hosts (mwstrat-launch over ssh)
   dataset-fashion-mnist                         # real Fashion-MNIST (gzipped IDX)
   python3 python3-venv python3-pip python3-numpy  # Conan (in a venv), checkpoint interop test

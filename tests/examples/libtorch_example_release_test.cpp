@@ -1,7 +1,7 @@
 // examples/libtorch_mnist, run for real: a libtorch module (the MNIST tutorial's CNN) trained by fit with
 // MultiWorkerMirroredStrategy over the ring, worker processes on 127.0.0.1 — 2 workers × 64 against 1 × 128, a
-// worker killed and the job resumed byte-identical, the saved model evaluated by PyTorch in Python, and a model that
-// is not a classifier.
+// worker killed and the job resumed byte-identical (from a backup, and from the survivors' memory), the saved
+// model evaluated by PyTorch in Python, and a model that is not a classifier.
 #include "example_support.hpp"
 
 #include <gtest/gtest.h>
@@ -97,6 +97,25 @@ TEST(libtorch_example_release, a_killed_worker_restarts_and_the_job_resumes_byte
   EXPECT_EQ(read_file(dir.path() / "resumed.f32"), read_file(dir.path() / "reference.f32"))
       << "the resumed job's weights are byte-identical to the uninterrupted one's";
   EXPECT_EQ(read_file(dir.path() / "resumed" / "model.safetensors"), read_file(dir.path() / "reference" / "model.safetensors"));
+}
+
+// In-memory recovery with a libtorch module: the lost worker alone is replaced, the survivors hand it the module's
+// parameters from their arenas, and the job ends with the uninterrupted job's bits.
+TEST(libtorch_example_release, a_killed_worker_is_replaced_alone_from_the_survivors_memory_byte_identical) {
+  scratch_dir dir;
+  const std::string common = "--steps-per-epoch 6 --epochs 2 --batch 32 ";
+  const auto reference = run(job(3, common + "--weights-out " + (dir / "reference.f32")), 300);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto r = run(launcher + " -n 3 --max-restarts 1 --replace-lost -- " + program + " --data-dir " + mnist_dir +
+                         " " + common + "--weights-out " + (dir / "recovered.f32") + " --kill-at-step 8",
+                     300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("was killed by signal 9"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("starting a replacement (restart 1 of 1, ring generation 1)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restarting the group"), std::string::npos) << "the survivors never restarted\n" << r.output;
+  EXPECT_NE(r.output.find("'s memory: "), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(dir.path() / "recovered.f32"), read_file(dir.path() / "reference.f32"))
+      << "the recovered job's weights are byte-identical to the uninterrupted one's";
 }
 
 TEST(libtorch_example_release, pytorch_reads_the_saved_model_under_the_modules_own_names) {

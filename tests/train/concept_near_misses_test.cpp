@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <list>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -156,6 +159,85 @@ static_assert(!mwstrat::saves_training_state<declares_nothing>, "not declared");
 static_assert(!mwstrat::saves_training_state<a_member_not_a_static>, "a data member is not a declaration");
 static_assert(mwstrat::saves_training_state<mwstrat::backup_and_restore>);
 static_assert(!mwstrat::saves_training_state<mwstrat::progress_logger>);
+
+// ---------------------------------------------------------------------------------------------- tensor sequences
+// parameter_tensor: 1 name, 2 value (tensor_like), 3 grad (tensor_like). tensor_sequence_model: 4 a random-access,
+// sized range of them from parameter_tensors(), 5 train_batch(b, tensor_ready) -> batch_result, 6 evaluate_batch(b).
+struct seq_tensor {
+  std::vector<float> v;
+};
+std::span<float> mwstrat_elements(seq_tensor& t) { return t.v; }
+std::span<const float> mwstrat_elements(const seq_tensor& t) { return t.v; }
+struct hookless_tensor {  // no elements hook and not a range: not tensor_like
+  float* data = nullptr;
+};
+struct loss_only {
+  double loss_sum = 0, count = 0;
+};
+
+template <bool Name = true, bool Value = true, bool Grad = true, class T = seq_tensor>
+struct param_archetype {};
+template <class T>
+struct param_archetype<true, true, true, T> { std::string name; T value, grad; };
+template <class T>
+struct param_archetype<false, true, true, T> { T value, grad; };
+template <class T>
+struct param_archetype<true, false, true, T> { std::string name; T grad; };
+template <class T>
+struct param_archetype<true, true, false, T> { std::string name; T value; };
+
+static_assert(mwstrat::parameter_tensor<param_archetype<>>);
+static_assert(!mwstrat::parameter_tensor<param_archetype<false>>, "1: name");
+static_assert(!mwstrat::parameter_tensor<param_archetype<true, false>>, "2: value");
+static_assert(!mwstrat::parameter_tensor<param_archetype<true, true, false>>, "3: grad");
+static_assert(!mwstrat::parameter_tensor<param_archetype<true, true, true, hookless_tensor>>,
+              "2, 3: a tensor type without an elements hook is not tensor_like");
+
+template <class Range = std::vector<param_archetype<>>, bool Train = true, bool Evaluate = true, class R = loss_only>
+struct sequence_archetype {
+  Range params;
+  Range& parameter_tensors() { return params; }
+  template <class Ready>
+  R train_batch(const batch&, Ready&&)
+    requires Train
+  {
+    return {};
+  }
+  R evaluate_batch(const batch&)
+    requires Evaluate
+  {
+    return {};
+  }
+};
+struct not_a_result {
+  double loss = 0;
+};
+
+static_assert(mwstrat::tensor_sequence_model<sequence_archetype<>, batch>);
+static_assert(mwstrat::tensor_sequence_model<sequence_archetype<std::array<param_archetype<>, 3>>, batch>);
+static_assert(!mwstrat::tensor_sequence_model<sequence_archetype<std::vector<int>>, batch>, "4: a range of parameters");
+static_assert(!mwstrat::tensor_sequence_model<sequence_archetype<std::list<param_archetype<>>>, batch>,
+              "4: random access (tensor i is found by its index)");
+static_assert(!mwstrat::tensor_sequence_model<sequence_archetype<std::vector<param_archetype<>>, false>, batch>, "5");
+static_assert(!mwstrat::tensor_sequence_model<sequence_archetype<std::vector<param_archetype<>>, true, false>, batch>,
+              "6");
+static_assert(!mwstrat::tensor_sequence_model<
+                  sequence_archetype<std::vector<param_archetype<>>, true, true, not_a_result>, batch>,
+              "5, 6: results with loss_sum and count");
+static_assert(mwstrat::trainable_model<mwstrat::tensor_model<sequence_archetype<>>, batch>);
+
+// batch_result / classification_result / result_with_targets
+struct with_targets {
+  double loss_sum = 0, count = 0;
+  std::span<const float> predictions, targets;
+};
+struct predictions_only {
+  double loss_sum = 0, count = 0;
+  std::span<const float> predictions;
+};
+static_assert(mwstrat::batch_result<loss_only> && !mwstrat::classification_result<loss_only>);
+static_assert(mwstrat::result_with_targets<with_targets>);
+static_assert(!mwstrat::result_with_targets<predictions_only>, "predictions and targets together");
 
 TEST(train_concepts, near_misses_are_checked_at_compile_time) { SUCCEED(); }
 

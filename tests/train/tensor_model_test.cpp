@@ -45,29 +45,63 @@ struct parameter {
   tensor value, grad;
 };
 
+// The same tensor with the adoption hooks: its elements are a view, of its own vector or of storage mwstrat gives.
+struct viewing_tensor {
+  std::vector<std::size_t> dims;
+  std::vector<float> own;
+  std::span<float> view;
+  explicit viewing_tensor(std::vector<std::size_t> d = {}) : dims(std::move(d)) {
+    std::size_t n = 1;
+    for (auto e : dims) n *= e;
+    own.assign(n, 0.0f);
+    view = own;
+  }
+  viewing_tensor(const viewing_tensor& o) : dims(o.dims), own(o.view.begin(), o.view.end()), view(own) {}
+};
+std::span<float> mwstrat_elements(viewing_tensor& t) { return t.view; }
+std::span<const float> mwstrat_elements(const viewing_tensor& t) { return t.view; }
+const std::vector<std::size_t>& mwstrat_shape(const viewing_tensor& t) { return t.dims; }
+void mwstrat_adopt_storage(viewing_tensor& t, std::span<float> s) { t.view = s; }
+void mwstrat_release_storage(viewing_tensor& t) noexcept {
+  if (t.view.data() == t.own.data()) return;
+  std::copy(t.view.begin(), t.view.end(), t.own.begin());
+  t.view = t.own;
+}
+static_assert(storage_adopting_tensor<viewing_tensor> && !storage_adopting_tensor<tensor>);
+
+struct viewing_parameter {
+  std::string name;
+  viewing_tensor value, grad;
+};
+
 // Softmax regression over separate tensors W (features × classes) and b (classes), in fixed-order arithmetic;
 // reports b then W final (or never reports, or reports W first: `order`).
-class separate_softmax {
+// `Parameter` is `parameter` (the adapter copies) or `viewing_parameter` (the adapter adopts).
+enum class report_order { bias_first, weight_first, silent };
+template <class Parameter>
+class basic_separate_softmax {
+  using tensor_type = std::remove_cvref_t<decltype(std::declval<Parameter&>().value)>;
+
  public:
-  enum class order { bias_first, weight_first, silent };
-  separate_softmax(std::size_t features, std::size_t classes, std::uint32_t seed, order o = order::bias_first)
+  using order = report_order;
+  basic_separate_softmax(std::size_t features, std::size_t classes, std::uint32_t seed, order o = order::bias_first)
       : f_(features), c_(classes), order_(o),
-        params_{parameter{"dense/kernel", tensor({features, classes}), tensor({features, classes})},
-                parameter{"dense/bias", tensor({classes}), tensor({classes})}},
+        params_{Parameter{"dense/kernel", tensor_type({features, classes}), tensor_type({features, classes})},
+                Parameter{"dense/bias", tensor_type({classes}), tensor_type({classes})}},
         probs_(classes) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-0.1f, 0.1f);
-    for (auto& v : params_[0].value.data) v = u(rng);
+    for (auto& v : elements(params_[0].value)) v = u(rng);
   }
-  std::array<parameter, 2>& parameter_tensors() { return params_; }
+  std::array<Parameter, 2>& parameter_tensors() { return params_; }
 
   template <class Ready>
   batch_stats train_batch(const data::image_batch& b, Ready&& ready) {
-    for (auto& p : params_) std::fill(p.grad.data.begin(), p.grad.data.end(), 0.0f);
+    for (auto& p : params_) std::ranges::fill(elements(p.grad), 0.0f);
     const batch_stats s = forward(b, true);
     const float scale = b.size == 0 ? 0.0f : 1.0f / static_cast<float>(b.size);
     for (auto& p : params_)
-      for (auto& g : p.grad.data) g *= scale;
+      for (auto& g : elements(p.grad)) g *= scale;
     if (order_ == order::bias_first) ready(1), ready(0);
     if (order_ == order::weight_first) ready(0), ready(1);
     return s;
@@ -77,8 +111,9 @@ class separate_softmax {
  private:
   batch_stats forward(const data::image_batch& b, bool backward) {
     batch_stats s;
-    const auto& w = params_[0].value.data;
-    const auto& bias = params_[1].value.data;
+    const std::span<const float> w = elements(std::as_const(params_[0].value));
+    const std::span<const float> bias = elements(std::as_const(params_[1].value));
+    const std::span<float> gw = elements(params_[0].grad), gb = elements(params_[1].grad);
     for (std::size_t i = 0; i < b.size; ++i) {
       const float* x = b.inputs.data() + i * f_;
       float top = -INFINITY;
@@ -98,22 +133,25 @@ class separate_softmax {
       if (!backward) continue;
       for (std::size_t k = 0; k < c_; ++k) {
         const float d = probs_[k] / total - (k == label ? 1.0f : 0.0f);
-        params_[1].grad.data[k] += d;
-        for (std::size_t f = 0; f < f_; ++f) params_[0].grad.data[f * c_ + k] += x[f] * d;
+        gb[k] += d;
+        for (std::size_t f = 0; f < f_; ++f) gw[f * c_ + k] += x[f] * d;
       }
     }
     return s;
   }
   std::size_t f_, c_;
   order order_;
-  std::array<parameter, 2> params_;
+  std::array<Parameter, 2> params_;
   std::vector<float> probs_;
 };
+using separate_softmax = basic_separate_softmax<parameter>;
+using adopted_softmax = basic_separate_softmax<viewing_parameter>;
 
 static_assert(tensor_sequence_model<separate_softmax, data::image_batch>);
 static_assert(trainable_model<tensor_model<separate_softmax>, data::image_batch>);
 static_assert(named_parameters_model<tensor_model<separate_softmax>>);
 static_assert(!trainable_model<separate_softmax, data::image_batch>, "no arena of its own");
+static_assert(!tensor_model<separate_softmax>::adopts && tensor_model<adopted_softmax>::adopts);
 
 // -------------------------------------------------------------------------------------------------------- frontier
 
@@ -156,12 +194,13 @@ TEST(tensor_model, reports_reach_the_synchroniser_as_contiguous_slices_last_firs
 
 // fit on `replicas` local replicas of a global batch of 32, `steps` steps; the final weights from the user's
 // tensors (fit leaves them there).
+template <class Net = separate_softmax>
 std::vector<float> train_separate(int replicas, int steps) {
   const auto images = test::learnable_blobs(256);
   std::vector<float> result;
   spawn_ranks(replicas, [&](local_collective& c) {
     mirrored_strategy<local_collective&> strategy(c);
-    separate_softmax net(8, 4, 7u + static_cast<std::uint32_t>(c.rank()));  // fit mirrors the chief's
+    Net net(8, 4, 7u + static_cast<std::uint32_t>(c.rank()));  // fit mirrors the chief's
     tensor_model model(net);
     test::plain_sgd sgd{0.5};
     distributed_input train(images, 32, strategy, 5, data::data_shard{});
@@ -170,7 +209,10 @@ std::vector<float> train_separate(int replicas, int steps) {
     o.catch_preemption_signals = false;
     fit(strategy, model, sgd, train, o);
     if (c.rank() == 0) {
-      for (const auto& p : net.parameter_tensors()) result.insert(result.end(), p.value.data.begin(), p.value.data.end());
+      for (const auto& p : net.parameter_tensors()) {
+        const auto v = elements(p.value);
+        result.insert(result.end(), v.begin(), v.end());
+      }
     }
   });
   return result;
@@ -182,6 +224,66 @@ TEST(tensor_model, two_replicas_of_half_the_batch_train_what_one_replica_trains)
   float largest = 0;
   for (const float v : one) largest = std::max(largest, std::abs(v));
   for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(one[i], two[i], 1e-5f * largest) << "element " << i;
+}
+
+// ------------------------------------------------------------------------------------------------------ adoption
+
+// Tensors that can live in mwstrat's memory: the same bits as the copying path, no copy made, and the user's own
+// storage back (with the trained values) once the adapter is gone.
+TEST(tensor_model, adopted_tensors_view_the_arenas_and_train_the_same_bits_as_copied_ones) {
+  EXPECT_EQ(train_separate<adopted_softmax>(2, 5), train_separate<separate_softmax>(2, 5));
+
+  adopted_softmax net(8, 4, 3);
+  const std::vector<float> initial(net.parameter_tensors()[0].value.own);
+  std::vector<float> trained;
+  {
+    tensor_model model(net);
+    auto& w = net.parameter_tensors()[0];
+    EXPECT_EQ(w.value.view.data(), model.parameters().data());
+    EXPECT_EQ(w.grad.view.data(), model.gradients().data());
+    EXPECT_EQ(net.parameter_tensors()[1].value.view.data(), model.parameters().data() + 32);
+    EXPECT_EQ(std::vector<float>(model.parameters().begin(), model.parameters().begin() + 32), initial);
+    const auto data = test::learnable_blobs(16);
+    std::vector<float> x(16 * 8);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(data.pixels()[i]) / 255.0f;
+    model.train_batch(data::image_batch{x, data.labels(), 16}, [](std::size_t, std::size_t) {});
+    for (std::size_t i = 0; i < 32; ++i) model.parameters()[i] -= model.gradients()[i];  // an optimizer's update
+    trained.assign(model.parameters().begin(), model.parameters().begin() + 32);
+    EXPECT_NE(trained, initial);
+  }
+  const auto& w = net.parameter_tensors()[0];
+  EXPECT_EQ(w.value.view.data(), w.value.own.data()) << "released to its own storage";
+  EXPECT_EQ(w.value.own, trained);
+}
+
+// A hook that does not really alias would train a model that never sees its updates: refused, naming the tensor.
+struct pretending_tensor : viewing_tensor {
+  using viewing_tensor::viewing_tensor;
+};
+std::span<float> mwstrat_elements(pretending_tensor& t) { return t.view; }
+std::span<const float> mwstrat_elements(const pretending_tensor& t) { return t.view; }
+const std::vector<std::size_t>& mwstrat_shape(const pretending_tensor& t) { return t.dims; }
+void mwstrat_adopt_storage(pretending_tensor&, std::span<float>) {}
+void mwstrat_release_storage(pretending_tensor&) noexcept {}
+struct pretending_model {
+  struct param {
+    std::string name;
+    pretending_tensor value, grad;
+  };
+  std::array<param, 1> params{param{"only/kernel", pretending_tensor({2}), pretending_tensor({2})}};
+  std::array<param, 1>& parameter_tensors() { return params; }
+};
+
+TEST(tensor_model, an_adoption_hook_that_does_not_alias_is_refused_naming_the_tensor) {
+  pretending_model m;
+  try {
+    tensor_model model(m);
+    FAIL() << "accepted";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 'only/kernel': mwstrat_adopt_storage did not make the tensor"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // ------------------------------------------------------------------------------------------------ non-classifier

@@ -23,11 +23,17 @@
 /// optimizer updated the arena); each gradient is copied into the gradient arena when its tensor is reported
 /// final (or, for tensors never reported, when `train_batch` returns), and the final gradients are reported to
 /// the synchroniser last tensor first, as a growing suffix (detail/gradient_frontier.hpp), so buckets leave in
-/// DDP's reverse registration order. Both copies are of the model's size, a small cost beside forward and
-/// backward; a framework whose tensors can live in mwstrat's memory avoids them (the libtorch adapter,
-/// `mwstrat/torch/module_model.hpp`, makes its parameters and gradients views of the arenas). Nothing is
-/// allocated per step. At the end of `fit` (however it ends) the final values are copied into the user's tensors
-/// (`publish_parameters`).
+/// DDP's reverse registration order. Nothing is allocated per step. At the end of `fit` (however it ends) the
+/// final values are copied into the user's tensors (`publish_parameters`).
+///
+/// Adoption (no copies, DDP's `gradient_as_bucket_view`): both copies are of the model's size, a small cost beside
+/// forward and backward, and a tensor type whose elements can live in memory mwstrat provides avoids them with two
+/// ADL hooks (`storage_adopting_tensor`): `mwstrat_adopt_storage(t, storage)` makes `t` view `storage` (it already
+/// holds `t`'s values) and `mwstrat_release_storage(t)` copies them back into `t`'s own storage and uses that again
+/// (noexcept; nothing to do for a tensor that uses its own storage). When a parameter's value and grad types both have them, the adapter makes every tensor a view of
+/// its arenas at construction (and checks that it really is one), copies nothing per step, and releases the
+/// tensors when it is destroyed. The libtorch adapter (`mwstrat/libtorch/module_model.hpp`) does the same for
+/// `torch::Tensor`.
 ///
 /// Checkpoints, BackupAndRestore, ModelCheckpoint, `save_model`, in-memory recovery and mirroring see the arena
 /// through `parameters()` and name it tensor by tensor (`named_parameters`), under the user's names.
@@ -86,6 +92,15 @@ concept parameter_tensor = requires(P& p) {
   requires tensor_like<std::remove_reference_t<decltype(p.grad)>>;
 };
 
+/// A tensor type whose elements can live in storage mwstrat provides (the file comment's "Adoption"): after
+/// `mwstrat_adopt_storage(t, s)` the elements of `t` are `s` (which holds their values already); after
+/// `mwstrat_release_storage(t)` they are `t`'s own again, with the values they had.
+template <class T>
+concept storage_adopting_tensor = tensor_like<T> && requires(T& t, std::span<float> s) {
+  mwstrat_adopt_storage(t, s);
+  { mwstrat_release_storage(t) } noexcept;
+};
+
 /// A model whose parameters are a sequence of named tensors (requirement 1 of the file comment).
 template <class M>
 concept tensor_sequence = requires(M& m) {
@@ -118,6 +133,9 @@ class tensor_model {
                 "arena's values into them)");
 
  public:
+  /// Whether the user's tensors live in the adapter's arenas (no copies per step; the file comment's "Adoption").
+  static constexpr bool adopts = storage_adopting_tensor<value_type> && storage_adopting_tensor<grad_type>;
+
   /// One tensor as checkpoints see it: the user's name and shape, its values in the arena.
   struct arena_tensor {
     std::string name;
@@ -174,6 +192,17 @@ class tensor_model {
       const std::vector<std::size_t> extents = mwstrat::shape(std::as_const(t.value));
       named_.push_back({std::string(std::string_view(t.name)), std::vector<std::int64_t>(extents.begin(), extents.end()),
                         std::span<const float>(params_).subspan(offsets_[i], offsets_[i + 1] - offsets_[i])});
+    }
+    if constexpr (adopts) adopt_arenas();
+  }
+
+  /// An adopting adapter gives the tensors their own storage back, with the arena's values.
+  ~tensor_model() {
+    if constexpr (adopts) {
+      for (std::size_t i = 0; i + 1 < offsets_.size(); ++i) {
+        mwstrat_release_storage(at(i).value);
+        mwstrat_release_storage(at(i).grad);
+      }
     }
   }
 
@@ -269,10 +298,12 @@ class tensor_model {
   /// Copies the arena's values into the user's tensors. Done before every batch and at the end of `fit`; call it
   /// after changing `parameters()` by hand (a restore, say) when the user's tensors are read directly next.
   void publish_parameters() noexcept {
-    for (std::size_t i = 0; i < offsets_.size() - 1; ++i) {
-      const auto values = mwstrat::elements(at(i).value);
-      std::copy(params_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]),
-                params_.begin() + static_cast<std::ptrdiff_t>(offsets_[i + 1]), values.begin());
+    if constexpr (!adopts) {  // an adopting adapter's tensors are the arena
+      for (std::size_t i = 0; i < offsets_.size() - 1; ++i) {
+        const auto values = mwstrat::elements(at(i).value);
+        std::copy(params_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]),
+                  params_.begin() + static_cast<std::ptrdiff_t>(offsets_[i + 1]), values.begin());
+      }
     }
   }
 
@@ -308,8 +339,10 @@ class tensor_model {
       refuse("train_batch reported parameter '" + named_[i].name + "' (tensor " + std::to_string(i) +
              ") final twice in one step");
     }
-    const auto g = mwstrat::elements(at(i).grad);
-    std::copy(g.begin(), g.end(), grads_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]));
+    if constexpr (!adopts) {
+      const auto g = mwstrat::elements(at(i).grad);
+      std::copy(g.begin(), g.end(), grads_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]));
+    }
     const auto [first, last] = frontier_.mark(i);
     if (first < last) on_ready(offsets_[first], offsets_[last] - offsets_[first]);
   }
@@ -319,6 +352,34 @@ class tensor_model {
   void finish_step(OnReady& on_ready) {
     for (std::size_t i = offsets_.size() - 1; i-- > 0;) {
       if (!frontier_.is_final(i)) tensor_final(i, on_ready);
+    }
+  }
+
+  // Makes every tensor a view of its slices of the arenas, and checks that the hook did so: a hook that copies
+  // would train a model that never sees its updates.
+  void adopt_arenas() {
+    std::size_t adopted = 0;
+    try {
+      for (; adopted + 1 < offsets_.size(); ++adopted) {
+        tensor_type& t = at(adopted);
+        const std::size_t first = offsets_[adopted], count = offsets_[adopted + 1] - first;
+        const std::span<float> value = std::span<float>(params_).subspan(first, count);
+        const std::span<float> grad = std::span<float>(grads_).subspan(first, count);
+        mwstrat_adopt_storage(t.value, value);
+        mwstrat_adopt_storage(t.grad, grad);
+        if (mwstrat::elements(t.value).data() != value.data() || mwstrat::elements(t.grad).data() != grad.data() ||
+            mwstrat::elements(t.value).size() != count || mwstrat::elements(t.grad).size() != count) {
+          refuse("parameter '" + named_[adopted].name +
+                 "': mwstrat_adopt_storage did not make the tensor (value and grad) a view of the storage given");
+        }
+      }
+    } catch (...) {
+      // The tensor that failed may be half adopted; releasing one that owns its storage does nothing.
+      for (std::size_t i = 0; i <= adopted && i + 1 < offsets_.size(); ++i) {
+        mwstrat_release_storage(at(i).value);
+        mwstrat_release_storage(at(i).grad);
+      }
+      throw;
     }
   }
 
