@@ -1,7 +1,8 @@
 // examples/libtorch_mnist, run for real: a libtorch module (the MNIST tutorial's CNN) trained by fit with
 // MultiWorkerMirroredStrategy over the ring, worker processes on 127.0.0.1 — 2 workers × 64 against 1 × 128, a
-// worker killed and the job resumed byte-identical (from a backup, and from the survivors' memory), the saved
-// model evaluated by PyTorch in Python, and a model that is not a classifier.
+// worker killed and the job resumed byte-identical (from a backup, and from the survivors' memory), a fault
+// campaign survived byte-identical, the saved model evaluated by PyTorch in Python, and a model that is not a
+// classifier.
 #include "example_support.hpp"
 
 #include <gtest/gtest.h>
@@ -116,6 +117,31 @@ TEST(libtorch_example_release, a_killed_worker_is_replaced_alone_from_the_surviv
   EXPECT_NE(r.output.find("'s memory: "), std::string::npos) << r.output;
   EXPECT_EQ(read_file(dir.path() / "recovered.f32"), read_file(dir.path() / "reference.f32"))
       << "the recovered job's weights are byte-identical to the uninterrupted one's";
+}
+
+// The fault campaign, unchanged, on a libtorch module: a seeded schedule of SIGKILL, SIGSTOP then SIGKILL and
+// SIGTERM over 2 workers, each survived, and the final model byte-identical to the fault-free run's.
+TEST(libtorch_example_release, a_fault_campaign_is_survived_and_the_model_is_byte_identical) {
+  scratch_dir dir;
+  const std::string seed = "5", kinds = "kill,stop,term";
+  const auto plan = run(std::string(MWSTRAT_FAULT_CAMPAIGN) + " --faults 3 --seed " + seed + " --kinds " + kinds +
+                            " --print-schedule",
+                        30);
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  const std::string backup = dir / "backup";
+  std::filesystem::create_directories(backup);
+  const std::string job = launcher + " -n 2 --max-restarts 20 -- " + program + " --data-dir " + mnist_dir +
+                          " --epochs 2 --steps-per-epoch 60 --batch 32 --save-freq 5 --backup-dir " + backup +
+                          " --model-dir " + (dir / "model");
+  const auto r = run(std::string(MWSTRAT_FAULT_CAMPAIGN) + " --faults 3 --seed " + seed + " --kinds " + kinds +
+                         " --model " + (dir / "model") + "/model.safetensors --clean " + backup + " --work-dir " +
+                         (dir / "work") + " --timeout 200 -- " + job,
+                     420);
+  EXPECT_EQ(r.exit_code, 0) << plan.output << r.output;
+  EXPECT_NE(r.output.find("faults injected: 3\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("faults survived: 3\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("final model byte-identical to the fault-free run: yes"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("NOT survived"), std::string::npos) << r.output;
 }
 
 TEST(libtorch_example_release, pytorch_reads_the_saved_model_under_the_modules_own_names) {
