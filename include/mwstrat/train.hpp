@@ -19,6 +19,7 @@
 #include <mwstrat/train/fit_metrics.hpp>
 #include <mwstrat/train/in_memory_recovery.hpp>
 #include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/micro_batches.hpp>
 #include <mwstrat/train/preemption.hpp>
 #include <mwstrat/train/resume.hpp>
 #include <mwstrat/train/sample_weights.hpp>

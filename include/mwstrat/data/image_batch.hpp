@@ -17,4 +17,11 @@ struct image_batch {
   std::size_t size = 0;                   ///< the number of examples
 };
 
+/// Examples [first, first + count) of `b`, a view: how `fit` splits a batch into micro-batches
+/// (`fit_options::max_micro_batch`, train/micro_batches.hpp).
+inline image_batch mwstrat_micro_batch(const image_batch& b, std::size_t first, std::size_t count) {
+  const std::size_t per = b.size == 0 ? 0 : b.inputs.size() / b.size;
+  return {b.inputs.subspan(first * per, count * per), b.labels.subspan(first, count), count};
+}
+
 }  // namespace mwstrat::data

@@ -22,6 +22,7 @@
 #include <mwstrat/train/detail/step_agreement.hpp>
 #include <mwstrat/train/in_memory_recovery.hpp>
 #include <mwstrat/train/logs.hpp>
+#include <mwstrat/train/micro_batches.hpp>
 #include <mwstrat/train/fit_metrics.hpp>
 #include <mwstrat/train/preemption.hpp>
 #include <mwstrat/train/train_context.hpp>
@@ -58,6 +59,13 @@ struct fit_options {
   /// replacement, which receives the training state from one of them, and training goes on from the last step
   /// boundary. Needs a `recoverable_strategy` (the multi-worker strategy); off by default.
   in_memory_recovery_options recovery = {};
+  /// Gradient accumulation: a worker's part of a step with more examples than this is trained as several
+  /// micro-batches (the fewest, of sizes within one of each other) whose gradients are summed, weighted by their
+  /// examples, before the step's one reduction — the same step as one big batch, up to the order of the additions,
+  /// in less memory. The global batch, the data order and resume are unchanged. 0: whole parts. Needs a batch type
+  /// `fit` can split (`splittable_batch`, train/micro_batches.hpp: `data::image_batch` is one). A model
+  /// with per-batch statistics (batch normalization) sees the smaller batches there.
+  std::size_t max_micro_batch = 0;
 };
 
 /// A validation set for `fit` that is never used: the default.
@@ -147,6 +155,16 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
     detail::throw_fit_error(strategy, "the model's gradient arena (" + std::to_string(model.gradients().size()) +
                                           ") and parameter arena (" + std::to_string(model.parameters().size()) +
                                           ") differ in size");
+  }
+  if (options.max_micro_batch != 0) {
+    if constexpr (!splittable_batch<batch_of<Train>>) {
+      detail::throw_fit_error(strategy, "max_micro_batch: the training data's batch type cannot be split into "
+                                        "micro-batches (it needs the hook mwstrat_micro_batch(batch, first, count): "
+                                        "concept splittable_batch, train/micro_batches.hpp)");
+    } else {
+      ctx.max_micro_batch = options.max_micro_batch;
+      ctx.micro_batch_gradients.assign(model.gradients().size(), 0.0f);
+    }
   }
   ctx.epoch = options.initial_epoch;
   // The chief says once per process which kernels run, for a model that can tell (nn's: nn/kernels/isa.hpp).

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace mwstrat {
 
@@ -43,6 +44,10 @@ struct train_context {
   /// Whether the model is a classifier (its batch results have `correct`), set by fit: only then do the logs carry
   /// an accuracy.
   bool reports_accuracy = true;
+  /// `fit_options::max_micro_batch` (0: none), and the gradient sum of its micro-batches (the arena's size while it
+  /// is on; train/micro_batches.hpp).
+  std::size_t max_micro_batch = 0;
+  std::vector<float> micro_batch_gradients;
 
   /// Steps done since the start of training (epoch × steps_per_epoch + step), the same on every worker.
   [[nodiscard]] std::uint64_t global_step() const {

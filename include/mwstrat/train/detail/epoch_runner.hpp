@@ -9,6 +9,7 @@
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/detail/batch_steps.hpp>
+#include <mwstrat/train/micro_batches.hpp>
 #include <mwstrat/train/detail/step_agreement.hpp>
 #include <mwstrat/train/logs.hpp>
 #include <mwstrat/train/fit_metrics.hpp>
@@ -24,6 +25,19 @@
 
 namespace mwstrat::detail {
 
+// The end of a step: one reduction of [loss_sum, correct, count, preemption vote, metric states...] over the
+// workers, added to the epoch's sums; ctx.step moves past the step and `preempt` says whether any worker was.
+template <class Ctx, std::size_t N>
+batch_stats reduce_step(Ctx& ctx, std::array<double, N>& reduced, std::size_t step, bool& preempt) {
+  ctx.strategy.sum_metrics(std::span<double>(reduced));
+  preempt = reduced[3] > 0;
+  const batch_stats global{reduced[0], reduced[1], reduced[2]};
+  for (std::size_t i = 4; i < N; ++i) ctx.epoch_metric_sums[i - 4] += reduced[i];
+  ctx.epoch_sums += global;
+  ctx.step = step + 1;
+  return global;
+}
+
 // Step `step` of the epoch at ctx's position: trains, then one reduction of [loss_sum, correct, count, preemption
 // vote, metric states...]. Adds the step to the epoch's sums, moves ctx.step past it, sets `preempt` to whether any
 // worker was preempted, and returns the step's own stats over every worker.
@@ -33,23 +47,42 @@ batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool&
   constexpr std::size_t metric_doubles = metric_state_size<Callbacks...>();
   const data::data_cursor at = data::stream_position(ctx.global_step(), ctx.steps_per_pass);
   const auto& batch = train.batch_at(static_cast<std::size_t>(at.epoch), static_cast<std::size_t>(at.step));
+  std::array<double, 4 + metric_doubles> reduced{};
+  using Batch = std::remove_cvref_t<decltype(batch)>;
+  if constexpr (splittable_batch<Batch>) {
+    const auto examples = examples_in(batch);
+    if (ctx.max_micro_batch != 0 && examples && *examples > ctx.max_micro_batch) {
+      // Gradient accumulation (train/micro_batches.hpp): each micro-batch's metrics as it is trained.
+      const batch_stats part = sync.step([&](auto&& on_ready) {
+        return train_micro_batches(ctx.model, train, batch, at, ctx.max_micro_batch, ctx.micro_batch_gradients,
+                                   on_ready, [&](const Batch& micro, const auto& r) {
+                                     if constexpr (metric_doubles > 0) {
+                                       update_metric_sets(std::span<double>(reduced).subspan(4),
+                                                          make_metric_input(ctx.model, micro, r), callbacks...);
+                                     }
+                                   });
+      });
+      preempt = watch.requested();
+      reduced[0] = part.loss_sum;
+      reduced[1] = part.correct;
+      reduced[2] = part.count;
+      reduced[3] = preempt ? 1.0 : 0.0;
+      return reduce_step(ctx, reduced, step, preempt);
+    }
+  }
   const auto result = sync.step([&](auto&& on_ready) {
     return train_step(ctx.model, train, batch, at, std::forward<decltype(on_ready)>(on_ready));
   });
   preempt = watch.requested();
-  std::array<double, 4 + metric_doubles> reduced{static_cast<double>(result.loss_sum), correct_of(result),
-                                                 static_cast<double>(result.count), preempt ? 1.0 : 0.0};
+  reduced[0] = static_cast<double>(result.loss_sum);
+  reduced[1] = correct_of(result);
+  reduced[2] = static_cast<double>(result.count);
+  reduced[3] = preempt ? 1.0 : 0.0;
   if constexpr (metric_doubles > 0) {
     update_metric_sets(std::span<double>(reduced).subspan(4), make_metric_input(ctx.model, batch, result),
                        callbacks...);
   }
-  ctx.strategy.sum_metrics(std::span<double>(reduced));
-  preempt = reduced[3] > 0;
-  const batch_stats global{reduced[0], reduced[1], reduced[2]};
-  for (std::size_t i = 0; i < metric_doubles; ++i) ctx.epoch_metric_sums[i] += reduced[4 + i];
-  ctx.epoch_sums += global;
-  ctx.step = step + 1;
-  return global;
+  return reduce_step(ctx, reduced, step, preempt);
 }
 
 // The epoch's steps from ctx's position until its end or a stop: each with its batch hooks, the agreement after
