@@ -1445,7 +1445,7 @@ class Page:
           "to the peers (PyTorch DDP, TensorFlow MultiWorkerMirroredStrategy, Gloo, Open MPI, OpenBLAS) and to the "
           "machine's limit (FP32 FMA peak, loopback link, disk). To rerun everything on your machine: `scripts/bench` "
           "(`--quick` for one short repeat of each, `--only "
-          "train|collective|nn|checkpoint|data|records|peak|resnet|kernels|isa|tta|hosts` for one). How "
+          "train|collective|nn|checkpoint|data|records|peak|resnet|kernels|isa|tta|hosts|libtorch` for one). How "
           "each figure came about, pass by pass: [history/](history/).")
         w()
         kept = sorted(glob.glob(os.path.join(HERE, "history", "results-*")))
