@@ -9,10 +9,10 @@ examples/libtorch_mnist's CNN on libtorch 1.13 (libtorch-dev) and the same netwo
   plain        BUILD/benchmarks/libtorch/libtorch_throughput --loop plain (1 process, no distribution: the ceiling)
   ddp          N processes of /usr/bin/python3 ddp_throughput.py (torch.nn.parallel.DistributedDataParallel, gloo)
   ddp-metrics  the same plus what fit computes besides: the loss and correct count summed over the workers each step
-Every run is its own process group; the runs take turns within each round (the order reversed every other round), so
-a busy spell of the shared machine weighs on every side. Each row keeps the load at its start. The summary holds
-medians over the rounds and, for each ratio, the median of the rounds' own ratios (the two sides of a round ran
-minutes apart at most). Goals (issue 45): at 1 worker mwstrat >= 1.0x DDP's samples/s; at 2 workers scaling per CPU
+Each run is one session (its processes share it, as a launcher's do: see main); the runs take turns within each
+round (the order reversed every other round), so a busy spell of the shared machine weighs on every side. Each row
+keeps the load at its start. The summary holds medians over the rounds and, for each ratio, the median of the rounds'
+own ratios (the two sides of a round ran minutes apart at most). Goals (issue 45): at 1 worker mwstrat >= 1.0x DDP's samples/s; at 2 workers scaling per CPU
 second >= 95% and >= 1.2x DDP's samples/s.
 """
 import argparse
@@ -52,6 +52,15 @@ def commands(a, impl, workers):
     port = procs.free_ports(1)[0]
     script = [a.python, os.path.join(HERE, "ddp_throughput.py")] + common + (["--metrics"] if impl == "ddp-metrics" else [])
     return [(script, dict(env, RANK=str(r), WORLD_SIZE=str(workers), MASTER_PORT=str(port))) for r in range(workers)]
+
+
+def autogroup():
+    """Whether the kernel shares the CPU between sessions (sched_autogroup), as the results record."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return None
 
 
 def shown(argv):
@@ -159,7 +168,12 @@ def main():
             load = benchlib.loadavg()
             group = commands(a, impl, workers)
             print(f"round {r}: {impl} × {workers} (load {load})", flush=True)
-            codes, texts, note = procs.run_together(group, timeout=600, session=True)
+            # Every process of a run in one session: mwstrat-launch's workers share the launcher's, torchrun's ranks
+            # share torchrun's, and so do the DDP ranks here (this script's, which only waits). With the kernel's
+            # autogroup scheduling a busy machine's CPU is shared between sessions, not threads: ranks in sessions of
+            # their own would each get a launcher's share. The mwstrat and plain runs get a session of their own
+            # (each one session, and a failed launcher's workers are killed with it).
+            codes, texts, note = procs.run_together(group, timeout=600, session=impl in ("mwstrat", "plain"))
             row = result_line(texts[0][0])
             if any(codes) or row is None:
                 failures.append(f"{impl} × {workers} (round {r}): exit {codes} {note} {texts[0][1][-400:]}".strip())
@@ -174,6 +188,7 @@ def main():
     record.update(rows=rows, summary=summary, ratios=ratios, scaling=scaling, goals=goals, failures=failures,
                   rounds=a.rounds, config={"batch": a.batch, "threads": 1, "warmup": a.warmup, "steps": a.steps,
                                            "learning_rate": a.learning_rate, "optimizer": "SGD",
+                                           "autogroup": autogroup(),
                                            "torch": next((x["torch"] for x in rows if x["impl"] == "ddp"), None)})
     benchlib.write_json(a.json_out, record)
     for name, g in goals.items():
