@@ -12,8 +12,8 @@ examples/libtorch_mnist's CNN on libtorch 1.13 (libtorch-dev) and the same netwo
 Each run is one session (its processes share it, as a launcher's do: see main); the runs take turns within each
 round (the order reversed every other round), so a busy spell of the shared machine weighs on every side. Each row
 keeps the load at its start. The summary holds medians over the rounds and, for each ratio, the median of the rounds'
-own ratios (the two sides of a round ran minutes apart at most). Goals (issue 45): at 1 worker mwstrat >= 1.0x DDP's samples/s; at 2 workers scaling per CPU
-second >= 95% and >= 1.2x DDP's samples/s.
+own ratios (the two sides of a round ran minutes apart at most). Goals (issue 45): at 1 worker mwstrat >= 1.0x DDP's
+samples/s; at 2 workers scaling per CPU second >= 95% and >= 1.2x DDP's samples/s.
 """
 import argparse
 import json
@@ -50,7 +50,8 @@ def commands(a, impl, workers):
         launch = os.path.join(a.build, "tools", "mwstrat-launch")
         return [([launch, "-n", str(workers), "--", exe, "--loop", "mwstrat"] + common, env)]
     port = procs.free_ports(1)[0]
-    script = [a.python, os.path.join(HERE, "ddp_throughput.py")] + common + (["--metrics"] if impl == "ddp-metrics" else [])
+    script = [a.python, os.path.join(HERE, "ddp_throughput.py")] + common
+    script += ["--metrics"] if impl == "ddp-metrics" else []
     return [(script, dict(env, RANK=str(r), WORLD_SIZE=str(workers), MASTER_PORT=str(port))) for r in range(workers)]
 
 
