@@ -997,8 +997,9 @@ class Page:
                   f"{statistics.median(ones):.2f}, on {k.get('machine', {}).get('cpus', '?')} CPUs.")
                 w()
         w("| impl | workers × threads | samples/s | min–max | ms per step | CPU ms per step (all workers) | "
-          "samples per CPU second | scaling (CPU / wall) | peak RSS, MiB | mwstrat ÷ this (samples/s / per CPU s) |")
-        w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "of which in the kernel | samples per CPU second | scaling (CPU / wall) | peak RSS, MiB | "
+          "mwstrat ÷ this (samples/s / per CPU s) |")
+        w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         pair = {("ddp", "1"): ("mwstrat_over_ddp_1w", "cpu_mwstrat_over_ddp_1w"),
                 ("ddp", "2"): ("mwstrat_over_ddp_2w", "cpu_mwstrat_over_ddp_2w"),
                 ("ddp-metrics", "1"): ("mwstrat_over_ddp_metrics_1w", None),
@@ -1018,8 +1019,21 @@ class Page:
                     over = times(ratios.get(rate_key)) + (f" / {times(ratios.get(cpu_key))}" if cpu_key else "")
                 w(f"| {impl} | {workers} × 1 | {fmt(x['samples_per_s'])} | {fmt(x['samples_per_s_min'])}–"
                   f"{fmt(x['samples_per_s_max'])} | {fmt(x['ms_per_step'], 1)} | {fmt(1000 * x['cpu_s_per_step'], 1)} | "
+                  f"{fmt(1000 * x.get('cpu_system_s_per_step', 0.0), 1)} | "
                   f"{fmt(x['samples_per_cpu_s'])} | {scale} | {fmt(x['peak_rss_mib'])} | {over} |")
         w()
+        plain, mine = summ.get("plain", {}).get("1"), summ.get("mwstrat", {}).get("1")
+        if plain and mine and plain.get("cpu_system_s_per_step", 0) > 2 * mine.get("cpu_system_s_per_step", 0) + 0.002:
+            # Seen on Debian 12's glibc: the plain loop's freed step tensors go back to the kernel and fault in again.
+            w(f"The plain loop spends {fmt(1000 * plain['cpu_system_s_per_step'], 1)} CPU ms per step in the kernel, "
+              f"mwstrat's one worker {fmt(1000 * mine['cpu_system_s_per_step'], 1)}: glibc's malloc returns the "
+              "step's freed tensors to the kernel and they fault in again the next step. mwstrat and the Python "
+              "processes escape it here, most likely by the accident of their start-up (a large buffer freed early "
+              "raises glibc's dynamic mmap and trim thresholds); with the thresholds pinned (`GLIBC_TUNABLES=glibc.malloc."
+              "mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864`) the plain loop's kernel time goes to "
+              "nothing ([history/2026-12-03-libtorch-ddp.md](history/2026-12-03-libtorch-ddp.md)). Its user time "
+              "is the ceiling to read.")
+            w()
         w("*Scaling*, 2 workers over the same implementation's 1 worker: per CPU second, samples per CPU second of "
           "both workers ÷ one worker's (100%: the exchange and the lockstep cost no CPU); wall, samples/s ÷ twice one "
           "worker's. Against the plain loop, 2 workers keep per CPU second: "
