@@ -4,6 +4,7 @@
 //                   one process per worker: mwstrat-launch -n N -- libtorch_throughput --loop mwstrat ...)
 //   --loop plain    one process, no distribution at all: libtorch's own MNIST reader, torch::optim::SGD and the
 //                   textbook zero_grad / forward / backward / step loop, the ceiling of what any wrapper can reach
+//                   (glibc's malloc thresholds pinned: see run_plain)
 // Both: real MNIST, per-worker batch --batch (64), SGD(--learning-rate), --threads intra-op threads; --warmup steps,
 // then --steps timed steps, the clock read after the last warm-up step and after the last step
 // (ddp_throughput.py times the same span). CPU time is the whole process's (every thread: the ring's, gloo's), summed
@@ -21,6 +22,7 @@
 
 #include "libtorch_mnist/tutorial_cnn.hpp"
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -188,6 +190,13 @@ int run_mwstrat(const flags& f) {
 }
 
 int run_plain(const flags& f) {
+#ifdef __GLIBC__
+  // The ceiling should not pay for glibc handing the step's freed tensors back to the kernel and faulting them in
+  // again (about 11 ms per step in the kernel here), which mwstrat and the Python processes escape by their start-up's
+  // allocations: the thresholds pinned where a large freed buffer would raise them (benchmarks/history/, 2026-12-03).
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
   const auto images_and_labels = torch::data::datasets::MNIST(f.data_dir, torch::data::datasets::MNIST::Mode::kTrain);
   const torch::Tensor images = images_and_labels.images();  // float [0, 1], N × 1 × 28 × 28
   const torch::Tensor labels = images_and_labels.targets();
