@@ -983,7 +983,9 @@ class Page:
           "per worker (mwstrat-launch). *ddp*: `torch.nn.parallel.DistributedDataParallel` over gloo on 127.0.0.1, its "
           "textbook loop; *ddp-metrics* adds what fit computes besides (the loss and correct count summed over the "
           "workers each step). *plain*: one process, libtorch's own MNIST reader and `torch::optim::SGD`, no "
-          "distribution at all: the ceiling. CPU ms per step: the whole process's CPU time (every thread, gloo's and "
+          "distribution at all: the ceiling (with glibc's malloc thresholds pinned, or it spends about 11 ms per step "
+          "re-faulting its freed tensors, which the others escape by their start-up's allocations: "
+          "[history/2026-12-03-libtorch-ddp.md](history/2026-12-03-libtorch-ddp.md)). CPU ms per step: the whole process's CPU time (every thread, gloo's and "
           "the ring's included) of all workers; samples per CPU second: the global batch ÷ that. Medians over the "
           "rounds; ratios are the median of each round's own ratio (the two sides of a round ran a minute apart at "
           "most).")
@@ -1022,18 +1024,6 @@ class Page:
                   f"{fmt(1000 * x.get('cpu_system_s_per_step', 0.0), 1)} | "
                   f"{fmt(x['samples_per_cpu_s'])} | {scale} | {fmt(x['peak_rss_mib'])} | {over} |")
         w()
-        plain, mine = summ.get("plain", {}).get("1"), summ.get("mwstrat", {}).get("1")
-        if plain and mine and plain.get("cpu_system_s_per_step", 0) > 2 * mine.get("cpu_system_s_per_step", 0) + 0.002:
-            # Seen on Debian 12's glibc: the plain loop's freed step tensors go back to the kernel and fault in again.
-            w(f"The plain loop spends {fmt(1000 * plain['cpu_system_s_per_step'], 1)} CPU ms per step in the kernel, "
-              f"mwstrat's one worker {fmt(1000 * mine['cpu_system_s_per_step'], 1)}: glibc's malloc returns the "
-              "step's freed tensors to the kernel and they fault in again the next step. mwstrat and the Python "
-              "processes escape it here, most likely by the accident of their start-up (a large buffer freed early "
-              "raises glibc's dynamic mmap and trim thresholds); with the thresholds pinned (`GLIBC_TUNABLES=glibc.malloc."
-              "mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864`) the plain loop's kernel time goes to "
-              "nothing ([history/2026-12-03-libtorch-ddp.md](history/2026-12-03-libtorch-ddp.md)). Its user time "
-              "is the ceiling to read.")
-            w()
         w("*Scaling*, 2 workers over the same implementation's 1 worker: per CPU second, samples per CPU second of "
           "both workers ÷ one worker's (100%: the exchange and the lockstep cost no CPU); wall, samples/s ÷ twice one "
           "worker's. Against the plain loop, 2 workers keep per CPU second: "
