@@ -42,6 +42,10 @@ Families and what each writes (RESULTS.md's sections):
                                          limit (collective/hosts_bench.py)
               train_hosts.json           MNIST CNN training on 2 simulated hosts × 1 worker: mwstrat fp32/bf16 vs
                                          PyTorch DDP (gloo), at 10 and 1 Gbit/s (train/hosts_train.py)
+  libtorch    libtorch.json              DDP for libtorch: examples/libtorch_mnist's CNN trained by mwstrat::fit over
+                                         module_model vs PyTorch's DistributedDataParallel (gloo) on the same libtorch
+                                         build vs a plain libtorch loop, 1 and 2 workers × 1 thread, interleaved
+                                         rounds; samples/s and CPU s per step (libtorch/compare.py)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
 comparison is reported and the others still run; the exit status is non-zero if any failed.
 """
@@ -62,7 +66,7 @@ import benchlib  # noqa: E402
 from common import procs  # noqa: E402
 
 FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "records", "resnet", "kernels", "isa", "tta",
-            "hosts"]
+            "hosts", "libtorch"]
 
 
 class Failed(Exception):
@@ -581,6 +585,18 @@ def family_hosts(a, log):
         raise Failed("; ".join(failed))
 
 
+def family_libtorch(a, log):
+    # The same kernels on both sides (libtorch 1.13 from libtorch-dev in C++, Debian's python3-torch in Python): only
+    # the distribution layer differs. Needs libtorch-dev (the program is built only where libtorch is found).
+    exe = os.path.join(a.build, "benchmarks", "libtorch", "libtorch_throughput")
+    if not os.access(exe, os.X_OK):
+        raise Failed(f"{benchlib.rel(exe)} is not built (it needs libtorch-dev)")
+    cmd = ["/usr/bin/python3", os.path.join(HERE, "libtorch", "compare.py"), "--build", a.build, "--data-dir",
+           a.data_dir, "--json-out", os.path.join(a.results, "libtorch.json")]
+    cmd += ["--rounds", "1", "--steps", "30", "--quick"] if a.quick else ["--rounds", str(a.libtorch_rounds or 7)]
+    run(cmd, log, 3600)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "bench"))
@@ -593,6 +609,7 @@ def main():
     ap.add_argument("--records-rounds", type=int, default=0, help="records: interleaved rounds (default 5, quick 1)")
     ap.add_argument("--resnet-rounds", type=int, default=0, help="resnet: interleaved rounds (default 3, quick 1)")
     ap.add_argument("--resnet-steps", type=int, default=0, help="resnet: timed steps per run (default 10, quick 3)")
+    ap.add_argument("--libtorch-rounds", type=int, default=0, help="libtorch: interleaved rounds (default 7, quick 1)")
     ap.add_argument("--tta-budget-s", type=int, default=1800, help="tta: wall-clock budget of each run (s)")
     ap.add_argument("--tta-depths", default="20,56",
                     help=f"tta: the ResNet depths to run, comma-separated, of {sorted(TTA_DEPTHS)}")

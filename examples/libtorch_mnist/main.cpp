@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "common/flags.hpp"
+#include "tutorial_cnn.hpp"
 
 #include <csignal>
 #include <cstdint>
@@ -31,22 +32,6 @@
 
 namespace {
 
-// The tutorial's model: Conv2D(32, 3, relu) → Flatten → Dense(128, relu) → Dense(10).
-struct cnn : torch::nn::Module {
-  torch::nn::Conv2d conv1{nullptr};
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  cnn() {
-    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)));
-    fc1 = register_module("fc1", torch::nn::Linear(32 * 26 * 26, 128));
-    fc2 = register_module("fc2", torch::nn::Linear(128, 10));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::relu(conv1->forward(x));
-    x = torch::relu(fc1->forward(x.flatten(1)));
-    return fc2->forward(x);
-  }
-};
-
 // Not a classifier: the pixels through a 64-wide bottleneck and back.
 struct autoencoder : torch::nn::Module {
   torch::nn::Linear encode{nullptr}, decode{nullptr};
@@ -56,11 +41,6 @@ struct autoencoder : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) { return torch::sigmoid(decode->forward(torch::relu(encode->forward(x)))); }
 };
-
-// The batch's images as a tensor over mwstrat's buffer (no copy), N × 1 × 28 × 28.
-torch::Tensor images(const mwstrat::data::image_batch& b) {
-  return torch::from_blob(const_cast<float*>(b.inputs.data()), {static_cast<std::int64_t>(b.size), 1, 28, 28});
-}
 
 // Writes each step's loss (over every worker's examples) to a file, on the chief: loss curves to compare.
 struct step_losses {
@@ -195,16 +175,10 @@ int main(int argc, char** argv) {
     torch::set_num_threads(f.threads);
     torch::manual_seed(1);  // every worker builds the same initial weights (fit mirrors the chief's anyway)
     if (f.task == "classifier") {
-      return train(f, std::make_shared<cnn>(), [](cnn& n, const mwstrat::data::image_batch& b) {
-        const torch::Tensor labels =
-            torch::from_blob(const_cast<std::int64_t*>(b.labels.data()), {static_cast<std::int64_t>(b.size)},
-                             torch::kInt64);
-        const torch::Tensor logits = n.forward(images(b));
-        return mwstrat::libtorch::classified{torch::nn::functional::cross_entropy(logits, labels), logits, labels};
-      }, true);
+      return train(f, std::make_shared<libtorch_mnist::cnn>(), libtorch_mnist::classify, true);
     }
     return train(f, std::make_shared<autoencoder>(), [](autoencoder& n, const mwstrat::data::image_batch& b) {
-      const torch::Tensor pixels = images(b).flatten(1);
+      const torch::Tensor pixels = libtorch_mnist::images(b).flatten(1);
       const torch::Tensor out = n.forward(pixels);
       // The mean over each example's 784 outputs, then over the batch: the loss per example is that mean.
       return mwstrat::libtorch::regressed{torch::mse_loss(out, pixels), out, pixels};
