@@ -1,5 +1,9 @@
 // mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K] [--grace-ms G] -- PROGRAM ARGS...
 // mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- PROGRAM ARGS...
+// mwstrat-launch {--hosts NAME:N,... | --hostfile FILE} [--ssh] [--ssh-connect-timeout S] [--ssh-config FILE]
+//                [--ssh-option OPT]... [--remote-launcher PATH] [--workdir DIR] [--env NAME[=VALUE]]...
+//                [--liveness-timeout S] [...] -- PROGRAM ARGS...
+// mwstrat-launch --remote-agent   (started by the launcher on a node, over ssh; reads its worker's spec from stdin)
 //
 // Starts N local workers of PROGRAM, each with its own TF_CONFIG (cluster.worker = N addresses on H, task.index =
 // i), prefixes every line they print with "[worker i] ", and waits. When a worker fails (non-zero exit or a
@@ -12,6 +16,21 @@
 // (h1, h2, ...): the addresses in TF_CONFIG are theirs and each worker is started inside its host
 // (`simhosts --name SET exec HOST -- PROGRAM ...`); without it each NAME is an IPv4 address of this machine
 // (e.g. 127.0.0.2). Ports: --base-port (default 20000) plus the worker's index.
+//
+// Other nodes (docs/nodes.md): without --simhosts, a host that is not this machine's (not localhost, not in
+// 127.0.0.0/8, not an address of one of its interfaces; --ssh: every host) is a node, and its workers are started
+// there over the system's ssh (BatchMode, --ssh-connect-timeout, the user's ssh configuration or --ssh-config, more
+// with --ssh-option), one connection per worker running `mwstrat-launch --remote-agent` (launch/remote_agent.hpp,
+// at --remote-launcher, default this launcher's own path). The worker's spec — program, --workdir (default the
+// launcher's directory), TF_CONFIG, MWSTRAT_HOST_ID, the launcher's MWSTRAT_* variables with the job token, --env —
+// travels on ssh's stdin, never on a command line (launch/agent_protocol.hpp); a job across nodes without
+// MWSTRAT_JOB_TOKEN gets one made here. The same stdin carries signals and a ping each second: an agent whose stdin
+// closes (the launcher or its ssh died) or stays silent for --liveness-timeout ends its worker's group (SIGTERM,
+// SIGKILL after the grace period). ssh's stdout is the worker's output, prefixed as a local worker's; its exit
+// status is the worker's, and each remote worker's end is reported ("worker 2 (pid P on node2) exited with status
+// 75 on host node2"). A remote worker that cannot be started (ssh cannot connect or log in, the program or the
+// launcher is missing) fails the launch at once, naming the host and ssh's reason: the other workers are ended and
+// nothing is restarted.
 //
 // Preemption: a worker that exits with 75 (mwstrat::preempted_exit_code: it was preempted at a step boundary and
 // wants to be resumed) is not a failure. The others, which stop at the same step, get the grace period to exit by
