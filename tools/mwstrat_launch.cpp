@@ -105,6 +105,8 @@ constexpr std::array forwarded_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // Those of them the launcher handles: one it found ignored (nohup, a background job's SIGINT and SIGQUIT) stays
 // ignored, in the launcher and in its workers, as it was before the launcher existed.
 sigset_t handled_signals{};
+// Whether the launcher was started with SIGPIPE ignored: its workers inherit that, not the launcher's own ignoring.
+bool sigpipe_was_ignored = false;
 
 struct options {
   int workers = 0;
@@ -328,6 +330,7 @@ struct worker {
   steady_clock::time_point next_ping = never;
   std::string relayed;            // survivors' "lost RANK GENERATION" lines, relayed by the agent
   bool ended_unstarted = false;   // the launcher ended its ssh before the agent started the worker
+  bool agent_finished = false;    // the agent said how the worker ended (else the connection was lost)
 };
 
 // How a reaped worker ended, for local and remote workers alike.
@@ -414,6 +417,7 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
     ::setpgid(0, 0);  // its own group, so ending it ends whatever it started
     for (const int sig : forwarded_signals)
       if (::sigismember(&handled_signals, sig) == 1) ::signal(sig, SIG_DFL);
+    if (!sigpipe_was_ignored) ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores its own (see main)
     // A launcher killed outright cannot forward anything; SIGTERM, not SIGKILL, so that an mwstrat worker stops at a
     // step boundary and backs up, as on preemption.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -522,6 +526,7 @@ worker start_remote(const options& o, const std::vector<int>& ports, int index, 
     ::setpgid(0, 0);  // the launcher's signals reach the worker through its agent, not through ssh
     for (const int sig : forwarded_signals)
       if (::sigismember(&handled_signals, sig) == 1) ::signal(sig, SIG_DFL);
+    if (!sigpipe_was_ignored) ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores its own (see main)
     // A launcher killed outright takes its ssh connections along; each agent then sees EOF and ends its worker.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     ::sigprocmask(SIG_SETMASK, &mask_before, nullptr);
@@ -619,6 +624,9 @@ void read_agent(const options& o, worker& w, bool at_end) {
       w.relayed += said + "\n";
     } else if (std::sscanf(said.c_str(), "signal %d", &sig) == 1) {
       w.remote_signal = sig;
+      w.agent_finished = true;
+    } else if (said.rfind("exit ", 0) == 0) {
+      w.agent_finished = true;
     } else if (said.rfind("error ", 0) == 0) {
       w.said.push_back(said.substr(6));
     } else {
@@ -719,7 +727,10 @@ outcome judge(const options& o, worker& w, int status) {
     return {128 + w.remote_signal, "was killed by signal " + std::to_string(w.remote_signal) + " (" +
                                        strsignal(w.remote_signal) + ") on host " + host, false};
   }
-  if (code == 255 && !w.said.empty()) return {255, "lost its ssh connection to host " + host + ": " + joined(w.said), false};
+  if (!w.agent_finished) {
+    return {code == 0 ? 255 : code,
+            "lost its ssh connection to host " + host + (w.said.empty() ? "" : ": " + joined(w.said)), false};
+  }
   return {code, "exited with status " + std::to_string(code) + " on host " + host, false};
 }
 
@@ -946,6 +957,11 @@ int main(int argc, char** argv) {
   if (argc == 2 && std::string_view(argv[1]) == "--remote-agent") return mwstrat_launch::run_remote_agent();
   const options o = parse(argc, argv);
   ensure_job_token(o);
+  // A write to a remote worker's ssh that has just exited must fail, not kill the launcher; its workers get the
+  // default back.
+  struct sigaction pipe_before{};
+  sigpipe_was_ignored = ::sigaction(SIGPIPE, nullptr, &pipe_before) == 0 && pipe_before.sa_handler == SIG_IGN;
+  ::signal(SIGPIPE, SIG_IGN);
   struct sigaction sa{};
   sa.sa_handler = on_signal;
   ::sigemptyset(&handled_signals);

@@ -5,6 +5,7 @@
 #include "ssh_nodes.hpp"
 
 #include <mwstrat/error.hpp>
+#include <mwstrat/train/preemption.hpp>
 
 #include <gtest/gtest.h>
 

@@ -69,9 +69,11 @@ TEST(ssh_launch, remote_workers_get_their_environment_and_the_token_is_on_no_com
            << "touch \"" << (dir / "ready") << ".$$\"\n"
            << "sleep 20\n";
   }
-  process job("MWSTRAT_JOB_TOKEN=" + token + " " +
-                  nodes.launch(nodes.two_nodes(1) + " --workdir " + (dir / "work") + " -- sh " + (dir / "worker.sh")),
+  // In the environment, not on the test's own command line (its shell's would show it).
+  ::setenv("MWSTRAT_JOB_TOKEN", token.c_str(), 1);
+  process job(nodes.launch(nodes.two_nodes(1) + " --workdir " + (dir / "work") + " -- sh " + (dir / "worker.sh")),
               120);
+  ::unsetenv("MWSTRAT_JOB_TOKEN");
   // Both workers are running: look at every process's command line on the machine (the hosts share its pids).
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   int ready = 0;
@@ -159,8 +161,9 @@ TEST(ssh_launch, a_program_missing_on_a_node_fails_the_launch_naming_the_host) {
   const auto no_launcher = run(nodes.launch("--remote-launcher /nonexistent/mwstrat-launch " + nodes.two_nodes(1) +
                                             " -- true"),
                                60);
-  EXPECT_NE(no_launcher.exit_code, 0) << no_launcher.output;
-  EXPECT_NE(no_launcher.output.find("/nonexistent/mwstrat-launch: not found"), std::string::npos) << no_launcher.output;
+  EXPECT_EQ(no_launcher.exit_code, 127) << no_launcher.output;  // the login shell's "command not found"
+  EXPECT_NE(no_launcher.output.find(" over ssh: "), std::string::npos) << no_launcher.output;
+  EXPECT_NE(no_launcher.output.find("/nonexistent/mwstrat-launch: "), std::string::npos) << no_launcher.output;
   EXPECT_TRUE(nodes.nodes_empty_within(5s)) << "a process was left on a node";
 }
 

@@ -11,7 +11,8 @@
 //   EOF, or no line for liveness_ms: the launcher or the connection is gone; the agent ends its worker.
 // agent -> launcher (the agent's stderr, so the worker's own output on stdout stays untouched): lines
 //   "mwstrat-agent: started PID", "mwstrat-agent: lost RANK GENERATION" (a survivor's report, relayed),
-//   "mwstrat-agent: signal N" (how the worker ended, when a signal ended it; ssh carries only exit codes).
+//   "mwstrat-agent: signal N" or "mwstrat-agent: exit N" (how the worker ended: ssh carries only exit codes, and
+//   its own failures are 255 too), "mwstrat-agent: error WHY" (the worker could not be started).
 //   The agent's exit status is the worker's (128 + N for signal N).
 #include <cstddef>
 #include <optional>

@@ -219,10 +219,12 @@ inline int run_remote_agent() {
     const auto kill_deadline = clock::now() + std::chrono::seconds(1);
     while (!group_gone(pid) && clock::now() < kill_deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  // Said before exiting, so that the launcher tells the worker's status from ssh's own 255 (a lost connection).
   if (WIFSIGNALED(status)) {
     tell("signal " + std::to_string(WTERMSIG(status)));
     return 128 + WTERMSIG(status);
   }
+  tell("exit " + std::to_string(WEXITSTATUS(status)));
   return WEXITSTATUS(status);
 }
 
