@@ -67,7 +67,7 @@ TEST(ssh_launch_release, sigterm_to_the_launcher_stops_every_remote_worker_with_
   const std::string reference = reference_model(dir);
   ASSERT_FALSE(reference.empty());
   ssh_nodes nodes;
-  const std::string command = "MWSTRAT_RING_TOPOLOGY=flat " +
+  const std::string command = "env MWSTRAT_RING_TOPOLOGY=flat " +
                               nodes.launch(nodes.two_nodes(2) + " -- " + example + resumable + " --backup-dir " +
                                            (dir / "backup") + " --model-dir " + (dir / "model"));
   process job("echo $$ > " + (dir / "launcher.pid") + "; exec " + command, 600);

@@ -230,3 +230,66 @@ TEST(ssh_launch, a_silent_connection_ends_the_nodes_workers_within_the_liveness_
 }
 
 }  // namespace ssh_launch_test
+
+namespace ssh_launch_test {
+
+// SIGHUP to the launcher (its terminal or its own ssh session closed) reaches every remote worker as SIGTERM, through
+// its agent; each stops with the preemption code, which comes back per worker and as the launcher's status.
+TEST(ssh_launch, sighup_to_the_launcher_reaches_every_remote_worker_as_sigterm) {
+  MWSTRAT_REQUIRE_SSHD();
+  ssh_nodes nodes;
+  scratch_dir dir;
+  std::ofstream(dir.path() / "w.sh") << "trap 'echo got TERM; exit 75' TERM\ntouch \"" << (dir / "ready")
+                                     << ".$$\"\nsleep 300 &\nwait\n";
+  process job("echo $$ > " + (dir / "launcher.pid") + "; exec " +
+                  nodes.launch(nodes.two_nodes(2) + " -- sh " + (dir / "w.sh")),
+              120);
+  ASSERT_TRUE(wait_ready(dir, 4)) << "the workers did not start";
+  pid_t launcher_pid = 0;
+  std::ifstream(dir.path() / "launcher.pid") >> launcher_pid;
+  ASSERT_GT(launcher_pid, 0);
+  ASSERT_EQ(::kill(launcher_pid, SIGHUP), 0);
+  const auto r = job.finish();
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  for (int i = 0; i < 4; ++i) {
+    const std::string host = i < 2 ? "10.77.0.1" : "10.77.0.2";
+    EXPECT_NE(r.output.find("[worker " + std::to_string(i) + "] got TERM"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("on " + host + ") exited with status 75 on host " + host), std::string::npos) << r.output;
+  }
+  EXPECT_TRUE(nodes.nodes_empty_within(5s)) << "processes left on the nodes";
+}
+
+// --replace-lost across nodes: a remote worker that dies is replaced alone over ssh, in the next ring generation;
+// a survivor's "lost RANK GENERATION" report (written to the descriptor its agent gave it, relayed over ssh) ends
+// a hung remote replacement, which is replaced in turn.
+TEST(ssh_launch, replace_lost_replaces_a_remote_worker_and_relays_the_survivors_reports) {
+  MWSTRAT_REQUIRE_SSHD();
+  ssh_nodes nodes;
+  scratch_dir dir;
+  const std::string d = dir.path().string();
+  std::ofstream(dir.path() / "w.sh")
+      << "i=${TF_CONFIG##*\\\"index\\\": }; i=${i%%\\}*}\n"
+      << "g=$MWSTRAT_RECOVERY_GENERATION\n"
+      << "echo \"rank $i generation $g replace=$MWSTRAT_REPLACE_LOST\"\n"
+      << "if [ $i = 1 ] && [ $g = 0 ]; then kill -9 $$; fi\n"
+      << "if [ $i = 1 ] && [ $g = 1 ]; then touch " << d << "/hung; sleep 300; fi\n"
+      << "if [ $i = 1 ] && [ $g = 2 ]; then touch " << d << "/replaced; fi\n"
+      << "if [ $i = 0 ]; then\n"
+      << "  for n in $(seq 600); do [ -f " << d << "/hung ] && break; sleep 0.1; done\n"
+      << "  eval \"echo 'lost 1 1' >&$MWSTRAT_LAUNCH_REPORT_FD\"\n"
+      << "  for n in $(seq 600); do [ -f " << d << "/replaced ] && break; sleep 0.1; done\n"
+      << "fi\n";
+  const auto r = run(nodes.launch("--replace-lost --max-restarts 2 " + nodes.two_nodes(1) + " -- bash " + d + "/w.sh"),
+                     120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("was killed by signal 9 (Killed) on host 10.77.0.2; starting a replacement (restart 1 of 2, "
+                          "ring generation 1)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("mwstrat-launch: the survivors report worker 1 (pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(restart 2 of 2, ring generation 2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 1] rank 1 generation 2 replace=1"), std::string::npos) << r.output;
+  EXPECT_TRUE(nodes.nodes_empty_within(5s)) << "processes left on the nodes";
+}
+
+}  // namespace ssh_launch_test
