@@ -4,6 +4,11 @@
 //                [--ssh-option OPT]... [--remote-launcher PATH] [--workdir DIR] [--env NAME[=VALUE]]...
 //                [--liveness-timeout S] [...] -- PROGRAM ARGS...
 // mwstrat-launch --remote-agent   (started by the launcher on a node, over ssh; reads its worker's spec from stdin)
+// mwstrat-launch --nnodes N --node-rank K --rendezvous HOST:PORT [--rendezvous-timeout S] -n W [...] -- PROGRAM ARGS...
+//
+// Per-node agents (launch/node_agents.hpp, docs/nodes.md): one launcher per node, started by a scheduler, meets the
+// others at node 0's rendezvous and starts workers K*W .. K*W+W-1 of the N*W, on its own node. In an srun step the
+// count, the rank and the rendezvous come from Slurm; in a Kubernetes Indexed Job the rank is JOB_COMPLETION_INDEX.
 //
 // Starts N local workers of PROGRAM, each with its own TF_CONFIG (cluster.worker = N addresses on H, task.index =
 // i), prefixes every line they print with "[worker i] ", and waits. When a worker fails (non-zero exit or a
@@ -57,6 +62,7 @@
 // Exit status: 0 when every worker succeeded; 75 when the workers stopped for preemption (and the launcher itself
 // was signalled); otherwise the first failure's (128 + signal for a signal).
 #include "launch/agent_protocol.hpp"
+#include "launch/node_agents.hpp"
 #include "launch/remote_agent.hpp"
 #include "launch/ssh.hpp"
 
@@ -130,6 +136,11 @@ struct options {
   mwstrat_launch::ssh_settings ssh;
   std::string workdir;                // --workdir: the remote workers' directory (default: the launcher's)
   std::vector<std::string> env_names;  // --env NAME[=VALUE]: more of the environment for remote workers
+  // Per-node agents (launch/node_agents.hpp): this launcher starts workers first_local .. first_local + local - 1.
+  mwstrat_launch::node_agent_settings agents;
+  bool agent_flags = false;  // --nnodes, --node-rank or --rendezvous given
+  int first_local = 0;
+  int local_workers = -1;  // -1: all of them
   [[nodiscard]] bool any_remote() const {
     return std::find(worker_remote.begin(), worker_remote.end(), true) != worker_remote.end();
   }
@@ -258,6 +269,10 @@ options parse(int argc, char** argv) {
     else if (a == "--remote-launcher") o.ssh.remote_launcher = value();
     else if (a == "--workdir") o.workdir = value();
     else if (a == "--env") o.env_names.emplace_back(value());
+    else if (a == "--nnodes") { o.agents.nnodes = parse_int(a, value(), 1, 65535); o.agent_flags = true; }
+    else if (a == "--node-rank") { o.agents.node_rank = parse_int(a, value(), 0, 65534); o.agent_flags = true; }
+    else if (a == "--rendezvous") { o.agents.rendezvous = value(); o.agent_flags = true; }
+    else if (a == "--rendezvous-timeout") o.agents.rendezvous_timeout_s = parse_int(a, value(), 1, 86400);
     else if (a == "--version") { std::printf("mwstrat-launch %s\n", mwstrat::version_string); std::exit(0); }
     else if (a == "-h" || a == "--help") usage("");
     else usage("unknown option '" + a + "'");
@@ -265,6 +280,17 @@ options parse(int argc, char** argv) {
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
   resolve_hosts(o);
   if (o.workers == 0) usage("-n N is required");
+  // A per-node agent: by its flags (a Kubernetes Indexed Job gives the node rank), or started by srun in a Slurm
+  // step (not in a batch script or an salloc shell, where `-n` keeps meaning local workers).
+  const bool slurm_step = std::getenv("SLURM_STEP_ID") && std::getenv("SLURM_NNODES") && std::getenv("SLURM_NODEID");
+  if (o.agent_flags || slurm_step) {
+    if (!o.worker_host.empty()) {
+      if (o.agent_flags) usage("--hosts/--hostfile and --nnodes/--node-rank/--rendezvous exclude each other");
+    } else {
+      if (auto missing = mwstrat_launch::settings_from_environment(o.agents)) usage(*missing);
+      if (o.replace_lost) usage("--replace-lost is not available with per-node agents (--nnodes)");
+    }
+  }
   if (o.command.empty()) usage("no program given after --");
   if (o.replace_lost && o.max_restarts == 0) {
     usage("--replace-lost needs --max-restarts K (K >= 1): each replacement counts as a restart");
@@ -274,7 +300,9 @@ options parse(int argc, char** argv) {
     std::error_code ec;
     if (o.workdir.empty()) o.workdir = std::filesystem::current_path(ec).string();
     // The same path on every node unless told otherwise (a shared or identical installation).
-    if (o.ssh.remote_launcher.empty()) o.ssh.remote_launcher = std::filesystem::canonical("/proc/self/exe", ec).string();
+    if (o.ssh.remote_launcher.empty()) {
+      o.ssh.remote_launcher = std::filesystem::canonical("/proc/self/exe", ec).string();
+    }
   }
   return o;
 }
@@ -754,10 +782,14 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
   std::string reports;          // a partial report line
   std::uint64_t generation = 0;  // the ring generation of the latest replacement (0: none yet)
   std::vector<worker> ws;
-  for (int i = 0; i < o.workers; ++i) {
+  const int first = o.first_local;
+  const int count = o.local_workers < 0 ? o.workers : o.local_workers;
+  for (int i = first; i < first + count; ++i) {
     ws.push_back(start(o, ports, i, attempt, 0, report[1]));
     // A remote worker's pid on its node comes with the agent's "started" (read_agent).
-    if (!ws.back().remote) std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
+    if (!ws.back().remote) {
+      std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
+    }
   }
   std::optional<int> failure;    // the first exit that is neither 0 nor the preemption code
   bool preempted = false;        // a worker exited with the preemption code
@@ -788,8 +820,8 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       int rank = -1;
       unsigned long long gen = 0;
       if (std::sscanf(reports.substr(0, nl).c_str(), "lost %d %llu", &rank, &gen) != 2) continue;
-      if (rank < 0 || rank >= o.workers || gen != generation || failure || forwarded) continue;
-      worker& lost = ws[static_cast<std::size_t>(rank)];
+      if (rank < first || rank >= first + count || gen != generation || failure || forwarded) continue;
+      worker& lost = ws[static_cast<std::size_t>(rank - first)];
       if (lost.status || lost.ended) continue;
       lost.ended = true;
       std::fprintf(stderr, "mwstrat-launch: the survivors report worker %d (pid %ld) lost; ending it\n", rank,
@@ -953,9 +985,44 @@ void ensure_job_token(const options& o) {
   std::fprintf(stderr, "mwstrat-launch: made a job token for this job (MWSTRAT_JOB_TOKEN was not set)\n");
 }
 
+// A per-node agent: meets the other nodes' agents, then knows every worker's address and which are its own.
+void meet_other_nodes(options& o) {
+  const auto& a = o.agents;
+  std::vector<std::string> nodes;
+  try {
+    nodes = mwstrat_launch::meet_nodes(a);
+  } catch (const mwstrat::config_error& e) {
+    usage(e.detail());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mwstrat-launch: node %d of %d: %s\n", a.node_rank, a.nnodes, e.what());
+    std::exit(1);
+  }
+  const int per_node = o.workers;
+  o.worker_host.clear();
+  o.worker_address.clear();
+  o.worker_remote.clear();
+  for (const auto& address : nodes) {
+    for (int i = 0; i < per_node; ++i) {
+      o.worker_host.push_back(address);
+      o.worker_address.push_back(address);
+      o.worker_remote.push_back(false);
+    }
+  }
+  o.workers = per_node * a.nnodes;
+  o.first_local = per_node * a.node_rank;
+  o.local_workers = per_node;
+  if (o.base_port == 0) o.base_port = 20000;
+  if (o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
+  std::string list;
+  for (const auto& n : nodes) list += (list.empty() ? "" : ", ") + n;
+  std::fprintf(stderr, "mwstrat-launch: node %d of %d met the others at %s: nodes %s; workers %d..%d are this node's\n",
+               a.node_rank, a.nnodes, a.rendezvous.c_str(), list.c_str(), o.first_local, o.first_local + per_node - 1);
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && std::string_view(argv[1]) == "--remote-agent") return mwstrat_launch::run_remote_agent();
-  const options o = parse(argc, argv);
+  options o = parse(argc, argv);
+  if (o.agents.nnodes > 0) meet_other_nodes(o);
   ensure_job_token(o);
   // A write to a remote worker's ssh that has just exited must fail, not kill the launcher; its workers get the
   // default back.

@@ -25,7 +25,8 @@ TEST(hostfile, lines_comments_and_blank_lines) {
   EXPECT_EQ(mwstrat::parse_hostfile("# the cluster\n\n  node1\tslots=4   # four\n\r\n10.0.0.7\n", "f"),
             (hosts{{"node1", 4}, {"10.0.0.7", 1}}));
   EXPECT_EQ(mwstrat::parse_hostfile("a slots=1\r\nb slots=1024", "f"), (hosts{{"a", 1}, {"b", 1024}}));
-  EXPECT_EQ(mwstrat::parse_hostfile("gpu-node_3.cluster.local slots=8\n", "f"), (hosts{{"gpu-node_3.cluster.local", 8}}));
+  EXPECT_EQ(mwstrat::parse_hostfile("gpu-node_3.cluster.local slots=8\n", "f"),
+            (hosts{{"gpu-node_3.cluster.local", 8}}));
 }
 
 TEST(hostfile, bad_lines_are_refused_with_file_line_and_reason) {

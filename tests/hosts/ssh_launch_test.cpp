@@ -79,7 +79,9 @@ TEST(ssh_launch, remote_workers_get_their_environment_and_the_token_is_on_no_com
   int ready = 0;
   while (ready < 2 && std::chrono::steady_clock::now() < deadline) {
     ready = 0;
-    for (const auto& e : fs::directory_iterator(dir.path())) ready += e.path().filename().string().rfind("ready.", 0) == 0;
+    for (const auto& e : fs::directory_iterator(dir.path())) {
+      ready += e.path().filename().string().rfind("ready.", 0) == 0;
+    }
     std::this_thread::sleep_for(50ms);
   }
   ASSERT_EQ(ready, 2) << "the workers did not start";
@@ -178,7 +180,9 @@ bool wait_ready(const scratch_dir& dir, int n) {
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   for (;;) {
     int ready = 0;
-    for (const auto& e : fs::directory_iterator(dir.path())) ready += e.path().filename().string().rfind("ready.", 0) == 0;
+    for (const auto& e : fs::directory_iterator(dir.path())) {
+      ready += e.path().filename().string().rfind("ready.", 0) == 0;
+    }
     if (ready >= n) return true;
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(50ms);

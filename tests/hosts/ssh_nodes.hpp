@@ -35,7 +35,9 @@ class ssh_nodes {
       if (r.exit_code != 0) throw std::runtime_error("simhosts sshd h" + std::to_string(k) + " failed: " + r.output);
       config_ = r.output.substr(0, r.output.find('\n'));
     }
-    for (int k = 1; k <= 2; ++k) sshd_pids_.push_back(read_pid((keys_ / "ssh") + "/sshd.h" + std::to_string(k) + ".pid"));
+    for (int k = 1; k <= 2; ++k) {
+      sshd_pids_.push_back(read_pid((keys_ / "ssh") + "/sshd.h" + std::to_string(k) + ".pid"));
+    }
   }
 
   [[nodiscard]] const simulated_hosts& hosts() const { return hosts_; }

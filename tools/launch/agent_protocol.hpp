@@ -72,7 +72,9 @@ class spec_decoder {
         if (agent_magic.substr(0, buffer_.size()) != buffer_) return "stdin does not start with a launcher's spec";
         return std::nullopt;
       }
-      if (buffer_.compare(0, agent_magic.size(), agent_magic) != 0) return "stdin does not start with a launcher's spec";
+      if (buffer_.compare(0, agent_magic.size(), agent_magic) != 0) {
+        return "stdin does not start with a launcher's spec";
+      }
       buffer_.erase(0, agent_magic.size());
       magic_seen_ = true;
     }
