@@ -22,10 +22,10 @@
 // (`simhosts --name SET exec HOST -- PROGRAM ...`); without it each NAME is an IPv4 address of this machine
 // (e.g. 127.0.0.2). Ports: --base-port (default 20000) plus the worker's index.
 //
-// Other nodes (docs/nodes.md): without --simhosts, a host that is not this machine's (not localhost, not in
-// 127.0.0.0/8, not an address of one of its interfaces; --ssh: every host) is a node, and its workers are started
-// there over the system's ssh (BatchMode, --ssh-connect-timeout, the user's ssh configuration or --ssh-config, more
-// with --ssh-option), one connection per worker running `mwstrat-launch --remote-agent` (launch/remote_agent.hpp,
+// Other nodes (docs/nodes.md): without --simhosts, a host that is not this machine's (not localhost or its host
+// name, not in 127.0.0.0/8, not an address of one of its interfaces; --ssh: every host) is a node, and its workers
+// are started there over the system's ssh (BatchMode, --ssh-connect-timeout, the user's ssh configuration or
+// --ssh-config, more with --ssh-option), one connection per worker running `mwstrat-launch --remote-agent` (launch/remote_agent.hpp,
 // at --remote-launcher, default this launcher's own path). The worker's spec — program, --workdir (default the
 // launcher's directory), TF_CONFIG, MWSTRAT_HOST_ID, the launcher's MWSTRAT_* variables with the job token, --env —
 // travels on ssh's stdin, never on a command line (launch/agent_protocol.hpp); a job across nodes without

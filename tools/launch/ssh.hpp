@@ -8,6 +8,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <string>
@@ -15,10 +16,13 @@
 
 namespace mwstrat_launch {
 
-// A host is this machine when it is "localhost", an IPv4 address in 127.0.0.0/8, or an IPv4 address of one of its
-// interfaces (in its network namespace). Every other name is another node, reached over ssh.
+// A host is this machine when it is "localhost", this machine's own host name (gethostname), an IPv4 address in
+// 127.0.0.0/8, or an IPv4 address of one of its interfaces (in its network namespace). Every other name is another
+// node, reached over ssh.
 inline bool is_local_host(const std::string& name) {
   if (name == "localhost") return true;
+  char own[256] = {};
+  if (::gethostname(own, sizeof own - 1) == 0 && name == own) return true;
   in_addr probe{};
   if (::inet_pton(AF_INET, name.c_str(), &probe) != 1) return false;
   if ((ntohl(probe.s_addr) >> 24) == 127) return true;
