@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
 
@@ -32,6 +34,21 @@ TEST(launch_hostfile, places_workers_by_the_files_hosts_and_slots) {
   EXPECT_NE(r.output.find("[worker 2] id=127.0.0.2 " + workers), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("ssh"), std::string::npos) << "local addresses went over ssh:\n" << r.output;
   EXPECT_EQ(r.output.find("job token"), std::string::npos) << "a local job got a token it did not ask for";
+}
+
+// This machine's own host name is this machine: started here, with no ssh (there is no sshd to answer here).
+TEST(launch_hostfile, this_machines_own_host_name_is_started_locally) {
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  mwstrat::test::temp_dir dir("mwstrat-hostfile");
+  const std::string file = (dir / "hosts.txt").string();
+  std::ofstream(file) << name << " slots=2\n";
+  const auto r = run(launcher + " --hostfile " + file + " --base-port " +
+                         std::to_string(mwstrat::test::free_ports(1)[0]) + " -- sh -c 'echo \"on $MWSTRAT_HOST_ID\"'",
+                     60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(std::string("[worker 1] on ") + name), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("ssh"), std::string::npos) << r.output;
 }
 
 TEST(launch_hostfile, a_bad_line_stops_the_launch_naming_file_and_line) {
