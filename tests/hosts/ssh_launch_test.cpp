@@ -66,12 +66,14 @@ TEST(ssh_launch, remote_workers_get_their_environment_and_the_token_is_on_no_com
     std::ofstream script(dir.path() / "worker.sh");
     script << "echo \"id=$MWSTRAT_HOST_ID token=$MWSTRAT_JOB_TOKEN pwd=$(pwd) attempt=$MWSTRAT_LAUNCH_ATTEMPT\"\n"
            << "echo \"$TF_CONFIG\"\n"
+           << "echo \"setting=$MY_SETTING\"\n"
            << "touch \"" << (dir / "ready") << ".$$\"\n"
-           << "sleep 20\n";
+           << "sleep 10\n";
   }
   // In the environment, not on the test's own command line (its shell's would show it).
   ::setenv("MWSTRAT_JOB_TOKEN", token.c_str(), 1);
-  process job(nodes.launch(nodes.two_nodes(1) + " --workdir " + (dir / "work") + " -- sh " + (dir / "worker.sh")),
+  process job(nodes.launch(nodes.two_nodes(1) + " --workdir " + (dir / "work") + " --env MY_SETTING=42 -- sh " +
+                           (dir / "worker.sh")),
               120);
   ::unsetenv("MWSTRAT_JOB_TOKEN");
   // Both workers are running: look at every process's command line on the machine (the hosts share its pids).
@@ -106,6 +108,7 @@ TEST(ssh_launch, remote_workers_get_their_environment_and_the_token_is_on_no_com
                           "\"task\": {\"type\": \"worker\", \"index\": 1}}"),
             std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("[worker 1] setting=42"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("made a job token"), std::string::npos) << "the user's token was replaced:\n" << r.output;
 }
 
@@ -148,6 +151,10 @@ TEST(ssh_launch, a_refused_key_fails_the_launch_naming_the_host_and_the_reason) 
   EXPECT_NE(r.output.find("over ssh: root@10.77.0."), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Permission denied (publickey)"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 5.0 + 3.0) << r.output;
+  // --ssh-option reaches ssh as -o: no sshd listens on port 2222.
+  const auto port = run(nodes.launch("--ssh-option Port=2222 " + nodes.two_nodes(1) + " -- true"), 60);
+  EXPECT_EQ(port.exit_code, 255) << port.output;
+  EXPECT_NE(port.output.find("port 2222: Connection refused"), std::string::npos) << port.output;
   EXPECT_TRUE(nodes.nodes_empty_within(5s)) << "a process was left on a node";
 }
 
