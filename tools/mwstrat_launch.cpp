@@ -574,7 +574,9 @@ worker start_remote(const options& o, const std::vector<int>& ports, int index, 
   ::close(in[0]);
   ::close(out[1]);
   ::close(err[1]);
-  // The spec is small (kilobytes): the pipe takes it whole before ssh reads a byte.
+  // The spec is small (kilobytes) and the pipe takes it whole before ssh reads a byte; a larger pipe for a large
+  // --env, so that the launcher never waits here for a node that is slow to log in.
+  ::fcntl(in[1], F_SETPIPE_SZ, 1 << 20);
   for (std::size_t sent = 0; sent < encoded.size();) {
     const ssize_t n = ::write(in[1], encoded.data() + sent, encoded.size() - sent);
     if (n < 0 && errno == EINTR) continue;
