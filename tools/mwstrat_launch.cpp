@@ -1,5 +1,14 @@
 // mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K] [--grace-ms G] -- PROGRAM ARGS...
 // mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- PROGRAM ARGS...
+// mwstrat-launch {--hosts NAME:N,... | --hostfile FILE} [--ssh] [--ssh-connect-timeout S] [--ssh-config FILE]
+//                [--ssh-option OPT]... [--remote-launcher PATH] [--workdir DIR] [--env NAME[=VALUE]]...
+//                [--liveness-timeout S] [...] -- PROGRAM ARGS...
+// mwstrat-launch --remote-agent   (started by the launcher on a node, over ssh; reads its worker's spec from stdin)
+// mwstrat-launch --nnodes N --node-rank K --rendezvous HOST:PORT [--rendezvous-timeout S] -n W [...] -- PROGRAM ARGS...
+//
+// Per-node agents (launch/node_agents.hpp, docs/nodes.md): one launcher per node, started by a scheduler, meets the
+// others at node 0's rendezvous and starts workers K*W .. K*W+W-1 of the N*W, on its own node. In an srun step the
+// count, the rank and the rendezvous come from Slurm; in a Kubernetes Indexed Job the rank is JOB_COMPLETION_INDEX.
 //
 // Starts N local workers of PROGRAM, each with its own TF_CONFIG (cluster.worker = N addresses on H, task.index =
 // i), prefixes every line they print with "[worker i] ", and waits. When a worker fails (non-zero exit or a
@@ -12,6 +21,21 @@
 // (h1, h2, ...): the addresses in TF_CONFIG are theirs and each worker is started inside its host
 // (`simhosts --name SET exec HOST -- PROGRAM ...`); without it each NAME is an IPv4 address of this machine
 // (e.g. 127.0.0.2). Ports: --base-port (default 20000) plus the worker's index.
+//
+// Other nodes (docs/nodes.md): without --simhosts, a host that is not this machine's (not localhost or its host
+// name, not in 127.0.0.0/8, not an address of one of its interfaces; --ssh: every host) is a node, and its workers
+// are started there over the system's ssh (BatchMode, --ssh-connect-timeout, the user's ssh configuration or
+// --ssh-config, more with --ssh-option), one connection per worker running `mwstrat-launch --remote-agent` (launch/remote_agent.hpp,
+// at --remote-launcher, default this launcher's own path). The worker's spec — program, --workdir (default the
+// launcher's directory), TF_CONFIG, MWSTRAT_HOST_ID, the launcher's MWSTRAT_* variables with the job token, --env —
+// travels on ssh's stdin, never on a command line (launch/agent_protocol.hpp); a job across nodes without
+// MWSTRAT_JOB_TOKEN gets one made here. The same stdin carries signals and a ping each second: an agent whose stdin
+// closes (the launcher or its ssh died) or stays silent for --liveness-timeout ends its worker's group (SIGTERM,
+// SIGKILL after the grace period). ssh's stdout is the worker's output, prefixed as a local worker's; its exit
+// status is the worker's, and each remote worker's end is reported ("worker 2 (pid P on node2) exited with status
+// 75 on host node2"). A remote worker that cannot be started (ssh cannot connect or log in, the program or the
+// launcher is missing) fails the launch at once, naming the host and ssh's reason: the other workers are ended and
+// nothing is restarted.
 //
 // Preemption: a worker that exits with 75 (mwstrat::preempted_exit_code: it was preempted at a step boundary and
 // wants to be resumed) is not a failure. The others, which stop at the same step, get the grace period to exit by
@@ -37,7 +61,13 @@
 //
 // Exit status: 0 when every worker succeeded; 75 when the workers stopped for preemption (and the launcher itself
 // was signalled); otherwise the first failure's (128 + signal for a signal).
+#include "launch/agent_protocol.hpp"
+#include "launch/node_agents.hpp"
+#include "launch/remote_agent.hpp"
+#include "launch/ssh.hpp"
+
 #include <mwstrat/cluster/free_ports.hpp>
+#include <mwstrat/cluster/hostfile.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/version.hpp>
 
@@ -60,6 +90,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -79,6 +111,8 @@ constexpr std::array forwarded_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // Those of them the launcher handles: one it found ignored (nohup, a background job's SIGINT and SIGQUIT) stays
 // ignored, in the launcher and in its workers, as it was before the launcher existed.
 sigset_t handled_signals{};
+// Whether the launcher was started with SIGPIPE ignored: its workers inherit that, not the launcher's own ignoring.
+bool sigpipe_was_ignored = false;
 
 struct options {
   int workers = 0;
@@ -94,7 +128,22 @@ struct options {
   std::string simhosts_set;
   std::string simhosts_script;
   std::vector<std::string> worker_host;     // the host's name (MWSTRAT_HOST_ID)
-  std::vector<std::string> worker_address;  // the host's IPv4 address
+  std::vector<std::string> worker_address;  // the host's IPv4 address (or name, for a node reached over ssh)
+  std::vector<bool> worker_remote;          // started over ssh (see ssh.hpp: is_local_host)
+  // Other nodes (ssh).
+  std::string hostfile;
+  bool force_ssh = false;  // --ssh: every host over ssh, even this machine's addresses
+  mwstrat_launch::ssh_settings ssh;
+  std::string workdir;                // --workdir: the remote workers' directory (default: the launcher's)
+  std::vector<std::string> env_names;  // --env NAME[=VALUE]: more of the environment for remote workers
+  // Per-node agents (launch/node_agents.hpp): this launcher starts workers first_local .. first_local + local - 1.
+  mwstrat_launch::node_agent_settings agents;
+  bool agent_flags = false;  // --nnodes, --node-rank or --rendezvous given
+  int first_local = 0;
+  int local_workers = -1;  // -1: all of them
+  [[nodiscard]] bool any_remote() const {
+    return std::find(worker_remote.begin(), worker_remote.end(), true) != worker_remote.end();
+  }
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -103,7 +152,10 @@ struct options {
                "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K [--replace-lost]]\n"
                "       [--max-preemptions P] [--grace-ms G] -- PROGRAM [ARGS...]\n"
                "       mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- "
-               "PROGRAM [ARGS...]\n");
+               "PROGRAM [ARGS...]\n"
+               "       mwstrat-launch {--hosts NAME:N[,...] | --hostfile FILE} [--ssh] [--ssh-connect-timeout S]\n"
+               "       [--ssh-config FILE] [--ssh-option OPT]... [--remote-launcher PATH] [--workdir DIR]\n"
+               "       [--env NAME[=VALUE]]... [--liveness-timeout S] [...] -- PROGRAM [ARGS...]\n");
   std::exit(2);
 }
 
@@ -131,13 +183,17 @@ std::string simulated_host_address(const options& o, const std::string& host) {
   return out;
 }
 
-// --hosts NAME:N,...: the workers, host by host, with their host's name and address (see the top of this file).
+// --hosts NAME:N,... or --hostfile FILE: the workers, host by host, with their host's name and address, and
+// whether each is started over ssh (see the top of this file).
 void resolve_hosts(options& o) {
-  if (o.hosts_spec.empty()) {
+  if (!o.hostfile.empty() && !o.hosts_spec.empty()) usage("--hosts and --hostfile exclude each other");
+  if (o.hosts_spec.empty() && o.hostfile.empty()) {
     if (!o.simhosts_set.empty()) usage("--simhosts needs --hosts");
+    if (o.force_ssh) usage("--ssh needs --hosts or --hostfile");
     return;
   }
   if (o.workers != 0) usage("-n and --hosts exclude each other (--hosts gives the workers per host)");
+  if (!o.simhosts_set.empty() && o.force_ssh) usage("--simhosts and --ssh exclude each other");
   if (o.simhosts_script.empty()) {
     const char* env = std::getenv("MWSTRAT_SIMHOSTS");
     o.simhosts_script = env && *env ? env : "simhosts";
@@ -145,29 +201,25 @@ void resolve_hosts(options& o) {
   if (o.simhosts_script.find('\'') != std::string::npos || o.simhosts_set.find('\'') != std::string::npos) {
     usage("--simhosts, --simhosts-script: no quotes, please");
   }
-  std::size_t from = 0;
-  while (from <= o.hosts_spec.size()) {
-    const std::size_t comma = std::min(o.hosts_spec.find(',', from), o.hosts_spec.size());
-    const std::string entry = o.hosts_spec.substr(from, comma - from);
-    const std::size_t colon = entry.rfind(':');
-    if (colon == std::string::npos || colon == 0) usage("--hosts: '" + entry + "' is not NAME:WORKERS");
-    const std::string name = entry.substr(0, colon);
-    if (name.find('\'') != std::string::npos) usage("--hosts: '" + name + "' has a quote");
-    const int count = parse_int("--hosts " + name, entry.c_str() + colon + 1, 1, 1024);
+  std::vector<mwstrat::host_slots> hosts;
+  try {
+    hosts = o.hostfile.empty() ? mwstrat::parse_host_list(o.hosts_spec) : mwstrat::read_hostfile(o.hostfile);
+  } catch (const mwstrat::config_error& e) {
+    usage(e.detail());
+  }
+  for (const auto& [name, count] : hosts) {
     std::string address = name;
+    bool remote = false;
     if (!o.simhosts_set.empty()) {
       address = simulated_host_address(o, name);
     } else {
-      in_addr probe{};
-      if (::inet_pton(AF_INET, name.c_str(), &probe) != 1) {
-        usage("--hosts: '" + name + "' is not an IPv4 address (simulated host names need --simhosts SET)");
-      }
+      remote = o.force_ssh || !mwstrat_launch::is_local_host(name);
     }
     for (int k = 0; k < count; ++k) {
       o.worker_host.push_back(name);
       o.worker_address.push_back(address);
+      o.worker_remote.push_back(remote);
     }
-    from = comma + 1;
   }
   if (o.worker_host.size() > 1024) usage("--hosts: more than 1024 workers");
   o.workers = static_cast<int>(o.worker_host.size());
@@ -208,6 +260,19 @@ options parse(int argc, char** argv) {
     else if (a == "--hosts") o.hosts_spec = value();
     else if (a == "--simhosts") o.simhosts_set = value();
     else if (a == "--simhosts-script") o.simhosts_script = value();
+    else if (a == "--hostfile") o.hostfile = value();
+    else if (a == "--ssh") o.force_ssh = true;
+    else if (a == "--ssh-connect-timeout") o.ssh.connect_timeout_s = parse_int(a, value(), 1, 3600);
+    else if (a == "--liveness-timeout") o.ssh.liveness_timeout_s = parse_int(a, value(), 1, 3600);
+    else if (a == "--ssh-config") o.ssh.config = value();
+    else if (a == "--ssh-option") o.ssh.options.emplace_back(value());
+    else if (a == "--remote-launcher") o.ssh.remote_launcher = value();
+    else if (a == "--workdir") o.workdir = value();
+    else if (a == "--env") o.env_names.emplace_back(value());
+    else if (a == "--nnodes") { o.agents.nnodes = parse_int(a, value(), 1, 65535); o.agent_flags = true; }
+    else if (a == "--node-rank") { o.agents.node_rank = parse_int(a, value(), 0, 65534); o.agent_flags = true; }
+    else if (a == "--rendezvous") { o.agents.rendezvous = value(); o.agent_flags = true; }
+    else if (a == "--rendezvous-timeout") o.agents.rendezvous_timeout_s = parse_int(a, value(), 1, 86400);
     else if (a == "--version") { std::printf("mwstrat-launch %s\n", mwstrat::version_string); std::exit(0); }
     else if (a == "-h" || a == "--help") usage("");
     else usage("unknown option '" + a + "'");
@@ -215,11 +280,30 @@ options parse(int argc, char** argv) {
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
   resolve_hosts(o);
   if (o.workers == 0) usage("-n N is required");
+  // A per-node agent: by its flags (a Kubernetes Indexed Job gives the node rank), or started by srun in a Slurm
+  // step (not in a batch script or an salloc shell, where `-n` keeps meaning local workers).
+  const bool slurm_step = std::getenv("SLURM_STEP_ID") && std::getenv("SLURM_NNODES") && std::getenv("SLURM_NODEID");
+  if (o.agent_flags || slurm_step) {
+    if (!o.worker_host.empty()) {
+      if (o.agent_flags) usage("--hosts/--hostfile and --nnodes/--node-rank/--rendezvous exclude each other");
+    } else {
+      if (auto missing = mwstrat_launch::settings_from_environment(o.agents)) usage(*missing);
+      if (o.replace_lost) usage("--replace-lost is not available with per-node agents (--nnodes)");
+    }
+  }
   if (o.command.empty()) usage("no program given after --");
   if (o.replace_lost && o.max_restarts == 0) {
     usage("--replace-lost needs --max-restarts K (K >= 1): each replacement counts as a restart");
   }
   if (o.base_port != 0 && o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
+  if (o.any_remote()) {
+    std::error_code ec;
+    if (o.workdir.empty()) o.workdir = std::filesystem::current_path(ec).string();
+    // The same path on every node unless told otherwise (a shared or identical installation).
+    if (o.ssh.remote_launcher.empty()) {
+      o.ssh.remote_launcher = std::filesystem::canonical("/proc/self/exe", ec).string();
+    }
+  }
   return o;
 }
 
@@ -261,7 +345,57 @@ struct worker {
   bool ended = false;    // the launcher killed it on the survivors' report
   leftovers rest = leftovers::leader_runs;
   steady_clock::time_point leftovers_deadline = never;
+  // A worker on another node: `pid` is its ssh client, whose stdin carries the agent's spec and control lines.
+  bool remote = false;
+  int control = -1;               // write end of ssh's stdin
+  int err = -1;                   // read end of ssh's stderr: the agent's lines and ssh's own messages
+  std::string err_pending;
+  bool agent_started = false;     // the agent said "started": ssh got through and the program runs
+  long remote_pid = 0;
+  int remote_signal = 0;          // the signal that ended the worker on its node (0: none)
+  std::vector<std::string> said;  // ssh's (or the agent's) own messages: why a start failed
+  steady_clock::time_point start_deadline = never;
+  steady_clock::time_point next_ping = never;
+  std::string relayed;            // survivors' "lost RANK GENERATION" lines, relayed by the agent
+  bool ended_unstarted = false;   // the launcher ended its ssh before the agent started the worker
+  bool agent_finished = false;    // the agent said how the worker ended (else the connection was lost)
 };
+
+// How a reaped worker ended, for local and remote workers alike.
+struct outcome {
+  int code = 0;
+  std::string text;
+  bool start_failed = false;  // a remote worker that never started: the launch fails, nothing is restarted
+};
+
+// A control line to a remote worker's agent; a full pipe drops it (the agent reads all the time; a ping may be lost).
+void send_control(worker& w, const std::string& line) {
+  if (w.control < 0) return;
+  const ssize_t n = ::write(w.control, line.data(), line.size());
+  (void)n;
+}
+
+// `sig` to a worker's process group; a remote worker's goes through its agent. A remote worker not yet started
+// (ssh still connecting) is ended by ending its ssh: the agent, if it got that far, sees EOF and ends its worker.
+void signal_worker(worker& w, int sig) {
+  if (!w.remote) {
+    ::kill(-w.pid, sig);
+    // A stopped worker (SIGSTOP, a hung machine) would hold a SIGTERM pending until the SIGKILL after the grace
+    // period: continue it so it ends now (as shells do for a stopped job they kill).
+    if (sig == SIGTERM || sig == SIGKILL) ::kill(-w.pid, SIGCONT);
+    return;
+  }
+  if (!w.agent_started) {
+    w.ended_unstarted = true;
+    ::kill(-w.pid, sig == SIGKILL ? SIGKILL : SIGTERM);
+    return;
+  }
+  send_control(w, "signal " + std::to_string(sig) + "\n");
+  if (sig == SIGKILL && w.control >= 0) {  // and EOF: whatever happens to the line, the agent ends everything
+    ::close(w.control);
+    w.control = -1;
+  }
+}
 
 void emit(worker& w, bool flush_partial) {
   std::size_t start = 0;
@@ -279,8 +413,14 @@ void emit(worker& w, bool flush_partial) {
 }
 
 // `report_fd`: the write end of the survivors' report channel (--replace-lost), inherited by the worker; -1: none.
+worker start_remote(const options& o, const std::vector<int>& ports, int index, int attempt,
+                    std::uint64_t generation);
+
 worker start(const options& o, const std::vector<int>& ports, int index, int attempt, std::uint64_t generation,
              int report_fd) {
+  if (!o.worker_remote.empty() && o.worker_remote[static_cast<std::size_t>(index)]) {
+    return start_remote(o, ports, index, attempt, generation);
+  }
   int fds[2];
   if (::pipe(fds) != 0) {
     std::perror("mwstrat-launch: pipe");
@@ -305,6 +445,7 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
     ::setpgid(0, 0);  // its own group, so ending it ends whatever it started
     for (const int sig : forwarded_signals)
       if (::sigismember(&handled_signals, sig) == 1) ::signal(sig, SIG_DFL);
+    if (!sigpipe_was_ignored) ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores its own (see main)
     // A launcher killed outright cannot forward anything; SIGTERM, not SIGKILL, so that an mwstrat worker stops at a
     // step boundary and backs up, as on preemption.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -334,7 +475,128 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
   ::setpgid(pid, pid);
   ::close(fds[1]);
   ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-  return worker{index, pid, fds[0], {}, {}};
+  worker w;
+  w.index = index;
+  w.pid = pid;
+  w.out = fds[0];
+  return w;
+}
+
+extern "C" char** environ;
+
+// What a remote worker's environment holds besides what its node's login gives it: the launcher's MWSTRAT_*
+// variables (the job token among them: through ssh's stdin, never a command line), --env's, and the launcher's
+// protocol (launcher_environment.hpp) as a local worker gets it.
+std::vector<std::pair<std::string, std::string>> remote_environment(const options& o, const std::vector<int>& ports,
+                                                                    int index, int attempt,
+                                                                    std::uint64_t generation) {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string::npos || entry.rfind("MWSTRAT_", 0) != 0) continue;
+    const std::string name = entry.substr(0, eq);
+    if (name == "MWSTRAT_LAUNCH_REPORT_FD") continue;  // the agent gives the worker a descriptor of its own
+    env.emplace_back(name, entry.substr(eq + 1));
+  }
+  for (const auto& item : o.env_names) {
+    const std::size_t eq = item.find('=');
+    if (eq != std::string::npos) {
+      env.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    } else if (const char* v = std::getenv(item.c_str())) {
+      env.emplace_back(item, v);
+    }
+  }
+  env.emplace_back("TF_CONFIG", tf_config(o, ports, index));
+  env.emplace_back("MWSTRAT_LAUNCH_ATTEMPT", std::to_string(attempt));
+  env.emplace_back("MWSTRAT_HOST_ID", o.worker_host[static_cast<std::size_t>(index)]);
+  if (o.replace_lost) {
+    env.emplace_back("MWSTRAT_REPLACE_LOST", "1");
+    env.emplace_back("MWSTRAT_RECOVERY_GENERATION", std::to_string(generation));
+  }
+  return env;
+}
+
+// A worker on another node: ssh to it runs the remote agent (launch/remote_agent.hpp), which reads the worker's
+// spec from ssh's stdin and starts it there. ssh's stdout is the worker's output; its stderr the agent's lines.
+worker start_remote(const options& o, const std::vector<int>& ports, int index, int attempt,
+                    std::uint64_t generation) {
+  const std::string& host = o.worker_host[static_cast<std::size_t>(index)];
+  mwstrat_launch::agent_spec spec;
+  spec.host = host;
+  spec.cwd = o.workdir;
+  spec.argv = o.command;
+  spec.env = remote_environment(o, ports, index, attempt, generation);
+  spec.grace_ms = o.grace_ms;
+  spec.liveness_ms = o.ssh.liveness_timeout_s * 1000;
+  spec.report = o.replace_lost;
+  const std::string encoded = mwstrat_launch::encode(spec);
+  int in[2];
+  int out[2];
+  int err[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    std::perror("mwstrat-launch: pipe");
+    std::exit(1);
+  }
+  const std::vector<std::string> command = mwstrat_launch::ssh_argv(o.ssh, host);
+  sigset_t forwarded{};
+  sigset_t mask_before{};
+  ::sigemptyset(&forwarded);
+  for (const int sig : forwarded_signals) ::sigaddset(&forwarded, sig);
+  ::sigprocmask(SIG_BLOCK, &forwarded, &mask_before);
+  const pid_t launcher = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("mwstrat-launch: fork");
+    std::exit(1);
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);  // the launcher's signals reach the worker through its agent, not through ssh
+    for (const int sig : forwarded_signals)
+      if (::sigismember(&handled_signals, sig) == 1) ::signal(sig, SIG_DFL);
+    if (!sigpipe_was_ignored) ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores its own (see main)
+    // A launcher killed outright takes its ssh connections along; each agent then sees EOF and ends its worker.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    ::sigprocmask(SIG_SETMASK, &mask_before, nullptr);
+    if (::getppid() != launcher) std::_Exit(128 + SIGTERM);
+    ::dup2(in[0], STDIN_FILENO);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    std::vector<char*> argv;
+    for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cannot run '%s': %s\n", argv[0], std::strerror(errno));
+    std::_Exit(255);
+  }
+  ::sigprocmask(SIG_SETMASK, &mask_before, nullptr);
+  ::setpgid(pid, pid);
+  ::close(in[0]);
+  ::close(out[1]);
+  ::close(err[1]);
+  // The spec is small (kilobytes) and the pipe takes it whole before ssh reads a byte; a larger pipe for a large
+  // --env, so that the launcher never waits here for a node that is slow to log in.
+  ::fcntl(in[1], F_SETPIPE_SZ, 1 << 20);
+  for (std::size_t sent = 0; sent < encoded.size();) {
+    const ssize_t n = ::write(in[1], encoded.data() + sent, encoded.size() - sent);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // ssh is gone already: its exit says why
+    sent += static_cast<std::size_t>(n);
+  }
+  ::fcntl(in[1], F_SETFL, ::fcntl(in[1], F_GETFL) | O_NONBLOCK);
+  ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
+  ::fcntl(err[0], F_SETFL, ::fcntl(err[0], F_GETFL) | O_NONBLOCK);
+  worker w;
+  w.index = index;
+  w.pid = pid;
+  w.out = out[0];
+  w.remote = true;
+  w.control = in[1];
+  w.err = err[0];
+  // ssh's connect timeout bounds the TCP connection; this bounds the rest (key exchange, the login, the agent).
+  w.start_deadline = steady_clock::now() + std::chrono::seconds(2 * o.ssh.connect_timeout_s + 5);
+  w.next_ping = steady_clock::now() + std::chrono::seconds(1);
+  return w;
 }
 
 constexpr int preempted_code = 75;  // mwstrat::preempted_exit_code (train/preemption.hpp)
@@ -350,8 +612,65 @@ std::string describe(int status) {
 volatile sig_atomic_t interrupted = 0;
 void on_signal(int sig) { interrupted = sig; }
 
+// A remote worker's stderr: the agent's lines (agent_protocol.hpp) and ssh's own messages. `at_end`: ssh has exited;
+// read what is left and close.
+void read_agent(const options& o, worker& w, bool at_end) {
+  if (w.err < 0) return;
+  char buf[16384];
+  for (;;) {
+    const ssize_t got = ::read(w.err, buf, sizeof buf);
+    if (got > 0) {
+      w.err_pending.append(buf, static_cast<std::size_t>(got));
+      continue;
+    }
+    if (got == 0 || at_end) {
+      ::close(w.err);
+      w.err = -1;
+      if (!w.err_pending.empty() && w.err_pending.back() != '\n') w.err_pending += '\n';
+    }
+    break;
+  }
+  const std::string& host = o.worker_host[static_cast<std::size_t>(w.index)];
+  const std::string_view prefix = mwstrat_launch::agent_line_prefix;
+  for (std::size_t nl; (nl = w.err_pending.find('\n')) != std::string::npos; w.err_pending.erase(0, nl + 1)) {
+    std::string line = w.err_pending.substr(0, nl);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    if (line.compare(0, prefix.size(), prefix) != 0) {  // ssh's own (or the remote shell's) message
+      if (w.said.size() == 8) w.said.erase(w.said.begin());
+      w.said.push_back(line);
+      std::fprintf(stderr, "mwstrat-launch: worker %d: ssh %s: %s\n", w.index, host.c_str(), line.c_str());
+      continue;
+    }
+    const std::string said = line.substr(prefix.size());
+    long pid = 0;
+    int sig = 0;
+    if (std::sscanf(said.c_str(), "started %ld", &pid) == 1) {
+      w.agent_started = true;
+      w.remote_pid = pid;
+      w.start_deadline = never;
+      std::fprintf(stderr, "mwstrat-launch: worker %d: pid %ld on %s\n", w.index, pid, host.c_str());
+    } else if (said.rfind("lost ", 0) == 0) {
+      w.relayed += said + "\n";
+    } else if (std::sscanf(said.c_str(), "signal %d", &sig) == 1) {
+      w.remote_signal = sig;
+      w.agent_finished = true;
+    } else if (said.rfind("exit ", 0) == 0) {
+      w.agent_finished = true;
+    } else if (said.rfind("error ", 0) == 0) {
+      w.said.push_back(said.substr(6));
+    } else {
+      std::fprintf(stderr, "mwstrat-launch: worker %d: agent on %s: %s\n", w.index, host.c_str(), said.c_str());
+    }
+  }
+}
+
 // Reads what is left of a finished worker's output (a replaced worker's) and closes it.
 void drain(worker& w) {
+  for (int* fd : {&w.err, &w.control}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
   if (w.out < 0) return;
   char buf[65536];
   for (ssize_t got; (got = ::read(w.out, buf, sizeof buf)) > 0;) w.pending.append(buf, static_cast<std::size_t>(got));
@@ -406,6 +725,48 @@ void kill_leftovers_now(worker& w) {
 
 constexpr int peer_lost_code = 69;  // mwstrat::peer_lost_exit_code: a survivor that gave up waiting
 
+// The pid a user would look for: a remote worker's on its node.
+long shown_pid(const worker& w) { return w.remote ? w.remote_pid : static_cast<long>(w.pid); }
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += (out.empty() ? "" : "; ") + l;
+  return out;
+}
+
+// How reaped worker `w` ended. A remote worker's ssh exits with its agent's status, which is its worker's; what
+// ssh and the agent said tells a start that failed (ssh could not connect or log in, the program is missing) from
+// a worker that ran.
+outcome judge(const options& o, worker& w, int status) {
+  if (!w.remote) return {exit_code(status), describe(status), false};
+  read_agent(o, w, true);
+  if (w.control >= 0) {
+    ::close(w.control);
+    w.control = -1;
+  }
+  const std::string& host = o.worker_host[static_cast<std::size_t>(w.index)];
+  const int code = exit_code(status);
+  if (!w.agent_started && w.ended_unstarted) {
+    return {128 + SIGTERM, "was ended by the launcher before it started on host " + host, false};
+  }
+  if (!w.agent_started) {
+    const std::string why = w.said.empty() ? "ssh " + describe(status) : joined(w.said);
+    return {code == 0 ? 1 : code, "could not be started on host " + host + " over ssh: " + why, true};
+  }
+  if (w.remote_signal != 0) {
+    return {128 + w.remote_signal, "was killed by signal " + std::to_string(w.remote_signal) + " (" +
+                                       strsignal(w.remote_signal) + ") on host " + host, false};
+  }
+  if (!w.agent_finished) {
+    return {code == 0 ? 255 : code,
+            "lost its ssh connection to host " + host + (w.said.empty() ? "" : ": " + joined(w.said)), false};
+  }
+  return {code, "exited with status " + std::to_string(code) + " on host " + host, false};
+}
+
+// Set when a remote worker could not be started: the launch has failed, and restarting it would fail again.
+bool launch_failed = false;
+
 // Runs one attempt of the whole group; returns 0, preempted_code when the workers stopped for preemption (none
 // failed otherwise), or the first failure's exit code. `restarts` counts failures restarted so far (replacements
 // included), against --max-restarts.
@@ -423,9 +784,14 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
   std::string reports;          // a partial report line
   std::uint64_t generation = 0;  // the ring generation of the latest replacement (0: none yet)
   std::vector<worker> ws;
-  for (int i = 0; i < o.workers; ++i) {
+  const int first = o.first_local;
+  const int count = o.local_workers < 0 ? o.workers : o.local_workers;
+  for (int i = first; i < first + count; ++i) {
     ws.push_back(start(o, ports, i, attempt, 0, report[1]));
-    std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
+    // A remote worker's pid on its node comes with the agent's "started" (read_agent).
+    if (!ws.back().remote) {
+      std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
+    }
   }
   std::optional<int> failure;    // the first exit that is neither 0 nor the preemption code
   bool preempted = false;        // a worker exited with the preemption code
@@ -436,10 +802,7 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
   auto end_all = [&](int sig) {
     for (auto& w : ws) {
       if (w.status) continue;  // its group was ended when it was reaped (settle_leftovers)
-      ::kill(-w.pid, sig);
-      // A stopped worker (SIGSTOP, a hung machine) would hold a SIGTERM pending until the SIGKILL after the grace
-      // period: continue it so it ends now (as shells do for a stopped job they kill).
-      if (sig == SIGTERM) ::kill(-w.pid, SIGCONT);
+      signal_worker(w, sig);
     }
   };
   auto grace = [&] { return steady_clock::now() + std::chrono::milliseconds(o.grace_ms); };
@@ -451,23 +814,29 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
     for (ssize_t got; (got = ::read(report[0], buf, sizeof buf)) > 0;) {
       reports.append(buf, static_cast<std::size_t>(got));
     }
+    for (auto& w : ws) {
+      reports += w.relayed;
+      w.relayed.clear();
+    }
     for (std::size_t nl; (nl = reports.find('\n')) != std::string::npos; reports.erase(0, nl + 1)) {
       int rank = -1;
       unsigned long long gen = 0;
       if (std::sscanf(reports.substr(0, nl).c_str(), "lost %d %llu", &rank, &gen) != 2) continue;
-      if (rank < 0 || rank >= o.workers || gen != generation || failure || forwarded) continue;
-      worker& lost = ws[static_cast<std::size_t>(rank)];
+      if (rank < first || rank >= first + count || gen != generation || failure || forwarded) continue;
+      worker& lost = ws[static_cast<std::size_t>(rank - first)];
       if (lost.status || lost.ended) continue;
       lost.ended = true;
-      std::fprintf(stderr, "mwstrat-launch: the survivors report worker %d (pid %d) lost; ending it\n", rank,
-                   static_cast<int>(lost.pid));
-      ::kill(-lost.pid, SIGKILL);
-      ::kill(-lost.pid, SIGCONT);
+      std::fprintf(stderr, "mwstrat-launch: the survivors report worker %d (pid %ld) lost; ending it\n", rank,
+                   shown_pid(lost));
+      signal_worker(lost, SIGKILL);
     }
   };
   for (;;) {
     std::vector<pollfd> pfds;
-    for (auto& w : ws) if (w.out >= 0) pfds.push_back({w.out, POLLIN, 0});
+    for (auto& w : ws) {
+      if (w.out >= 0) pfds.push_back({w.out, POLLIN, 0});
+      if (w.err >= 0) pfds.push_back({w.err, POLLIN, 0});
+    }
     if (report[0] >= 0) pfds.push_back({report[0], POLLIN, 0});
     if (!pfds.empty()) ::poll(pfds.data(), pfds.size(), 50);
     else std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -482,6 +851,23 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       }
       emit(w, false);
     }
+    const auto turn = steady_clock::now();
+    for (auto& w : ws) {
+      if (!w.remote) continue;
+      read_agent(o, w, false);
+      if (w.status) continue;
+      // The launcher is alive: an agent that hears nothing for the liveness timeout ends its worker.
+      if (turn >= w.next_ping) {
+        send_control(w, "ping\n");
+        w.next_ping = turn + std::chrono::seconds(1);
+      }
+      if (turn >= w.start_deadline) {
+        w.said.push_back("no word from the remote agent within " + std::to_string(2 * o.ssh.connect_timeout_s + 5) +
+                         " s of starting ssh");
+        w.start_deadline = never;
+        ::kill(-w.pid, SIGKILL);
+      }
+    }
     read_reports();
     for (auto& w : ws) {
       if (w.status) continue;
@@ -489,29 +875,48 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.status = status;
         end_leftovers(w, grace());
-        if (status == 0) continue;
+        const outcome ended = judge(o, w, status);
+        if (w.remote && w.agent_started) {  // exit statuses come back per worker
+          std::fprintf(stderr, "mwstrat-launch: worker %d (pid %ld on %s) %s\n", w.index, w.remote_pid,
+                       o.worker_host[static_cast<std::size_t>(w.index)].c_str(), ended.text.c_str());
+        } else if (w.remote && !ended.start_failed) {
+          std::fprintf(stderr, "mwstrat-launch: worker %d %s\n", w.index, ended.text.c_str());
+        }
+        if (ended.code == 0) continue;
+        if (ended.start_failed) {
+          if (!launch_failed) {
+            std::fprintf(stderr, "mwstrat-launch: worker %d %s; ending the other workers\n", w.index,
+                         ended.text.c_str());
+          }
+          launch_failed = true;
+          if (!failure) failure = ended.code;
+          end_all(SIGTERM);
+          term_at = never;
+          if (kill_at == never) kill_at = grace();
+          continue;
+        }
         // --replace-lost: this worker alone is started again, and the others (waiting for it) go on.
-        const int code = exit_code(status);
+        const int code = ended.code;
         const bool was_lost = code != preempted_code && code != peer_lost_code;  // not a stop, not a survivor giving up
         if (o.replace_lost && was_lost && !failure && !forwarded && !preempted && restarts < o.max_restarts) {
           ++restarts;
           ++generation;
           std::fprintf(stderr,
-                       "mwstrat-launch: worker %d (pid %d) %s; starting a replacement (restart %d of %d, ring "
+                       "mwstrat-launch: worker %d (pid %ld) %s; starting a replacement (restart %d of %d, ring "
                        "generation %llu)\n",
-                       w.index, static_cast<int>(w.pid), describe(status).c_str(), restarts, o.max_restarts,
-                       static_cast<unsigned long long>(generation));
+                       w.index, shown_pid(w), ended.text.c_str(), restarts,
+                       o.max_restarts, static_cast<unsigned long long>(generation));
           kill_leftovers_now(w);
           w = start(o, ports, w.index, attempt, generation, report[1]);
-          std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", w.index, static_cast<int>(w.pid));
+          if (!w.remote) std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", w.index, static_cast<int>(w.pid));
           continue;
         }
-        if (exit_code(status) == preempted_code && !failure) {
+        if (code == preempted_code && !failure) {
           if (!preempted && !forwarded) {
             std::fprintf(stderr,
-                         "mwstrat-launch: worker %d (pid %d) stopped for preemption (exit %d); waiting for the others "
+                         "mwstrat-launch: worker %d (pid %ld) stopped for preemption (exit %d); waiting for the others "
                          "to stop at the same step\n",
-                         w.index, static_cast<int>(w.pid), preempted_code);
+                         w.index, shown_pid(w), preempted_code);
             // They agreed on the same step and are exiting by themselves (the chief may be writing a backup).
             if (term_at == never) term_at = grace();
           }
@@ -519,9 +924,9 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
           continue;
         }
         if (!failure) {
-          failure = exit_code(status);
-          std::fprintf(stderr, "mwstrat-launch: worker %d (pid %d) %s; ending the other workers\n", w.index,
-                       static_cast<int>(w.pid), describe(status).c_str());
+          failure = code;
+          std::fprintf(stderr, "mwstrat-launch: worker %d (pid %ld) %s; ending the other workers\n", w.index,
+                       shown_pid(w), ended.text.c_str());
           end_all(SIGTERM);
           term_at = never;
           kill_at = grace();
@@ -561,8 +966,71 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
 
 }  // namespace
 
+// A job token for a job that spans nodes and has none: without one, anyone who reaches a worker's port could join
+// the ring. Made here, it reaches local workers through the environment and remote ones through ssh's stdin.
+void ensure_job_token(const options& o) {
+  const char* given = std::getenv("MWSTRAT_JOB_TOKEN");
+  if (!o.any_remote() || (given && *given)) return;
+  unsigned char bytes[32];
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  if (!random.read(reinterpret_cast<char*>(bytes), sizeof bytes)) {
+    std::fprintf(stderr, "mwstrat-launch: cannot read /dev/urandom for a job token; set MWSTRAT_JOB_TOKEN\n");
+    std::exit(1);
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string token;
+  for (const unsigned char b : bytes) {
+    token += hex[b >> 4];
+    token += hex[b & 15];
+  }
+  ::setenv("MWSTRAT_JOB_TOKEN", token.c_str(), 1);
+  std::fprintf(stderr, "mwstrat-launch: made a job token for this job (MWSTRAT_JOB_TOKEN was not set)\n");
+}
+
+// A per-node agent: meets the other nodes' agents, then knows every worker's address and which are its own.
+void meet_other_nodes(options& o) {
+  const auto& a = o.agents;
+  std::vector<std::string> nodes;
+  try {
+    nodes = mwstrat_launch::meet_nodes(a);
+  } catch (const mwstrat::config_error& e) {
+    usage(e.detail());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mwstrat-launch: node %d of %d: %s\n", a.node_rank, a.nnodes, e.what());
+    std::exit(1);
+  }
+  const int per_node = o.workers;
+  o.worker_host.clear();
+  o.worker_address.clear();
+  o.worker_remote.clear();
+  for (const auto& address : nodes) {
+    for (int i = 0; i < per_node; ++i) {
+      o.worker_host.push_back(address);
+      o.worker_address.push_back(address);
+      o.worker_remote.push_back(false);
+    }
+  }
+  o.workers = per_node * a.nnodes;
+  o.first_local = per_node * a.node_rank;
+  o.local_workers = per_node;
+  if (o.base_port == 0) o.base_port = 20000;
+  if (o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
+  std::string list;
+  for (const auto& n : nodes) list += (list.empty() ? "" : ", ") + n;
+  std::fprintf(stderr, "mwstrat-launch: node %d of %d met the others at %s: nodes %s; workers %d..%d are this node's\n",
+               a.node_rank, a.nnodes, a.rendezvous.c_str(), list.c_str(), o.first_local, o.first_local + per_node - 1);
+}
+
 int main(int argc, char** argv) {
-  const options o = parse(argc, argv);
+  if (argc == 2 && std::string_view(argv[1]) == "--remote-agent") return mwstrat_launch::run_remote_agent();
+  options o = parse(argc, argv);
+  if (o.agents.nnodes > 0) meet_other_nodes(o);
+  ensure_job_token(o);
+  // A write to a remote worker's ssh that has just exited must fail, not kill the launcher; its workers get the
+  // default back.
+  struct sigaction pipe_before{};
+  sigpipe_was_ignored = ::sigaction(SIGPIPE, nullptr, &pipe_before) == 0 && pipe_before.sa_handler == SIG_IGN;
+  ::signal(SIGPIPE, SIG_IGN);
   struct sigaction sa{};
   sa.sa_handler = on_signal;
   ::sigemptyset(&handled_signals);
@@ -584,6 +1052,7 @@ int main(int argc, char** argv) {
     const int code = run_group(o, ports, attempt, restarts);
     if (code == 0) return 0;
     if (interrupted) return code;  // the launcher itself was told to stop: its workers have stopped too
+    if (launch_failed) return code;  // a node could not be reached or could not run the program
     if (code == preempted_code) {
       if (preemptions >= o.max_preemptions) {
         std::fprintf(stderr, "mwstrat-launch: giving up after %d preemption restart(s) (--max-preemptions)\n",

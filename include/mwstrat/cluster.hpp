@@ -9,6 +9,7 @@
 #include <mwstrat/cluster/concepts.hpp>
 #include <mwstrat/cluster/environment.hpp>
 #include <mwstrat/cluster/free_ports.hpp>
+#include <mwstrat/cluster/hostfile.hpp>
 #include <mwstrat/cluster/hostlist.hpp>
 #include <mwstrat/cluster/launcher_environment.hpp>
 #include <mwstrat/cluster/simple_resolver.hpp>

@@ -104,10 +104,14 @@ TEST(mnist_hosts, launch_hosts_refuses_bad_entries_by_name) {
   EXPECT_NE(both.output.find("-n and --hosts exclude each other"), std::string::npos) << both.output;
   const auto entry = run(launcher + " --hosts 127.0.0.1 -- true", 30);
   EXPECT_NE(entry.output.find("--hosts: '127.0.0.1' is not NAME:WORKERS"), std::string::npos) << entry.output;
-  const auto name = run(launcher + " --hosts h1:2 -- true", 30);
-  EXPECT_NE(name.output.find("'h1' is not an IPv4 address (simulated host names need --simhosts SET)"),
-            std::string::npos)
-      << name.output;
+  // A name that is no local address is a node reached over ssh (ssh_launch_test.cpp); one that is no host name at all
+  // is refused before anything starts.
+  const auto name = run(launcher + " --hosts 'h 1:2' -- true", 30);
+  EXPECT_EQ(name.exit_code, 2);
+  EXPECT_NE(name.output.find("--hosts: 'h 1' is not a host name or IPv4 address"), std::string::npos) << name.output;
+  const auto ssh_and_simhosts = run(launcher + " --hosts h1:2 --simhosts s --ssh -- true", 30);
+  EXPECT_NE(ssh_and_simhosts.output.find("--simhosts and --ssh exclude each other"), std::string::npos)
+      << ssh_and_simhosts.output;
   const auto count = run(launcher + " --hosts 127.0.0.1:0 -- true", 30);
   EXPECT_NE(count.output.find("--hosts 127.0.0.1: '0' is not a number in [1, 1024]"), std::string::npos) << count.output;
   MWSTRAT_REQUIRE_SIMULATED_HOSTS();

@@ -68,6 +68,9 @@ struct rendezvous_context {
   int rank = 0;
   int size = 1;
   std::chrono::steady_clock::time_point deadline;
+  // Who meets, for messages: MPI ranks (mpi_resolver) or per-node launchers (mwstrat-launch --nnodes).
+  std::string name = "MPI rendezvous";
+  std::string member = "rank";
   [[nodiscard]] error_origin origin() const { return {"cluster", rank}; }
   [[nodiscard]] int millis_left() const {
     using std::chrono::milliseconds;
@@ -75,10 +78,10 @@ struct rendezvous_context {
     return left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1'000'000));
   }
   [[noreturn]] void fail_io(const std::string& what, int err) const {
-    throw io_error(origin(), "MPI rendezvous at " + endpoint + ": " + what + ": " + std::strerror(err));
+    throw io_error(origin(), name + " at " + endpoint + ": " + what + ": " + std::strerror(err));
   }
   [[noreturn]] void fail_timeout(const std::string& what) const {
-    throw timeout_error(origin(), "MPI rendezvous at " + endpoint + ": " + what);
+    throw timeout_error(origin(), name + " at " + endpoint + ": " + what);
   }
 };
 
@@ -96,7 +99,7 @@ inline const char* refusal_word(rendezvous_refusal kind) {
 }
 
 [[noreturn]] inline void throw_refusal(const rendezvous_context& ctx, rendezvous_refusal kind, const std::string& why) {
-  const std::string text = "MPI rendezvous at " + ctx.endpoint + ": " + why;
+  const std::string text = ctx.name + " at " + ctx.endpoint + ": " + why;
   switch (kind) {
     case rendezvous_refusal::timeout: throw timeout_error(ctx.origin(), text);
     case rendezvous_refusal::lost: throw io_error(ctx.origin(), text);
@@ -224,7 +227,8 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
   sockaddr_in a = ipv4_socket_address(ip, port);
   if (listener.fd() < 0 || ::bind(listener.fd(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
       ::listen(listener.fd(), 128) != 0) {
-    ctx.fail_io("rank 0 cannot listen (is this rank on the first host, and the port free?)", errno);
+    ctx.fail_io(ctx.member + " 0 cannot listen (is this " + ctx.member + " on the first host, and the port free?)",
+                errno);
   }
   const reserved_port own = reserve_port(ctx, ip);  // held until the answer is out
   std::vector<std::string> addresses(static_cast<std::size_t>(ctx.size));
@@ -254,11 +258,13 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
       fail_all(fd, "a peer sent '" + line.substr(0, 80) + "', not a registration");
     }
     if (size != ctx.size) {
-      fail_all(fd, "rank " + std::to_string(rank) + " says the world has " + std::to_string(size) +
-                       " ranks, rank 0 says " + std::to_string(ctx.size));
+      fail_all(fd, ctx.member + " " + std::to_string(rank) + " says the world has " + std::to_string(size) +
+                       " " + ctx.member + "s, " + ctx.member + " 0 says " + std::to_string(ctx.size));
     }
-    if (rank < 1 || rank >= ctx.size) fail_all(fd, "a peer registered as rank " + std::to_string(rank) + ", out of range");
-    if (registered.count(rank)) fail_all(fd, "rank " + std::to_string(rank) + " registered twice");
+    if (rank < 1 || rank >= ctx.size) {
+      fail_all(fd, "a peer registered as " + ctx.member + " " + std::to_string(rank) + ", out of range");
+    }
+    if (registered.count(rank)) fail_all(fd, ctx.member + " " + std::to_string(rank) + " registered twice");
     addresses[static_cast<std::size_t>(rank)] = endpoint;
     peer.rank = rank;
     registered.emplace(rank, std::move(peer));
@@ -280,7 +286,8 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) ctx.fail_io("poll", errno);
     if (ready == 0) {
-      fail_all(-1, "rank(s) " + missing_ranks() + " did not register within the deadline", rendezvous_refusal::timeout);
+      fail_all(-1, ctx.member + "(s) " + missing_ranks() + " did not register within the deadline",
+               rendezvous_refusal::timeout);
     }
     std::size_t k = 1;
     std::vector<rendezvous_peer> still_pending;
@@ -309,8 +316,9 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
       char c = 0;
       const ssize_t n = ::recv(peer.socket.fd(), &c, 1, MSG_PEEK);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n > 0) fail_all(-1, "rank " + std::to_string(rank) + " sent more than its registration");
-      fail_all(-1, "rank " + std::to_string(rank) + " closed its connection after registering", rendezvous_refusal::lost);
+      if (n > 0) fail_all(-1, ctx.member + " " + std::to_string(rank) + " sent more than its registration");
+      fail_all(-1, ctx.member + " " + std::to_string(rank) + " closed its connection after registering",
+               rendezvous_refusal::lost);
     }
     // Registrations completed in this round are checked and taken; the rest wait for more bytes.
     pending.clear();
@@ -345,7 +353,7 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
         char c = 0;
         const ssize_t n = ::recv(p[k].fd, &c, 1, MSG_PEEK);
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        const std::string who = "rank " + std::to_string(ranks[k]);
+        const std::string who = ctx.member + " " + std::to_string(ranks[k]);
         if (n > 0) fail_all(-1, who + " sent more than its registration");
         fail_all(-1, who + " closed its connection after registering", rendezvous_refusal::lost);
       }
@@ -365,7 +373,7 @@ inline std::vector<std::string> rendezvous_serve(const rendezvous_context& ctx, 
     std::string who;
     for (const std::size_t i : failed) who += (who.empty() ? "" : ", ") + std::to_string(ranks[i]);
     // The ranks that got the answer go on and meet the missing one's absence at the ring's start-up.
-    throw io_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": rank(s) " + who +
+    throw io_error(ctx.origin(), ctx.name + " at " + ctx.endpoint + ": " + ctx.member + "(s) " + who +
                                      " could not be sent the addresses (gone after registering?)");
   }
   return addresses;
@@ -394,7 +402,7 @@ inline std::vector<std::string> rendezvous_join(const rendezvous_context& ctx, c
     }
     if (err == 0) break;
     if (ctx.millis_left() == 0) {
-      ctx.fail_timeout("rank 0 did not accept within the deadline (" + std::string(std::strerror(err)) + ")");
+      ctx.fail_timeout(ctx.member + " 0 did not accept within the deadline (" + std::string(std::strerror(err)) + ")");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 0 not listening yet
   }
@@ -411,11 +419,13 @@ inline std::vector<std::string> rendezvous_join(const rendezvous_context& ctx, c
   // grace lets its answer arrive, so this rank reports the cause instead of its own time-out.
   rendezvous_context answer_ctx = ctx;
   answer_ctx.deadline += std::chrono::seconds(2);
-  const auto line = read_line(answer_ctx, s.fd(), "rank 0");
-  if (!line) throw io_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": rank 0 closed the connection");
+  const auto line = read_line(answer_ctx, s.fd(), ctx.member + " 0");
+  if (!line) {
+    throw io_error(ctx.origin(), ctx.name + " at " + ctx.endpoint + ": " + ctx.member + " 0 closed the connection");
+  }
   for (const auto kind : {rendezvous_refusal::config, rendezvous_refusal::timeout, rendezvous_refusal::lost}) {
     const std::string word = std::string(refusal_word(kind)) + ' ';
-    if (line->rfind(word, 0) == 0) throw_refusal(ctx, kind, "rank 0 refused: " + line->substr(word.size()));
+    if (line->rfind(word, 0) == 0) throw_refusal(ctx, kind, ctx.member + " 0 refused: " + line->substr(word.size()));
   }
   std::istringstream in(*line);
   std::string ok;
@@ -424,7 +434,8 @@ inline std::vector<std::string> rendezvous_join(const rendezvous_context& ctx, c
   for (std::string a; in >> a;) addresses.push_back(a);
   if (ok != "ok" || static_cast<int>(addresses.size()) != ctx.size ||
       addresses[static_cast<std::size_t>(ctx.rank)] != mine) {
-    throw config_error(ctx.origin(), "MPI rendezvous at " + ctx.endpoint + ": rank 0 answered '" + line->substr(0, 80) +
+    throw config_error(ctx.origin(), ctx.name + " at " + ctx.endpoint + ": " + ctx.member + " 0 answered '" +
+                                         line->substr(0, 80) +
                                          "', not the " + std::to_string(ctx.size) + " addresses");
   }
   return addresses;

@@ -1,0 +1,108 @@
+// Per-node agents (mwstrat-launch --nnodes N --node-rank K --rendezvous HOST:PORT -n W), one per simulated host, as a
+// scheduler starts them: they meet at node 0's rendezvous and train together; a node that never comes is named on
+// every node that did, at the deadline; under Slurm (an srun step) and a Kubernetes Indexed Job the node's rank and
+// the node count come from the environment. Every wait is bounded.
+#include "mnist_hosts.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+namespace node_agents_test {
+
+using namespace mwstrat::test;
+
+const std::string short_run = " --data-dir " + mnist_dir + " --epochs 1 --steps-per-epoch 2 --batch-size 8 --no-test";
+
+std::string agent(const std::string& flags) { return launcher + " " + flags; }
+
+TEST(node_agents, two_agents_on_two_hosts_meet_and_train_the_bits_of_four_local_workers) {
+  MWSTRAT_REQUIRE_SIMULATED_HOSTS();
+  scratch_dir dir;
+  simulated_hosts hosts(2, "1gbit");
+  const std::string job = " -n 2 -- " + example + short_run + " --model-dir " + (dir / "agents");
+  const std::string rendezvous = " --nnodes 2 --rendezvous " + hosts.address(1) + ":29500";
+  // Node 1 first: it waits for node 0's rendezvous to listen.
+  process node1(hosts.on(2, "MWSTRAT_RING_TOPOLOGY=flat " + agent(rendezvous + " --node-rank 1" + job)), 300);
+  process node0(hosts.on(1, "MWSTRAT_RING_TOPOLOGY=flat " + agent(rendezvous + " --node-rank 0" + job)), 300);
+  const auto r0 = node0.finish();
+  const auto r1 = node1.finish();
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_NE(r0.output.find("mwstrat-launch: node 0 of 2 met the others at 10.77.0.1:29500: nodes 10.77.0.1, "
+                           "10.77.0.2; workers 0..1 are this node's"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_NE(r1.output.find("workers 2..3 are this node's"), std::string::npos) << r1.output;
+  EXPECT_NE(r0.output.find("[worker 0] [mwstrat.ring] rank 0: started: tcp://10.77.0.1:20000, waiting for 4 workers"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_NE(r1.output.find("mwstrat-launch: worker 3: pid "), std::string::npos) << r1.output;  // (only rank 0 logs)
+  const auto local = run("MWSTRAT_RING_TOPOLOGY=flat " + launcher + " -n 4 -- " + example + short_run +
+                             " --model-dir " + (dir / "local"),
+                         300);
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  const std::string agents = read_file(dir.path() / "agents" / "model.safetensors");
+  ASSERT_FALSE(agents.empty());
+  EXPECT_EQ(agents, read_file(dir.path() / "local" / "model.safetensors"));
+}
+
+TEST(node_agents, a_node_that_never_arrives_is_named_on_every_node_at_the_deadline) {
+  MWSTRAT_REQUIRE_SIMULATED_HOSTS();
+  simulated_hosts hosts(2);
+  const std::string flags = " --nnodes 3 --rendezvous " + hosts.address(1) + ":29500 --rendezvous-timeout 4 -n 2";
+  process node1(hosts.on(2, agent(flags + " --node-rank 1 -- echo trained")), 60);
+  process node0(hosts.on(1, agent(flags + " --node-rank 0 -- echo trained")), 60);
+  const auto r0 = node0.finish();
+  const auto r1 = node1.finish();
+  EXPECT_EQ(r0.exit_code, 1) << r0.output;
+  EXPECT_EQ(r1.exit_code, 1) << r1.output;
+  EXPECT_NE(r0.output.find("mwstrat-launch: node 0 of 3: [mwstrat.cluster] rank 0: node rendezvous at "
+                           "10.77.0.1:29500: node(s) 2 did not register within the deadline"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_NE(r1.output.find("node 1 of 3: [mwstrat.cluster] rank 1: node rendezvous at 10.77.0.1:29500: node 0 "
+                           "refused: node(s) 2 did not register within the deadline"),
+            std::string::npos)
+      << r1.output;
+  EXPECT_LT(r0.seconds, 4.0 + 5.0) << r0.output;
+  EXPECT_EQ(r0.output.find("trained"), std::string::npos) << "a worker started without the missing node";
+  EXPECT_EQ(r1.output.find("trained"), std::string::npos) << "a worker started without the missing node";
+}
+
+// The same command line on every node: Slurm's variables in an srun step (node 0 here) and a Kubernetes Indexed
+// Job's completion index with the count and the rendezvous on the command line (node 1).
+TEST(node_agents, slurm_and_kubernetes_environments_give_the_node_rank_and_count) {
+  MWSTRAT_REQUIRE_SIMULATED_HOSTS();
+  simulated_hosts hosts(2);
+  const std::string program = " -n 1 -- sh -c 'echo \"$TF_CONFIG\"'";
+  process node1(hosts.on(2, "JOB_COMPLETION_INDEX=1 " +
+                                agent("--nnodes 2 --rendezvous " + hosts.address(1) + ":29500" + program)),
+                60);
+  process node0(hosts.on(1, "SLURM_STEP_ID=0 SLURM_NNODES=2 SLURM_NODEID=0 SLURM_JOB_NODELIST='10.77.0.[1-2]' " +
+                                agent(program)),
+                60);
+  const auto r0 = node0.finish();
+  const auto r1 = node1.finish();
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  const std::string cluster = "{\"cluster\": {\"worker\": [\"10.77.0.1:20000\", \"10.77.0.2:20001\"]}";
+  EXPECT_NE(r0.output.find("[worker 0] " + cluster + ", \"task\": {\"type\": \"worker\", \"index\": 0}}"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_NE(r1.output.find("[worker 1] " + cluster + ", \"task\": {\"type\": \"worker\", \"index\": 1}}"),
+            std::string::npos)
+      << r1.output;
+  // Missing pieces are named.
+  const auto no_rank = run(agent("--nnodes 2 --rendezvous 127.0.0.1:29500 -n 1 -- true"), 30);
+  EXPECT_EQ(no_rank.exit_code, 2);
+  EXPECT_NE(no_rank.output.find("--node-rank K is needed (or SLURM_NODEID, or JOB_COMPLETION_INDEX)"),
+            std::string::npos)
+      << no_rank.output;
+  const auto bad = run(agent("--nnodes 2 --node-rank 2 --rendezvous 127.0.0.1:29500 -n 1 -- true"), 30);
+  EXPECT_NE(bad.output.find("--node-rank 2 is not below --nnodes 2"), std::string::npos) << bad.output;
+}
+
+}  // namespace node_agents_test
