@@ -67,6 +67,7 @@ inline ring_identity ring_identity_of(const ring_options& o, unique_socket liste
     id.hosts.push_back(std::move(parsed.value));
   }
   id.token = o.job_token.value_or(std::string());
+  id.seal = id.token.empty() ? seal_mode::none : o.encrypt ? seal_mode::encrypt : seal_mode::authenticate;
   id.chunk_bytes = ring_chunk_bytes(o);
   id.want_shm = o.transport == ring_transport::automatic;
   id.streams = static_cast<unsigned>(o.streams_per_peer);

@@ -10,6 +10,7 @@
 #include <mwstrat/cluster/address.hpp>
 #include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
+#include <mwstrat/collective/ring/detail/frame_seal.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/log.hpp>
 #include <mwstrat/collective/ring/detail/rank_map.hpp>
@@ -69,6 +70,7 @@ struct ring_identity {
   bool quiet = false;  // no start-up lines (a ring inside a ring: its parent logs the topology)
   bool liveness = true;  // a liveness connection beside each link (not in a ring inside a ring)
   unsigned streams = 1;  // data connections per link between hosts (ring_options::streams_per_peer)
+  seal_mode seal = seal_mode::none;  // what frames between hosts carry (frame_seal.hpp): none without a token
 };
 
 // A socket listening on `here`'s host at a port the kernel picks (the rings inside a hierarchical ring); its port in
@@ -99,7 +101,8 @@ class ring_startup {
   ring_startup(const ring_options& options, const ring_identity& id)
       : options_(options), ranks_(options.addresses), n_(id.world), rank_(id.rank), parsed_(id.hosts), token_(id.token),
         chunk_bytes_(id.chunk_bytes), cluster_digest_(id.cluster), model_digest_(id.model), want_shm_(id.want_shm),
-        host_(id.host), listener_(id.listener), quiet_(id.quiet), liveness_(id.liveness), streams_(id.streams) {}
+        host_(id.host), listener_(id.listener), quiet_(id.quiet), liveness_(id.liveness), streams_(id.streams),
+        seal_(id.seal) {}
 
   // Listens, connects and accepts; throws what ring_collective's constructor documents.
   ring_links run() {
@@ -294,8 +297,9 @@ class ring_startup {
     const bool have_token = !token_.empty();
     detail::hello_reply reply;
     reply.status = detail::judge_hello(*h, static_cast<std::uint32_t>(n_), static_cast<std::uint32_t>(prev()),
-                                       cluster_digest_, model_digest_, have_token, streams_);
-    reply.flags = static_cast<std::uint8_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0));
+                                       cluster_digest_, model_digest_, have_token, streams_, encrypts());
+    reply.flags = static_cast<std::uint8_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0) |
+                                            (encrypts() ? detail::flag_encrypt : 0));
     reply.world = static_cast<std::uint32_t>(n_);
     reply.rank = static_cast<std::uint32_t>(rank_);
     reply.nonce = detail::random_nonce();
@@ -341,9 +345,23 @@ class ring_startup {
       links_.in.adopt({});
       links_.more_in.clear();
       links_.more_in.resize(detail::digest_equal(h->host, host_) ? 0 : streams_ - 1);
-      if (same_host(h->flags, h->host)) return accept_shm(fd, limit);
     }
+    if (!liveness) (lane == 0 ? links_.in : links_.more_in[lane - 1]).seal = seal_of(h->host, false, h->nonce,
+                                                                                        reply.nonce, h->rank, reply.rank);
+    if (!liveness && lane == 0 && same_host(h->flags, h->host)) return accept_shm(fd, limit);
     return std::nullopt;
+  }
+
+  [[nodiscard]] bool encrypts() const { return seal_ == detail::seal_mode::encrypt; }
+
+  // The frame seal of a data connection: keyed from this handshake when the peer is on another host and there is a
+  // token, else none (shared memory and TCP within a host carry no tag).
+  detail::link_seal seal_of(const detail::digest& peer_host, bool as_client, const detail::digest& client_nonce,
+                            const detail::digest& server_nonce, std::uint32_t client_rank,
+                            std::uint32_t server_rank) const {
+    if (seal_ == detail::seal_mode::none || detail::digest_equal(peer_host, host_)) return {};
+    return detail::link_seal::keyed(token_, seal_, as_client, client_nonce, server_nonce, cluster_digest_, client_rank,
+                                    server_rank);
   }
 
   // Both ends want shared memory and share a kernel, user and namespaces.
@@ -372,9 +390,11 @@ class ring_startup {
   // (unless this ring has none) its liveness connection.
   void connect_next(steady::time_point deadline) {
     links_.out.socket = connect_one(deadline, false, 0);
+    links_.out.seal = std::move(client_seal_);
     for (unsigned lane = 1; lane < out_lanes_; ++lane) {
       detail::send_link more;
       more.socket = connect_one(deadline, false, lane);
+      more.seal = std::move(client_seal_);
       links_.more_out.push_back(std::move(more));
     }
     if (liveness_) links_.liveness_out = connect_one(deadline, true, 0);
@@ -444,7 +464,8 @@ class ring_startup {
     detail::hello h;
     h.flags = static_cast<std::uint16_t>((have_token ? detail::flag_token : 0) |
                                          (want_shm_ && !liveness ? detail::flag_shm : 0) |
-                                         (liveness ? detail::flag_liveness : 0) | detail::lane_flags(lane, streams_));
+                                         (liveness ? detail::flag_liveness : 0) | (encrypts() ? detail::flag_encrypt : 0) |
+                                         detail::lane_flags(lane, streams_));
     h.world = static_cast<std::uint32_t>(n_);
     h.rank = static_cast<std::uint32_t>(rank_);
     h.cluster = cluster_digest_;
@@ -468,6 +489,7 @@ class ring_startup {
     else if (reply->rank != static_cast<std::uint32_t>(to)) fin.status = detail::refusal::wrong_rank;
     else if (have_token && (reply->flags & detail::flag_token) == 0) fin.status = detail::refusal::token_required;
     else if (!have_token && (reply->flags & detail::flag_token) != 0) fin.status = detail::refusal::token_unexpected;
+    else if (((reply->flags & detail::flag_encrypt) != 0) != encrypts()) fin.status = detail::refusal::encrypt_mismatch;
     else if (have_token &&
              !detail::digest_equal(reply->proof, detail::handshake_proof(token_, true, h.nonce, reply->nonce,
                                                                          cluster_digest_, h.world, h.rank,
@@ -488,6 +510,7 @@ class ring_startup {
     if (!verdict) throw protocol_error({"ring", rank_}, who + " is not an mwstrat ring peer (bad verdict)");
     if (verdict->status != detail::refusal::none)
       throw protocol_error({"ring", rank_}, who + " refused this rank: " + detail::refusal_text(verdict->status));
+    if (!liveness) client_seal_ = seal_of(reply->host, true, h.nonce, reply->nonce, h.rank, reply->rank);
     if (liveness || lane > 0) return std::nullopt;
     out_lanes_ = detail::digest_equal(reply->host, host_) ? 1 : streams_;  // more only to another host
     if (same_host(reply->flags, reply->host)) return offer_shm(fd, limit);
@@ -509,6 +532,8 @@ class ring_startup {
   bool liveness_ = true;
   unsigned streams_ = 1;
   unsigned out_lanes_ = 1;  // data connections to the next rank: streams_ when it is on another host
+  detail::seal_mode seal_ = detail::seal_mode::none;
+  detail::link_seal client_seal_;  // the seal of the data connection client_handshake just made
   std::mutex refusal_mutex_;
   std::string last_refusal_;  // the acceptor's latest refusal, for the connector's error
   ring_links links_;

@@ -66,11 +66,13 @@ inline digest random_nonce() {
 inline constexpr std::array<std::uint8_t, 8> hello_magic = {'M', 'W', 'S', 'R', 'I', 'N', 'G', '1'};
 // 2: host identity, shm offer, slot/credit frames; 3: shm proof; 4: a liveness connection beside each link
 // (flag_liveness), heartbeat and goodbye frames; 5: several data connections per link between hosts (lane_flags);
-// 6: each broadcast starts with a broadcast_check all-reduce of the ranks' roots, types and counts.
-inline constexpr std::uint16_t protocol_version = 6;
+// 6: each broadcast starts with a broadcast_check all-reduce of the ranks' roots, types and counts; 7: with a token,
+// frames on data connections between hosts carry an AES-256-GCM tag (frame_seal.hpp), flag_encrypt.
+inline constexpr std::uint16_t protocol_version = 7;
 inline constexpr std::uint16_t flag_token = 1;     // the sender holds a job token and will prove it
 inline constexpr std::uint16_t flag_shm = 2;       // the sender would carry payloads through shared memory
 inline constexpr std::uint16_t flag_liveness = 4;  // this connection is the link's liveness connection (liveness.hpp)
+inline constexpr std::uint16_t flag_encrypt = 8;   // the sender encrypts frames between hosts (frame_seal.hpp)
 // A hello's top byte (protocol v5): which data connection of the link this is (bits 8-11, 0 for the first, which
 // also carries the back channel, aborts and shared memory) and how many the sender opens to a peer on another host
 // (bits 12-15, minus one: ring_options::streams_per_peer). Both ends must be configured alike.
@@ -94,11 +96,12 @@ enum class refusal : std::uint8_t {
   token_unexpected = 7,
   bad_proof = 8,
   streams_mismatch = 9,
+  encrypt_mismatch = 10,
 };
 
 template <>
 struct enum_range<refusal> {
-  static constexpr refusal first = refusal::none, last = refusal::streams_mismatch;
+  static constexpr refusal first = refusal::none, last = refusal::encrypt_mismatch;
   static constexpr const char* unknown = "unknown refusal";
 };
 
@@ -114,6 +117,8 @@ inline const char* refusal_text(refusal r) {
     case refusal::token_unexpected: return "the peer holds a job token but this side has none";
     case refusal::bad_proof: return "job token proof (HMAC-SHA256) does not verify: wrong MWSTRAT_JOB_TOKEN";
     case refusal::streams_mismatch: return "streams per peer differ (ring_options::streams_per_peer, MWSTRAT_RING_STREAMS)";
+    case refusal::encrypt_mismatch:
+      return "one side encrypts frames between hosts and the other does not (ring_options::encrypt, MWSTRAT_RING_ENCRYPT)";
   }
   return "unknown refusal";
 }
@@ -209,7 +214,7 @@ inline std::optional<hello_finish> decode_hello_finish(std::span<const std::uint
 
 // What the server checks in a client's hello, given what it expects; refusal::none when acceptable.
 inline refusal judge_hello(const hello& h, std::uint32_t world, std::uint32_t expected_rank, const digest& cluster,
-                           const digest& model, bool have_token, unsigned streams = 1) {
+                           const digest& model, bool have_token, unsigned streams = 1, bool encrypt = false) {
   if (h.version != protocol_version) return refusal::bad_version;
   if (streams_of_flags(h.flags) != streams) return refusal::streams_mismatch;
   if (h.world != world) return refusal::wrong_world;
@@ -219,6 +224,7 @@ inline refusal judge_hello(const hello& h, std::uint32_t world, std::uint32_t ex
   const bool peer_token = (h.flags & flag_token) != 0;
   if (have_token && !peer_token) return refusal::token_required;
   if (!have_token && peer_token) return refusal::token_unexpected;
+  if (((h.flags & flag_encrypt) != 0) != encrypt) return refusal::encrypt_mismatch;
   return refusal::none;
 }
 
