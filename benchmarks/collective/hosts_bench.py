@@ -281,7 +281,7 @@ def main():
         run_setting("loopback", None, None)
     summary = summarise(rows)
     for s in summary:
-        print("%-8s %-6s %dx%d %-12s %9d B  median %9.3f ms%s%s" % (
+        print("%-8s %-6s %dx%d %-12s %9d B  median %9.3f ms%s%s%s" % (
             s["setting"], s["rate"] or "-", HOSTS, s["ranks_per_host"], s["impl"], s["bytes"], s["median_s"] * 1e3,
             "  %.0f%% of the link limit" % (100 * s["fraction_of_limit"]) if s["fraction_of_limit"] else "",
             "  %.2fx mwstrat fp32's time" % s["time_over_mwstrat_fp32"] if s["time_over_mwstrat_fp32"] else "",

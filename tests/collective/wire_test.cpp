@@ -102,7 +102,7 @@ TEST(ring_wire, hello_round_trips_and_is_judged) {
   EXPECT_EQ(back->rank, 2u);
   EXPECT_EQ(back->nonce, h.nonce);
   EXPECT_EQ(back->host, h.host);
-  EXPECT_EQ(back->version, 6);
+  EXPECT_EQ(back->version, 7);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true), refusal::none);
   // streams_per_peer travels in the flags (with the connection's index) and must match.
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true, 2), refusal::streams_mismatch);
@@ -121,6 +121,12 @@ TEST(ring_wire, hello_round_trips_and_is_judged) {
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("x"), sha256("m"), true), refusal::cluster_mismatch);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("x"), true), refusal::model_mismatch);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), false), refusal::token_unexpected);
+  // Both ends must agree on encrypting the frames between hosts (flag_encrypt).
+  EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true, 1, true), refusal::encrypt_mismatch);
+  hello encrypting = *back;
+  encrypting.flags = static_cast<std::uint16_t>(encrypting.flags | flag_encrypt);
+  EXPECT_EQ(judge_hello(encrypting, 4, 2, sha256("c"), sha256("m"), true, 1, true), refusal::none);
+  EXPECT_EQ(judge_hello(encrypting, 4, 2, sha256("c"), sha256("m"), true, 1, false), refusal::encrypt_mismatch);
   raw[0] = 'X';
   EXPECT_FALSE(decode_hello(raw));
   EXPECT_FALSE(decode_hello(std::span(raw).first(10)));
