@@ -302,6 +302,24 @@ TEST(frame_seal, plain_authenticated_and_encrypted_all_reduces_give_the_same_bit
   }
 }
 
+// A failure on sealed links (ranks calling all-reduces of different sizes) travels as sealed aborts: every rank
+// reports the real reason, none a frame that fails authentication (an abort sealed out of turn, or after a frame
+// left half-sealed, would read as one).
+TEST(frame_seal, aborts_on_sealed_links_carry_the_real_reason) {
+  for (const auto& security : {authenticated, encrypted}) {
+    std::vector<std::string> args = {"hosts=a,b,c", "chunk=4096", "timeout_ms=20000"};
+    args.insert(args.end(), security.begin(), security.end());
+    test::ring_run ring(3, "mismatch", args);
+    ASSERT_TRUE(ring.wait_all(60s)) << ring.report();
+    for (int r = 0; r < 3; ++r) {
+      const std::string out = ring.workers[static_cast<std::size_t>(r)].stdout_text();
+      EXPECT_NE(out.find("ERROR protocol"), std::string::npos) << "rank " << r << "\n" << ring.report();
+      EXPECT_NE(out.find("expected all_reduce"), std::string::npos) << "rank " << r << "\n" << ring.report();
+      EXPECT_EQ(out.find("fails authentication"), std::string::npos) << "rank " << r << "\n" << ring.report();
+    }
+  }
+}
+
 TEST(frame_seal, ends_that_disagree_on_encryption_are_refused_naming_it) {
   const auto ports = test::free_ports(2);
   test::temp_dir dir{"mwstrat-seal"};

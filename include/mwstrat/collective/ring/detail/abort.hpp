@@ -43,6 +43,8 @@ struct inflight_frame {
   std::array<std::uint8_t, frame_header_size> header{};
   seal_tag tag{};
   std::size_t tag_bytes = 0;  // 0 on a connection that is not sealed
+  const std::uint8_t* plain = nullptr;  // a sealed frame's payload before sealing, and how much of it is sealed: the
+  std::size_t sealed = 0;               // rest is sealed (data_path: finish_inflight_seal) before the frame completes
 };
 
 // The rest of an abort frame whose header `h` (as received: `raw_header`) came from rank `from` on `fd`: the failure

@@ -132,6 +132,7 @@ class ring_data_path {
   /// Tells both neighbours that this rank gives up (after the frame in flight to the next rank, to whichever of
   /// them is not known to be gone), then shuts the other data connections.
   void abort_neighbours(const ring_plan& p, const ring_failure& told) {
+    finish_inflight_seal();
     send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, op_header(p), told,
                &out_.seal.send, &in_.seal.send);
     shutdown_extra_lanes();
@@ -149,6 +150,23 @@ class ring_data_path {
   send_link& out_lane(std::size_t k) { return k == 0 ? out_ : more_out_[k - 1]; }
   recv_link& in_lane(std::size_t k) { return k == 0 ? in_ : more_in_[k - 1]; }
   static std::size_t lane_of(const ring_plan& p, std::size_t t, std::size_t lanes) { return t % p.sched.chunks % lanes; }
+
+  // How far a frame is sealed ahead of what has gone on the socket: sealing and sending take turns, so the first bytes
+  // leave at once and the sealed bytes are still in cache when the kernel copies them.
+  static constexpr std::size_t seal_ahead = std::size_t{128} << 10;
+
+  // An abort completes the frame in flight on the first connection: what of it is not sealed yet is sealed now.
+  void finish_inflight_seal() {
+    inflight_frame& f = out_.inflight;
+    if (f.tag_bytes == 0 || f.total == 0) return;
+    const std::size_t payload = f.total - frame_header_size - f.tag_bytes;
+    if (f.sealed == payload) return;
+    auto* to = const_cast<std::uint8_t*>(f.payload);  // the connection's own stage (encrypt), or unused
+    if (!out_.seal.send.update(f.plain + f.sealed, to + f.sealed, payload - f.sealed) || !out_.seal.send.finish(f.tag))
+      f = {};  // OpenSSL failed: send the abort alone (the next rank then reports a broken frame)
+    else
+      f.sealed = payload;
+  }
 
   // After an abort on the first connection: the others are shut too, so a neighbour waiting only on one of them
   // sees it end at once (and reads the abort on the first) instead of waiting for the liveness verdict.
@@ -173,7 +191,10 @@ class ring_data_path {
     std::array<std::uint8_t, frame_header_size> header{};
     seal_tag tag{};            // the frame's tag on a sealed connection
     std::size_t tag_bytes = 0;
+    const std::uint8_t* plain = nullptr;  // what is sealed into `src` (encrypt) or authenticated (src itself)
+    std::size_t sealed = 0;    // payload bytes sealed so far (all of them on a connection that is not sealed)
     [[nodiscard]] std::size_t total() const { return header.size() + payload + tag_bytes; }
+    [[nodiscard]] inflight_frame inflight() const { return {src, total(), sent, header, tag, tag_bytes, plain, sealed}; }
   };
   struct recv_stream {
     std::size_t t = 0;            // next item to receive
@@ -235,14 +256,18 @@ class ring_data_path {
     s.payload = out.stage(s.src, s.it.wire_bytes);
     encode(header_for(p, s.it, out.data_frame()), std::span<std::uint8_t, frame_header_size>(s.header));
     s.tag_bytes = out.seal.tag_bytes();
-    if (s.tag_bytes > 0) {
-      std::uint8_t* sealed = out.seal.send.encrypts() ? seal_stage_.data() + k * chunk_bytes_ : nullptr;
-      if (!out.seal.send.seal(s.header, s.src, sealed, s.payload, s.tag))
-        return ring_failure{error_kind::io, rank_, "AES-256-GCM sealing failed (OpenSSL) during " + where_of(p)};
-      if (sealed != nullptr) s.src = sealed;
-    }
+    s.sealed = s.payload;
     s.active = true;
     s.sent = 0;
+    if (s.tag_bytes > 0) {  // sealed piece by piece just ahead of the socket (send_some)
+      s.plain = s.src;
+      if (out.seal.send.encrypts()) s.src = seal_stage_.data() + k * chunk_bytes_;
+      s.sealed = 0;
+      if (!out.seal.send.begin(s.header) || (s.payload == 0 && !out.seal.send.finish(s.tag)))
+        return ring_failure{error_kind::io, rank_, "AES-256-GCM sealing failed (OpenSSL) during " + where_of(p)};
+      // The frame's counter is taken: an abort must complete this frame before its own, even if no byte has gone.
+      if (k == 0) out_.inflight = s.inflight();
+    }
     return std::nullopt;
   }
 
@@ -260,12 +285,24 @@ class ring_data_path {
   // One non-blocking send of what is left of connection k's current frame (header and payload in one call).
   std::optional<ring_failure> send_some(const ring_plan& p, send_stream& s, std::size_t k, bool& progress) {
     send_link& out = out_lane(k);
-    const auto n = out.send_some(s.header, s.sent, s.src, s.payload, s.tag, s.tag_bytes);
+    if (s.sealed < s.payload) {
+      const std::size_t body = s.sent > s.header.size() ? s.sent - s.header.size() : 0;
+      const std::size_t upto = std::min(s.payload, body + seal_ahead);
+      if (s.sealed < upto) {
+        auto* to = const_cast<std::uint8_t*>(s.src);  // this path's own stage (encrypt), or unused (authenticate)
+        if (!out.seal.send.update(s.plain + s.sealed, to + s.sealed, upto - s.sealed) ||
+            (upto == s.payload && !out.seal.send.finish(s.tag)))
+          return ring_failure{error_kind::io, rank_, "AES-256-GCM sealing failed (OpenSSL) during " + where_of(p)};
+        s.sealed = upto;
+        if (k == 0) out_.inflight = s.inflight();
+      }
+    }
+    const auto n = out.send_some(s.header, s.sent, s.src, s.sealed, s.tag, s.sealed == s.payload ? s.tag_bytes : 0);
     if (n > 0) {
       s.sent += static_cast<std::size_t>(n);
       progress = true;
       // An abort goes on the first connection, after the frame in flight there (the others are shut).
-      if (k == 0) out_.inflight = {s.src, s.total(), s.sent, s.header, s.tag, s.tag_bytes};
+      if (k == 0) out_.inflight = s.inflight();
       if (s.sent == s.total()) {
         s.active = false;
         if (k == 0) out_.inflight = {};
@@ -317,6 +354,8 @@ class ring_data_path {
                                " during " + where_of(p)};
           r.reading_header = false;
           r.got = 0;
+          if (link.seal.on() && !link.seal.recv.begin(r.header))
+            return ring_failure{error_kind::io, rank_, "AES-256-GCM opening failed (OpenSSL) during " + where_of(p)};
           if (link.through_shm()) {
             if (auto f = take_slot<T>(p, r.it, deadline)) return f;
             r.active = false;
@@ -356,8 +395,9 @@ class ring_data_path {
     return std::nullopt;
   }
 
-  // The payload and tag of a frame on a sealed connection: the whole payload lands (in the scratch, or where it is
-  // copied to), its tag is checked (and the payload decrypted in place), and only then is it combined.
+  // The payload and tag of a frame on a sealed connection: the payload lands (in the scratch, or where it is copied
+  // to) and is opened piece by piece as it arrives (decrypted in place, or authenticated), and only once its tag
+  // verifies is it combined.
   template <class T>
   std::optional<ring_failure> receive_sealed(const ring_plan& p, recv_stream& r, recv_link& link, bool& progress) {
     const ring_item& it = r.it;
@@ -374,10 +414,16 @@ class ring_data_path {
     msg.msg_iovlen = static_cast<decltype(msg.msg_iovlen)>(count);
     const auto n = ::recvmsg(link.socket.get(), &msg, MSG_DONTWAIT);
     if (n <= 0) return recv_failed(n, prev(), p);
+    const std::size_t before = r.got;
     r.got += static_cast<std::size_t>(n);
     progress = true;
+    if (before < it.wire_bytes) {
+      const std::size_t arrived = std::min(r.got, it.wire_bytes) - before;
+      if (!link.seal.recv.update(dest + before, dest + before, arrived))
+        return ring_failure{error_kind::io, rank_, "AES-256-GCM opening failed (OpenSSL) during " + where_of(p)};
+    }
     if (r.got < need) return std::nullopt;
-    if (!link.seal.recv.open(r.header, dest, it.wire_bytes, r.tag))
+    if (!link.seal.recv.finish_open(r.tag))
       return ring_failure{error_kind::protocol, prev(),
                           "recv from " + peer(prev()) + ": a data frame fails authentication (AES-256-GCM tag) on the "
                           "link " + peer(prev()) + " -> " + peer(rank_) + ": altered, forged, replayed or reordered "

@@ -97,30 +97,19 @@ class frame_cipher {
   // into `out` (encrypt; `out` may be `in`). false only when OpenSSL fails.
   bool seal(std::span<const std::uint8_t> header, const std::uint8_t* in, std::uint8_t* out, std::size_t n,
             seal_tag& tag) {
-    int len = 0;
-    std::array<std::uint8_t, 16> rest{};  // GCM's final step writes nothing; never hand OpenSSL a null buffer
-    bool ok = start(header);
-    ok = ok && body(in, out, n);
-    ok = ok && EVP_EncryptFinal_ex(ctx_.get(), rest.data(), &len) == 1;
-    ok = ok && EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_GET_TAG, seal_tag_size, tag.data()) == 1;
-    return ok;
+    return begin(header) && update(in, out, n) && finish(tag);
   }
 
   // Checks the next frame against `tag`, decrypting its `n` payload bytes in place (encrypt). false: it was not
   // sealed by the peer as the frame of this counter (altered, forged, replayed, reordered).
   bool open(std::span<const std::uint8_t> header, std::uint8_t* payload, std::size_t n, const seal_tag& tag) {
-    int len = 0;
-    std::array<std::uint8_t, 16> rest{};
-    bool ok = start(header);
-    ok = ok && body(payload, payload, n);
-    ok = ok && EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_SET_TAG, seal_tag_size, const_cast<std::uint8_t*>(tag.data())) == 1;
-    ok = ok && EVP_DecryptFinal_ex(ctx_.get(), rest.data(), &len) == 1;
-    return ok;
+    return begin(header) && update(payload, payload, n) && finish_open(tag);
   }
 
- private:
-  // A fresh nonce (direction || counter) on the key already set, and the header as additional data.
-  bool start(std::span<const std::uint8_t> header) {
+  // The same in pieces, so that a frame is sealed just ahead of the socket and opened as it arrives: begin (the next
+  // counter's nonce, the header), update for each piece of the payload in order, then finish (sealing: the tag) or
+  // finish_open (opening: whether the tag verifies). Pieces may be of any size.
+  bool begin(std::span<const std::uint8_t> header) {
     std::array<std::uint8_t, 12> iv{};
     byte_writer w(iv);
     w.u32(direction_);
@@ -132,8 +121,9 @@ class frame_cipher {
     return EVP_DecryptInit_ex(ctx_.get(), nullptr, nullptr, nullptr, iv.data()) == 1 &&
            EVP_DecryptUpdate(ctx_.get(), nullptr, &len, header.data(), static_cast<int>(header.size())) == 1;
   }
-  // The payload: additional data (authenticate) or the text to encrypt or decrypt, in pieces an int can count.
-  bool body(const std::uint8_t* in, std::uint8_t* out, std::size_t n) {
+  // A piece of the payload: additional data (authenticate: `out` unused) or the text to encrypt or decrypt into
+  // `out` (which may be `in`), in pieces an int can count.
+  bool update(const std::uint8_t* in, std::uint8_t* out, std::size_t n) {
     constexpr std::size_t piece = std::size_t{1} << 30;
     for (std::size_t at = 0; at < n; at += piece) {
       const int m = static_cast<int>(std::min(piece, n - at));
@@ -145,7 +135,20 @@ class frame_cipher {
     }
     return true;
   }
+  bool finish(seal_tag& tag) {
+    int len = 0;
+    std::array<std::uint8_t, 16> rest{};  // GCM's final step writes nothing; never hand OpenSSL a null buffer
+    return EVP_EncryptFinal_ex(ctx_.get(), rest.data(), &len) == 1 &&
+           EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_GET_TAG, seal_tag_size, tag.data()) == 1;
+  }
+  bool finish_open(const seal_tag& tag) {
+    int len = 0;
+    std::array<std::uint8_t, 16> rest{};
+    return EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_SET_TAG, seal_tag_size, const_cast<std::uint8_t*>(tag.data())) == 1 &&
+           EVP_DecryptFinal_ex(ctx_.get(), rest.data(), &len) == 1;
+  }
 
+ private:
   struct ctx_free {
     void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
   };
