@@ -396,8 +396,10 @@ class ring_data_path {
   }
 
   // The payload and tag of a frame on a sealed connection: the payload lands (in the scratch, or where it is copied
-  // to) and is opened piece by piece as it arrives (decrypted in place, or authenticated), and only once its tag
-  // verifies is it combined.
+  // to) and is opened piece by piece as it arrives (decrypted in place, or authenticated) and combined as on a plain
+  // link; but the chunk counts as received — finished (the mean, the update), forwarded to the next rank, part of
+  // the result — only once its tag verifies. A frame that fails ends the operation, whose buffer a failed operation
+  // never promises anything about.
   template <class T>
   std::optional<ring_failure> receive_sealed(const ring_plan& p, recv_stream& r, recv_link& link, bool& progress) {
     const ring_item& it = r.it;
@@ -421,6 +423,11 @@ class ring_data_path {
       const std::size_t arrived = std::min(r.got, it.wire_bytes) - before;
       if (!link.seal.recv.update(dest + before, dest + before, arrived))
         return ring_failure{error_kind::io, rank_, "AES-256-GCM opening failed (OpenSSL) during " + where_of(p)};
+      if (staged) {  // while the piece is in cache
+        const std::size_t ready = std::min(r.got, it.wire_bytes) / (it.narrowed ? p.wire_esize : p.esize);
+        combine<T>(p, it, dest, r.combined, ready - r.combined);
+        r.combined = ready;
+      }
     }
     if (r.got < need) return std::nullopt;
     if (!link.seal.recv.finish_open(r.tag))
@@ -428,7 +435,6 @@ class ring_data_path {
                           "recv from " + peer(prev()) + ": a data frame fails authentication (AES-256-GCM tag) on the "
                           "link " + peer(prev()) + " -> " + peer(rank_) + ": altered, forged, replayed or reordered "
                           "on the wire during " + where_of(p)};
-    if (staged) combine<T>(p, it, dest, 0, it.wire_bytes / (it.narrowed ? p.wire_esize : p.esize));
     if (it.finish) finish_part<T>(p, it);
     if (final_after_receive(p, it)) tell_final(p, it);
     r.active = false;
