@@ -597,7 +597,7 @@ def family_security(a, log):
         failed.append(str(e))
     argv = [sys.executable, os.path.join(HERE, "collective", "hosts_bench.py"), "--build", a.build,
             "--impls", "mwstrat-fp32,mwstrat-fp32-mac,mwstrat-fp32-enc", "--sizes", str(11 << 20),
-            "--json-out", os.path.join(a.results, "collective_sealed.json")]
+            "--family", "collective_sealed", "--json-out", os.path.join(a.results, "collective_sealed.json")]
     try:
         run(argv + (["--quick"] if a.quick else ["--rounds", "5", "--reps", "20"]), log, 3600)
     except Failed as e:

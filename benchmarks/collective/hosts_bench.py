@@ -210,6 +210,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="1 round, 5 repetitions")
     ap.add_argument("--json-out")
+    ap.add_argument("--family", default="collective_hosts",
+                    help="the result's family (report.py's key): collective_sealed for the sealed comparison")
     ap.add_argument("--settings", default="simhosts,loopback")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--ranks-per-host", default="1,2")
@@ -295,7 +297,9 @@ def main():
             argv += ["--ranks-per-host", a.ranks_per_host]
         if a.sizes:
             argv += ["--sizes", a.sizes]
-        rec = benchlib.meta("collective_hosts", [" ".join(argv)] + commands, a.quick, started)
+        if a.family != "collective_hosts":
+            argv += ["--family", a.family]
+        rec = benchlib.meta(a.family, [" ".join(argv)] + commands, a.quick, started)
         rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
                             "the ranks of one command line start together ('&')", rows=rows, summary=summary,
                    failures=failures, missing=missing, simhosts_skipped=skipped, reps=reps, rounds=rounds, sizes=sizes, impls=impls,
