@@ -11,6 +11,7 @@
 // Each direction keeps one cipher context, keyed once; a frame only sets the nonce, so sealing allocates nothing.
 
 #include <mwstrat/collective/ring/detail/wire.hpp>
+#include <mwstrat/error.hpp>
 
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
@@ -24,7 +25,6 @@
 #include <cstring>
 #include <memory>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -71,7 +71,7 @@ inline seal_key derive_seal_key(std::string_view token, const digest& client_non
   const bool ok = ctx != nullptr && EVP_KDF_derive(ctx, key.data(), key.size(), params) == 1;
   EVP_KDF_CTX_free(ctx);
   OPENSSL_cleanse(token_copy.data(), token_copy.size());
-  if (!ok) throw std::runtime_error("[mwstrat.ring] HKDF-SHA256 key derivation failed (OpenSSL)");
+  if (!ok) throw io_error({"ring"}, "HKDF-SHA256 key derivation of the frame keys failed (OpenSSL)");
   return key;
 }
 
@@ -84,7 +84,7 @@ class frame_cipher {
       : ctx_(EVP_CIPHER_CTX_new()), mode_(mode), sealing_(sealing), direction_(direction) {
     const int ok = ctx_ && (sealing ? EVP_EncryptInit_ex(ctx_.get(), EVP_aes_256_gcm(), nullptr, key.data(), nullptr)
                                     : EVP_DecryptInit_ex(ctx_.get(), EVP_aes_256_gcm(), nullptr, key.data(), nullptr));
-    if (ok != 1) throw std::runtime_error("[mwstrat.ring] AES-256-GCM set-up failed (OpenSSL)");
+    if (ok != 1) throw io_error({"ring"}, "AES-256-GCM set-up of a connection's frame cipher failed (OpenSSL)");
   }
 
   [[nodiscard]] explicit operator bool() const { return static_cast<bool>(ctx_); }
