@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -299,6 +300,41 @@ TEST(frame_seal, plain_authenticated_and_encrypted_all_reduces_give_the_same_bit
       for (std::size_t r = 0; r < plain.size(); ++r)
         EXPECT_TRUE(sealed[r] == plain[r]) << what << " " << security.size() << ": rank " << r << " differs";
     }
+  }
+}
+
+// The liveness connection between hosts is sealed too: one bit flipped in the tag of rank 0's first heartbeat to
+// rank 1 (the proxy's second connection, after the client's hello and proof) ends a job that would otherwise run
+// for a minute, every rank naming the link.
+TEST(frame_seal, a_heartbeat_altered_on_the_wire_ends_the_job_naming_the_link) {
+  const auto ports = test::free_ports(2);
+  const std::uint64_t at = hello_size + hello_finish_size + frame_header_size + 5;  // in the first beat's tag
+  std::uint64_t seen = 0;                // the proxy's thread of that connection only
+  std::atomic<bool> flipped{false};
+  test::tcp_proxy proxy(ports[1], [&](std::size_t connection, std::span<std::uint8_t> bytes) {
+    if (connection != 1) return;
+    if (at >= seen && at < seen + bytes.size()) {
+      bytes[at - seen] ^= 0x01;
+      flipped = true;
+    }
+    seen += bytes.size();
+  });
+  test::temp_dir dir{"mwstrat-seal"};
+  std::vector<test::worker> workers;
+  for (int r = 0; r < 2; ++r)
+    workers.push_back(test::spawn_worker(dir.path(), "rank" + std::to_string(r),
+                                         {"loop", std::to_string(r), test::join_ports(ports), "hosts=a,b", "token=t0ken",
+                                          "connect_ports=-," + std::to_string(proxy.port()), "timeout_ms=20000"},
+                                         {}));
+  ASSERT_TRUE(test::wait_workers({&workers[0], &workers[1]}, 60s)) << "a hang";
+  const std::string report = workers[0].stdout_text() + workers[0].stderr_text() + workers[1].stdout_text() +
+                             workers[1].stderr_text();
+  EXPECT_TRUE(flipped) << report;
+  for (auto& w : workers) {
+    EXPECT_NE(w.exit_code, 0) << report;
+    EXPECT_NE(w.stdout_text().find("ERROR protocol"), std::string::npos) << report;
+    EXPECT_NE(w.stdout_text().find("a liveness frame from rank 0"), std::string::npos) << report;
+    EXPECT_NE(w.stdout_text().find("fails authentication"), std::string::npos) << report;
   }
 }
 

@@ -100,7 +100,8 @@ class ring_builder {
     const int me = o->rank;
     b.liveness = std::make_unique<liveness_monitor>(
         std::move(links.liveness_out), b.job.next(), std::move(links.liveness_in), b.job.prev(), me,
-        o->liveness_timeout, b.job.ranks(), [o, me](const std::string& text) { ring_log(*o, me, text); });
+        o->liveness_timeout, b.job.ranks(), [o, me](const std::string& text) { ring_log(*o, me, text); },
+        std::move(links.liveness_out_seal), std::move(links.liveness_in_seal));
     b.job.watch(b.liveness.get());
     arrange_hosts(b, id, joined_by);
     return b;

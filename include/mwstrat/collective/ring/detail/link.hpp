@@ -141,6 +141,8 @@ struct ring_links {
   std::vector<recv_link> more_in;   // data connections 1.. from the previous rank
   unique_socket liveness_out;  // to the next rank
   unique_socket liveness_in;   // from the previous rank
+  link_seal liveness_out_seal;  // their frame seals (another host, a token; else empty)
+  link_seal liveness_in_seal;
 };
 
 }  // namespace mwstrat::detail

@@ -36,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace mwstrat::detail {
@@ -220,10 +221,13 @@ class ring_startup {
     }
     if (f.culprit < 0 || f.culprit >= n_) f.culprit = rank_;
     f.text = "rank " + std::to_string(rank_) + " could not join the ring: " + f.text;
-    const abort_frame frame = make_abort_frame(f);
     const auto limit = steady::now() + abort_send_grace;
-    for (const unique_socket* s : {&links_.liveness_out, &links_.liveness_in})
-      if (*s) (void)write_all(s->get(), frame.bytes.data(), frame.size, limit);
+    for (auto [s, seal] : {std::pair{&links_.liveness_out, &links_.liveness_out_seal},
+                           std::pair{&links_.liveness_in, &links_.liveness_in_seal}})
+      if (*s) {  // sealed for that connection when it is: the neighbour's liveness monitor opens it
+        const abort_frame frame = make_abort_frame(f, {}, &seal->send);
+        (void)write_all(s->get(), frame.bytes.data(), frame.size, limit);
+      }
   }
 
   // Takes the previous rank's connections until the link is complete, the deadline passes or `stop_at` (set by the
@@ -346,16 +350,17 @@ class ring_startup {
       links_.more_in.clear();
       links_.more_in.resize(detail::digest_equal(h->host, host_) ? 0 : streams_ - 1);
     }
-    if (!liveness) (lane == 0 ? links_.in : links_.more_in[lane - 1]).seal = seal_of(h->host, false, h->nonce,
-                                                                                        reply.nonce, h->rank, reply.rank);
+    auto seal = seal_of(h->host, false, h->nonce, reply.nonce, h->rank, reply.rank);
+    if (liveness) links_.liveness_in_seal = std::move(seal);  // the accept loop takes its socket beside it
+    else (lane == 0 ? links_.in : links_.more_in[lane - 1]).seal = std::move(seal);
     if (!liveness && lane == 0 && same_host(h->flags, h->host)) return accept_shm(fd, limit);
     return std::nullopt;
   }
 
   [[nodiscard]] bool encrypts() const { return seal_ == detail::seal_mode::encrypt; }
 
-  // The frame seal of a data connection: keyed from this handshake when the peer is on another host and there is a
-  // token, else none (shared memory and TCP within a host carry no tag).
+  // The frame seal of a data or liveness connection: keyed from this handshake when the peer is on another host and
+  // there is a token, else none (shared memory and TCP within a host carry no tag).
   detail::link_seal seal_of(const detail::digest& peer_host, bool as_client, const detail::digest& client_nonce,
                             const detail::digest& server_nonce, std::uint32_t client_rank,
                             std::uint32_t server_rank) const {
@@ -397,7 +402,10 @@ class ring_startup {
       more.seal = std::move(client_seal_);
       links_.more_out.push_back(std::move(more));
     }
-    if (liveness_) links_.liveness_out = connect_one(deadline, true, 0);
+    if (liveness_) {
+      links_.liveness_out = connect_one(deadline, true, 0);
+      links_.liveness_out_seal = std::move(client_seal_);
+    }
   }
 
   detail::unique_socket connect_one(steady::time_point deadline, bool liveness, unsigned lane) {
@@ -510,7 +518,7 @@ class ring_startup {
     if (!verdict) throw protocol_error({"ring", rank_}, who + " is not an mwstrat ring peer (bad verdict)");
     if (verdict->status != detail::refusal::none)
       throw protocol_error({"ring", rank_}, who + " refused this rank: " + detail::refusal_text(verdict->status));
-    if (!liveness) client_seal_ = seal_of(reply->host, true, h.nonce, reply->nonce, h.rank, reply->rank);
+    client_seal_ = seal_of(reply->host, true, h.nonce, reply->nonce, h.rank, reply->rank);
     if (liveness || lane > 0) return std::nullopt;
     out_lanes_ = detail::digest_equal(reply->host, host_) ? 1 : streams_;  // more only to another host
     if (same_host(reply->flags, reply->host)) return offer_shm(fd, limit);
@@ -533,7 +541,7 @@ class ring_startup {
   unsigned streams_ = 1;
   unsigned out_lanes_ = 1;  // data connections to the next rank: streams_ when it is on another host
   detail::seal_mode seal_ = detail::seal_mode::none;
-  detail::link_seal client_seal_;  // the seal of the data connection client_handshake just made
+  detail::link_seal client_seal_;  // the seal of the connection client_handshake just made
   std::mutex refusal_mutex_;
   std::string last_refusal_;  // the acceptor's latest refusal, for the connector's error
   ring_links links_;
