@@ -139,6 +139,16 @@ TEST(ring_wire, proofs_depend_on_token_role_and_nonces) {
   EXPECT_NE(p, handshake_proof("u", true, c, s, cl, 2, 1, 0));
   EXPECT_NE(p, handshake_proof("t", false, c, s, cl, 2, 1, 0));
   EXPECT_NE(p, handshake_proof("t", true, s, c, cl, 2, 1, 0));
+  // Both host identities and both flags are bound (they decide whether frames are sealed, encrypted or in shared
+  // memory): a peer's hello or reply rewritten on the path no longer verifies.
+  const handshake_binding bound{sha256("h1"), sha256("h2"), flag_token, flag_token};
+  const auto b = handshake_proof("t", true, c, s, cl, 2, 1, 0, bound);
+  EXPECT_NE(b, p);
+  for (auto changed : {handshake_binding{sha256("h2"), sha256("h2"), flag_token, flag_token},
+                       handshake_binding{sha256("h1"), sha256("h1"), flag_token, flag_token},
+                       handshake_binding{sha256("h1"), sha256("h2"), flag_token | flag_encrypt, flag_token},
+                       handshake_binding{sha256("h1"), sha256("h2"), flag_token, flag_token | flag_shm}})
+    EXPECT_NE(b, handshake_proof("t", true, c, s, cl, 2, 1, 0, changed));
 }
 
 TEST(ring_wire, frame_headers_are_validated_before_payload) {

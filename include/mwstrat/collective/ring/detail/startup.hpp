@@ -308,9 +308,10 @@ class ring_startup {
     reply.rank = static_cast<std::uint32_t>(rank_);
     reply.nonce = detail::random_nonce();
     reply.host = host_;
+    const detail::handshake_binding bound{h->host, reply.host, h->flags, reply.flags};
     if (reply.status == detail::refusal::none && have_token)
       reply.proof = detail::handshake_proof(token_, true, h->nonce, reply.nonce, cluster_digest_, reply.world,
-                                            h->rank, reply.rank);
+                                            h->rank, reply.rank, bound);
     std::array<std::uint8_t, detail::hello_reply_size> out{};
     detail::encode(reply, out);
     const auto sent = detail::write_all(fd, out.data(), out.size(), limit);
@@ -336,7 +337,7 @@ class ring_startup {
     detail::hello_finish verdict;
     if (have_token) {
       const auto want = detail::handshake_proof(token_, false, h->nonce, reply.nonce, cluster_digest_, reply.world,
-                                                h->rank, reply.rank);
+                                                h->rank, reply.rank, bound);
       if (!detail::digest_equal(want, proof->proof)) verdict.status = detail::refusal::bad_proof;
     }
     detail::encode(verdict, fin);
@@ -498,14 +499,14 @@ class ring_startup {
     else if (have_token && (reply->flags & detail::flag_token) == 0) fin.status = detail::refusal::token_required;
     else if (!have_token && (reply->flags & detail::flag_token) != 0) fin.status = detail::refusal::token_unexpected;
     else if (((reply->flags & detail::flag_encrypt) != 0) != encrypts()) fin.status = detail::refusal::encrypt_mismatch;
-    else if (have_token &&
-             !detail::digest_equal(reply->proof, detail::handshake_proof(token_, true, h.nonce, reply->nonce,
-                                                                         cluster_digest_, h.world, h.rank,
-                                                                         reply->rank)))
+    const detail::handshake_binding bound{h.host, reply->host, h.flags, reply->flags};
+    if (fin.status == detail::refusal::none && have_token &&
+        !detail::digest_equal(reply->proof, detail::handshake_proof(token_, true, h.nonce, reply->nonce, cluster_digest_,
+                                                                    h.world, h.rank, reply->rank, bound)))
       fin.status = detail::refusal::bad_proof;
     if (fin.status == detail::refusal::none && have_token)
       fin.proof = detail::handshake_proof(token_, false, h.nonce, reply->nonce, cluster_digest_, h.world, h.rank,
-                                          reply->rank);
+                                          reply->rank, bound);
     std::array<std::uint8_t, detail::hello_finish_size> fraw{};
     detail::encode(fin, fraw);
     const auto sent = detail::write_all(fd, fraw.data(), fraw.size(), limit);

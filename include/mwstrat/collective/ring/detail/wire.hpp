@@ -228,14 +228,24 @@ inline refusal judge_hello(const hello& h, std::uint32_t world, std::uint32_t ex
   return refusal::none;
 }
 
-// The proof a side sends: HMAC(token, label || client nonce || server nonce || cluster || world || ranks).
-// Distinct labels keep one side's proof from being replayed as the other's.
+// What else of a handshake its proofs bind: both sides' host identities and flags, which decide whether the
+// connection's frames are sealed (frame_seal.hpp), encrypted, or go through shared memory. Unbound, someone on the
+// path could rewrite both host identities to match and so turn sealing off between two hosts.
+struct handshake_binding {
+  digest client_host{}, server_host{};
+  std::uint16_t client_flags = 0;
+  std::uint8_t server_flags = 0;
+};
+
+// The proof a side sends: HMAC(token, label || client nonce || server nonce || cluster || world || ranks || both host
+// identities || both flags). Distinct labels keep one side's proof from being replayed as the other's.
 inline digest handshake_proof(std::string_view token, bool from_server, const digest& client_nonce,
                               const digest& server_nonce, const digest& cluster, std::uint32_t world,
-                              std::uint32_t client_rank, std::uint32_t server_rank) {
-  std::array<std::uint8_t, 16 + 32 * 3 + 12> msg{};
+                              std::uint32_t client_rank, std::uint32_t server_rank,
+                              const handshake_binding& bound = {}) {
+  std::array<std::uint8_t, 16 + 32 * 3 + 12 + 32 * 2 + 3> msg{};
   byte_writer w(msg);
-  const char* label = from_server ? "mwstrat-server.1" : "mwstrat-client.1";
+  const char* label = from_server ? "mwstrat-server.2" : "mwstrat-client.2";
   w.bytes(std::span(reinterpret_cast<const std::uint8_t*>(label), 16));
   w.bytes(client_nonce);
   w.bytes(server_nonce);
@@ -243,6 +253,10 @@ inline digest handshake_proof(std::string_view token, bool from_server, const di
   w.u32(world);
   w.u32(client_rank);
   w.u32(server_rank);
+  w.bytes(bound.client_host);
+  w.bytes(bound.server_host);
+  w.u16(bound.client_flags);
+  w.u8(bound.server_flags);
   return hmac_sha256(token, msg);
 }
 
