@@ -1,8 +1,8 @@
 #pragma once
-// Sealed frames on the TCP connections between hosts (docs/security.md). With a job token, every frame on a data
-// connection whose ends are on different hosts carries a 16-byte AES-256-GCM tag after its payload: over the header
-// and the payload (authenticate: the payload travels in the clear as additional data, so only GHASH runs over it),
-// or over the header with the payload encrypted (encrypt). Each direction of each connection has its own key, derived
+// Sealed frames on the TCP connections between hosts (docs/security.md). With a job token, every frame on a data or
+// liveness connection whose ends are on different hosts carries a 16-byte AES-256-GCM tag after its payload: over
+// the header and the payload (authenticate: the payload travels in the clear as additional data, so only GHASH runs
+// over it), or over the header with the payload encrypted (encrypt). Each direction of each connection has its own key, derived
 // with HKDF-SHA256 from the token and both handshake nonces, and the GCM nonce is (direction, frame counter): a frame
 // replayed, reordered, dropped or moved to another connection fails its tag like an altered one. AEAD frames rather
 // than TLS keep the ring's own framing (headers checked before the payload, payloads read straight into the
