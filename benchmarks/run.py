@@ -46,6 +46,11 @@ Families and what each writes (RESULTS.md's sections):
                                          module_model vs PyTorch's DistributedDataParallel (gloo) on the same libtorch
                                          build vs a plain libtorch loop, 1 and 2 workers × 1 thread, interleaved
                                          rounds; samples/s and CPU s per step (libtorch/compare.py)
+  security    collective_sealed.json     11 MiB all-reduce between 2 simulated hosts (1 and 2 ranks each, tbf at 10 and
+                                         1 Gbit/s; and on loopback): plain vs authenticated (a job token: AES-256-GCM
+                                         tags) vs encrypted frames (collective/hosts_bench.py, impls -mac/-enc)
+              seal_cost.json             one core's CPU seconds per GiB to seal and open frames, and the alternatives
+                                         (collective/seal_bench.cpp)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
 comparison is reported and the others still run; the exit status is non-zero if any failed.
 """
@@ -66,7 +71,7 @@ import benchlib  # noqa: E402
 from common import procs  # noqa: E402
 
 FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "records", "resnet", "kernels", "isa", "tta",
-            "hosts", "libtorch"]
+            "hosts", "libtorch", "security"]
 
 
 class Failed(Exception):
@@ -595,6 +600,28 @@ def family_libtorch(a, log):
            a.data_dir, "--json-out", os.path.join(a.results, "libtorch.json")]
     cmd += ["--rounds", "1", "--steps", "30", "--quick"] if a.quick else ["--rounds", str(a.libtorch_rounds or 7)]
     run(cmd, log, 3600)
+
+
+def family_security(a, log):
+    # Sealed frames between hosts (docs/security.md): their CPU cost on one core, then the all-reduce between
+    # simulated hosts plain, authenticated and encrypted, taking turns within each round.
+    failed = []
+    try:
+        run([os.path.join(a.build, "benchmarks", "collective", "mwstrat_bench_seal"), "--seconds",
+             "0.5" if a.quick else "2", "--json", os.path.join(a.results, "seal_cost.json")], log, 600)
+    except Failed as e:
+        failed.append(str(e))
+    argv = [sys.executable, os.path.join(HERE, "collective", "hosts_bench.py"), "--build", a.build,
+            "--impls", "mwstrat-fp32,mwstrat-fp32-mac,mwstrat-fp32-enc", "--sizes", str(11 << 20),
+            "--family", "collective_sealed", "--json-out", os.path.join(a.results, "collective_sealed.json")]
+    try:
+        run(argv + (["--quick"] if a.quick else ["--rounds", "5", "--reps", "20"]), log, 3600)
+    except Failed as e:
+        failed.append(str(e))
+    finally:
+        subprocess.run([os.path.join(ROOT, "scripts", "simhosts"), "gc"], capture_output=True)
+    if failed:
+        raise Failed("; ".join(failed))
 
 
 def main():

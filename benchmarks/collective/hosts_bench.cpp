@@ -7,11 +7,15 @@
 //   mwstrat_bench_hosts --rank R --addresses H:P,H:P,... [--host-id ID] [--compression none|bf16|fp16]
 //                       [--topology hierarchical|flat] [--sizes 4096,11534336:8] [--reps 20] [--transport auto|tcp]
 //                       [--streams N]   (TCP connections per link between hosts: ring_options::streams_per_peer)
+//                       [--token T] [--encrypt 0|1]   (frames between hosts sealed: authenticated, or encrypted too)
+// Rank 0 ends with "cpu_s=<its user+system CPU seconds> bytes=<bytes it all-reduced>" (the cost of sealing).
 // A size may carry its own repetitions ("11534336:8": large buffers on a slow link take long).
 
 #include "hosts_timing.hpp"
 
 #include <mwstrat/collective.hpp>
+
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <exception>
@@ -34,6 +38,8 @@ int main(int argc, char** argv) {
     else if (k == "--topology") o.topology = v == "flat" ? mwstrat::ring_topology::flat : mwstrat::ring_topology::hierarchical;
     else if (k == "--transport") o.transport = v == "tcp" ? mwstrat::ring_transport::tcp : mwstrat::ring_transport::automatic;
     else if (k == "--streams") o.streams_per_peer = std::stoi(v);
+    else if (k == "--token") o.job_token = v;
+    else if (k == "--encrypt") o.encrypt = v == "1";
     else if (k == "--reps") reps = std::stoi(v);
     else if (k == "--sizes") size_args = hosts_bench::split(v);
     else {
@@ -49,6 +55,15 @@ int main(int argc, char** argv) {
         sizes, ring.rank(), [&] { ring.barrier(); },
         [&](std::vector<float>& data) { ring.all_reduce(std::span<float>(data), mwstrat::reduce_op::sum); });
     ring.barrier();
+    if (ring.rank() == 0) {
+      rusage u{};
+      ::getrusage(RUSAGE_SELF, &u);
+      const double cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+                         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+      double bytes = 0;
+      for (const auto& s : sizes) bytes += static_cast<double>(s.bytes) * (s.reps + 3);  // + the warm-up
+      std::printf("cpu_s=%.3f bytes=%.0f\n", cpu, bytes);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", o.rank, e.what());
     return 3;

@@ -56,6 +56,9 @@ def size_args(reps, sizes=None):
 def parse_rows(text):
     rows = {}
     for line in text.splitlines():
+        c = re.search(r"cpu_s=([0-9.]+) bytes=([0-9]+)", line)
+        if c:  # rank 0's CPU seconds over the whole run, and the bytes it all-reduced (every size)
+            rows["cpu"] = {"cpu_s": float(c.group(1)), "bytes": int(c.group(2))}
         m = re.search(r"size=(\d+) median_s=([0-9.]+) min_s=([0-9.]+) reps=(\d+)", line)
         if m:
             rows[int(m.group(1))] = {"median_s": float(m.group(2)), "min_s": float(m.group(3)),
@@ -100,7 +103,7 @@ class Runner:
             return argv
         return [SIMHOSTS, "--name", self.name, "exec", self.host(rank, per_host), "--"] + argv
 
-    def mwstrat(self, per_host, compression, streams=1, topology="hierarchical"):
+    def mwstrat(self, per_host, compression, streams=1, topology="hierarchical", seal=""):
         n = HOSTS * per_host
         ports = self.next_ports(n)
         addresses = ",".join(f"{self.addr(r, per_host)}:{ports[r]}" for r in range(n))
@@ -108,7 +111,9 @@ class Runner:
         return [self.in_host(r, per_host, [bench, "--rank", str(r), "--addresses", addresses, "--host-id",
                                            self.host(r, per_host), "--compression", compression,
                                            "--sizes", self.sizes, "--streams", str(streams),
-                                           "--topology", topology]) for r in range(n)]
+                                           "--topology", topology] + (
+                                               ["--token", "bench-token", "--encrypt", "1" if seal == "enc" else "0"]
+                                               if seal else [])) for r in range(n)]
 
     def gloo(self, per_host):
         n = HOSTS * per_host
@@ -135,11 +140,12 @@ class Runner:
             "--sizes", self.sizes])]
 
     def commands(self, impl, per_host):
-        # "-flat": one flat ring through every rank (default: hierarchical); "-sN": N TCP streams per link between hosts
-        m = re.fullmatch(r"mwstrat-(fp32|bf16)(-flat)?(?:-s(\d+))?", impl)
+        # "-flat": one flat ring through every rank (default: hierarchical); "-sN": N TCP streams per link between
+        # hosts; "-mac": a job token, so frames between hosts carry an AES-256-GCM tag; "-enc": encrypted too
+        m = re.fullmatch(r"mwstrat-(fp32|bf16)(-flat)?(?:-s(\d+))?(?:-(mac|enc))?", impl)
         if m:
             return self.mwstrat(per_host, "none" if m.group(1) == "fp32" else "bf16", int(m.group(3) or 1),
-                                "flat" if m.group(2) else "hierarchical")
+                                "flat" if m.group(2) else "hierarchical", m.group(4) or "")
         return getattr(self, impl)(per_host)
 
 
@@ -186,11 +192,13 @@ def summarise(rows):
             if ref:
                 ratios.append(x["median_s"] / ref["median_s"])
         limit = rs[0]["link_limit_s"]
+        cpus = [x["rank0_cpu_s_per_gib"] for x in rs if x.get("rank0_cpu_s_per_gib") is not None]
         out.append({"setting": setting, "rate": rate, "hosts": HOSTS, "ranks_per_host": per_host, "impl": impl,
                     "bytes": size, "median_s": med, "min_s": min(x["min_s"] for x in rs), "rounds": len(rs),
                     "link_limit_s": limit, "fraction_of_limit": limit / med if limit else None,
                     "time_over_mwstrat_fp32": statistics.median(ratios) if ratios else None,
-                    "ratios_per_round": ratios})
+                    "ratios_per_round": ratios,
+                    "rank0_cpu_s_per_gib": statistics.median(cpus) if cpus else None})
     return out
 
 
@@ -202,6 +210,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="1 round, 5 repetitions")
     ap.add_argument("--json-out")
+    ap.add_argument("--family", default="collective_hosts",
+                    help="the result's family (report.py's key): collective_sealed for the sealed comparison")
     ap.add_argument("--settings", default="simhosts,loopback")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--ranks-per-host", default="1,2")
@@ -231,6 +241,7 @@ def main():
                     load = benchlib.loadavg()
                     try:
                         got = run_ranks(cmds, 900 if setting == "simhosts" else 300)
+                        cpu = got.pop("cpu", None)
                         if set(got) != set(sizes):
                             raise RuntimeError(f"rank 0 reported sizes {sorted(got)}, expected {sizes}")
                     except (RuntimeError, OSError) as e:
@@ -242,7 +253,8 @@ def main():
                         rows.append({"setting": setting, "rate": rate, "hosts": HOSTS, "ranks_per_host": per_host,
                                      "impl": impl, "round": rnd, "bytes": size, "median_s": r["median_s"],
                                      "min_s": r["min_s"], "reps": r["reps"], "link_limit_s": limit,
-                                     "load_at_start": load})
+                                     "load_at_start": load,
+                                     "rank0_cpu_s_per_gib": cpu["cpu_s"] / (cpu["bytes"] / 2**30) if cpu else None})
                         print("round %d %-8s %-6s %dx%d %-12s %9d B  median %9.3f ms  min %9.3f ms%s" % (
                             rnd, setting, rate or "-", HOSTS, per_host, impl, size, r["median_s"] * 1e3,
                             r["min_s"] * 1e3, "  limit %.3f ms = %.0f%% of it" % (
@@ -271,10 +283,11 @@ def main():
         run_setting("loopback", None, None)
     summary = summarise(rows)
     for s in summary:
-        print("%-8s %-6s %dx%d %-12s %9d B  median %9.3f ms%s%s" % (
+        print("%-8s %-6s %dx%d %-12s %9d B  median %9.3f ms%s%s%s" % (
             s["setting"], s["rate"] or "-", HOSTS, s["ranks_per_host"], s["impl"], s["bytes"], s["median_s"] * 1e3,
             "  %.0f%% of the link limit" % (100 * s["fraction_of_limit"]) if s["fraction_of_limit"] else "",
-            "  %.2fx mwstrat fp32's time" % s["time_over_mwstrat_fp32"] if s["time_over_mwstrat_fp32"] else ""))
+            "  %.2fx mwstrat fp32's time" % s["time_over_mwstrat_fp32"] if s["time_over_mwstrat_fp32"] else "",
+            "  rank 0 %.2f CPU s/GiB" % s["rank0_cpu_s_per_gib"] if s["rank0_cpu_s_per_gib"] else ""))
     if a.json_out:
         argv = ["benchmarks/collective/hosts_bench.py", "--build", benchlib.rel(a.build), "--rates", a.rates,
                 "--settings", a.settings] + (["--quick"] if a.quick else ["--rounds", str(rounds), "--reps", str(reps)])
@@ -284,7 +297,9 @@ def main():
             argv += ["--ranks-per-host", a.ranks_per_host]
         if a.sizes:
             argv += ["--sizes", a.sizes]
-        rec = benchlib.meta("collective_hosts", [" ".join(argv)] + commands, a.quick, started)
+        if a.family != "collective_hosts":
+            argv += ["--family", a.family]
+        rec = benchlib.meta(a.family, [" ".join(argv)] + commands, a.quick, started)
         rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
                             "the ranks of one command line start together ('&')", rows=rows, summary=summary,
                    failures=failures, missing=missing, simhosts_skipped=skipped, reps=reps, rounds=rounds, sizes=sizes, impls=impls,

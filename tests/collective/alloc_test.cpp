@@ -1,12 +1,15 @@
 // The asynchronous all-reduce allocates nothing per operation once warm, on local ranks and on a ring: global
 // operator new is replaced in this test executable and counts only while `counting` is set (outside that window
-// it is plain malloc, so the rest of the suite is unaffected).
+// it is plain malloc, so the rest of the suite is unaffected). OpenSSL's allocations (the sealed frames between hosts)
+// go through counting functions of the same kind, installed before main, before OpenSSL allocates anything.
 
 #include "process.hpp"
 
 #include <mwstrat/collective.hpp>
 
 #include <gtest/gtest.h>
+
+#include <openssl/crypto.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -39,6 +42,19 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+namespace alloc_test {
+void* crypto_malloc(std::size_t size, const char*, int) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(size);
+}
+void* crypto_realloc(void* p, std::size_t size, const char*, int) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::realloc(p, size);
+}
+void crypto_free(void* p, const char*, int) { std::free(p); }
+const bool crypto_counted = CRYPTO_set_mem_functions(crypto_malloc, crypto_realloc, crypto_free) == 1;
+}  // namespace alloc_test
 
 namespace alloc_test {
 
@@ -102,6 +118,44 @@ TEST(async_all_reduce, allocates_nothing_per_operation_on_a_two_rank_ring) {
     EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
     EXPECT_EQ(allocations.load(), 0) << (transport == ring_transport::tcp ? "tcp" : "automatic") << " ring";
   }
+}
+
+// Sealed frames between hosts (a token; authenticated, then encrypted; one and two connections per link): the cipher
+// contexts are keyed at start-up, a frame only sets its nonce; nothing per operation, OpenSSL's allocations included.
+TEST(async_all_reduce, allocates_nothing_per_operation_on_a_sealed_ring_between_hosts) {
+  ASSERT_TRUE(crypto_counted) << "OpenSSL allocated before main: its allocations would not be counted";
+  for (const bool encrypt : {false, true})
+    for (const int streams : {1, 2}) {
+      const auto ports = test::free_ports(2);
+      std::vector<ring_options> opts(2);
+      for (int r = 0; r < 2; ++r) {
+        auto& o = opts[static_cast<std::size_t>(r)];
+        for (const int p : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(p));
+        o.rank = r;
+        o.chunk_bytes = 8192;
+        o.host_identity = r == 0 ? "host-a" : "host-b";
+        o.job_token = "alloc-token";
+        o.encrypt = encrypt;
+        o.streams_per_peer = streams;
+        o.log = [](std::string_view) {};
+      }
+      allocations = 0;
+      std::vector<std::thread> threads;
+      std::vector<std::string> errors(2);
+      for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+          try {
+            ring_collective ring(opts[static_cast<std::size_t>(r)]);
+            run_window(ring, 50);
+          } catch (const std::exception& e) {
+            errors[static_cast<std::size_t>(r)] = e.what();
+          }
+        });
+      for (auto& t : threads) t.join();
+      counting = false;
+      EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+      EXPECT_EQ(allocations.load(), 0) << (encrypt ? "encrypted" : "authenticated") << ", " << streams << " streams";
+    }
 }
 
 // The hierarchical all-reduce (two "hosts" of two ranks, by host identity), plain and with bf16 on the wire

@@ -50,6 +50,14 @@ int run_worker(int argc, char** argv) {
   o.liveness_timeout = std::chrono::milliseconds(std::stoi(get("liveness_ms", "5000")));
   o.cluster_fingerprint = get("fingerprint", "test-cluster");
   if (kv.count("token")) o.job_token = kv["token"];
+  o.encrypt = get("encrypt", "0") == "1";  // needs a token: frames between hosts encrypted (frame_seal.hpp)
+  // "1,2": this rank's peers at other ports than their own (a test proxy in between); index = rank.
+  if (kv.count("connect_ports")) {
+    const std::string via = kv["connect_ports"];
+    for (std::size_t r = 0; r < o.addresses.size(); ++r)
+      if (const auto p = test::nth_field(via, static_cast<int>(r)); !p.empty() && p != "-" && static_cast<int>(r) != rank)
+        o.addresses[r] = "127.0.0.1:" + p;
+  }
   o.transport = get("transport", "auto") == "tcp" ? ring_transport::tcp : ring_transport::automatic;
   if (kv.count("host")) o.host_identity = kv["host"];
   if (kv.count("hosts")) o.host_identity = test::nth_field(kv["hosts"], rank);  // "a,a,b,b": rank r's host

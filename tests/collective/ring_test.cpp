@@ -280,7 +280,8 @@ TEST(ring_collective, garbage_a_wrong_token_and_a_wrong_fingerprint_are_refused_
     ASSERT_TRUE(reply.has_value());
     EXPECT_EQ(reply->status, detail::refusal::none);
     detail::hello_finish fin;
-    fin.proof = detail::handshake_proof("wrong-token", false, h.nonce, reply->nonce, h.cluster, 2, 1, 0);
+    const detail::handshake_binding bound{h.host, reply->host, h.flags, reply->flags};
+    fin.proof = detail::handshake_proof("wrong-token", false, h.nonce, reply->nonce, h.cluster, 2, 1, 0, bound);
     std::array<std::uint8_t, detail::hello_finish_size> fraw{};
     detail::encode(fin, fraw);
     boost::asio::write(s, boost::asio::buffer(fraw));
@@ -289,6 +290,30 @@ TEST(ring_collective, garbage_a_wrong_token_and_a_wrong_fingerprint_are_refused_
     const auto verdict = detail::decode_hello_finish(verdict_raw);
     ASSERT_TRUE(verdict.has_value());
     EXPECT_EQ(verdict->status, detail::refusal::bad_proof);
+  }
+  {  // the right token, but over a rewritten host identity (what would turn frame sealing off between hosts)
+    auto s = connect_raw(io, ports[0]);
+    const auto h = make_hello("test-cluster", true);
+    std::array<std::uint8_t, detail::hello_size> raw{};
+    detail::encode(h, raw);
+    boost::asio::write(s, boost::asio::buffer(raw));
+    std::array<std::uint8_t, detail::hello_reply_size> rep{};
+    boost::asio::read(s, boost::asio::buffer(rep));
+    const auto reply = detail::decode_hello_reply(rep);
+    ASSERT_TRUE(reply.has_value());
+    // The server's proof binds what it sent and what it received.
+    EXPECT_TRUE(detail::digest_equal(reply->proof, detail::handshake_proof(
+        "right-token", true, h.nonce, reply->nonce, h.cluster, 2, 1, 0,
+        detail::handshake_binding{h.host, reply->host, h.flags, reply->flags})));
+    detail::hello_finish fin;
+    fin.proof = detail::handshake_proof("right-token", false, h.nonce, reply->nonce, h.cluster, 2, 1, 0,
+                                        detail::handshake_binding{reply->host, reply->host, h.flags, reply->flags});
+    std::array<std::uint8_t, detail::hello_finish_size> fraw{};
+    detail::encode(fin, fraw);
+    boost::asio::write(s, boost::asio::buffer(fraw));
+    const auto verdict_raw = read_until_closed(s);
+    ASSERT_EQ(verdict_raw.size(), detail::hello_finish_size);
+    EXPECT_EQ(detail::decode_hello_finish(verdict_raw)->status, detail::refusal::bad_proof);
   }
   {  // a wrong cluster fingerprint
     auto s = connect_raw(io, ports[0]);

@@ -68,6 +68,19 @@ TEST(ring_log_writer, the_hosts_line_says_where_the_ranks_are_and_how_the_hosts_
   EXPECT_EQ(hosts_line(l, addresses({"a", "a", "b", "b"}), shm, "", o, false),
             "4 workers on 2 hosts (a: ranks 0,1 shared memory; b: ranks 2,3 tcp), compression off (a flat ring "
             "through ranks of one host), 2 tcp streams per link between hosts");
+  // With a job token the frames between hosts are sealed, and the line says how; on one host nothing is.
+  ring_options sealed;
+  sealed.job_token = "t";
+  EXPECT_EQ(hosts_line(l, addresses({"a", "a", "b", "b"}), shm, "x", sealed, true),
+            "4 workers on 2 hosts (a: ranks 0,1 shared memory; b: ranks 2,3 tcp); x; frames between hosts "
+            "authenticated (AES-256-GCM tag)");
+  sealed.encrypt = true;
+  EXPECT_EQ(hosts_line(l, addresses({"a", "a", "b", "b"}), shm, "x", sealed, true),
+            "4 workers on 2 hosts (a: ranks 0,1 shared memory; b: ranks 2,3 tcp); x; frames between hosts encrypted "
+            "(AES-256-GCM)");
+  const auto one = find_hosts(digests_of({0, 0}));
+  EXPECT_EQ(hosts_line(one, addresses({"a", "a"}), std::vector<std::int64_t>{1, 1}, "", sealed, true),
+            "2 workers on 1 host (a: ranks 0,1 shared memory)");
 }
 
 }  // namespace topology_test

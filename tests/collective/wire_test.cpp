@@ -102,7 +102,7 @@ TEST(ring_wire, hello_round_trips_and_is_judged) {
   EXPECT_EQ(back->rank, 2u);
   EXPECT_EQ(back->nonce, h.nonce);
   EXPECT_EQ(back->host, h.host);
-  EXPECT_EQ(back->version, 6);
+  EXPECT_EQ(back->version, 7);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true), refusal::none);
   // streams_per_peer travels in the flags (with the connection's index) and must match.
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true, 2), refusal::streams_mismatch);
@@ -121,6 +121,12 @@ TEST(ring_wire, hello_round_trips_and_is_judged) {
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("x"), sha256("m"), true), refusal::cluster_mismatch);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("x"), true), refusal::model_mismatch);
   EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), false), refusal::token_unexpected);
+  // Both ends must agree on encrypting the frames between hosts (flag_encrypt).
+  EXPECT_EQ(judge_hello(*back, 4, 2, sha256("c"), sha256("m"), true, 1, true), refusal::encrypt_mismatch);
+  hello encrypting = *back;
+  encrypting.flags = static_cast<std::uint16_t>(encrypting.flags | flag_encrypt);
+  EXPECT_EQ(judge_hello(encrypting, 4, 2, sha256("c"), sha256("m"), true, 1, true), refusal::none);
+  EXPECT_EQ(judge_hello(encrypting, 4, 2, sha256("c"), sha256("m"), true, 1, false), refusal::encrypt_mismatch);
   raw[0] = 'X';
   EXPECT_FALSE(decode_hello(raw));
   EXPECT_FALSE(decode_hello(std::span(raw).first(10)));
@@ -133,6 +139,16 @@ TEST(ring_wire, proofs_depend_on_token_role_and_nonces) {
   EXPECT_NE(p, handshake_proof("u", true, c, s, cl, 2, 1, 0));
   EXPECT_NE(p, handshake_proof("t", false, c, s, cl, 2, 1, 0));
   EXPECT_NE(p, handshake_proof("t", true, s, c, cl, 2, 1, 0));
+  // Both host identities and both flags are bound (they decide whether frames are sealed, encrypted or in shared
+  // memory): a peer's hello or reply rewritten on the path no longer verifies.
+  const handshake_binding bound{sha256("h1"), sha256("h2"), flag_token, flag_token};
+  const auto b = handshake_proof("t", true, c, s, cl, 2, 1, 0, bound);
+  EXPECT_NE(b, p);
+  for (auto changed : {handshake_binding{sha256("h2"), sha256("h2"), flag_token, flag_token},
+                       handshake_binding{sha256("h1"), sha256("h1"), flag_token, flag_token},
+                       handshake_binding{sha256("h1"), sha256("h2"), flag_token | flag_encrypt, flag_token},
+                       handshake_binding{sha256("h1"), sha256("h2"), flag_token, flag_token | flag_shm}})
+    EXPECT_NE(b, handshake_proof("t", true, c, s, cl, 2, 1, 0, changed));
 }
 
 TEST(ring_wire, frame_headers_are_validated_before_payload) {

@@ -14,6 +14,7 @@
 ///   - `compression`: `MWSTRAT_RING_COMPRESSION` (`none`, `bf16` or `fp16`), else none;
 ///   - `host_identity`: `MWSTRAT_HOST_ID`, else derived from the kernel's boot id (an empty value is no value);
 ///   - `streams_per_peer`: `MWSTRAT_RING_STREAMS` (1..16), else the ring's default;
+///   - `encrypt`: `MWSTRAT_RING_ENCRYPT` (`1` or `0`), else off (encryption needs a job token);
 ///   - `ring_generation`: `MWSTRAT_RECOVERY_GENERATION` (set by `mwstrat-launch --replace-lost` for a replacement
 ///     worker), else 0.
 
@@ -64,6 +65,9 @@ struct communication_options {
   /// TCP data connections per link between hosts (`ring_options::streams_per_peer`); nullopt: the environment's
   /// MWSTRAT_RING_STREAMS, else the ring's default.
   std::optional<int> streams_per_peer;
+  /// Encrypt frames between hosts (`ring_options::encrypt`; needs a job token); nullopt: the environment's
+  /// MWSTRAT_RING_ENCRYPT, else off. With a token they are authenticated either way (docs/security.md).
+  std::optional<bool> encrypt;
   /// The ring generation this worker joins (`ring_options::generation`): 0 for a worker of the job's first ring; a
   /// replacement of a lost worker joins the survivors' rebuilt ring (in-memory recovery). nullopt: the environment's
   /// MWSTRAT_RECOVERY_GENERATION, else 0.
@@ -74,8 +78,8 @@ struct communication_options {
 };
 
 /// `options` with every field the code left unset (nullopt) filled from `env` (the file comment lists them), so
-/// that afterwards `job_token`, `transport`, `spin`, `liveness_timeout`, `topology`, `compression` and
-/// `streams_per_peer` all hold values
+/// that afterwards `job_token`, `transport`, `spin`, `liveness_timeout`, `topology`, `compression`,
+/// `streams_per_peer` and `encrypt` all hold values
 /// (`host_identity` only when its variable is set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of
 /// those listed.
 [[nodiscard]] inline communication_options with_environment_defaults(communication_options options,
@@ -141,6 +145,14 @@ struct communication_options {
         throw config_error({"strategy", rank}, "MWSTRAT_RING_STREAMS is '" + *v + "', expected 1.." +
                                                    std::to_string(most) + " connections");
       options.streams_per_peer = streams;
+    }
+  }
+  if (!options.encrypt) {
+    options.encrypt = false;
+    if (const auto v = env.get("MWSTRAT_RING_ENCRYPT")) {
+      if (*v == "1") options.encrypt = true;
+      else if (*v != "0")
+        throw config_error({"strategy", rank}, "MWSTRAT_RING_ENCRYPT is '" + *v + "', expected 1 or 0");
     }
   }
   if (!options.host_identity)

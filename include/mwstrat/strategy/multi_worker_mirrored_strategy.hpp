@@ -63,6 +63,7 @@ inline multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(const 
   ring.compression = *options.compression;
   ring.topology = *options.topology;
   ring.streams_per_peer = *options.streams_per_peer;
+  ring.encrypt = *options.encrypt;
   ring.model_fingerprint = std::move(options.model_fingerprint);
   ring.generation = options.ring_generation.value_or(0);
   if (options.log) ring.log = std::move(options.log);

@@ -2,7 +2,8 @@
 /// \file
 /// `ring_options`: everything a `ring_collective` needs, as plain values. The ring reads no environment: the
 /// configuration layer fills these from a cluster spec and from the environment (`MWSTRAT_JOB_TOKEN`,
-/// `MWSTRAT_RING_TRANSPORT`, `MWSTRAT_RING_SPIN_US`, `MWSTRAT_RING_LIVENESS_MS`, `MWSTRAT_RING_STREAMS`), never
+/// `MWSTRAT_RING_TRANSPORT`, `MWSTRAT_RING_SPIN_US`, `MWSTRAT_RING_LIVENESS_MS`, `MWSTRAT_RING_STREAMS`,
+/// `MWSTRAT_RING_ENCRYPT`), never
 /// overriding a value set in code.
 
 #include <chrono>
@@ -80,9 +81,15 @@ struct ring_options {
   /// handshake's cluster digest, so a rank of one generation refuses a connection from another (nothing stale mixes
   /// into a new ring). Give every rank of a ring the same value.
   std::uint64_t generation = 0;
-  /// The shared secret both sides of a connection prove they know (HMAC-SHA256) before any data flows.
-  /// nullopt or an empty string: no token.
+  /// The shared secret both sides of a connection prove they know (HMAC-SHA256) before any data flows. With a token,
+  /// every frame on a data connection between hosts (different host identities) also carries an AES-256-GCM tag
+  /// keyed from the token and the handshake, so an altered, forged or replayed frame ends the job naming the link
+  /// (docs/security.md). nullopt or an empty string: no token, frames carry no tag.
   std::optional<std::string> job_token;
+  /// Encrypt the frames between hosts too (AES-256-GCM, the same tag): payloads no longer travel in the clear.
+  /// Needs a job token (else `config_error`); give every rank the same value (a link whose ends differ is refused at
+  /// start-up). Shared memory within a host is never encrypted. Cost: docs/security.md.
+  bool encrypt = false;
   /// Largest payload of one frame; buffers are split into chunks of at most this size and pipelined.
   std::size_t chunk_bytes = std::size_t{512} << 10;
   /// SO_SNDBUF / SO_RCVBUF of the ring's sockets; 0 leaves the kernel's autotuning alone.

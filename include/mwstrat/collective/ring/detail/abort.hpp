@@ -3,8 +3,10 @@
 // not the one expected) finishes the frame it was sending, so the stream stays at a frame boundary, then sends an
 // abort frame naming the culprit to both neighbours and shuts its sending halves; a rank that receives an abort
 // reports the culprit it names and passes it on the same way. So every rank fails fast naming the same culprit.
+// On a sealed connection (frame_seal.hpp) an abort is sealed like any frame: a forged one is refused, not believed.
 
 #include <mwstrat/collective/ring/detail/failure.hpp>
+#include <mwstrat/collective/ring/detail/frame_seal.hpp>
 #include <mwstrat/collective/ring/detail/rank_map.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
@@ -36,17 +38,32 @@ inline constexpr std::chrono::milliseconds abort_send_grace{250};
 // The frame being sent, so that an abort can complete it first.
 struct inflight_frame {
   const std::uint8_t* payload = nullptr;
-  std::size_t total = 0;
+  std::size_t total = 0;  // header, payload and tag
   std::size_t sent = 0;
   std::array<std::uint8_t, frame_header_size> header{};
+  seal_tag tag{};
+  std::size_t tag_bytes = 0;  // 0 on a connection that is not sealed
+  const std::uint8_t* plain = nullptr;  // a sealed frame's payload before sealing, and how much of it is sealed: the
+  std::size_t sealed = 0;               // rest is sealed (data_path: finish_inflight_seal) before the frame completes
 };
 
-// The rest of an abort frame whose header `h` came from rank `from` on `fd`: the failure it reports.
+// The rest of an abort frame whose header `h` (as received: `raw_header`) came from rank `from` on `fd`: the failure
+// it reports. `open`: the connection's cipher when it is sealed, which the abort's tag must satisfy.
 inline ring_failure read_abort(int fd, const frame_header& h, int from, const std::string& where,
-                               const rank_map& ranks) {
-  std::array<std::uint8_t, abort_fixed_size + max_abort_text> raw{};
+                               const rank_map& ranks, std::span<const std::uint8_t> raw_header = {},
+                               frame_cipher* open = nullptr) {
+  std::array<std::uint8_t, abort_fixed_size + max_abort_text + seal_tag_size> raw{};
   const auto len = static_cast<std::size_t>(h.payload);  // bounded by decode_frame_header
-  const auto r = read_exact(fd, raw.data(), len, steady::now() + abort_read_grace);
+  const std::size_t tag = open != nullptr ? seal_tag_size : 0;
+  const auto r = read_exact(fd, raw.data(), len + tag, steady::now() + abort_read_grace);
+  if (r.status == io_status::ok && open != nullptr) {
+    seal_tag t{};
+    std::memcpy(t.data(), raw.data() + len, seal_tag_size);
+    if (!open->open(raw_header, raw.data(), len, t))
+      return ring_failure{error_kind::protocol, from,
+                          "an abort frame from " + ranks.peer(from) + " fails authentication (AES-256-GCM tag): "
+                          "altered or forged on the link from " + ranks.peer(from) + " during " + where};
+  }
   std::optional<abort_notice> a;
   if (r.status == io_status::ok) a = decode_abort(std::span(raw.data(), len), ranks.size());
   if (!a)
@@ -60,13 +77,13 @@ inline ring_failure read_abort(int fd, const frame_header& h, int from, const st
 
 // One abort frame, ready to write: its header, then the notice of `f`.
 struct abort_frame {
-  std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text> bytes{};
+  std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text + seal_tag_size> bytes{};
   std::size_t size = 0;
 };
 
-// The abort frame for `f`. `op` names the operation it ends (kind, element type, sequence number); the liveness
-// connections, which carry no operation, pass the default.
-inline abort_frame make_abort_frame(const ring_failure& f, const frame_header& op = {}) {
+// The abort frame for `f`, sealed with `seal` when the connection it goes on is. `op` names the operation it ends
+// (kind, element type, sequence number); the liveness connections, which carry no operation, pass the default.
+inline abort_frame make_abort_frame(const ring_failure& f, const frame_header& op = {}, frame_cipher* seal = nullptr) {
   abort_notice notice;
   notice.kind = static_cast<std::uint8_t>(f.kind);
   notice.culprit = f.culprit;
@@ -82,16 +99,27 @@ inline abort_frame make_abort_frame(const ring_failure& f, const frame_header& o
   h.payload = len;
   abort_frame frame;
   encode(h, std::span<std::uint8_t, frame_header_size>(frame.bytes.data(), frame_header_size));
-  std::memcpy(frame.bytes.data() + frame_header_size, body.data(), len);
+  std::uint8_t* text = frame.bytes.data() + frame_header_size;
+  std::memcpy(text, body.data(), len);
   frame.size = frame_header_size + len;
+  if (seal != nullptr && *seal) {
+    seal_tag tag{};
+    (void)seal->seal(std::span(frame.bytes.data(), frame_header_size), text, text, len, tag);  // a failing rank's last word
+    std::memcpy(frame.bytes.data() + frame.size, tag.data(), tag.size());
+    frame.size += tag.size();
+  }
   return frame;
 }
 
 // Tells both neighbours about `f` (those not already known dead), first completing `inflight` towards the next
-// rank, then shuts both sending halves. `op` names the operation (kind, element type, sequence number).
+// rank, then shuts both sending halves. `op` names the operation (kind, element type, sequence number);
+// `next_seal`/`prev_seal` seal the abort on connections that are sealed.
 inline void send_abort(int next, int prev, bool next_dead, bool prev_dead, const inflight_frame& inflight,
-                       const frame_header& op, const ring_failure& f) {
-  const abort_frame frame = make_abort_frame(f, op);
+                       const frame_header& op, const ring_failure& f, frame_cipher* next_seal = nullptr,
+                       frame_cipher* prev_seal = nullptr) {
+  const bool sealed = (next_seal != nullptr && *next_seal) || (prev_seal != nullptr && *prev_seal);
+  const abort_frame frame = make_abort_frame(f, op, next_seal);
+  const abort_frame back = sealed ? make_abort_frame(f, op, prev_seal) : abort_frame{};
   const auto limit = steady::now() + abort_send_grace;
   if (!next_dead) {
     bool ok = true;
@@ -100,13 +128,18 @@ inline void send_abort(int next, int prev, bool next_dead, bool prev_dead, const
       if (inflight.sent < hs)
         ok = write_all(next, inflight.header.data() + inflight.sent, hs - inflight.sent, limit).status == io_status::ok;
       const std::size_t body_sent = inflight.sent > hs ? inflight.sent - hs : 0;
-      if (ok)
-        ok = write_all(next, inflight.payload + body_sent, inflight.total - hs - body_sent, limit).status ==
+      const std::size_t payload = inflight.total - hs - inflight.tag_bytes;
+      if (ok && body_sent < payload)
+        ok = write_all(next, inflight.payload + body_sent, payload - body_sent, limit).status == io_status::ok;
+      const std::size_t tag_sent = body_sent > payload ? body_sent - payload : 0;
+      if (ok && tag_sent < inflight.tag_bytes)
+        ok = write_all(next, inflight.tag.data() + tag_sent, inflight.tag_bytes - tag_sent, limit).status ==
              io_status::ok;
     }
     if (ok) (void)write_all(next, frame.bytes.data(), frame.size, limit);
   }
-  if (!prev_dead) (void)write_all(prev, frame.bytes.data(), frame.size, limit);
+  const abort_frame& to_prev = sealed ? back : frame;
+  if (!prev_dead) (void)write_all(prev, to_prev.bytes.data(), to_prev.size, limit);
   ::shutdown(next, SHUT_WR);
   ::shutdown(prev, SHUT_WR);
 }

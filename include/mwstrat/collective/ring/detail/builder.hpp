@@ -67,6 +67,7 @@ inline ring_identity ring_identity_of(const ring_options& o, unique_socket liste
     id.hosts.push_back(std::move(parsed.value));
   }
   id.token = o.job_token.value_or(std::string());
+  id.seal = id.token.empty() ? seal_mode::none : o.encrypt ? seal_mode::encrypt : seal_mode::authenticate;
   id.chunk_bytes = ring_chunk_bytes(o);
   id.want_shm = o.transport == ring_transport::automatic;
   id.streams = static_cast<unsigned>(o.streams_per_peer);
@@ -99,7 +100,8 @@ class ring_builder {
     const int me = o->rank;
     b.liveness = std::make_unique<liveness_monitor>(
         std::move(links.liveness_out), b.job.next(), std::move(links.liveness_in), b.job.prev(), me,
-        o->liveness_timeout, b.job.ranks(), [o, me](const std::string& text) { ring_log(*o, me, text); });
+        o->liveness_timeout, b.job.ranks(), [o, me](const std::string& text) { ring_log(*o, me, text); },
+        std::move(links.liveness_out_seal), std::move(links.liveness_in_seal));
     b.job.watch(b.liveness.get());
     arrange_hosts(b, id, joined_by);
     return b;

@@ -3,11 +3,15 @@
 // links: link.hpp) and the pump that moves one operation's chunks (a plan: plan.hpp) over them with non-blocking
 // sends and receives, combining what arrives into the operation's buffer. It finds failures and returns them; the
 // ring decides what to do with them (abort.hpp's protocol: it tells both neighbours through abort_neighbours).
+// On a sealed connection (another host, a job token: frame_seal.hpp) a frame's tag follows its payload; a received
+// chunk counts as received (finished, forwarded, part of the result) only once its tag verifies, so an altered frame
+// ends the operation before anything of it reaches another rank or the caller.
 
 #include <mwstrat/collective/detail/reduce.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
 #include <mwstrat/collective/ring/detail/rank_map.hpp>
 #include <mwstrat/collective/ring/detail/compress.hpp>
+#include <mwstrat/collective/ring/detail/frame_seal.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/liveness.hpp>
 #include <mwstrat/collective/ring/detail/plan.hpp>
@@ -20,6 +24,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <array>
@@ -50,6 +55,9 @@ class ring_data_path {
         more_in_(std::move(links.more_in)) {
     in_.make_scratch(chunk_bytes_);
     for (auto& lane : more_in_) lane.make_scratch(chunk_bytes_);
+    // Encrypted payloads cannot be written into the buffer they come from (it is still being reduced, or it is
+    // the result): one chunk per connection, made once.
+    if (out_.seal.send.encrypts()) seal_stage_.assign(chunk_bytes_ * out_lanes(), 0);
   }
 
   ring_data_path(ring_data_path&&) noexcept = default;
@@ -125,7 +133,9 @@ class ring_data_path {
   /// Tells both neighbours that this rank gives up (after the frame in flight to the next rank, to whichever of
   /// them is not known to be gone), then shuts the other data connections.
   void abort_neighbours(const ring_plan& p, const ring_failure& told) {
-    send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, op_header(p), told);
+    finish_inflight_seal();
+    send_abort(out_.socket.get(), in_.socket.get(), out_.dead, in_.dead, out_.inflight, op_header(p), told,
+               &out_.seal.send, &in_.seal.send);
     shutdown_extra_lanes();
   }
 
@@ -141,6 +151,25 @@ class ring_data_path {
   send_link& out_lane(std::size_t k) { return k == 0 ? out_ : more_out_[k - 1]; }
   recv_link& in_lane(std::size_t k) { return k == 0 ? in_ : more_in_[k - 1]; }
   static std::size_t lane_of(const ring_plan& p, std::size_t t, std::size_t lanes) { return t % p.sched.chunks % lanes; }
+
+  // How far a frame is sealed ahead of what has gone on the socket: a whole default chunk, so a frame is usually
+  // sealed in one go and sent in as few calls as a plain one (the socket buffer keeps the wire busy meanwhile); only
+  // larger chunks are sealed and sent by turns. Sealing by 128 KiB cost more pump rounds and system calls per frame
+  // and measured no faster on the 2-core machine of docs/security.md.
+  static constexpr std::size_t seal_ahead = std::size_t{512} << 10;
+
+  // An abort completes the frame in flight on the first connection: what of it is not sealed yet is sealed now.
+  void finish_inflight_seal() {
+    inflight_frame& f = out_.inflight;
+    if (f.tag_bytes == 0 || f.total == 0) return;
+    const std::size_t payload = f.total - frame_header_size - f.tag_bytes;
+    if (f.sealed == payload) return;
+    auto* to = const_cast<std::uint8_t*>(f.payload);  // the connection's own stage (encrypt), or unused
+    if (!out_.seal.send.update(f.plain + f.sealed, to + f.sealed, payload - f.sealed) || !out_.seal.send.finish(f.tag))
+      f = {};  // OpenSSL failed: send the abort alone (the next rank then reports a broken frame)
+    else
+      f.sealed = payload;
+  }
 
   // After an abort on the first connection: the others are shut too, so a neighbour waiting only on one of them
   // sees it end at once (and reads the abort on the first) instead of waiting for the liveness verdict.
@@ -161,8 +190,14 @@ class ring_data_path {
     bool want_out = false;     // the socket was full: wait until it can take more
     std::size_t payload = 0;   // bytes of the item that go on the socket (0 through a slot)
     const std::uint8_t* src = nullptr;  // where they are: the buffer, or the narrowed copy when compressed
-    std::size_t sent = 0;      // bytes of the frame (header, then payload) sent so far
+    std::size_t sent = 0;      // bytes of the frame (header, payload, tag) sent so far
     std::array<std::uint8_t, frame_header_size> header{};
+    seal_tag tag{};            // the frame's tag on a sealed connection
+    std::size_t tag_bytes = 0;
+    const std::uint8_t* plain = nullptr;  // what is sealed into `src` (encrypt) or authenticated (src itself)
+    std::size_t sealed = 0;    // payload bytes sealed so far (all of them on a connection that is not sealed)
+    [[nodiscard]] std::size_t total() const { return header.size() + payload + tag_bytes; }
+    [[nodiscard]] inflight_frame inflight() const { return {src, total(), sent, header, tag, tag_bytes, plain, sealed}; }
   };
   struct recv_stream {
     std::size_t t = 0;            // next item to receive
@@ -172,6 +207,7 @@ class ring_data_path {
     std::size_t got = 0;          // bytes of the header, then of the payload, received so far
     std::size_t combined = 0;     // elements of a reduced payload already combined
     std::array<std::uint8_t, frame_header_size> header{};
+    seal_tag tag{};               // the frame's tag on a sealed connection
   };
   // Every stream of one operation.
   struct streams {
@@ -222,8 +258,19 @@ class ring_data_path {
     }
     s.payload = out.stage(s.src, s.it.wire_bytes);
     encode(header_for(p, s.it, out.data_frame()), std::span<std::uint8_t, frame_header_size>(s.header));
+    s.tag_bytes = out.seal.tag_bytes();
+    s.sealed = s.payload;
     s.active = true;
     s.sent = 0;
+    if (s.tag_bytes > 0) {  // sealed piece by piece just ahead of the socket (send_some)
+      s.plain = s.src;
+      if (out.seal.send.encrypts()) s.src = seal_stage_.data() + k * chunk_bytes_;
+      s.sealed = 0;
+      if (!out.seal.send.begin(s.header) || (s.payload == 0 && !out.seal.send.finish(s.tag)))
+        return ring_failure{error_kind::io, rank_, "AES-256-GCM sealing failed (OpenSSL) during " + where_of(p)};
+      // The frame's counter is taken: an abort must complete this frame before its own, even if no byte has gone.
+      if (k == 0) out_.inflight = s.inflight();
+    }
     return std::nullopt;
   }
 
@@ -241,13 +288,25 @@ class ring_data_path {
   // One non-blocking send of what is left of connection k's current frame (header and payload in one call).
   std::optional<ring_failure> send_some(const ring_plan& p, send_stream& s, std::size_t k, bool& progress) {
     send_link& out = out_lane(k);
-    const auto n = out.send_some(s.header, s.sent, s.src, s.payload);
+    if (s.sealed < s.payload) {
+      const std::size_t body = s.sent > s.header.size() ? s.sent - s.header.size() : 0;
+      const std::size_t upto = std::min(s.payload, body + seal_ahead);
+      if (s.sealed < upto) {
+        auto* to = const_cast<std::uint8_t*>(s.src);  // this path's own stage (encrypt), or unused (authenticate)
+        if (!out.seal.send.update(s.plain + s.sealed, to + s.sealed, upto - s.sealed) ||
+            (upto == s.payload && !out.seal.send.finish(s.tag)))
+          return ring_failure{error_kind::io, rank_, "AES-256-GCM sealing failed (OpenSSL) during " + where_of(p)};
+        s.sealed = upto;
+        if (k == 0) out_.inflight = s.inflight();
+      }
+    }
+    const auto n = out.send_some(s.header, s.sent, s.src, s.sealed, s.tag, s.sealed == s.payload ? s.tag_bytes : 0);
     if (n > 0) {
       s.sent += static_cast<std::size_t>(n);
       progress = true;
       // An abort goes on the first connection, after the frame in flight there (the others are shut).
-      if (k == 0) out_.inflight = {s.src, s.header.size() + s.payload, s.sent, s.header};
-      if (s.sent == s.header.size() + s.payload) {
+      if (k == 0) out_.inflight = s.inflight();
+      if (s.sent == s.total()) {
         s.active = false;
         if (k == 0) out_.inflight = {};
         ++s.t;
@@ -290,13 +349,16 @@ class ring_data_path {
                            "recv from " + peer(prev()) + ": " + why + " during " + where_of(p)};
           if (h->type == frame_type::abort) {
             in_.dead = true;  // it gave up; do not wait on it again
-            return read_abort(in, *h, prev(), where_of(p), ranks_);
+            return read_abort(in, *h, prev(), where_of(p), ranks_, r.header, link.seal.on() ? &link.seal.recv : nullptr);
           }
           if (auto bad = frame_mismatch(*h, header_for(p, r.it, link.data_frame())))
             return ring_failure{error_kind::protocol, prev(),
-                           "recv from " + peer(prev()) + ": " + *bad + " during " + where_of(p)};
+                           "recv from " + peer(prev()) + ": " + *bad + (link.seal.on() ? " (on a sealed link: altered on the wire?)" : "") +
+                               " during " + where_of(p)};
           r.reading_header = false;
           r.got = 0;
+          if (link.seal.on() && !link.seal.recv.begin(r.header))
+            return ring_failure{error_kind::io, rank_, "AES-256-GCM opening failed (OpenSSL) during " + where_of(p)};
           if (link.through_shm()) {
             if (auto f = take_slot<T>(p, r.it, deadline)) return f;
             r.active = false;
@@ -307,6 +369,7 @@ class ring_data_path {
         return f;
       }
     }
+    if (r.active && !r.reading_header && link.seal.on()) return receive_sealed<T>(p, r, link, progress);
     if (r.active && !r.reading_header) {
       const ring_item& it = r.it;
       const bool narrowed = it.narrowed;
@@ -332,6 +395,53 @@ class ring_data_path {
         progress = true;
       }
     }
+    return std::nullopt;
+  }
+
+  // The payload and tag of a frame on a sealed connection: the payload lands (in the scratch, or where it is copied
+  // to) and is opened piece by piece as it arrives (decrypted in place, or authenticated) and combined as on a plain
+  // link; but the chunk counts as received — finished (the mean, the update), forwarded to the next rank, part of
+  // the result — only once its tag verifies. A frame that fails ends the operation, whose buffer a failed operation
+  // never promises anything about.
+  template <class T>
+  std::optional<ring_failure> receive_sealed(const ring_plan& p, recv_stream& r, recv_link& link, bool& progress) {
+    const ring_item& it = r.it;
+    const bool staged = it.reduce || it.narrowed;
+    std::uint8_t* dest = staged ? link.scratch() : it.ptr;
+    const std::size_t need = it.wire_bytes + seal_tag_size;
+    iovec iov[2];
+    int count = 0;
+    if (r.got < it.wire_bytes) iov[count++] = {dest + r.got, it.wire_bytes - r.got};
+    const std::size_t tag_got = r.got > it.wire_bytes ? r.got - it.wire_bytes : 0;
+    iov[count++] = {r.tag.data() + tag_got, seal_tag_size - tag_got};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<decltype(msg.msg_iovlen)>(count);
+    const auto n = ::recvmsg(link.socket.get(), &msg, MSG_DONTWAIT);
+    if (n <= 0) return recv_failed(n, prev(), p);
+    const std::size_t before = r.got;
+    r.got += static_cast<std::size_t>(n);
+    progress = true;
+    if (before < it.wire_bytes) {
+      const std::size_t arrived = std::min(r.got, it.wire_bytes) - before;
+      if (!link.seal.recv.update(dest + before, dest + before, arrived))
+        return ring_failure{error_kind::io, rank_, "AES-256-GCM opening failed (OpenSSL) during " + where_of(p)};
+      if (staged) {  // while the piece is in cache
+        const std::size_t ready = std::min(r.got, it.wire_bytes) / (it.narrowed ? p.wire_esize : p.esize);
+        combine<T>(p, it, dest, r.combined, ready - r.combined);
+        r.combined = ready;
+      }
+    }
+    if (r.got < need) return std::nullopt;
+    if (!link.seal.recv.finish_open(r.tag))
+      return ring_failure{error_kind::protocol, prev(),
+                          "recv from " + peer(prev()) + ": a data frame fails authentication (AES-256-GCM tag) on the "
+                          "link " + peer(prev()) + " -> " + peer(rank_) + ": altered, forged, replayed or reordered "
+                          "on the wire during " + where_of(p)};
+    if (it.finish) finish_part<T>(p, it);
+    if (final_after_receive(p, it)) tell_final(p, it);
+    r.active = false;
+    ++r.t;
     return std::nullopt;
   }
 
@@ -488,7 +598,7 @@ class ring_data_path {
                                                                                 : "a data frame")
                             : why.empty() ? std::string("truncated message") : why) +
                          " on the back channel during " + where_of(p)};
-    return read_abort(out_.socket.get(), *h, next(), where_of(p), ranks_);
+    return read_abort(out_.socket.get(), *h, next(), where_of(p), ranks_, raw, out_.seal.on() ? &out_.seal.recv : nullptr);
   }
 
   int n_ = 1;
@@ -502,6 +612,7 @@ class ring_data_path {
   std::vector<recv_link> more_in_;   // more data connections from the previous rank
   liveness_monitor* monitor_ = nullptr;  // the flat ring's liveness, if any
   std::vector<std::uint8_t> wire_stage_;  // a chunk per connection narrowed for the wire (make_wire_stage)
+  std::vector<std::uint8_t> seal_stage_;  // a chunk per connection encrypted for the wire (frame_seal.hpp)
 };
 
 }  // namespace mwstrat::detail

@@ -3,9 +3,11 @@
 // and fixed for the link's life: on the TCP connection after each frame header, or (both ends on one host) through
 // the link's shared-memory region, a slot per chunk used in turn, with the TCP connection carrying the headers and,
 // backwards, one credit per slot the receiver is done with. The data path asks a link what to do and never which
-// kind it is: the difference is one branch on a flag per chunk, no virtual call.
+// kind it is: the difference is one branch on a flag per chunk, no virtual call. A TCP connection to another host
+// with a job token also carries each frame's tag (frame_seal.hpp) after its payload.
 
 #include <mwstrat/collective/ring/detail/abort.hpp>
+#include <mwstrat/collective/ring/detail/frame_seal.hpp>
 #include <mwstrat/collective/ring/detail/shm_region.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
@@ -33,6 +35,7 @@ struct send_link {
   bool eof = false;           // the next rank closed its end (of the back channel)
   bool dead = false;          // the next rank is known to be gone: do not write to it again
   inflight_frame inflight;    // the frame being sent, so that an abort can complete it first
+  link_seal seal;             // sends data frames sealed, opens the aborts coming back (another host, a token)
 
   [[nodiscard]] bool through_shm() const { return static_cast<bool>(shm); }
   // A link that carries payloads through shared memory starts with every slot free.
@@ -59,14 +62,18 @@ struct send_link {
     ++credits;
     return true;
   }
-  // Sends what is left of `header` then `payload` (whose first `sent` bytes, header included, have gone).
+  // Sends what is left of `header`, `payload`, then the first `tag_bytes` of `tag` (whose first `sent` bytes,
+  // header included, have gone).
   ssize_t send_some(const std::array<std::uint8_t, frame_header_size>& header, std::size_t sent,
-                    const std::uint8_t* payload, std::size_t payload_bytes) const {
-    iovec iov[2];
+                    const std::uint8_t* payload, std::size_t payload_bytes, const seal_tag& tag,
+                    std::size_t tag_bytes) const {
+    iovec iov[3];
     int count = 0;
     if (sent < header.size()) iov[count++] = {const_cast<std::uint8_t*>(header.data()) + sent, header.size() - sent};
     const std::size_t body = sent > header.size() ? sent - header.size() : 0;
     if (payload_bytes > body) iov[count++] = {const_cast<std::uint8_t*>(payload) + body, payload_bytes - body};
+    const std::size_t trailer = body > payload_bytes ? body - payload_bytes : 0;
+    if (tag_bytes > trailer) iov[count++] = {const_cast<std::uint8_t*>(tag.data()) + trailer, tag_bytes - trailer};
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<decltype(msg.msg_iovlen)>(count);
@@ -81,6 +88,7 @@ struct recv_link {
   std::size_t next_slot = 0;    // slots used so far (mod slots: the next one)
   bool credits_refused = false;  // the previous rank closed the back channel: stop returning slots
   bool dead = false;             // the previous rank is known to be gone: do not write to it again
+  link_seal seal;                // opens data frames, seals the aborts this rank sends back (another host, a token)
 
   [[nodiscard]] bool through_shm() const { return static_cast<bool>(shm); }
   void adopt(shm_region region) {
@@ -133,6 +141,8 @@ struct ring_links {
   std::vector<recv_link> more_in;   // data connections 1.. from the previous rank
   unique_socket liveness_out;  // to the next rank
   unique_socket liveness_in;   // from the previous rank
+  link_seal liveness_out_seal;  // their frame seals (another host, a token; else empty)
+  link_seal liveness_in_seal;
 };
 
 }  // namespace mwstrat::detail

@@ -12,8 +12,13 @@
 // and passes it on the same way. A liveness stream is read in order, so a rank whose neighbour fails or exits
 // because of a verdict reads that verdict before the close, and never blames the messenger. Each rank keeps the
 // first verdict it forms or receives; the data path reports it (ring_collective wakes on `wake_fd`).
+//
+// Between hosts with a job token every liveness frame is sealed like a data frame (frame_seal.hpp): a forged beat,
+// goodbye or verdict fails its tag and is itself a verdict naming the neighbour's link. A sealed beat that did not
+// fit in the socket is kept and sent first next time (its counter is taken), where a plain one is dropped.
 
 #include <mwstrat/collective/ring/detail/abort.hpp>
+#include <mwstrat/collective/ring/detail/frame_seal.hpp>
 #include <mwstrat/collective/ring/detail/rank_map.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
 #include <mwstrat/collective/ring/detail/wire.hpp>
@@ -61,13 +66,16 @@ class liveness_monitor {
   // two); `timeout` 0 never judges silence (heartbeats, closes and verdicts still count). `log` writes one line.
   liveness_monitor(unique_socket to_next, int next, unique_socket from_prev, int prev, int rank,
                    std::chrono::milliseconds timeout, rank_map ranks,
-                   std::function<void(const std::string&)> log)
+                   std::function<void(const std::string&)> log, link_seal to_next_seal = {},
+                   link_seal from_prev_seal = {})
       : rank_(rank), timeout_(timeout), interval_(heartbeat_interval(timeout)), ranks_(std::move(ranks)),
         log_(std::move(log)) {
     links_[0].socket = std::move(to_next);
     links_[0].peer = next;
+    links_[0].seal = std::move(to_next_seal);
     links_[1].socket = std::move(from_prev);
     links_[1].peer = prev;
+    links_[1].seal = std::move(from_prev_seal);
     const auto now = steady::now();
     for (auto& l : links_) l.heard = now;
     stop_fd_ = unique_socket(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -131,10 +139,12 @@ class liveness_monitor {
     bool beating = false;
     std::atomic<bool> open{true};  // still read and written (read by a publishing data path too)
     bool departed = false;     // said goodbye
-    std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text> buffer{};
+    link_seal seal;            // another host, a token: every frame carries a tag
+    std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text + seal_tag_size> buffer{};
     std::size_t have = 0;
-    std::array<std::uint8_t, frame_header_size> partial{};  // a beat that went in part
-    std::size_t partial_sent = 0;                             // 0: none
+    std::array<std::uint8_t, frame_header_size + seal_tag_size> partial{};  // a beat that went in part (or, sealed,
+    std::size_t partial_size = 0;                                            // not at all); 0: none
+    std::size_t partial_sent = 0;
   };
 
   std::string peer(int r) const { return ranks_.peer(r); }
@@ -205,34 +215,44 @@ class liveness_monitor {
   void beat(frame_type type) {
     frame_header h;
     h.type = type;
-    std::array<std::uint8_t, frame_header_size> raw{};
-    encode(h, raw);
+    std::array<std::uint8_t, frame_header_size + seal_tag_size> raw{};
+    encode(h, std::span<std::uint8_t, frame_header_size>(raw.data(), frame_header_size));
     const std::lock_guard lock(write_mutex_);
     for (auto& l : links_) {
       if (!l.open || !finish_partial(l)) continue;
-      const auto n = ::send(l.socket.get(), raw.data(), raw.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n > 0 && static_cast<std::size_t>(n) < raw.size()) {
+      std::size_t size = frame_header_size;
+      if (l.seal.on()) {
+        seal_tag tag{};
+        if (!l.seal.send.seal(std::span(raw.data(), frame_header_size), nullptr, nullptr, 0, tag)) continue;
+        std::memcpy(raw.data() + frame_header_size, tag.data(), tag.size());
+        size += tag.size();
+      }
+      const auto n = ::send(l.socket.get(), raw.data(), size, MSG_DONTWAIT | MSG_NOSIGNAL);
+      const std::size_t went = n > 0 ? static_cast<std::size_t>(n) : 0;
+      if (went < size && (went > 0 || l.seal.on())) {  // a sealed beat's counter is taken: it must still go
         l.partial = raw;
-        l.partial_sent = static_cast<std::size_t>(n);
+        l.partial_size = size;
+        l.partial_sent = went;
       }
     }
   }
 
-  // Sends what is left of a frame that went in part; true when nothing is left.
+  // Sends what is left of a frame that went in part (or not at all); true when nothing is left.
   static bool finish_partial(link& l) {
-    if (l.partial_sent == 0) return true;
-    const auto n = ::send(l.socket.get(), l.partial.data() + l.partial_sent, l.partial.size() - l.partial_sent,
+    if (l.partial_size == 0) return true;
+    const auto n = ::send(l.socket.get(), l.partial.data() + l.partial_sent, l.partial_size - l.partial_sent,
                           MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) l.partial_sent += static_cast<std::size_t>(n);
-    if (l.partial_sent == l.partial.size()) l.partial_sent = 0;
-    return l.partial_sent == 0;
+    if (l.partial_sent == l.partial_size) l.partial_size = l.partial_sent = 0;
+    return l.partial_size == 0;
   }
 
   // Everything waiting on link k: heartbeats, a goodbye, a verdict, or the end of the connection.
   void read_link(int k) {
     link& l = links_[k];
     for (;;) {
-      const std::size_t want = l.have < frame_header_size ? frame_header_size : frame_header_size + payload_of(l);
+      const std::size_t tag = l.seal.tag_bytes();
+      const std::size_t want = l.have < frame_header_size ? frame_header_size : frame_header_size + payload_of(l) + tag;
       const auto n = ::recv(l.socket.get(), l.buffer.data() + l.have, want - l.have, MSG_DONTWAIT);
       if (n > 0) {
         l.heard = steady::now();
@@ -247,8 +267,22 @@ class liveness_monitor {
                  k);
           return;
         }
-        if (l.have < frame_header_size + payload_of(l)) continue;
+        const std::size_t payload = payload_of(l);
+        if (l.have < frame_header_size + payload + tag) continue;
         l.have = 0;
+        if (l.seal.on()) {
+          seal_tag t{};
+          std::memcpy(t.data(), l.buffer.data() + frame_header_size + payload, t.size());
+          if (!l.seal.recv.open(std::span(l.buffer.data(), frame_header_size), l.buffer.data() + frame_header_size,
+                                payload, t)) {
+            decide(ring_failure{error_kind::protocol, l.peer,
+                                "a liveness frame from " + peer(l.peer) + " fails authentication (AES-256-GCM tag) on "
+                                "the link " + peer(l.peer) + " -> " + peer(rank_) +
+                                    " (liveness): altered, forged, replayed or reordered on the wire"},
+                   -1);  // on both links: the neighbour reads it on this one before the close
+            return;
+          }
+        }
         if (h->type == frame_type::goodbye) {
           l.departed = true;
           l.open = false;
@@ -293,16 +327,16 @@ class liveness_monitor {
   void decide(ring_failure f, int from) {
     const std::lock_guard lock(write_mutex_);  // the monitor's thread, or the data path's (publish)
     if (fired()) return;
-    const abort_frame frame = make_abort_frame(f);
     const auto limit = steady::now() + abort_send_grace;
     for (int k = 0; k < 2; ++k)
       if (k != from && links_[k].open) {  // the culprit too: if it was only stopped, it learns it was given up
         link& l = links_[k];
-        if (l.partial_sent > 0 &&
-            write_all(l.socket.get(), l.partial.data() + l.partial_sent, l.partial.size() - l.partial_sent, limit)
+        if (l.partial_size > 0 &&
+            write_all(l.socket.get(), l.partial.data() + l.partial_sent, l.partial_size - l.partial_sent, limit)
                     .status != io_status::ok)
           continue;
-        l.partial_sent = 0;
+        l.partial_size = l.partial_sent = 0;
+        const abort_frame frame = make_abort_frame(f, {}, &l.seal.send);  // after the beats: the next counter
         (void)write_all(l.socket.get(), frame.bytes.data(), frame.size, limit);
       }
     if (log_) log_(f.text + (from < 0 ? " [verdict of this rank]" : " [verdict heard from rank " + std::to_string(links_[from].peer) + "]"));

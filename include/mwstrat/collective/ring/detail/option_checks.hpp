@@ -27,6 +27,9 @@ inline void check_ring_options(const ring_options& options) {
     throw config_error({"ring", rank}, "ring_options.streams_per_peer is " + std::to_string(options.streams_per_peer) +
                                            ": expected 1.." + std::to_string(max_streams_per_peer) +
                                            " connections per link between hosts");
+  if (options.encrypt && options.job_token.value_or(std::string()).empty())
+    throw config_error({"ring", rank}, "ring_options.encrypt (MWSTRAT_RING_ENCRYPT=1) needs a job token "
+                                       "(ring_options.job_token, MWSTRAT_JOB_TOKEN): the frame keys derive from it");
   if (options.host_identity && options.host_identity->empty())
     throw config_error({"ring", rank}, "ring_options.host_identity is empty (leave it unset to derive it)");
   for (const auto& [name, value] : {std::pair{"connect_timeout", options.connect_timeout},

@@ -10,6 +10,7 @@
 #include <mwstrat/cluster/address.hpp>
 #include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/ring/detail/abort.hpp>
+#include <mwstrat/collective/ring/detail/frame_seal.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/log.hpp>
 #include <mwstrat/collective/ring/detail/rank_map.hpp>
@@ -35,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace mwstrat::detail {
@@ -69,6 +71,7 @@ struct ring_identity {
   bool quiet = false;  // no start-up lines (a ring inside a ring: its parent logs the topology)
   bool liveness = true;  // a liveness connection beside each link (not in a ring inside a ring)
   unsigned streams = 1;  // data connections per link between hosts (ring_options::streams_per_peer)
+  seal_mode seal = seal_mode::none;  // what frames between hosts carry (frame_seal.hpp): none without a token
 };
 
 // A socket listening on `here`'s host at a port the kernel picks (the rings inside a hierarchical ring); its port in
@@ -99,7 +102,8 @@ class ring_startup {
   ring_startup(const ring_options& options, const ring_identity& id)
       : options_(options), ranks_(options.addresses), n_(id.world), rank_(id.rank), parsed_(id.hosts), token_(id.token),
         chunk_bytes_(id.chunk_bytes), cluster_digest_(id.cluster), model_digest_(id.model), want_shm_(id.want_shm),
-        host_(id.host), listener_(id.listener), quiet_(id.quiet), liveness_(id.liveness), streams_(id.streams) {}
+        host_(id.host), listener_(id.listener), quiet_(id.quiet), liveness_(id.liveness), streams_(id.streams),
+        seal_(id.seal) {}
 
   // Listens, connects and accepts; throws what ring_collective's constructor documents.
   ring_links run() {
@@ -217,10 +221,13 @@ class ring_startup {
     }
     if (f.culprit < 0 || f.culprit >= n_) f.culprit = rank_;
     f.text = "rank " + std::to_string(rank_) + " could not join the ring: " + f.text;
-    const abort_frame frame = make_abort_frame(f);
     const auto limit = steady::now() + abort_send_grace;
-    for (const unique_socket* s : {&links_.liveness_out, &links_.liveness_in})
-      if (*s) (void)write_all(s->get(), frame.bytes.data(), frame.size, limit);
+    for (auto [s, seal] : {std::pair{&links_.liveness_out, &links_.liveness_out_seal},
+                           std::pair{&links_.liveness_in, &links_.liveness_in_seal}})
+      if (*s) {  // sealed for that connection when it is: the neighbour's liveness monitor opens it
+        const abort_frame frame = make_abort_frame(f, {}, &seal->send);
+        (void)write_all(s->get(), frame.bytes.data(), frame.size, limit);
+      }
   }
 
   // Takes the previous rank's connections until the link is complete, the deadline passes or `stop_at` (set by the
@@ -294,15 +301,17 @@ class ring_startup {
     const bool have_token = !token_.empty();
     detail::hello_reply reply;
     reply.status = detail::judge_hello(*h, static_cast<std::uint32_t>(n_), static_cast<std::uint32_t>(prev()),
-                                       cluster_digest_, model_digest_, have_token, streams_);
-    reply.flags = static_cast<std::uint8_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0));
+                                       cluster_digest_, model_digest_, have_token, streams_, encrypts());
+    reply.flags = static_cast<std::uint8_t>((have_token ? detail::flag_token : 0) | (want_shm_ ? detail::flag_shm : 0) |
+                                            (encrypts() ? detail::flag_encrypt : 0));
     reply.world = static_cast<std::uint32_t>(n_);
     reply.rank = static_cast<std::uint32_t>(rank_);
     reply.nonce = detail::random_nonce();
     reply.host = host_;
+    const detail::handshake_binding bound{h->host, reply.host, h->flags, reply.flags};
     if (reply.status == detail::refusal::none && have_token)
       reply.proof = detail::handshake_proof(token_, true, h->nonce, reply.nonce, cluster_digest_, reply.world,
-                                            h->rank, reply.rank);
+                                            h->rank, reply.rank, bound);
     std::array<std::uint8_t, detail::hello_reply_size> out{};
     detail::encode(reply, out);
     const auto sent = detail::write_all(fd, out.data(), out.size(), limit);
@@ -328,7 +337,7 @@ class ring_startup {
     detail::hello_finish verdict;
     if (have_token) {
       const auto want = detail::handshake_proof(token_, false, h->nonce, reply.nonce, cluster_digest_, reply.world,
-                                                h->rank, reply.rank);
+                                                h->rank, reply.rank, bound);
       if (!detail::digest_equal(want, proof->proof)) verdict.status = detail::refusal::bad_proof;
     }
     detail::encode(verdict, fin);
@@ -341,9 +350,24 @@ class ring_startup {
       links_.in.adopt({});
       links_.more_in.clear();
       links_.more_in.resize(detail::digest_equal(h->host, host_) ? 0 : streams_ - 1);
-      if (same_host(h->flags, h->host)) return accept_shm(fd, limit);
     }
+    auto seal = seal_of(h->host, false, h->nonce, reply.nonce, h->rank, reply.rank);
+    if (liveness) links_.liveness_in_seal = std::move(seal);  // the accept loop takes its socket beside it
+    else (lane == 0 ? links_.in : links_.more_in[lane - 1]).seal = std::move(seal);
+    if (!liveness && lane == 0 && same_host(h->flags, h->host)) return accept_shm(fd, limit);
     return std::nullopt;
+  }
+
+  [[nodiscard]] bool encrypts() const { return seal_ == detail::seal_mode::encrypt; }
+
+  // The frame seal of a data or liveness connection: keyed from this handshake when the peer is on another host and
+  // there is a token, else none (shared memory and TCP within a host carry no tag).
+  detail::link_seal seal_of(const detail::digest& peer_host, bool as_client, const detail::digest& client_nonce,
+                            const detail::digest& server_nonce, std::uint32_t client_rank,
+                            std::uint32_t server_rank) const {
+    if (seal_ == detail::seal_mode::none || detail::digest_equal(peer_host, host_)) return {};
+    return detail::link_seal::keyed(token_, seal_, as_client, client_nonce, server_nonce, cluster_digest_, client_rank,
+                                    server_rank);
   }
 
   // Both ends want shared memory and share a kernel, user and namespaces.
@@ -372,12 +396,17 @@ class ring_startup {
   // (unless this ring has none) its liveness connection.
   void connect_next(steady::time_point deadline) {
     links_.out.socket = connect_one(deadline, false, 0);
+    links_.out.seal = std::move(client_seal_);
     for (unsigned lane = 1; lane < out_lanes_; ++lane) {
       detail::send_link more;
       more.socket = connect_one(deadline, false, lane);
+      more.seal = std::move(client_seal_);
       links_.more_out.push_back(std::move(more));
     }
-    if (liveness_) links_.liveness_out = connect_one(deadline, true, 0);
+    if (liveness_) {
+      links_.liveness_out = connect_one(deadline, true, 0);
+      links_.liveness_out_seal = std::move(client_seal_);
+    }
   }
 
   detail::unique_socket connect_one(steady::time_point deadline, bool liveness, unsigned lane) {
@@ -444,7 +473,8 @@ class ring_startup {
     detail::hello h;
     h.flags = static_cast<std::uint16_t>((have_token ? detail::flag_token : 0) |
                                          (want_shm_ && !liveness ? detail::flag_shm : 0) |
-                                         (liveness ? detail::flag_liveness : 0) | detail::lane_flags(lane, streams_));
+                                         (liveness ? detail::flag_liveness : 0) | (encrypts() ? detail::flag_encrypt : 0) |
+                                         detail::lane_flags(lane, streams_));
     h.world = static_cast<std::uint32_t>(n_);
     h.rank = static_cast<std::uint32_t>(rank_);
     h.cluster = cluster_digest_;
@@ -468,14 +498,15 @@ class ring_startup {
     else if (reply->rank != static_cast<std::uint32_t>(to)) fin.status = detail::refusal::wrong_rank;
     else if (have_token && (reply->flags & detail::flag_token) == 0) fin.status = detail::refusal::token_required;
     else if (!have_token && (reply->flags & detail::flag_token) != 0) fin.status = detail::refusal::token_unexpected;
-    else if (have_token &&
-             !detail::digest_equal(reply->proof, detail::handshake_proof(token_, true, h.nonce, reply->nonce,
-                                                                         cluster_digest_, h.world, h.rank,
-                                                                         reply->rank)))
+    else if (((reply->flags & detail::flag_encrypt) != 0) != encrypts()) fin.status = detail::refusal::encrypt_mismatch;
+    const detail::handshake_binding bound{h.host, reply->host, h.flags, reply->flags};
+    if (fin.status == detail::refusal::none && have_token &&
+        !detail::digest_equal(reply->proof, detail::handshake_proof(token_, true, h.nonce, reply->nonce, cluster_digest_,
+                                                                    h.world, h.rank, reply->rank, bound)))
       fin.status = detail::refusal::bad_proof;
     if (fin.status == detail::refusal::none && have_token)
       fin.proof = detail::handshake_proof(token_, false, h.nonce, reply->nonce, cluster_digest_, h.world, h.rank,
-                                          reply->rank);
+                                          reply->rank, bound);
     std::array<std::uint8_t, detail::hello_finish_size> fraw{};
     detail::encode(fin, fraw);
     const auto sent = detail::write_all(fd, fraw.data(), fraw.size(), limit);
@@ -488,6 +519,7 @@ class ring_startup {
     if (!verdict) throw protocol_error({"ring", rank_}, who + " is not an mwstrat ring peer (bad verdict)");
     if (verdict->status != detail::refusal::none)
       throw protocol_error({"ring", rank_}, who + " refused this rank: " + detail::refusal_text(verdict->status));
+    client_seal_ = seal_of(reply->host, true, h.nonce, reply->nonce, h.rank, reply->rank);
     if (liveness || lane > 0) return std::nullopt;
     out_lanes_ = detail::digest_equal(reply->host, host_) ? 1 : streams_;  // more only to another host
     if (same_host(reply->flags, reply->host)) return offer_shm(fd, limit);
@@ -509,6 +541,8 @@ class ring_startup {
   bool liveness_ = true;
   unsigned streams_ = 1;
   unsigned out_lanes_ = 1;  // data connections to the next rank: streams_ when it is on another host
+  detail::seal_mode seal_ = detail::seal_mode::none;
+  detail::link_seal client_seal_;  // the seal of the connection client_handshake just made
   std::mutex refusal_mutex_;
   std::string last_refusal_;  // the acceptor's latest refusal, for the connector's error
   ring_links links_;

@@ -66,11 +66,13 @@ inline digest random_nonce() {
 inline constexpr std::array<std::uint8_t, 8> hello_magic = {'M', 'W', 'S', 'R', 'I', 'N', 'G', '1'};
 // 2: host identity, shm offer, slot/credit frames; 3: shm proof; 4: a liveness connection beside each link
 // (flag_liveness), heartbeat and goodbye frames; 5: several data connections per link between hosts (lane_flags);
-// 6: each broadcast starts with a broadcast_check all-reduce of the ranks' roots, types and counts.
-inline constexpr std::uint16_t protocol_version = 6;
+// 6: each broadcast starts with a broadcast_check all-reduce of the ranks' roots, types and counts; 7: with a token,
+// frames on data connections between hosts carry an AES-256-GCM tag (frame_seal.hpp), flag_encrypt.
+inline constexpr std::uint16_t protocol_version = 7;
 inline constexpr std::uint16_t flag_token = 1;     // the sender holds a job token and will prove it
 inline constexpr std::uint16_t flag_shm = 2;       // the sender would carry payloads through shared memory
 inline constexpr std::uint16_t flag_liveness = 4;  // this connection is the link's liveness connection (liveness.hpp)
+inline constexpr std::uint16_t flag_encrypt = 8;   // the sender encrypts frames between hosts (frame_seal.hpp)
 // A hello's top byte (protocol v5): which data connection of the link this is (bits 8-11, 0 for the first, which
 // also carries the back channel, aborts and shared memory) and how many the sender opens to a peer on another host
 // (bits 12-15, minus one: ring_options::streams_per_peer). Both ends must be configured alike.
@@ -94,11 +96,12 @@ enum class refusal : std::uint8_t {
   token_unexpected = 7,
   bad_proof = 8,
   streams_mismatch = 9,
+  encrypt_mismatch = 10,
 };
 
 template <>
 struct enum_range<refusal> {
-  static constexpr refusal first = refusal::none, last = refusal::streams_mismatch;
+  static constexpr refusal first = refusal::none, last = refusal::encrypt_mismatch;
   static constexpr const char* unknown = "unknown refusal";
 };
 
@@ -114,6 +117,8 @@ inline const char* refusal_text(refusal r) {
     case refusal::token_unexpected: return "the peer holds a job token but this side has none";
     case refusal::bad_proof: return "job token proof (HMAC-SHA256) does not verify: wrong MWSTRAT_JOB_TOKEN";
     case refusal::streams_mismatch: return "streams per peer differ (ring_options::streams_per_peer, MWSTRAT_RING_STREAMS)";
+    case refusal::encrypt_mismatch:
+      return "one side encrypts frames between hosts and the other does not (ring_options::encrypt, MWSTRAT_RING_ENCRYPT)";
   }
   return "unknown refusal";
 }
@@ -209,7 +214,7 @@ inline std::optional<hello_finish> decode_hello_finish(std::span<const std::uint
 
 // What the server checks in a client's hello, given what it expects; refusal::none when acceptable.
 inline refusal judge_hello(const hello& h, std::uint32_t world, std::uint32_t expected_rank, const digest& cluster,
-                           const digest& model, bool have_token, unsigned streams = 1) {
+                           const digest& model, bool have_token, unsigned streams = 1, bool encrypt = false) {
   if (h.version != protocol_version) return refusal::bad_version;
   if (streams_of_flags(h.flags) != streams) return refusal::streams_mismatch;
   if (h.world != world) return refusal::wrong_world;
@@ -219,17 +224,28 @@ inline refusal judge_hello(const hello& h, std::uint32_t world, std::uint32_t ex
   const bool peer_token = (h.flags & flag_token) != 0;
   if (have_token && !peer_token) return refusal::token_required;
   if (!have_token && peer_token) return refusal::token_unexpected;
+  if (((h.flags & flag_encrypt) != 0) != encrypt) return refusal::encrypt_mismatch;
   return refusal::none;
 }
 
-// The proof a side sends: HMAC(token, label || client nonce || server nonce || cluster || world || ranks).
-// Distinct labels keep one side's proof from being replayed as the other's.
+// What else of a handshake its proofs bind: both sides' host identities and flags, which decide whether the
+// connection's frames are sealed (frame_seal.hpp), encrypted, or go through shared memory. Unbound, someone on the
+// path could rewrite both host identities to match and so turn sealing off between two hosts.
+struct handshake_binding {
+  digest client_host{}, server_host{};
+  std::uint16_t client_flags = 0;
+  std::uint8_t server_flags = 0;
+};
+
+// The proof a side sends: HMAC(token, label || client nonce || server nonce || cluster || world || ranks || both host
+// identities || both flags). Distinct labels keep one side's proof from being replayed as the other's.
 inline digest handshake_proof(std::string_view token, bool from_server, const digest& client_nonce,
                               const digest& server_nonce, const digest& cluster, std::uint32_t world,
-                              std::uint32_t client_rank, std::uint32_t server_rank) {
-  std::array<std::uint8_t, 16 + 32 * 3 + 12> msg{};
+                              std::uint32_t client_rank, std::uint32_t server_rank,
+                              const handshake_binding& bound = {}) {
+  std::array<std::uint8_t, 16 + 32 * 3 + 12 + 32 * 2 + 3> msg{};
   byte_writer w(msg);
-  const char* label = from_server ? "mwstrat-server.1" : "mwstrat-client.1";
+  const char* label = from_server ? "mwstrat-server.2" : "mwstrat-client.2";
   w.bytes(std::span(reinterpret_cast<const std::uint8_t*>(label), 16));
   w.bytes(client_nonce);
   w.bytes(server_nonce);
@@ -237,6 +253,10 @@ inline digest handshake_proof(std::string_view token, bool from_server, const di
   w.u32(world);
   w.u32(client_rank);
   w.u32(server_rank);
+  w.bytes(bound.client_host);
+  w.bytes(bound.server_host);
+  w.u16(bound.client_flags);
+  w.u8(bound.server_flags);
   return hmac_sha256(token, msg);
 }
 
