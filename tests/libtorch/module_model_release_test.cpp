@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,8 +116,15 @@ std::vector<float> train(int replicas) {
   torch::set_num_threads(1);
   spawn_ranks(replicas, [&](local_collective& c) {
     mirrored_strategy<local_collective&> strategy(c);
-    torch::manual_seed(static_cast<std::uint64_t>(10 + c.rank()));  // differs: fit mirrors the chief's
-    auto net = std::make_shared<mlp>();
+    std::shared_ptr<mlp> net;
+    {
+      // libtorch's generator is one per process: the replicas' threads seed and draw from it one at a time, or
+      // the chief's initial weights would depend on the other thread's timing.
+      static std::mutex generator;
+      const std::lock_guard lock(generator);
+      torch::manual_seed(static_cast<std::uint64_t>(10 + c.rank()));  // differs: fit mirrors the chief's
+      net = std::make_shared<mlp>();
+    }
     libtorch::module_model model(net, classify);
     test::plain_sgd sgd{0.2};
     distributed_input data(images, 32, strategy, 5, data::data_shard{});
