@@ -81,6 +81,25 @@ void run_window(C& c, int rounds) {
   c.barrier();
 }
 
+// A ring of two ranks on two threads, each with its options, through run_window's counted rounds; each rank's
+// error ("" for none).
+std::vector<std::string> run_two_ring_ranks(const std::vector<ring_options>& opts) {
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(2);
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ring_collective ring(opts[static_cast<std::size_t>(r)]);
+        run_window(ring, 50);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  counting = false;  // a rank that failed inside the window left it on
+  return errors;
+}
+
 TEST(async_all_reduce, allocates_nothing_per_operation_on_local_ranks) {
   for (const int n : {2, 3}) {
     allocations = 0;
@@ -102,20 +121,7 @@ TEST(async_all_reduce, allocates_nothing_per_operation_on_a_two_rank_ring) {
       o.log = [](std::string_view) {};
     }
     allocations = 0;
-    std::vector<std::thread> threads;
-    std::vector<std::string> errors(2);
-    for (int r = 0; r < 2; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          ring_collective ring(opts[static_cast<std::size_t>(r)]);
-          run_window(ring, 50);
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(r)] = e.what();
-        }
-      });
-    for (auto& t : threads) t.join();
-    counting = false;
-    EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+    EXPECT_EQ(run_two_ring_ranks(opts), (std::vector<std::string>{"", ""}));
     EXPECT_EQ(allocations.load(), 0) << (transport == ring_transport::tcp ? "tcp" : "automatic") << " ring";
   }
 }
@@ -140,20 +146,7 @@ TEST(async_all_reduce, allocates_nothing_per_operation_on_a_sealed_ring_between_
         o.log = [](std::string_view) {};
       }
       allocations = 0;
-      std::vector<std::thread> threads;
-      std::vector<std::string> errors(2);
-      for (int r = 0; r < 2; ++r)
-        threads.emplace_back([&, r] {
-          try {
-            ring_collective ring(opts[static_cast<std::size_t>(r)]);
-            run_window(ring, 50);
-          } catch (const std::exception& e) {
-            errors[static_cast<std::size_t>(r)] = e.what();
-          }
-        });
-      for (auto& t : threads) t.join();
-      counting = false;
-      EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+      EXPECT_EQ(run_two_ring_ranks(opts), (std::vector<std::string>{"", ""}));
       EXPECT_EQ(allocations.load(), 0) << (encrypt ? "encrypted" : "authenticated") << ", " << streams << " streams";
     }
 }
