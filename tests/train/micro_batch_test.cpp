@@ -174,4 +174,49 @@ TEST(micro_batches, a_batch_type_that_cannot_be_split_is_refused_naming_the_hook
   });
 }
 
+// A batch that can be split but does not say its size: refused at the first step, not trained whole.
+struct sizeless_batch {
+  data::image_batch images;
+};
+sizeless_batch mwstrat_micro_batch(const sizeless_batch& b, std::size_t first, std::size_t count) {
+  return {mwstrat_micro_batch(b.images, first, count)};
+}
+struct sizeless_source {
+  sealed_source inner;
+  [[nodiscard]] std::size_t steps_per_epoch() const { return 1; }
+  sizeless_batch batch_at(std::size_t e, std::size_t s) const { return {inner.batch_at(e, s).images}; }
+};
+struct sizeless_model {
+  sealed_model inner;
+  std::span<float> parameters() { return inner.parameters(); }
+  std::span<float> gradients() { return inner.gradients(); }
+  [[nodiscard]] std::string fingerprint() const { return inner.fingerprint(); }
+  template <class OnReady>
+  batch_stats train_batch(const sizeless_batch& b, OnReady&& r) {
+    return inner.inner.train_batch(b.images, std::forward<OnReady>(r));
+  }
+  batch_stats evaluate_batch(const sizeless_batch& b) { return inner.inner.evaluate_batch(b.images); }
+};
+
+TEST(micro_batches, a_batch_that_does_not_say_its_size_is_refused) {
+  static_assert(splittable_batch<sizeless_batch>);
+  spawn_ranks(1, [&](local_collective& c) {
+    mirrored_strategy<local_collective&> strategy(c);
+    sizeless_model model;
+    sizeless_source data;
+    test::plain_sgd sgd;
+    fit_options o;
+    o.catch_preemption_signals = false;
+    o.max_micro_batch = 4;
+    try {
+      fit(strategy, model, sgd, data, o);
+      FAIL() << "accepted";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find("max_micro_batch: the training batch does not say how many examples"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 }  // namespace micro_batch_test

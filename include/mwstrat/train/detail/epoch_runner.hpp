@@ -6,6 +6,7 @@
 // around them is fit's (train/in_memory_recovery.hpp).
 
 #include <mwstrat/data/cursor.hpp>
+#include <mwstrat/error.hpp>
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/detail/batch_steps.hpp>
@@ -51,7 +52,12 @@ batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool&
   using Batch = std::remove_cvref_t<decltype(batch)>;
   if constexpr (splittable_batch<Batch>) {
     const auto examples = examples_in(batch);
-    if (ctx.max_micro_batch != 0 && examples && *examples > ctx.max_micro_batch) {
+    if (ctx.max_micro_batch != 0 && !examples) {
+      throw config_error({"train", ctx.strategy.replica_id()},
+                         "max_micro_batch: the training batch does not say how many examples it has (a member "
+                         "`size` or `count`, or `size()`), so it cannot be split");
+    }
+    if (ctx.max_micro_batch != 0 && *examples > ctx.max_micro_batch) {
       // Gradient accumulation (train/micro_batches.hpp): each micro-batch's metrics as it is trained.
       const batch_stats part = sync.step([&](auto&& on_ready) {
         return train_micro_batches(ctx.model, train, batch, at, ctx.max_micro_batch, ctx.micro_batch_gradients,
