@@ -59,7 +59,13 @@
 // Each replacement counts against --max-restarts. Two workers lost at once cannot be replaced this way (their
 // replacements join different generations): the survivors time out and the group restarts.
 //
-// Exit status: 0 when every worker succeeded; 75 when the workers stopped for preemption (and the launcher itself
+// Elastic (--min-workers K, without --replace-lost): every worker is told MWSTRAT_MIN_WORKERS=K, so fit shrinks the
+// job instead of waiting for a replacement (train/in_memory_recovery.hpp). A worker that fails is not replaced and
+// the others are not ended while at least K still run: its survivors build a smaller ring and go on with the same
+// global batch. A stopped one is reported by the survivors and ended, as above. Below K the survivors exit 69 and
+// the group is restarted (from its backup) as without the flag.
+//
+// Exit status: 0 when every worker succeeded (under --min-workers: every worker the job went on with); 75 when the workers stopped for preemption (and the launcher itself
 // was signalled); otherwise the first failure's (128 + signal for a signal).
 #include "launch/agent_protocol.hpp"
 #include "launch/node_agents.hpp"
@@ -122,6 +128,7 @@ struct options {
   int max_preemptions = 100;  // a program that always exits 75 must not restart forever
   int grace_ms = 5000;
   bool replace_lost = false;  // --replace-lost: replace a lost worker alone (in-memory recovery)
+  int min_workers = 0;        // --min-workers K: elastic, the survivors of a lost worker go on without it
   std::vector<std::string> command;
   // --hosts: one entry per worker (filled by resolve_hosts); empty without --hosts.
   std::string hosts_spec;
@@ -150,6 +157,7 @@ struct options {
   if (!problem.empty()) std::fprintf(stderr, "mwstrat-launch: %s\n", problem.c_str());
   std::fprintf(stderr,
                "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K [--replace-lost]]\n"
+               "       [--min-workers K]\n"
                "       [--max-preemptions P] [--grace-ms G] -- PROGRAM [ARGS...]\n"
                "       mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- "
                "PROGRAM [ARGS...]\n"
@@ -257,6 +265,7 @@ options parse(int argc, char** argv) {
     else if (a == "--max-preemptions") o.max_preemptions = parse_int(a, value(), 0, 100000);
     else if (a == "--grace-ms") o.grace_ms = parse_int(a, value(), 0, 600000);
     else if (a == "--replace-lost") o.replace_lost = true;
+    else if (a == "--min-workers") o.min_workers = parse_int(a, value(), 1, 1024);
     else if (a == "--hosts") o.hosts_spec = value();
     else if (a == "--simhosts") o.simhosts_set = value();
     else if (a == "--simhosts-script") o.simhosts_script = value();
@@ -289,11 +298,16 @@ options parse(int argc, char** argv) {
     } else {
       if (auto missing = mwstrat_launch::settings_from_environment(o.agents)) usage(*missing);
       if (o.replace_lost) usage("--replace-lost is not available with per-node agents (--nnodes)");
+      if (o.min_workers) usage("--min-workers is not available with per-node agents (--nnodes) yet");
     }
   }
   if (o.command.empty()) usage("no program given after --");
   if (o.replace_lost && o.max_restarts == 0) {
     usage("--replace-lost needs --max-restarts K (K >= 1): each replacement counts as a restart");
+  }
+  if (o.min_workers > o.workers) usage("--min-workers: more than the -n workers");
+  if (o.min_workers && o.replace_lost) {
+    usage("--min-workers and --replace-lost exclude each other: a shrunk job cannot take a replacement in yet");
   }
   if (o.base_port != 0 && o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
   if (o.any_remote()) {
@@ -462,6 +476,10 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
       ::setenv("MWSTRAT_RECOVERY_GENERATION", std::to_string(generation).c_str(), 1);
       ::setenv("MWSTRAT_LAUNCH_REPORT_FD", std::to_string(report_fd).c_str(), 1);
     }
+    if (o.min_workers) {
+      ::setenv("MWSTRAT_MIN_WORKERS", std::to_string(o.min_workers).c_str(), 1);
+      ::setenv("MWSTRAT_LAUNCH_REPORT_FD", std::to_string(report_fd).c_str(), 1);
+    }
     if (!o.worker_host.empty()) ::setenv("MWSTRAT_HOST_ID", o.worker_host[static_cast<std::size_t>(index)].c_str(), 1);
     const std::vector<std::string> command = worker_argv(o, index);
     std::vector<char*> argv;
@@ -514,6 +532,7 @@ std::vector<std::pair<std::string, std::string>> remote_environment(const option
     env.emplace_back("MWSTRAT_REPLACE_LOST", "1");
     env.emplace_back("MWSTRAT_RECOVERY_GENERATION", std::to_string(generation));
   }
+  if (o.min_workers) env.emplace_back("MWSTRAT_MIN_WORKERS", std::to_string(o.min_workers));
   return env;
 }
 
@@ -529,7 +548,7 @@ worker start_remote(const options& o, const std::vector<int>& ports, int index, 
   spec.env = remote_environment(o, ports, index, attempt, generation);
   spec.grace_ms = o.grace_ms;
   spec.liveness_ms = o.ssh.liveness_timeout_s * 1000;
-  spec.report = o.replace_lost;
+  spec.report = o.replace_lost || o.min_workers != 0;
   const std::string encoded = mwstrat_launch::encode(spec);
   int in[2];
   int out[2];
@@ -773,7 +792,7 @@ bool launch_failed = false;
 int run_group(const options& o, const std::vector<int>& ports, int attempt, int& restarts) {
   // The survivors' report channel (--replace-lost): its write end is every worker's, its read end the launcher's.
   int report[2] = {-1, -1};
-  if (o.replace_lost) {
+  if (o.replace_lost || o.min_workers != 0) {
     if (::pipe(report) != 0) {
       std::perror("mwstrat-launch: pipe");
       std::exit(1);
@@ -822,7 +841,10 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       int rank = -1;
       unsigned long long gen = 0;
       if (std::sscanf(reports.substr(0, nl).c_str(), "lost %d %llu", &rank, &gen) != 2) continue;
-      if (rank < first || rank >= first + count || gen != generation || failure || forwarded) continue;
+      // An elastic job's survivors name the job's first ranks whatever ring they are on; a replacement's must be on
+      // the latest generation (a report from before it joined names the worker it replaced).
+      const bool stale = o.replace_lost && gen != generation;
+      if (rank < first || rank >= first + count || stale || failure || forwarded) continue;
       worker& lost = ws[static_cast<std::size_t>(rank - first)];
       if (lost.status || lost.ended) continue;
       lost.ended = true;
@@ -910,6 +932,19 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
           w = start(o, ports, w.index, attempt, generation, report[1]);
           if (!w.remote) std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", w.index, static_cast<int>(w.pid));
           continue;
+        }
+        // --min-workers: the survivors shrink the job and go on without this worker (also one that exited 78,
+        // mwstrat::removed_exit_code: they went on without it while it was stopped).
+        if (o.min_workers && was_lost && !failure && !forwarded && !preempted) {
+          int running = 0;
+          for (const auto& other : ws) running += other.status ? 0 : 1;
+          if (running >= o.min_workers) {
+            std::fprintf(stderr,
+                         "mwstrat-launch: worker %d (pid %ld) %s; the job goes on without it (%d workers, "
+                         "--min-workers %d)\n",
+                         w.index, shown_pid(w), ended.text.c_str(), running, o.min_workers);
+            continue;
+          }
         }
         if (code == preempted_code && !failure) {
           if (!preempted && !forwarded) {

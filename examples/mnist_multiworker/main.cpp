@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -62,6 +63,10 @@ struct flags {
   // launcher says so (mwstrat-launch --replace-lost sets MWSTRAT_REPLACE_LOST=1).
   bool in_memory_recovery = false;
   std::optional<double> recovery_timeout_s;  // unset: the launcher's MWSTRAT_RECOVERY_TIMEOUT_MS, else 60 s
+  // Elastic training (in_memory_recovery_options::min_workers): a lost worker's survivors go on without it, down to
+  // this many workers, with the same global batch. Also the launcher's MWSTRAT_MIN_WORKERS (--min-workers).
+  int min_workers = 0;
+  std::string step_log;  // --step-log PREFIX: each worker writes PREFIX.wN (see step_log)
   std::string collective = "ring";  // ring (TF_CONFIG or an MPI launcher's variables) or mpi
   std::size_t train_examples = 0;  // 0: the whole training set; N: its first N examples (short runs, tests)
   std::size_t test_examples = 0;   // 0: the whole test set
@@ -150,21 +155,48 @@ struct fault_injector {
   }
 };
 
+// For tests (--step-log PREFIX): each worker appends one line per step it trained to PREFIX.wN (N: its TF_CONFIG
+// index) — the global step, the step's mean loss over all workers and the set indices of this worker's examples —
+// so a test can check that an elastic job trained every step on the same examples as a fixed one.
+struct step_log {
+  static constexpr bool stops_one_worker = false;
+  std::FILE* out = nullptr;
+  mwstrat::distributed_input* data = nullptr;
+  std::vector<std::size_t> indices;  // room for a whole global batch: any worker's share fits
+  template <class Ctx>
+  void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs& logs) {
+    if (out == nullptr) return;
+    const std::uint64_t done = ctx.global_step() - 1;  // the step just trained
+    const auto at = mwstrat::data::stream_position(done, ctx.steps_per_pass);
+    const std::size_t n = data->indices_at(at.epoch, at.step, indices);
+    std::fprintf(out, "step %llu loss %.9g workers %d examples", static_cast<unsigned long long>(done), logs.batch_loss,
+                 ctx.strategy.num_replicas_in_sync());
+    for (std::size_t i = 0; i < n; ++i) std::fprintf(out, " %zu", indices[i]);
+    std::fprintf(out, "\n");
+    std::fflush(out);
+  }
+};
+
 const char* const usage =
     "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
     "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
     "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
     "  [--no-test] [--kill-at-step N [--kill-rank R] [--fault-signal kill|stop]] [--tensorboard DIR]\n"
-    "  [--collective ring|mpi] [--in-memory-recovery [--recovery-timeout S]]\n"
+    "  [--collective ring|mpi] [--in-memory-recovery [--recovery-timeout S]] [--min-workers K]\n"
     "  [--train-examples N] [--test-examples N]\n"
-    "  [--stop-at-step N] [--early-stopping PATIENCE] [--pause-at-step N (tests: 2 s there)] [--help]\n"
+    "  [--stop-at-step N] [--early-stopping PATIENCE] [--pause-at-step N (tests: 2 s there)]\n"
+    "  [--step-log PREFIX (tests: each worker's steps, losses and examples)] [--help]\n"
     "A bad flag or value is refused before anything connects (status 2). Exit status: 0 trained, 1 an error,\n"
-    "69 another worker was lost (mwstrat::peer_lost_exit_code), 75 preempted (mwstrat::preempted_exit_code).\n"
+    "69 another worker was lost (mwstrat::peer_lost_exit_code), 75 preempted (mwstrat::preempted_exit_code),\n"
+    "78 removed from an elastic job while stopped or cut off (mwstrat::removed_exit_code).\n"
     "SIGTERM or SIGINT stops every worker at the next step boundary (the chief backs up when --backup-dir is\n"
     "given); each then exits with status 75: restart the job to resume.\n"
     "--in-memory-recovery (or MWSTRAT_REPLACE_LOST=1, set by mwstrat-launch --replace-lost): a lost worker's\n"
     "survivors wait (--recovery-timeout, else MWSTRAT_RECOVERY_TIMEOUT_MS, else 60 s) for its replacement\n"
-    "and hand it the training state from memory; without one in time they exit with status 69.\n";
+    "and hand it the training state from memory; without one in time they exit with status 69.\n"
+    "--min-workers K (or mwstrat-launch --min-workers K): elastic — a lost worker's survivors go on without it\n"
+    "at once, down to K workers, with the same global batch (each worker's share computed in micro-batches of\n"
+    "at most --batch-size).\n";
 
 // Timeouts in seconds: above 0, at most this (about 11 days).
 constexpr double max_timeout_s = 1e6;
@@ -197,6 +229,8 @@ flags parse(int argc, char** argv) {
     }
     else if (args.is("--in-memory-recovery")) f.in_memory_recovery = true;
     else if (args.is("--recovery-timeout")) f.recovery_timeout_s = args.positive(max_timeout_s);
+    else if (args.is("--min-workers")) f.min_workers = args.whole(1);
+    else if (args.is("--step-log")) f.step_log = args.value();
     else if (args.is("--collective")) f.collective = args.value();
     else if (args.is("--train-examples")) f.train_examples = args.whole<std::size_t>(0);
     else if (args.is("--test-examples")) f.test_examples = args.whole<std::size_t>(0);
@@ -250,6 +284,9 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   // reports lost ranks to the launcher. A timeout the program sets wins over the launcher's (fit's one rule).
   options.recovery.enabled = f.in_memory_recovery;
   if (f.recovery_timeout_s) options.recovery.timeout = seconds(*f.recovery_timeout_s);
+  options.recovery.min_workers = f.min_workers;
+  // A shrunk job's larger shares are computed in micro-batches no larger than the model was sized for.
+  options.max_micro_batch = f.batch_size;
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
   mwstrat::tensorboard board({.log_dir = f.tensorboard_dir, .update_freq = 10});
@@ -260,6 +297,14 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr, f.stop_instead};
   chief_stops_at stop{f.stop_at_step};
   pause_at pause{f.pause_at_step};
+  step_log steps;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_file(nullptr, &std::fclose);
+  if (!f.step_log.empty()) {
+    const std::string path = f.step_log + ".w" + std::to_string(strategy.task_id());
+    step_file.reset(std::fopen(path.c_str(), "a"));
+    if (!step_file) throw mwstrat::io_error({"mnist_multiworker"}, "--step-log: cannot open " + path);
+    steps = {step_file.get(), &train_data, std::vector<std::size_t>(global_batch)};
+  }
   // Keras's EarlyStopping(monitor="loss", patience=P, restore_best_weights=True); every worker runs it on the same
   // reduced logs. Without the flag its patience is endless (it never stops).
   mwstrat::early_stopping_options eo;
@@ -271,11 +316,11 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   mwstrat::metrics user_metrics(error_rate{});  // shown by name in the progress line: "- error_rate: 0.1234"
   try {
     if (backup) {
-      mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, *backup, fault,
-                   stop, early, board, pause);
+      mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, *backup, steps,
+                   fault, stop, early, board, pause);
     } else {
-      mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, fault, stop,
-                   early, board, pause);
+      mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, steps, fault,
+                   stop, early, board, pause);
     }
   } catch (const mwstrat::preempted& p) {
     // Every worker stopped after the same step (and the chief's backup is on disk): ask to be restarted.
@@ -345,6 +390,10 @@ int main(int argc, char** argv) {
 #endif
     auto strategy = make_ring_strategy(f);
     return train_with_optimizer(f, strategy);
+  } catch (const mwstrat::removed_error& e) {
+    // The others shrank the job without this worker while it was stopped or cut off: it must not go on.
+    std::cerr << e.what() << "\n";
+    return mwstrat::removed_exit_code;
   } catch (const mwstrat::peer_lost_error& e) {
     // Another worker died, stopped or was cut off (every survivor names the same one): not this worker's fault.
     std::cerr << e.what() << "\n";

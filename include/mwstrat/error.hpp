@@ -133,6 +133,18 @@ class peer_lost_error : public io_error {
   std::string peer_address_;
 };
 
+/// The exit status of a worker that finds it was removed from an elastic job (`removed_error`): the others went on
+/// without it while it was stopped or cut off, and it must not rejoin with its stale state. A launcher does not
+/// restart it. See docs/fault-tolerance.md ("Elastic training").
+inline constexpr int removed_exit_code = 78;
+
+/// This worker is no longer a member of its elastic job: the survivors' verdict named it lost (it was stopped,
+/// frozen or cut off past the liveness timeout) and they shrank without it. Exit with `removed_exit_code`.
+class removed_error : public peer_lost_error {
+ public:
+  using peer_lost_error::peer_lost_error;
+};
+
 /// A peer, or a stranger on our port, sent bytes the protocol does not allow (bad magic, version, fingerprint,
 /// token, frame header). The connection is refused; the job's data is not touched.
 class protocol_error : public io_error {

@@ -14,6 +14,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -488,6 +489,48 @@ TEST(ring_collective, ranks_of_different_generations_refuse_each_other_and_the_n
     }
   }
   for (const auto& r : start_ring(rebuilt)) EXPECT_TRUE(r.ok && !r.error);
+}
+
+// Elastic training: the survivors of a ring of four that lost rank 1 build the ring of the other three
+// (without_ranks): their addresses in order, renumbered 0, 1, 2, the next generation (which a stale rank's handshake
+// fails: the test above), and it connects.
+TEST(ring_collective, without_ranks_gives_the_survivors_a_smaller_ring_of_the_next_generation) {
+  const auto opts = options_for(4, 10s);
+  std::vector<ring_options> smaller(3);
+  std::vector<std::string> errors(4);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 4; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          const ring_collective ring(opts[static_cast<std::size_t>(r)]);
+          const std::array<int, 1> lost{1};
+          if (r == 1) {
+            EXPECT_THROW((void)ring.without_ranks(lost, 5s), config_error) << "a rank cannot drop itself";
+            return;
+          }
+          const std::array<int, 1> outside{4};
+          EXPECT_THROW((void)ring.without_ranks(outside, 5s), config_error);
+          EXPECT_THROW((void)ring.without_ranks(std::span<const int>(), 5s), config_error);
+          smaller[static_cast<std::size_t>(r == 0 ? 0 : r - 1)] = ring.without_ranks(lost, 5s);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  const std::vector<std::string> survivors{opts[0].addresses[0], opts[0].addresses[2], opts[0].addresses[3]};
+  for (int r = 0; r < 3; ++r) {
+    const auto& o = smaller[static_cast<std::size_t>(r)];
+    EXPECT_EQ(o.addresses, survivors);
+    EXPECT_EQ(o.rank, r);
+    EXPECT_EQ(o.generation, 1u);
+    EXPECT_EQ(o.connect_timeout, 5s);
+    EXPECT_EQ(o.cluster_fingerprint, "c|members " + survivors[0] + " " + survivors[1] + " " + survivors[2]);
+  }
+  for (const auto& r : start_ring(smaller)) EXPECT_TRUE(r.ok && !r.error);
 }
 
 // Start-up connects each rank to its two neighbours only. In a ring of four whose rank 2 starts 6 s late, ranks 0

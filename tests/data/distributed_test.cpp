@@ -189,6 +189,57 @@ TEST(Distributed, GlobalBatchIsTheSameWhateverTheNumberOfWorkers) {
   }
 }
 
+TEST(Distributed, ReshardingKeepsEveryGlobalBatchWithUnevenShares) {
+  // An elastic job: 15 per step over 3 workers, then (from step 7, mid-epoch) over 2 (7 + 8), then over 4 (3, 4, 4,
+  // 4): the global batches stay those of one worker, in the same order, and the shares are ⌊15·w/N⌋ cuts.
+  const auto set = numbered(100);
+  auto one = make_workers(set, 15, 1);
+  auto group = make_workers(set, 15, 3);
+  for (std::size_t s = 0; s < 20; ++s) {
+    if (s == 7 || s == 13) {
+      const int n = s == 7 ? 2 : 4;
+      const data::data_cursor at = group[0].cursor();
+      group.resize(std::min(group.size(), static_cast<std::size_t>(n)), group[0]);
+      while (group.size() < static_cast<std::size_t>(n)) group.push_back(group[0]);
+      for (int w = 0; w < n; ++w) {
+        group[static_cast<std::size_t>(w)].reshard(n, w);
+        group[static_cast<std::size_t>(w)].restore(at);
+      }
+      EXPECT_EQ(group[0].per_worker_batch(), n == 2 ? 8U : 4U);
+      EXPECT_EQ(group[0].steps_per_epoch(), 6U);
+    }
+    const auto expected = next_global(one);
+    std::vector<std::size_t> sizes;
+    index_list global;
+    for (auto& w : group) {
+      const auto part = next_indices(w);
+      sizes.push_back(part.size());
+      global.insert(global.end(), part.begin(), part.end());
+    }
+    EXPECT_EQ(global, expected) << "step " << s;
+    if (s >= 7 && s < 13) {
+      EXPECT_EQ(sizes, (std::vector<std::size_t>{7, 8})) << "step " << s;
+    } else if (s >= 13) {
+      EXPECT_EQ(sizes, (std::vector<std::size_t>{3, 4, 4, 4})) << "step " << s;
+    }
+  }
+}
+
+TEST(Distributed, ReshardingRefusesAnythingButDataSharding) {
+  const auto set = numbered(100, {50, 50});
+  data::distributed_batches files(set, options(10, 2, 0, 7, true, data::file_shard{}));
+  try {
+    files.reshard(1, 0);
+    ADD_FAILURE() << "file sharding was resharded";
+  } catch (const mwstrat::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("only data sharding keeps every global batch"), std::string::npos)
+        << e.what();
+  }
+  data::distributed_batches shared(set, options(10, 2, 0));
+  EXPECT_THROW(shared.reshard(2, 2), mwstrat::config_error);
+  EXPECT_THROW(shared.reshard(11, 0), mwstrat::config_error);  // a worker would have no example
+}
+
 TEST(Distributed, WorkersTakeContiguousParts) {
   const auto set = numbered(48);
   auto one = make_workers(set, 12, 1);

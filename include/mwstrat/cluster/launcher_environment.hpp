@@ -13,6 +13,7 @@
 ///   | `MWSTRAT_RECOVERY_GENERATION` | `generation`       | the ring generation this worker joins (more than 0: a replacement) |
 ///   | `MWSTRAT_LAUNCH_REPORT_FD`    | `report_fd`        | where a survivor reports `lost RANK GENERATION`          |
 ///   | `MWSTRAT_RECOVERY_TIMEOUT_MS` | `recovery_timeout` | how long the survivors wait for a replacement            |
+///   | `MWSTRAT_MIN_WORKERS`         | `min_workers`      | an elastic job: survivors shrink, down to this many      |
 ///
 /// A value that is set but malformed is a `config_error` naming the variable and what it expected.
 
@@ -39,6 +40,7 @@ struct launcher_environment {
   bool replace_lost = false;        ///< MWSTRAT_REPLACE_LOST=1: lost workers are replaced
   std::uint64_t generation = 0;     ///< MWSTRAT_RECOVERY_GENERATION: the ring generation joined
   std::optional<int> report_fd;     ///< MWSTRAT_LAUNCH_REPORT_FD: the survivors' report channel
+  std::optional<int> min_workers;   ///< MWSTRAT_MIN_WORKERS: an elastic job, going on down to this many workers
   /// MWSTRAT_RECOVERY_TIMEOUT_MS (milliseconds in (0, 10⁹], rounded up to whole milliseconds).
   std::optional<std::chrono::milliseconds> recovery_timeout;
 
@@ -62,6 +64,11 @@ struct launcher_environment {
       const std::uint64_t fd = whole(*v, "MWSTRAT_LAUNCH_REPORT_FD", "a file descriptor");
       if (fd > 1'000'000) fail("MWSTRAT_LAUNCH_REPORT_FD", *v, "a file descriptor");
       l.report_fd = static_cast<int>(fd);
+    }
+    if (const auto v = env.get("MWSTRAT_MIN_WORKERS"); v && !v->empty()) {
+      const std::uint64_t k = whole(*v, "MWSTRAT_MIN_WORKERS", "a whole number of workers from 1");
+      if (k < 1 || k > 1'000'000) fail("MWSTRAT_MIN_WORKERS", *v, "a whole number of workers from 1");
+      l.min_workers = static_cast<int>(k);
     }
     if (const auto v = env.get("MWSTRAT_RECOVERY_TIMEOUT_MS"); v && !v->empty()) {
       const std::optional<double> ms = detail::parse_number(*v);

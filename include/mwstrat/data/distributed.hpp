@@ -116,7 +116,8 @@ class distributed_batches {
 
   /// Global steps per epoch; the same number on every worker.
   [[nodiscard]] std::size_t steps_per_epoch() const noexcept { return walk_.steps_per_pass(); }
-  /// B = G / N: the most examples this worker gets in one step (the size of the buffers `fill` needs).
+  /// B = G / N (⌈G/N⌉ after a `reshard`): the most examples this worker gets in one step (the size of the buffers
+  /// `fill` needs).
   [[nodiscard]] std::size_t per_worker_batch() const noexcept { return walk_.per_worker_batch(); }
   /// G.
   [[nodiscard]] std::size_t global_batch() const noexcept { return options_.global_batch; }
@@ -128,6 +129,41 @@ class distributed_batches {
   [[nodiscard]] const distribution_options& options() const noexcept { return options_; }
   /// The data set.
   [[nodiscard]] const labeled_images& images() const noexcept { return set_; }
+
+  /// Elastic training (train/in_memory_recovery.hpp): the same global batches, from now on split over `num_workers`
+  /// workers, this one `worker_index` of them. Only under data sharding, where the global order does not depend on
+  /// the workers (config_error otherwise): every step keeps its G examples in the same order, and worker w takes
+  /// [⌊n·w/N⌋, ⌊n·(w+1)/N⌋) of them, so the shares may differ by one (128 over 3: 42, 43, 43); `fill` returns this
+  /// worker's count and `per_worker_batch()` becomes ⌈G/N⌉. The cursor stays where it is. Allocates (the buffers).
+  void reshard(int num_workers, int worker_index) {
+    if (walk_.mode() != shard_mode::data) {
+      throw config_error({"data", options_.worker_index},
+                         "reshard: only data sharding keeps every global batch when the number of workers changes; "
+                         "this set is sharded by '" + std::string(to_string(walk_.mode())) +
+                             "' (use data_shard{} for an elastic job)");
+    }
+    if (num_workers < 1 || worker_index < 0 || worker_index >= num_workers) {
+      throw config_error({"data", options_.worker_index}, "reshard: worker " + std::to_string(worker_index) +
+                                                              " of " + std::to_string(num_workers) +
+                                                              " is not a worker index in [0, workers)");
+    }
+    if (options_.global_batch < static_cast<std::size_t>(num_workers)) {
+      throw config_error({"data", options_.worker_index},
+                         "reshard: a global batch of " + std::to_string(options_.global_batch) + " over " +
+                             std::to_string(num_workers) + " workers leaves a worker without an example");
+    }
+    options_.num_workers = num_workers;
+    options_.worker_index = worker_index;
+    options_.policy = data_shard{};  // what it resolved to: kept whatever the new count would resolve AUTO to
+    detail::walk_shape shape = detail::plan_walk(options_.policy, set_.file_counts(), options_.global_batch,
+                                                 num_workers, worker_index);
+    shape.shuffle = options_.shuffle;
+    shape.drop_remainder = options_.drop_remainder;
+    shape.reshuffle_each_epoch = options_.reshuffle_each_epoch;
+    walk_ = detail::shard_walk(std::move(shape));
+    images_.resize(walk_.per_worker_batch() * set_.example_size());
+    labels_.resize(walk_.per_worker_batch());
+  }
 
   /// The position of the next batch `next` will produce.
   [[nodiscard]] data_cursor cursor() const noexcept { return cursor_; }

@@ -80,8 +80,9 @@ class mirrored_strategy {
     detail::validate(sync_, rank_);
   }
 
-  // The rank and size are the collective's at construction: a rejoined collective has the same ranks, and a
-  // strategy whose rejoin failed still answers them (its error paths log as the chief, or not).
+  // The rank and size are the collective's at construction, and after a shrink the smaller one's: a rejoined
+  // collective has the same ranks, and a strategy whose rejoin failed still answers them (its error paths log as
+  // the chief, or not).
 
   /// Number of replicas that take part in every step.
   [[nodiscard]] int num_replicas_in_sync() const noexcept { return size_; }
@@ -160,6 +161,24 @@ class mirrored_strategy {
     auto options = collective().next_generation(timeout);
     held_.reset();  // its sockets and threads go first: the new one listens on the same address
     held_ = std::make_unique<collective_type>(std::move(options));
+  }
+
+  /// Collective call, on every surviving replica once ranks `lost` are gone for good (elastic training,
+  /// train/in_memory_recovery.hpp): drops the failed collective and blocks until the smaller one of the other ranks
+  /// is connected (at most `timeout`; `without_ranks` numbers them). From then on `replica_id()`,
+  /// `num_replicas_in_sync()` and `is_chief()` are the new ring's: the lowest survivor is the chief. Throws what the
+  /// collective's constructor throws; the strategy must not be used for collectives after that.
+  void shrink_collective(std::span<const int> lost, std::chrono::milliseconds timeout)
+    requires std::same_as<Collective, std::unique_ptr<collective_type>> &&
+             requires(const collective_type& c, std::span<const int> l, std::chrono::milliseconds t) {
+               collective_type(c.without_ranks(l, t));
+             }
+  {
+    auto options = collective().without_ranks(lost, timeout);
+    held_.reset();  // its sockets and threads go first: the new one listens on the same address
+    held_ = std::make_unique<collective_type>(std::move(options));
+    rank_ = collective().rank();
+    size_ = collective().size();
   }
 
   /// The collective underneath, for custom training loops that need more (all_gather, async all_reduce); `fit`

@@ -295,4 +295,13 @@ constexpr bool check_resume_hooks() {
   return true;
 }
 
+/// Training data an elastic job can split over another number of workers from any step on, keeping every global
+/// batch (`distributed_input`): `reshard(workers, index)`, and `global_count_at(epoch, step)`, the examples of a
+/// step over all workers, by which `fit` weights uneven shares.
+template <class D>
+concept reshardable_source = requires(D& d, const D& cd, int n, std::size_t i) {
+  d.reshard(n, n);
+  { cd.global_count_at(i, i) } -> std::convertible_to<std::size_t>;
+};
+
 }  // namespace mwstrat

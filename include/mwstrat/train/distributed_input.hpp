@@ -121,6 +121,19 @@ class distributed_input {
     return state_->indices_at(epoch, step, out);
   }
 
+  /// How many examples all workers together read at step `step` of epoch `epoch` (G on a full step): what `fit`
+  /// weights a worker's gradients by when the shares of a step are uneven (after an elastic resize).
+  [[nodiscard]] std::size_t global_count_at(std::size_t epoch, std::size_t step) const {
+    const data::data_cursor at = state_->normalised(epoch, step);
+    return std::visit([&](const auto& b) { return b.global_count(at); }, state_->source);
+  }
+
+  /// Elastic training (`in_memory_recovery_options::min_workers`): the same global batches from now on split over
+  /// `num_workers` workers, this one `worker_index` of them (`data::distributed_batches::reshard`). `fit` calls it
+  /// after the job has shrunk. Only an in-memory set under data sharding can (config_error otherwise: a record
+  /// set streams by files).
+  void reshard(int num_workers, int worker_index) { state_->reshard(num_workers, worker_index); }
+
   /// False: every step is filled when it is asked for (no prefetch thread). For measuring what prefetch saves.
   void set_prefetch(bool on) { state_->prefetch = on; }
 
@@ -206,6 +219,24 @@ class distributed_input {
       } catch (...) {
         f.failure = std::current_exception();
         f.count = 0;
+      }
+    }
+
+    void reshard(int num_workers, int worker_index) {
+      wait_idle();
+      auto* b = std::get_if<data::distributed_batches>(&source);
+      if (b == nullptr) {
+        throw config_error({"train", worker_index},
+                           "distributed_input::reshard: this input streams records, which cannot be resharded yet "
+                           "(an elastic job needs an in-memory set under data sharding)");
+      }
+      b->reshard(num_workers, worker_index);
+      for (filled* f : {&front, &back}) {
+        f->images.resize(b->per_worker_batch() * b->example_size());
+        f->labels.resize(b->per_worker_batch());
+        f->indices.resize(b->per_worker_batch());
+        f->at.reset();  // filled for the old split
+        f->failure = nullptr;
       }
     }
 

@@ -175,6 +175,18 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   // In-memory recovery (train/in_memory_recovery.hpp): a replacement takes the state from a survivor; every other
   // worker starts from the chief's weights.
   detail::recovery_session<Strategy> recovery(strategy, options.recovery);
+  if (recovery.elastic()) {
+    // Checked before anything runs: a job that shrank with data it cannot reshard would train on the wrong examples.
+    if constexpr (!reshardable_source<Train>) {
+      detail::throw_fit_error(strategy, "min_workers: an elastic job needs training data that can be resharded "
+                                        "when it shrinks (concept reshardable_source: distributed_input over an "
+                                        "in-memory set under data sharding)");
+    }
+    if constexpr (batch_source<Validation> && !reshardable_source<Validation>) {
+      detail::throw_fit_error(strategy, "min_workers: an elastic job needs validation data that can be resharded "
+                                        "when it shrinks (concept reshardable_source), or none");
+    }
+  }
   recovery.start(ctx);
 
   // A model that reduces inside its step (SyncBatchNormalization) sums through the strategy while fit runs.
@@ -241,6 +253,13 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
         if (!recovery.on()) throw;
         sync_holder.reset();  // it refers to the failed ring (its model leaves any shared region first)
         recovery.recover(ctx, lost, hist);
+        if (recovery.elastic()) {
+          // The same global batches over the smaller group, from the boundary just restored.
+          if constexpr (reshardable_source<Train>) train.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
+          if constexpr (reshardable_source<Validation>) {
+            validation.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
+          }
+        }
         sync_holder.reset(new auto(make_gradient_sync(strategy, model, optimizer)));
         // Ranks can be one boundary apart: the state taken may be the top of the next epoch (this one's end was done
         // elsewhere). Then this epoch is over here too: the loop's increment brings ctx.epoch back to it.

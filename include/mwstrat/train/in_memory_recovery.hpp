@@ -19,6 +19,12 @@
 /// shared host copy, buckets overlapping backward), so a rank's live parameters are never sent: only its snapshot,
 /// which is a complete boundary. The cost is one copy of that state per step (a memcpy; none unless recovery is on).
 ///
+/// Shrinking (elastic training, `min_workers`): the survivors do not wait for a replacement. They take the verdict's
+/// culprit out (the same rank on every survivor), build the ring of the others at once (`shrink_collective`: the
+/// next generation, ranks renumbered in order, the lowest survivor the new chief) and run steps 1–3 on it; `fit` then
+/// reshards the data for the smaller group (the same global batches, uneven shares weighted by examples). A worker
+/// the verdict names that runs again (it was stopped) throws `removed_error`. See docs/fault-tolerance.md.
+///
 /// Limits: a model's per-replica state (plain batch normalization's moving statistics) cannot come from another
 /// replica's memory: every rank takes the source's. Callbacks' own state (EarlyStopping's best epoch, a progress
 /// bar) is not sent: a replacement's callbacks start afresh, as after a restart; its history lacks the epochs before
@@ -66,6 +72,13 @@ struct in_memory_recovery_options {
   /// it. A launcher that must end the lost worker itself (a stopped process never exits) learns it here. Unset: the
   /// report goes to the launcher's channel when there is one (MWSTRAT_LAUNCH_REPORT_FD). Must not throw.
   std::function<void(int lost_rank, std::uint64_t generation)> on_peer_lost;
+  /// Elastic training ("Shrinking" in the file comment): 0, the default, waits for a replacement as above. At
+  /// least 1: the job shrinks instead — the survivors of a lost worker build a smaller ring among themselves at once
+  /// (no replacement is awaited; `timeout` bounds its start-up) and go on from the last step boundary with the same
+  /// global batch, as long as at least `min_workers` remain; fewer, and they give up as without a replacement.
+  /// Turns recovery on. The training data must be reshardable (`distributed_input` over an in-memory set under data
+  /// sharding; fit refuses other data at its start). 0 here: the launcher's MWSTRAT_MIN_WORKERS, if any.
+  int min_workers = 0;
   /// false: the launcher's variables are ignored; these options alone decide.
   bool from_launcher = true;
   /// What the launcher said; unset: read from the process environment when `fit` starts.
@@ -82,6 +95,13 @@ concept recoverable_strategy = requires(S& s, const S& cs, std::chrono::millisec
   s.collective().broadcast(d, 0);
 };
 
+/// A strategy whose job can go on with fewer workers after a loss (`mirrored_strategy` over `ring_collective`).
+template <class S>
+concept shrinkable_strategy = recoverable_strategy<S> && requires(S& s, std::span<const int> lost,
+                                                                  std::chrono::milliseconds t) {
+  s.shrink_collective(lost, t);
+};
+
 namespace detail {
 
 inline constexpr std::chrono::milliseconds default_recovery_timeout{60'000};
@@ -94,12 +114,14 @@ in_memory_recovery_options with_launcher(const in_memory_recovery_options& optio
   if (options.from_launcher) {
     const launcher_environment l = options.launcher ? *options.launcher : launcher_environment::read();
     if (Recoverable && l.replace_lost) r.enabled = true;
+    if (r.min_workers == 0 && l.min_workers) r.min_workers = *l.min_workers;
     if (!r.timeout) r.timeout = l.recovery_timeout;
     if (!r.on_peer_lost && l.report_fd) {
       r.on_peer_lost = [l](int lost_rank, std::uint64_t generation) { l.report_lost(lost_rank, generation); };
     }
   }
   if (!r.timeout) r.timeout = default_recovery_timeout;
+  if (r.min_workers > 0) r.enabled = true;
   return r;
 }
 
@@ -241,12 +263,65 @@ void recover_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, con
   exchange_state(strategy, ctx, snap, true);
 }
 
+// An elastic survivor after `lost`: unless fewer than `min_workers` would remain, builds the smaller ring of the
+// survivors (bounded) and takes part in the exchange; the caller reshards the data. `members` maps this ring's ranks
+// to the job's first ring's (what the launcher and the logs name), and loses the lost one. Throws `lost` (with the
+// reason added) when the job cannot shrink.
+template <class Strategy, class Ctx>
+void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, const peer_lost_error& lost,
+                     const in_memory_recovery_options& options, std::vector<int>& members) {
+  const int me = strategy.replica_id();
+  const int n = strategy.num_replicas_in_sync();
+  const std::uint64_t generation = strategy.collective_generation();
+  const std::chrono::milliseconds timeout = options.timeout.value_or(default_recovery_timeout);
+  const int lost_rank = lost.peer_rank();
+  const int lost_worker = lost_rank >= 0 && lost_rank < n ? members[static_cast<std::size_t>(lost_rank)] : lost_rank;
+  if (options.on_peer_lost) options.on_peer_lost(lost_worker, generation);
+  if (lost_rank == me) {
+    throw removed_error({"train.recovery", me}, lost_rank, lost.peer_address(),
+                        std::string(lost.detail()) + "; the other workers go on without this one (it was removed "
+                                                     "from the elastic job and must not rejoin with its state)");
+  }
+  if (lost_rank < 0 || lost_rank >= n) {
+    throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
+                          std::string(lost.detail()) + "; the verdict names no other rank of this ring of " +
+                              std::to_string(n) + ", so the job cannot shrink around it");
+  }
+  if (n - 1 < options.min_workers) {
+    throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
+                          std::string(lost.detail()) + "; " + std::to_string(n - 1) +
+                              " worker(s) would remain, fewer than min_workers " + std::to_string(options.min_workers));
+  }
+  recovery_log(me, "rank " + std::to_string(lost_rank) + " (" + lost.peer_address() + ", worker " +
+                       std::to_string(lost_worker) + ") lost; going on without it: " + std::to_string(n - 1) +
+                       " workers, ring generation " + std::to_string(generation + 1));
+  const std::array<int, 1> gone{lost_rank};
+  const auto began = std::chrono::steady_clock::now();
+  try {
+    strategy.shrink_collective(std::span<const int>(gone), timeout);
+  } catch (const error& why) {
+    throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
+                          std::string(lost.detail()) + "; the " + std::to_string(n - 1) +
+                              " survivors did not form their ring within " + std::to_string(timeout.count()) +
+                              " ms (" + why.what() + ")");
+  }
+  members.erase(members.begin() + lost_rank);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  if (strategy.replica_id() == 0) {
+    recovery_log(strategy.replica_id(), "the " + std::to_string(n - 1) + " survivors' ring is up in " +
+                                            detail::fixed_text(ms, 0) + " ms; this rank is the chief" +
+                                            (me == 0 ? "" : " now (it was rank " + std::to_string(me) + ")"));
+  }
+  exchange_state(strategy, ctx, snap, true);
+}
+
 // In-memory recovery over one `fit`: whether it is on, whether this process replaces a lost worker (its ring is a
 // later generation than the job's first), the snapshot at the last step boundary, and the recovery of a survivor.
 template <class Strategy>
 class recovery_session {
  public:
   static constexpr bool recoverable = recoverable_strategy<Strategy>;
+  static constexpr bool shrinkable = shrinkable_strategy<Strategy>;
 
   // Refuses recovery on a strategy that cannot rebuild its collective.
   // `options` as the program gave them: the launcher's are applied here (with_launcher).
@@ -258,11 +333,26 @@ class recovery_session {
                          "lost peer (in-memory recovery needs a recoverable_strategy: the multi-worker strategy over "
                          "the TCP ring)");
     }
+    if (options_.min_workers > 0 && !shrinkable) {
+      throw config_error({"train", strategy.replica_id()},
+                         "in_memory_recovery_options::min_workers is " + std::to_string(options_.min_workers) +
+                             ", but this strategy cannot go on with fewer workers (an elastic job needs a "
+                             "shrinkable_strategy: the multi-worker strategy over the TCP ring)");
+    }
+    if (options_.min_workers > strategy.num_replicas_in_sync()) {
+      throw config_error({"train", strategy.replica_id()},
+                         "in_memory_recovery_options::min_workers " + std::to_string(options_.min_workers) +
+                             " is more than the job's " + std::to_string(strategy.num_replicas_in_sync()) + " workers");
+    }
     on_ = recoverable && options_.enabled;
-    if constexpr (recoverable) replacement_ = on_ && strategy.collective_generation() > 0;
+    elastic_ = on_ && options_.min_workers > 0;
+    if constexpr (recoverable) replacement_ = on_ && !elastic_ && strategy.collective_generation() > 0;
+    for (int r = 0; r < strategy.num_replicas_in_sync(); ++r) members_.push_back(r);
   }
 
   [[nodiscard]] bool on() const { return on_; }
+  /// Whether a lost worker shrinks the job (min_workers) rather than waiting for a replacement.
+  [[nodiscard]] bool elastic() const { return elastic_; }
   [[nodiscard]] const training_snapshot& snapshot() const { return snapshot_; }
 
   // The state the job starts from: a replacement's comes from a survivor's memory (then ctx.rejoined); otherwise
@@ -297,7 +387,15 @@ class recovery_session {
   template <class Ctx>
   void recover(Ctx& ctx, const peer_lost_error& lost, history& hist) {
     if constexpr (recoverable) {
-      recover_survivor(strategy_, ctx, snapshot_, lost, options_);
+      if constexpr (shrinkable) {
+        if (elastic_) {
+          shrink_survivor(strategy_, ctx, snapshot_, lost, options_, members_);
+        } else {
+          recover_survivor(strategy_, ctx, snapshot_, lost, options_);
+        }
+      } else {
+        recover_survivor(strategy_, ctx, snapshot_, lost, options_);
+      }
       hist.epochs.resize(std::min(hist.epochs.size(), snapshot_.history_size()));
       just_restored_ = true;
     } else {
@@ -311,7 +409,9 @@ class recovery_session {
   Strategy& strategy_;
   in_memory_recovery_options options_;
   training_snapshot snapshot_;
+  std::vector<int> members_;  // the job's first ring's rank of each rank of the current ring
   bool on_ = false;
+  bool elastic_ = false;
   bool replacement_ = false;
   bool just_restored_ = false;  // the snapshot already holds this position (not taken again at the epoch's top)
 };

@@ -48,6 +48,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace mwstrat {
 
@@ -103,6 +104,40 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// a replacement). Destroy this ring before making that one: it listens on the same address.
   [[nodiscard]] ring_options next_generation(std::chrono::milliseconds timeout) const {
     ring_options o = ring_.job.options();
+    o.generation = o.generation + 1;
+    o.connect_timeout = timeout;
+    return o;
+  }
+
+  /// The options of the smaller ring the survivors build when ranks `lost` are gone for good (elastic training,
+  /// train/in_memory_recovery.hpp): the other ranks' addresses in their order, so rank r becomes r minus the lost
+  /// ranks below it (the lowest survivor is the new rank 0, the chief), the next generation, the new membership
+  /// folded into the cluster fingerprint, and `timeout` for the start-up. A rank of the old ring that is not in the
+  /// new one (a stopped worker that wakes up), or one with another view of who is left, is refused by its handshake. Throws `config_error` when `lost` names this rank, a
+  /// rank out of range, or none. Destroy this ring before making that one: it listens on the same address.
+  [[nodiscard]] ring_options without_ranks(std::span<const int> lost, std::chrono::milliseconds timeout) const {
+    const int n = size();
+    std::vector<bool> gone(static_cast<std::size_t>(n), false);
+    for (const int r : lost) {
+      if (r < 0 || r >= n || r == rank()) {
+        throw config_error({"ring", rank()}, "without_ranks: rank " + std::to_string(r) +
+                                                 (r == rank() ? " is this rank" : " is not a rank of this ring of " +
+                                                                                      std::to_string(n)));
+      }
+      gone[static_cast<std::size_t>(r)] = true;
+    }
+    ring_options o = ring_.job.options();
+    o.addresses.clear();
+    for (int r = 0; r < n; ++r) {
+      if (gone[static_cast<std::size_t>(r)]) continue;
+      if (r == rank()) o.rank = static_cast<int>(o.addresses.size());
+      o.addresses.push_back(ring_.job.ranks().address(r));
+    }
+    if (lost.empty()) throw config_error({"ring", rank()}, "without_ranks: no rank named");
+    // The membership joins the cluster fingerprint (and so the handshake's digest): two groups that disagree on who
+    // is left (a rank cut off that drew another verdict) can never connect into one ring, whatever their sizes.
+    o.cluster_fingerprint += "|members";
+    for (const auto& a : o.addresses) o.cluster_fingerprint += " " + a;
     o.generation = o.generation + 1;
     o.connect_timeout = timeout;
     return o;

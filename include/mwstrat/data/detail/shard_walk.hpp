@@ -30,7 +30,7 @@ using data::shard_request;
 
 /// What a walk is built from: the job's numbers and the resolved sharding.
 struct walk_shape {
-  std::size_t global_batch = 0;  ///< G (a positive multiple of N; checked by the caller)
+  std::size_t global_batch = 0;  ///< G (a positive multiple of N, checked by the caller; any G ≥ N after a reshard)
   int num_workers = 1;           ///< N
   int worker_index = 0;          ///< w
   bool shuffle = true;           ///< false: file order
@@ -48,7 +48,10 @@ class shard_walk {
  public:
   /// Throws data_error when the shape gives no step at all.
   explicit shard_walk(walk_shape shape) : s_(std::move(shape)) {
-    batch_ = s_.global_batch / static_cast<std::size_t>(s_.num_workers);
+    // Data sharding cuts each step at ⌊n·w/N⌋: a G that N does not divide (after an elastic resize) gives shares
+    // that differ by one, the largest ⌈G/N⌉. The other modes walk in batches of exactly G/N.
+    const auto workers = static_cast<std::size_t>(s_.num_workers);
+    batch_ = s_.mode == shard_mode::data ? (s_.global_batch + workers - 1) / workers : s_.global_batch / workers;
     const std::size_t c = s_.num_examples;
     const std::size_t g = s_.global_batch;
     switch (s_.mode) {

@@ -10,6 +10,7 @@
 #include <mwstrat/train/callback.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/detail/batch_steps.hpp>
+#include <mwstrat/strategy/after_backward.hpp>
 #include <mwstrat/train/micro_batches.hpp>
 #include <mwstrat/train/detail/step_agreement.hpp>
 #include <mwstrat/train/logs.hpp>
@@ -39,6 +40,41 @@ batch_stats reduce_step(Ctx& ctx, std::array<double, N>& reduced, std::size_t st
   return global;
 }
 
+// This worker's weight in the mean of the step's gradients: 1 while the shares are even; when they are not (after an
+// elastic job has shrunk, G over N workers can split unevenly), n·N/G for its n of the step's G examples, so that the
+// mean over the workers of the weighted per-worker means is the mean over the step's examples (as one worker would
+// compute it). Only data that says a step's global count (`reshardable_source`) can have uneven shares.
+template <class Ctx, class Train, class Batch>
+float gradient_share(const Ctx& ctx, const Train& train, const data::data_cursor& at, const Batch& batch) {
+  if constexpr (reshardable_source<Train> && splittable_batch<Batch>) {
+    const auto examples = examples_in(batch);
+    const std::size_t total = train.global_count_at(static_cast<std::size_t>(at.epoch),
+                                                    static_cast<std::size_t>(at.step));
+    if (!examples || total == 0) return 1.0f;
+    const auto workers = static_cast<std::size_t>(ctx.strategy.num_replicas_in_sync());
+    if (*examples * workers == total) return 1.0f;
+    return static_cast<float>(static_cast<double>(*examples * workers) / static_cast<double>(total));
+  } else {
+    (void)ctx;
+    (void)train;
+    (void)at;
+    (void)batch;
+    return 1.0f;
+  }
+}
+
+// Runs `backward(on_ready)`; with a share other than 1, runs it without reports, weights the whole gradient by
+// `share` and reports it at once (no overlap for such a step: a bucket must not leave before it is weighted).
+template <class Model, class Backward, class OnReady>
+auto weighted_backward(Model& model, float share, Backward&& backward, OnReady&& on_ready) {
+  if (share == 1.0f) return std::forward<Backward>(backward)(std::forward<OnReady>(on_ready));
+  auto result = std::forward<Backward>(backward)(after_backward{});
+  const std::span<float> gradients = model.gradients();
+  for (float& g : gradients) g *= share;
+  on_ready(std::size_t{0}, gradients.size());
+  return result;
+}
+
 // Step `step` of the epoch at ctx's position: trains, then one reduction of [loss_sum, correct, count, preemption
 // vote, metric states...]. Adds the step to the epoch's sums, moves ctx.step past it, sets `preempt` to whether any
 // worker was preempted, and returns the step's own stats over every worker.
@@ -60,13 +96,15 @@ batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool&
     if (ctx.max_micro_batch != 0 && *examples > ctx.max_micro_batch) {
       // Gradient accumulation (train/micro_batches.hpp): each micro-batch's metrics as it is trained.
       const batch_stats part = sync.step([&](auto&& on_ready) {
-        return train_micro_batches(ctx.model, train, batch, at, ctx.max_micro_batch, ctx.micro_batch_gradients,
-                                   on_ready, [&](const Batch& micro, const auto& r) {
-                                     if constexpr (metric_doubles > 0) {
-                                       update_metric_sets(std::span<double>(reduced).subspan(4),
-                                                          make_metric_input(ctx.model, micro, r), callbacks...);
-                                     }
-                                   });
+        return weighted_backward(ctx.model, gradient_share(ctx, train, at, batch), [&](auto&& report) {
+          return train_micro_batches(ctx.model, train, batch, at, ctx.max_micro_batch, ctx.micro_batch_gradients,
+                                     report, [&](const Batch& micro, const auto& r) {
+                                       if constexpr (metric_doubles > 0) {
+                                         update_metric_sets(std::span<double>(reduced).subspan(4),
+                                                            make_metric_input(ctx.model, micro, r), callbacks...);
+                                       }
+                                     });
+        }, on_ready);
       });
       preempt = watch.requested();
       reduced[0] = part.loss_sum;
@@ -77,7 +115,9 @@ batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool&
     }
   }
   const auto result = sync.step([&](auto&& on_ready) {
-    return train_step(ctx.model, train, batch, at, std::forward<decltype(on_ready)>(on_ready));
+    return weighted_backward(ctx.model, gradient_share(ctx, train, at, batch), [&](auto&& report) {
+      return train_step(ctx.model, train, batch, at, std::forward<decltype(report)>(report));
+    }, std::forward<decltype(on_ready)>(on_ready));
   });
   preempt = watch.requested();
   reduced[0] = static_cast<double>(result.loss_sum);

@@ -1,0 +1,216 @@
+// Issue 48, elastic training, with real worker processes of examples/mnist_multiworker on 127.0.0.1 and real MNIST:
+// three workers, one lost for good (SIGKILL, or SIGSTOP past the liveness timeout) and nobody to replace it. The two
+// survivors shrink the job in memory (--min-workers 2) and go on from the last step boundary with the same global
+// batch: every step trains on exactly the examples of the uninterrupted three-worker run, its loss agrees with that
+// run's to 1e-4 (only the order of additions differs), and a second run with the same fault gives a byte-identical
+// model. A global batch of 15 over two workers is 7 + 8: uneven shares, weighted by examples, and each computed in
+// micro-batches of at most the per-worker batch of 5. Short runs, so that an unoptimised build runs them too.
+#include "example_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace elastic_example_test {
+
+using namespace mwstrat::test;
+namespace fs = std::filesystem;
+
+// 40 examples in global batches of 15 (5 per worker): two steps a pass; 3 epochs of 3 steps (9 steps).
+const std::string job = example + " --data-dir " + mnist_dir +
+                        " --seed 7 --no-test --optimizer sgd --learning-rate 0.05 --batch-size 5 --train-examples 40"
+                        " --epochs 3 --steps-per-epoch 3 --op-timeout 30";
+constexpr std::size_t steps = 9;
+
+// Three workers started by hand (no launcher: nobody replaces a lost one), `flags` added to each. Waits for workers 0
+// and 2, then continues worker 1 (stopped by --fault-signal stop; a dead one ignores it) and waits for it. The output
+// has "codes E0 E1 E2" and the workers' logs.
+process_result three_workers(const scratch_dir& dir, const std::string& name, const std::string& flags,
+                             const std::string& env = "") {
+  const auto ports = free_ports(3);
+  std::string script;
+  for (int w = 0; w < 3; ++w) {  // (appended piece by piece: GCC 12 -O3 misjudges "literal" + string as overlapping)
+    script += env + " TF_CONFIG='";
+    script += tf_config(ports, w);
+    script += "' " + job + " --step-log " + (dir / name) + " --model-dir " + (dir / name) + " " + flags + " > ";
+    script += dir / (name + ".log" + std::to_string(w));
+    script += " 2>&1 & p" + std::to_string(w) + "=$!; ";
+  }
+  script += "wait $p0; e0=$?; wait $p2; e2=$?; kill -CONT $p1 2>/dev/null; wait $p1; e1=$?; "
+            "echo \"codes $e0 $e1 $e2\"; for w in 0 1 2; do sed \"s/^/[worker $w] /\" " +
+            (dir / (name + ".log")) + "$w; done";
+  return run(script, 300);
+}
+
+// One worker's line of the step log: the step's loss over all workers, how many workers trained it, and this
+// worker's examples.
+struct step_line {
+  double loss = 0;
+  int workers = 0;
+  std::vector<std::size_t> examples;
+};
+
+// Every worker's last line of each step (a step run again after the shrink replaces the one before it).
+std::vector<std::map<std::size_t, step_line>> read_step_logs(const scratch_dir& dir, const std::string& name) {
+  std::vector<std::map<std::size_t, step_line>> all;
+  for (int w = 0; w < 3; ++w) {
+    std::istringstream in(read_file(dir.path() / (name + ".w" + std::to_string(w))));
+    std::map<std::size_t, step_line> mine;
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream words(line);
+      std::string word;
+      std::size_t step = 0;
+      step_line s;
+      words >> word >> step >> word >> s.loss >> word >> s.workers >> word;
+      for (std::size_t e; words >> e;) s.examples.push_back(e);
+      mine[step] = s;
+    }
+    all.push_back(std::move(mine));
+  }
+  return all;
+}
+
+// Step `step` as the group that finally trained it: the lines with the fewest workers (a job only shrinks here),
+// their examples together in a sorted list; `workers` 0 when no complete group logged it.
+step_line final_step(const std::vector<std::map<std::size_t, step_line>>& logs, std::size_t step) {
+  int fewest = 0;
+  for (const auto& mine : logs) {
+    const auto it = mine.find(step);
+    if (it != mine.end() && (fewest == 0 || it->second.workers < fewest)) fewest = it->second.workers;
+  }
+  step_line out;
+  int lines = 0;
+  for (const auto& mine : logs) {
+    const auto it = mine.find(step);
+    if (it == mine.end() || it->second.workers != fewest) continue;
+    ++lines;
+    out.loss = it->second.loss;
+    out.examples.insert(out.examples.end(), it->second.examples.begin(), it->second.examples.end());
+  }
+  std::sort(out.examples.begin(), out.examples.end());
+  out.workers = lines == fewest ? fewest : 0;
+  return out;
+}
+
+// Every step of `name`'s run against the reference run: the same examples, the loss to 1e-4 relative, and three
+// workers before `shrunk_from` (a global step), two from there on.
+void expect_same_steps(const scratch_dir& dir, const std::string& name, std::size_t shrunk_from) {
+  const auto reference = read_step_logs(dir, "reference");
+  const auto run_logs = read_step_logs(dir, name);
+  for (std::size_t s = 0; s < steps; ++s) {
+    const step_line want = final_step(reference, s), got = final_step(run_logs, s);
+    ASSERT_EQ(want.workers, 3) << "step " << s << " of the reference run";
+    EXPECT_EQ(got.workers, s < shrunk_from ? 3 : 2) << "step " << s;
+    EXPECT_EQ(got.examples.size(), 15u) << "step " << s;
+    EXPECT_EQ(got.examples, want.examples) << "step " << s << " trained on other examples";
+    EXPECT_NEAR(got.loss, want.loss, 1e-4 * std::abs(want.loss)) << "step " << s;
+  }
+}
+
+class elastic_example : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new scratch_dir;
+    const auto r = three_workers(*dir_, "reference", "");
+    reference_ok_ = r.output.find("codes 0 0 0") != std::string::npos;
+    EXPECT_TRUE(reference_ok_) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static scratch_dir* dir_;
+  static bool reference_ok_;
+};
+scratch_dir* elastic_example::dir_ = nullptr;
+bool elastic_example::reference_ok_ = false;
+
+TEST_F(elastic_example, a_killed_worker_is_dropped_and_the_survivors_train_the_same_steps_byte_identical_twice) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  // Rank 1 SIGKILLs itself after global step 4 (at the end of step 3, before that step's boundary): the survivors
+  // take the state of the boundary before it and train steps 3 to 8 as two.
+  const std::string fault = "--min-workers 2 --kill-at-step 4 --kill-rank 1";
+  const auto first = three_workers(dir, "first", fault);
+  ASSERT_NE(first.output.find("codes 0 137 0"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("fault injection: rank 1 kills itself after global step 4"), std::string::npos)
+      << first.output;
+  for (const int w : {0, 2}) {
+    EXPECT_NE(first.output.find("[worker " + std::to_string(w) + "] [mwstrat.recovery] rank " + std::to_string(w) +
+                                ": rank 1 (127.0.0.1:"),
+              std::string::npos)
+        << first.output;
+  }
+  EXPECT_NE(first.output.find(", worker 1) lost; going on without it: 2 workers, ring generation 1"),
+            std::string::npos)
+      << first.output;
+  EXPECT_NE(first.output.find("[worker 0] [mwstrat.recovery] rank 0: the 2 survivors' ring is up in "),
+            std::string::npos)
+      << first.output;
+  expect_same_steps(dir, "first", 3);
+
+  const auto second = three_workers(dir, "second", fault);
+  ASSERT_NE(second.output.find("codes 0 137 0"), std::string::npos) << second.output;
+  const std::string model = read_file(dir.path() / "first" / "model.safetensors");
+  EXPECT_FALSE(model.empty());
+  EXPECT_EQ(read_file(dir.path() / "second" / "model.safetensors"), model)
+      << "the same fault schedule gives the same bits";
+}
+
+TEST_F(elastic_example, a_lost_chief_is_replaced_by_the_lowest_survivor_which_saves_the_model) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  const auto r = three_workers(dir, "chief", "--min-workers 2 --kill-at-step 5 --kill-rank 0");
+  ASSERT_NE(r.output.find("codes 137 0 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 1] [mwstrat.recovery] rank 0: the 2 survivors' ring is up in "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("this rank is the chief now (it was rank 1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 1] saved "), std::string::npos) << "the new chief saves the model\n" << r.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "chief" / "model.safetensors")) << r.output;
+  expect_same_steps(dir, "chief", 4);
+}
+
+TEST_F(elastic_example, a_stopped_worker_is_dropped_and_when_continued_finds_itself_removed) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  // Rank 1 SIGSTOPs itself: the survivors name it after the 2 s liveness timeout and go on as two; continued once
+  // they have finished, it reads their verdict naming it and exits with mwstrat::removed_exit_code (78).
+  const auto r = three_workers(dir, "stopped", "--min-workers 2 --kill-at-step 4 --fault-signal stop",
+                               "MWSTRAT_RING_LIVENESS_MS=2000");
+  ASSERT_NE(r.output.find("codes 0 78 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(") was lost: silent for "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("removed from the elastic job"), std::string::npos) << r.output;
+  expect_same_steps(dir, "stopped", 3);
+}
+
+TEST_F(elastic_example, under_the_launcher_a_lost_worker_is_not_replaced_and_the_job_ends_well) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  const auto r = run(launcher + " -n 3 --min-workers 2 -- " + job + " --kill-at-step 4 --kill-rank 2 --step-log " +
+                         (dir / "launched") + " --model-dir " + (dir / "launched"),
+                     300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the job goes on without it (2 workers, --min-workers 2)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restarting the group"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("starting a replacement"), std::string::npos) << r.output;
+  expect_same_steps(dir, "launched", 3);
+}
+
+TEST_F(elastic_example, below_min_workers_the_survivors_exit_69_naming_the_lost_rank) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  const auto r = three_workers(dir, "floor", "--min-workers 3 --kill-at-step 2 --kill-rank 1");
+  ASSERT_NE(r.output.find("codes 69 137 69"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 worker(s) would remain, fewer than min_workers 3"), std::string::npos) << r.output;
+}
+
+}  // namespace elastic_example_test

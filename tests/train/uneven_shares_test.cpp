@@ -1,0 +1,81 @@
+// Uneven shares of a global batch (what an elastic job has after it shrinks: 15 over 2 workers is 7 + 8): fit weights
+// each worker's mean gradient by its share, so two workers train the same model as one worker on the whole batch (to
+// float rounding), whether the reduction overlaps backward or follows it and with or without micro-batches; without
+// the weights the mean of the two means would be another update.
+#include <mwstrat/collective/local/local_collective.hpp>
+#include <mwstrat/nn.hpp>
+#include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/train.hpp>
+
+#include <support/softmax_regression.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <mutex>
+#include <vector>
+
+namespace uneven_shares_test {
+
+using namespace mwstrat;
+
+// `workers` replicas share global batches of 15 (as one worker's input, then resharded: the constructor keeps to
+// multiples); 2 epochs of 4 steps of a small MLP. Rank 0's weights.
+std::vector<float> train(int workers, reduction_overlap overlap, std::size_t max_micro_batch) {
+  const auto images = test::learnable_blobs(90);
+  std::vector<float> weights;
+  std::mutex m;
+  spawn_ranks(workers, [&](local_collective& c) {
+    gradient_sync_options sync;
+    sync.overlap = overlap;
+    sync.update = update_placement::replicated;
+    sync.bucket_bytes = 256;
+    mirrored_strategy<local_collective&> strategy(c, sync);
+    nn::sequential model({nn::input{{8}}, nn::dense{16, nn::activation::relu}, nn::dense{4}}, {.seed = 5});
+    nn::sgd sgd(0.2);
+    data::distribution_options d;
+    d.global_batch = 15;
+    d.seed = 9;
+    d.policy = data::data_shard{};
+    distributed_input input(data::distributed_batches(images, d));
+    input.reshard(workers, c.rank());
+    EXPECT_EQ(input.global_count_at(0, 0), 15u);
+    fit_options o;
+    o.epochs = 2;
+    o.steps_per_epoch = 4;
+    o.catch_preemption_signals = false;
+    o.max_micro_batch = max_micro_batch;
+    (void)fit(strategy, model, sgd, input, o);
+    if (c.rank() == 0) {
+      const std::lock_guard lock(m);
+      weights.assign(model.parameters().begin(), model.parameters().end());
+    }
+  });
+  return weights;
+}
+
+// The largest difference relative to the largest weight.
+double worst_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float largest = 0;
+  for (const float v : a) largest = std::max(largest, std::abs(v));
+  double worst = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])) / largest);
+  }
+  return worst;
+}
+
+TEST(uneven_shares, two_workers_with_seven_and_eight_examples_train_what_one_worker_trains_on_fifteen) {
+  const auto one = train(1, reduction_overlap::never, 0);
+  for (const auto overlap : {reduction_overlap::never, reduction_overlap::always}) {
+    EXPECT_LT(worst_difference(one, train(2, overlap, 0)), 1e-5) << "overlap " << static_cast<int>(overlap);
+  }
+  EXPECT_LT(worst_difference(one, train(2, reduction_overlap::always, 3)), 1e-5) << "micro-batches of 3";
+  // Four workers: 3, 4, 4, 4.
+  EXPECT_LT(worst_difference(one, train(4, reduction_overlap::never, 0)), 1e-5);
+}
+
+}  // namespace uneven_shares_test
