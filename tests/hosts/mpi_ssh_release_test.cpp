@@ -2,8 +2,8 @@
 // on h1 and h2, keys and client configuration in the test's own folder), not through a shim: mpirun runs on h3, so
 // both hosts are remote to it and its ssh launch agent (`plm_rsh_agent "ssh -F DIR/ssh_config"`) starts every ORTE
 // daemon. The MNIST example finds its peers through mpi_resolver (the rendezvous on h1) and trains on the ring, giving
-// the bits of the same job on one machine; so does the example's MPI collective (btl tcp between the hosts). Release
-// only (label "release"); every wait is bounded.
+// the bits of the same job on one machine; so does the example's MPI collective (btl tcp between the hosts). A refused
+// key or a silent node fails mpirun in time. Release only (label "release"); every wait is bounded.
 #include "ssh_nodes.hpp"
 
 #include <gtest/gtest.h>
@@ -24,11 +24,13 @@ const std::string flags = " --data-dir " + mnist_dir + " --seed 7 --no-test --ep
 
 // mpirun on h3, ranks_each on h1 and on h2, every daemon started over ssh from h3 (no tree spawn: h1's daemon does not
 // start h2's), the out-of-band and MPI traffic on the simulated network only.
-std::string mpirun_over_ssh(const ssh_nodes& nodes, int ranks_each) {
+// `ssh` is the launch agent (its client configuration by default the nodes' own, ssh_nodes::ssh_config()).
+std::string mpirun_over_ssh(const ssh_nodes& nodes, int ranks_each, const std::string& ssh = "") {
   const std::string n = std::to_string(ranks_each);
   return nodes.hosts().script() + " exec h3 -- env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
          MWSTRAT_MPIEXEC + " -np " + std::to_string(2 * ranks_each) + " --host " + nodes.hosts().address(1) + ":" + n +
-         "," + nodes.hosts().address(2) + ":" + n + " --mca plm_rsh_agent \"ssh -F " + nodes.ssh_config() + "\"" +
+         "," + nodes.hosts().address(2) + ":" + n + " --mca plm_rsh_agent \"" +
+         (ssh.empty() ? "ssh -F " + nodes.ssh_config() : ssh) + "\"" +
          " --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include 10.77.0.0/24 --mca btl tcp,self" +
          " --mca btl_tcp_if_include 10.77.0.0/24 ";
 }
@@ -49,7 +51,7 @@ TEST(mpi_ssh_release, mpirun_starts_its_daemons_through_each_hosts_sshd_and_the_
   const std::string mpirun = mpirun_over_ssh(nodes, 2);
   // Where each rank runs and under what: its host's address, a child of the ORTE daemon; the daemons through ssh.
   const auto where = run(mpirun + "--mca plm_base_verbose 10 sh -c 'echo rank $OMPI_COMM_WORLD_RANK at $(hostname -I)"
-                                  " under $(ps -o comm= $PPID), $OMPI_COMM_WORLD_LOCAL_SIZE on its host'",
+                                  " under $(cat /proc/$PPID/comm), $OMPI_COMM_WORLD_LOCAL_SIZE on its host'",
                          120);
   ASSERT_EQ(where.exit_code, 0) << where.output;
   EXPECT_NE(where.output.find("plm:rsh: final template argv:\n\t/usr/bin/ssh -F " + nodes.ssh_config() + " <template>"),
@@ -124,6 +126,43 @@ TEST(mpi_ssh_release, the_mpi_collective_trains_mnist_between_hosts_whose_daemon
   ASSERT_EQ(over_mpi.size(), 2770634u);
   EXPECT_TRUE(over_mpi == saved_weights(dir.path() / "ring" / "model.safetensors"))
       << "MPI between 2 hosts and the ring on one machine give different weights";
+}
+
+// The failures a user meets first, as Open MPI reports them: a node that refuses the key (ssh's own reason, at once)
+// and a node that does not answer (ssh's ConnectTimeout): mpirun exits 255 within the timeout and leaves no daemon
+// on the node that did answer.
+TEST(mpi_ssh_release, a_refused_key_or_a_silent_node_fails_mpirun_in_time_leaving_no_daemon) {
+  MWSTRAT_REQUIRE_SSHD();
+  ssh_nodes nodes;
+  const std::string keys = nodes.keys() / "ssh";
+  ASSERT_EQ(run("ssh-keygen -q -t ed25519 -N '' -f " + keys + "/stranger && sed 's|IdentityFile .*|IdentityFile " +
+                    keys + "/stranger|' " + nodes.ssh_config() + " > " + keys + "/stranger_config",
+                30)
+                .exit_code,
+            0);
+  const auto refused = run(mpirun_over_ssh(nodes, 1, "ssh -F " + keys + "/stranger_config") + "true", 60);
+  EXPECT_EQ(refused.exit_code, 255) << refused.output;
+  EXPECT_NE(refused.output.find("root@10.77.0."), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("Permission denied (publickey)"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("ORTE was unable to reliably start one or more daemons"), std::string::npos)
+      << refused.output;
+  EXPECT_LT(refused.seconds, 10.0) << refused.output;
+  EXPECT_TRUE(nodes.nodes_empty_within(10s)) << "a daemon was left on a node";
+
+  nodes.hosts().cut(2);
+  const int timeout_s = 3;
+  const auto silent = run(mpirun_over_ssh(nodes, 1, "ssh -F " + nodes.ssh_config() + " -o ConnectTimeout=" +
+                                                        std::to_string(timeout_s)) +
+                              "sleep 60",
+                          60);
+  EXPECT_EQ(silent.exit_code, 255) << silent.output;
+  EXPECT_NE(silent.output.find("ssh: connect to host " + nodes.hosts().address(2) + " port 22: Connection timed out"),
+            std::string::npos)
+      << silent.output;
+  EXPECT_LT(silent.seconds, timeout_s + 5.0) << silent.output;
+  std::printf("[ mpi/ssh ] refused key: mpirun failed after %.2f s; silent node: after %.2f s (ConnectTimeout %d s)\n",
+              refused.seconds, silent.seconds, timeout_s);
+  EXPECT_TRUE(nodes.nodes_empty_within(10s)) << "a daemon or a rank was left on h1";
 }
 
 }  // namespace mpi_ssh_release_test
