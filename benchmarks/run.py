@@ -51,6 +51,8 @@ Families and what each writes (RESULTS.md's sections):
                                          tags) vs encrypted frames (collective/hosts_bench.py, impls -mac/-enc)
               seal_cost.json             one core's CPU seconds per GiB to seal and open frames, and the alternatives
                                          (collective/seal_bench.cpp)
+              train_sealed.json          MNIST CNN training on 2 simulated hosts × 1 worker, plain vs authenticated vs
+                                         encrypted, at 10 and 1 Gbit/s (train/hosts_train.py --security)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
 comparison is reported and the others still run; the exit status is non-zero if any failed.
 """
@@ -603,8 +605,8 @@ def family_libtorch(a, log):
 
 
 def family_security(a, log):
-    # Sealed frames between hosts (docs/security.md): their CPU cost on one core, then the all-reduce between
-    # simulated hosts plain, authenticated and encrypted, taking turns within each round.
+    # Sealed frames between hosts (docs/security.md): their CPU cost on one core, then the all-reduce and the MNIST
+    # training between simulated hosts plain, authenticated and encrypted, taking turns within each round.
     failed = []
     try:
         run([os.path.join(a.build, "benchmarks", "collective", "mwstrat_bench_seal"), "--seconds",
@@ -616,6 +618,14 @@ def family_security(a, log):
             "--family", "collective_sealed", "--json-out", os.path.join(a.results, "collective_sealed.json")]
     try:
         run(argv + (["--quick"] if a.quick else ["--rounds", "5", "--reps", "20"]), log, 3600)
+    except Failed as e:
+        failed.append(str(e))
+    finally:
+        subprocess.run([os.path.join(ROOT, "scripts", "simhosts"), "gc"], capture_output=True)
+    try:  # the same three in training (the all-reduce is part of a step)
+        run([sys.executable, os.path.join(HERE, "train", "hosts_train.py"), "--build", a.build, "--data-dir",
+             a.data_dir, "--security", "--json-out", os.path.join(a.results, "train_sealed.json")]
+            + (["--quick"] if a.quick else ["--rounds", "3", "--steps", "60"]), log, 1800)
     except Failed as e:
         failed.append(str(e))
     finally:

@@ -14,8 +14,15 @@ with --overlap always; see RUNS), so a slow spell
 of the shared machine hits all; ratios are taken within a round, median over rounds. Scaling is samples/s over
 (workers × one worker's).
 
+With --security the runs are instead mwstrat fp32 on 2 hosts × 1 worker plain, authenticated (MWSTRAT_JOB_TOKEN set:
+every frame between hosts carries an AES-256-GCM tag) and encrypted (MWSTRAT_JOB_TOKEN and MWSTRAT_RING_ENCRYPT=1),
+taking turns within each round, each round starting with the next of the three (docs/security.md); each one's step
+time is held against plain's of the same round.
+A sealed run whose chief does not say that its frames between hosts are sealed counts as failed. The record's family
+is train_sealed (report.py's security section).
+
   hosts_train.py --build BUILD [--data-dir .cache/mnist] [--rates 10gbit,1gbit] [--rounds 3] [--steps 100]
-                 [--workers-per-host 1,2] [--only REGEX] [--quick] [--json-out FILE]
+                 [--workers-per-host 1,2] [--only REGEX] [--security] [--quick] [--json-out FILE]
 """
 import argparse
 import json
@@ -49,15 +56,17 @@ class Configs:
 
     def env(self):
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        for k in ("TF_CONFIG", "OPENBLAS_CORETYPE", "MASTER_ADDR", "MASTER_PORT", "MWSTRAT_RING_COMPRESSION"):
+        for k in ("TF_CONFIG", "OPENBLAS_CORETYPE", "MASTER_ADDR", "MASTER_PORT", "MWSTRAT_RING_COMPRESSION",
+                  "MWSTRAT_JOB_TOKEN", "MWSTRAT_RING_ENCRYPT"):
             env.pop(k, None)
         return env
 
     def in_host(self, h, argv):
         return [SIMHOSTS, "--name", self.name, "exec", f"h{h + 1}", "--"] + argv
 
-    def mwstrat(self, n, compression, update, per_host=1):
-        """n workers, worker k on host k // per_host (ranks of a host consecutive), each on a port of its own."""
+    def mwstrat(self, n, compression, update, per_host=1, seal="plain"):
+        """n workers, worker k on host k // per_host (ranks of a host consecutive), each on a port of its own; seal:
+        plain, mac (a job token) or enc (a job token and MWSTRAT_RING_ENCRYPT=1)."""
         self.port += 10
         workers = [f"10.77.0.{k // per_host + 1}:{self.port + k}" for k in range(n)]
         prog = os.path.join(self.a.build, "benchmarks", "train", "train_throughput")
@@ -66,7 +75,8 @@ class Configs:
             tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": k}},
                                    separators=(",", ":"))
             cmds.append((self.in_host(k // per_host, [
-                "env", f"TF_CONFIG={tf_config}", f"MWSTRAT_RING_COMPRESSION={compression}", prog] + self.args()
+                "env", f"TF_CONFIG={tf_config}", f"MWSTRAT_RING_COMPRESSION={compression}"] + SEALS[seal] + [prog]
+                + self.args()
                 + (["--update"] + update.split() if update else [])), self.env()))
         return cmds
 
@@ -77,6 +87,13 @@ class Configs:
                                               f"MASTER_PORT={self.port}", "GLOO_SOCKET_IFNAME=eth0", TORCH_PYTHON,
                                               script] + self.args()), self.env()) for k in range(n)]
 
+
+# The environment of each mode of docs/security.md (the token is a benchmark's: any shared string will do).
+SEALS = {"plain": [], "mac": ["MWSTRAT_JOB_TOKEN=hosts-train-token"],
+         "enc": ["MWSTRAT_JOB_TOKEN=hosts-train-token", "MWSTRAT_RING_ENCRYPT=1"]}
+# What the chief prints when its frames between hosts are sealed (the ring's start-up line).
+SEAL_MARKERS = {"mac": "frames between hosts authenticated", "enc": "frames between hosts encrypted"}
+SEAL_NAMES = {"plain": "", "mac": " authenticated", "enc": " encrypted"}
 
 # (implementation, workers, wire compression, train_throughput's --update, workers per host). With the default update
 # placement the fit's gradient all-reduce is all_reduce_update: its reduce-scatter goes bf16 but the parameters it
@@ -89,11 +106,26 @@ RUNS = [("mwstrat", 1, "none", None, 1), ("torch-ddp", 1, None, None, 1), ("mwst
         # overlapping backward in buckets (the automatic rule does not overlap here: both simulated hosts share this
         # machine's CPUs, so it counts them as one full machine; at 10 Gbit/s, CPU-bound, overlap does not pay).
         ("mwstrat", 2, "bf16", "mirrored --overlap always", 1)]
+# --security: (the same fields, then the seal); 2 hosts × 2 with --workers-per-host 2.
+SEALED_RUNS = [("mwstrat", 2 * per_host, "none", None, per_host, seal) for per_host in (1, 2)
+               for seal in ("plain", "mac", "enc")]
 
 
-def label(impl, n, compression, update=None, per_host=1):
+def label(impl, n, compression, update=None, per_host=1, seal="plain"):
     layout = f"{HOSTS}x{per_host}" if per_host > 1 else str(n)
-    return impl + (" bf16" if compression == "bf16" else "") + (f" --update {update}" if update else "") + f" × {layout}"
+    return (impl + (" bf16" if compression == "bf16" else "") + (f" --update {update}" if update else "")
+            + SEAL_NAMES[seal] + f" × {layout}")
+
+
+def rotated(runs, rnd):
+    """--security's order in round rnd: each layout's three modes start in turn (plain, mac, enc; then mac, enc,
+    plain; ...), so that none is always the one that follows the same other."""
+    order = []
+    for per_host in sorted({r[4] for r in runs}):
+        mine = [r for r in runs if r[4] == per_host]
+        k = (rnd - 1) % len(mine)
+        order += mine[k:] + mine[:k]
+    return order
 
 
 def main():
@@ -108,15 +140,23 @@ def main():
     ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="1 round of 30 steps")
     ap.add_argument("--json-out")
-    ap.add_argument("--workers-per-host", default="1,2",
-                    help="layouts to run besides the one-worker baselines: 1 (2 hosts x 1), 2 (2 hosts x 2)")
+    ap.add_argument("--workers-per-host",
+                    help="layouts to run besides the one-worker baselines: 1 (2 hosts x 1), 2 (2 hosts x 2); "
+                         "default 1,2 (with --security: 1)")
     ap.add_argument("--only", help="a regular expression: run only the configurations whose label matches it "
                                    "(and the one-worker baselines), e.g. 'mirrored|torch-ddp × 2'")
+    ap.add_argument("--security", action="store_true",
+                    help="plain vs authenticated vs encrypted frames between the hosts instead (family train_sealed)")
     a = ap.parse_args()
+    default_layouts = "1" if a.security else "1,2"
+    a.workers_per_host = a.workers_per_host or default_layouts
     per_hosts = {int(x) for x in a.workers_per_host.split(",")}
-    runs = [r for r in RUNS if r[1] == 1 or r[4] in per_hosts]
+    if a.security:
+        runs = [r for r in SEALED_RUNS if r[4] in per_hosts]
+    else:
+        runs = [r + ("plain",) for r in RUNS if r[1] == 1 or r[4] in per_hosts]
     if a.only:
-        runs = [r for r in runs if r[1] == 1 or re.search(a.only, label(r[0], r[1], r[2], r[3], r[4]))]
+        runs = [r for r in runs if r[1] == 1 or re.search(a.only, label(*r))]
     a.build, a.data_dir = os.path.abspath(a.build), os.path.abspath(a.data_dir)
     if a.quick:
         a.rounds, a.steps = 1, 30
@@ -134,9 +174,10 @@ def main():
         try:
             c = Configs(a, name)
             for rnd in range(1, a.rounds + 1):
-                for impl, n, compression, update, per_host in runs:
-                    lab = label(impl, n, compression, update, per_host)
-                    cmds = c.mwstrat(n, compression, update, per_host) if impl == "mwstrat" else c.torch(n, per_host)
+                for impl, n, compression, update, per_host, seal in (rotated(runs, rnd) if a.security else runs):
+                    lab = label(impl, n, compression, update, per_host, seal)
+                    cmds = (c.mwstrat(n, compression, update, per_host, seal) if impl == "mwstrat"
+                            else c.torch(n, per_host))
                     if rnd == 1 and rate == a.rates.split(",")[0]:
                         commands.append(f"[{lab}] " + " & ".join(
                             shlex.join(benchlib.rel(x) if x.startswith("/") else x for x in argv).replace(name, "$SET")
@@ -144,13 +185,16 @@ def main():
                     load = benchlib.loadavg()
                     codes, out, err = run_group(cmds, a.timeout)
                     rec = json_line(out, impl)
-                    if rec is None or any(codes):
-                        failures.append(f"{rate} {lab} round {rnd}: exit codes {codes}: "
-                                        f"{err.strip()[-1500:]}")
+                    unsealed = seal in SEAL_MARKERS and SEAL_MARKERS[seal] not in err
+                    if rec is None or any(codes) or unsealed:
+                        failures.append(f"{rate} {lab} round {rnd}: exit codes {codes}"
+                                        + (f" but no '{SEAL_MARKERS[seal]}' from the chief" if unsealed else "")
+                                        + f": {err.strip()[-1500:]}")
                         print("FAILED " + failures[-1], flush=True)
                         continue
                     rec.update(rate=rate, round=rnd, label=lab, compression=compression, update_option=update,
-                               hosts=min(n, HOSTS), workers=n, workers_per_host=per_host, load_at_start=load)
+                               hosts=min(n, HOSTS), workers=n, workers_per_host=per_host, seal=seal,
+                               load_at_start=load)
                     rows.append(rec)
                     print(f"round {rnd} {rate:7s} {rec['label']:24s} {rec['steps_per_s']:7.2f} steps/s "
                           f"{rec['samples_per_s']:8.1f} samples/s  {rec['cpu_s_per_step'] * 1e3:6.1f} CPU ms/step "
@@ -166,21 +210,25 @@ def main():
 
     summary = []
     for rate in ([] if skipped else a.rates.split(",")):
-        for impl, n, compression, update, per_host in runs:
-            lab = label(impl, n, compression, update, per_host)
+        for impl, n, compression, update, per_host, seal in runs:
+            lab = label(impl, n, compression, update, per_host, seal)
             done = [r for r in rows if r["rate"] == rate and r["label"] == lab]
             if not done:
                 continue
-            vs_ddp, scaling = [], []
+            vs_ddp, scaling, vs_plain = [], [], []
             for r in done:
                 ddp = find(rate, label("torch-ddp", n, None, None, per_host), r["round"])
                 one = find(rate, label(impl, 1, None), r["round"])
+                plain = find(rate, label(impl, n, compression, update, per_host), r["round"])
                 if ddp:
                     vs_ddp.append(r["steps_per_s"] / ddp["steps_per_s"])
                 if one and n > 1:
                     scaling.append(r["samples_per_s"] / (n * one["samples_per_s"]))
+                if plain and a.security:  # step time ÷ plain's step time, the same round
+                    vs_plain.append(plain["steps_per_s"] / r["steps_per_s"])
             summary.append({"rate": rate, "label": lab, "impl": impl, "workers": n, "hosts": min(n, HOSTS),
-                            "workers_per_host": per_host, "compression": compression, "rounds": len(done),
+                            "workers_per_host": per_host, "compression": compression, "seal": seal,
+                            "rounds": len(done),
                             "steps_per_s": statistics.median(r["steps_per_s"] for r in done),
                             "samples_per_s": statistics.median(r["samples_per_s"] for r in done),
                             "cpu_ms_per_step": 1e3 * statistics.median(r["cpu_s_per_step"] for r in done),
@@ -189,18 +237,22 @@ def main():
                                 1e3 * statistics.median(r.get("cpu_system_s_per_step", 0) for r in done),
                             "over_ddp": statistics.median(vs_ddp) if vs_ddp else None,
                             "scaling": statistics.median(scaling) if scaling else None,
-                            "over_ddp_per_round": vs_ddp, "scaling_per_round": scaling})
+                            "time_over_plain": statistics.median(vs_plain) if vs_plain else None,
+                            "over_ddp_per_round": vs_ddp, "scaling_per_round": scaling,
+                            "time_over_plain_per_round": vs_plain})
             s = summary[-1]
             print(f"{rate:7s} {lab:24s} {s['steps_per_s']:7.2f} steps/s {s['cpu_ms_per_step']:6.1f} CPU ms/step"
                   + (f"  {s['over_ddp']:.2f}x DDP's" if s["over_ddp"] else "")
-                  + (f"  scaling {100 * s['scaling']:.0f}%" if s["scaling"] else ""), flush=True)
+                  + (f"  scaling {100 * s['scaling']:.0f}%" if s["scaling"] else "")
+                  + (f"  step time {s['time_over_plain']:.3f}x plain's" if s["time_over_plain"] else ""), flush=True)
     if a.json_out:
         argv = ["benchmarks/train/hosts_train.py", "--build", benchlib.rel(a.build), "--data-dir",
                 benchlib.rel(a.data_dir), "--rates", a.rates] + (
             ["--quick"] if a.quick else ["--rounds", str(a.rounds), "--steps", str(a.steps)]) + (
-            ["--workers-per-host", a.workers_per_host] if a.workers_per_host != "1,2" else []) + (
-            ["--only", a.only] if a.only else [])
-        rec = benchlib.meta("train_hosts", [" ".join(argv)] + commands, a.quick, started)
+            ["--workers-per-host", a.workers_per_host] if a.workers_per_host != default_layouts else []) + (
+            ["--only", a.only] if a.only else []) + (["--security"] if a.security else [])
+        rec = benchlib.meta("train_sealed" if a.security else "train_hosts", [" ".join(argv)] + commands, a.quick,
+                            started)
         rec.update(set_note="$SET: the simulated hosts made by `scripts/simhosts up 2 --rate RATE` for each rate; "
                             "the workers of one command line start together ('&')", rows=rows, summary=summary,
                    failures=failures, simhosts_skipped=skipped, rounds=a.rounds,
