@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
                 "checkpoint", "data", "records", "resnet", "kernels", "isa", "resnet_tta", "resnet56_tta",
-                "collective_hosts", "train_hosts", "libtorch", "collective_sealed", "train_sealed", "fault_campaign"]
+                "collective_hosts", "train_hosts", "libtorch", "collective_sealed", "train_sealed", "elastic", "fault_campaign"]
 
 
 def cnn_flops_per_sample():
@@ -1068,6 +1068,51 @@ class Page:
                                    f"{pct(goals.get('cpu_scaling', {}).get('value'))} (goal ≥ 95%)",
                                    short_source(k), "benchmarks/libtorch/compare.py"))
 
+    def elastic(self):
+        """An elastic job's membership change by worker count (elastic.json, collective/shrink_bench.cpp)."""
+        e = self.r.get("elastic")
+        if not e:
+            return
+        w = self.w
+        w("## Elastic training: a shrink by worker count")
+        w()
+        w(f"Measured: {where(e)}.  ")
+        w(f"Command: `{e['commands'][0]}`")
+        w()
+        w("N ranks of the TCP ring on loopback, each a thread with its own ring, sockets and liveness thread; one rank "
+          "is lost mid all-reduce (its ring torn down as a process exit tears it down), and the survivors find it "
+          "(the verdict), build the ring without it (`ring_collective::without_ranks`) and finish one all-reduce on "
+          "it — what `fit` does when an elastic job shrinks, the training state's transfer aside (a broadcast of the "
+          "snapshot). Times are the slowest survivor's, from the loss. The anchor is Horovod's Gloo "
+          "re-initialisation after a membership change, as reported in its issue tracker: 0.4 / 1.2 / 7.1 / 15.8 s at "
+          "2 / 4 / 8 / 16 ranks (another machine). Goal: at most 200 ms at 16.")
+        w()
+        w("| ranks | rounds | loss → verdict (p50) | verdict → new ring's first all-reduce (p50) | loss → training "
+          "again: p50 | p99 | max | Horovod/Gloo re-init |")
+        w("|---|---|---|---|---|---|---|---|")
+        gloo = {4: "1.2 s", 8: "7.1 s", 16: "15.8 s"}
+        for x in e.get("shrink", []):
+            w(f"| {x['workers']} | {x['rounds']} | {fmt(x['detect_p50_ms'], 1)} ms | {fmt(x['ring_p50_ms'], 1)} ms | "
+              f"{fmt(x['total_p50_ms'], 1)} ms | {fmt(x['total_p99_ms'], 1)} ms | {fmt(x['total_max_ms'], 1)} ms | "
+              f"{gloo.get(x['workers'], '—')} |")
+        w()
+        p = e.get("shrink_processes")
+        if p:
+            w(f"With real processes (`{e['commands'][1]}`): examples/mnist_multiworker, 3 workers on 127.0.0.1, "
+              f"`--min-workers 2`, one worker SIGKILLing itself at a seeded step in each of {p['faults']} runs; the "
+              "new chief's time from seeing the loss to training again on two workers (the survivors' ring, the "
+              "training state from the latest boundary, the resharded data, the gradient synchroniser): "
+              f"**p50 {fmt(p['p50_ms'], 1)} ms, p99 {fmt(p['p99_ms'], 1)} ms, max {fmt(p['max_ms'], 1)} ms** "
+              "(goal: at most 1 s, p99 over at least 50 faults). Add the loss → verdict above (a killed process: its "
+              "connection closes).")
+            w()
+        sixteen = [x for x in e.get("shrink", []) if x["workers"] == 16]
+        if sixteen:
+            x = sixteen[0]
+            self.headlines.append(("Elastic shrink at 16 ranks, loss → training again (p99)",
+                                   f"{fmt(x['total_p99_ms'], 1)} ms", "Horovod/Gloo re-init 15.8 s (reported)",
+                                   "goal ≤ 200 ms", short_source(e), e["commands"][0]))
+
     def fault_campaign(self):
         """mwstrat-fault-campaign's figures (docs/fault_campaign.md): recorded by hand, not by scripts/bench."""
         c = self.r.get("fault_campaign")
@@ -1700,7 +1745,7 @@ class Page:
         body_start = 0
         for section in (self.train, self.collective, self.nn, self.checkpoint, self.data, self.records, self.resnet, self.kernels,
                         self.isa, self.resnet_time_to_accuracy, self.hosts, self.libtorch, self.security,
-                        self.fault_campaign):
+                        self.elastic, self.fault_campaign):
             section()
         body = self.lines[body_start:]
         self.lines = self.lines[:body_start]

@@ -51,6 +51,11 @@ Families and what each writes (RESULTS.md's sections):
                                          tags) vs encrypted frames (collective/hosts_bench.py, impls -mac/-enc)
               seal_cost.json             one core's CPU seconds per GiB to seal and open frames, and the alternatives
                                          (collective/seal_bench.cpp)
+  elastic     elastic.json               an elastic job's membership change at 4, 8 and 16 ranks of the ring on loopback:
+                                         the verdict, the survivors' smaller ring, one all-reduce on it
+                                         (collective/shrink_bench.cpp); and with real processes, the MNIST example
+                                         (3 workers, one killed per run, 50 runs): the loss seen → training again on
+                                         two (train/elastic_shrink.py; the build needs -DMWSTRAT_BUILD_EXAMPLES=ON)
               train_sealed.json          MNIST CNN training on 2 simulated hosts × 1 worker, plain vs authenticated vs
                                          encrypted, at 10 and 1 Gbit/s (train/hosts_train.py --security)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
@@ -73,7 +78,7 @@ import benchlib  # noqa: E402
 from common import procs  # noqa: E402
 
 FAMILIES = ["peak", "train", "collective", "nn", "checkpoint", "data", "records", "resnet", "kernels", "isa", "tta",
-            "hosts", "libtorch", "security"]
+            "hosts", "libtorch", "security", "elastic"]
 
 
 class Failed(Exception):
@@ -632,6 +637,38 @@ def family_security(a, log):
         subprocess.run([os.path.join(ROOT, "scripts", "simhosts"), "gc"], capture_output=True)
     if failed:
         raise Failed("; ".join(failed))
+
+
+def family_elastic(a, log):
+    # An elastic job's membership change (docs/fault-tolerance.md, "Elastic training"): a rank lost, the verdict, the
+    # survivors' smaller ring and one all-reduce on it, at 4, 8 and 16 ranks (collective/shrink_bench.cpp).
+    started = benchlib.start()
+    rounds = "3" if a.quick else "20"
+    argv = [os.path.join(a.build, "benchmarks", "collective", "mwstrat_bench_shrink"), "--workers", "4,8,16",
+            "--rounds", rounds]
+    text = run(argv, log, 1800)
+    rows = []
+    pattern = (r"shrink workers (\d+) rounds (\d+): detect p50 ([\d.]+) ms, ring p50 ([\d.]+) ms, total p50 ([\d.]+) "
+               r"p99 ([\d.]+) max ([\d.]+) ms")
+    for m in re.finditer(pattern, text):
+        n, r, detect, ring, p50, p99, worst = m.groups()
+        rows.append({"workers": int(n), "rounds": int(r), "detect_p50_ms": float(detect), "ring_p50_ms": float(ring),
+                     "total_p50_ms": float(p50), "total_p99_ms": float(p99), "total_max_ms": float(worst)})
+    if len(rows) != 3:
+        raise Failed(f"mwstrat_bench_shrink printed {len(rows)} of 3 rows")
+    command = f"{benchlib.rel(argv[0])} --workers 4,8,16 --rounds {rounds}"
+    # Then with real processes: the MNIST example, 3 workers, one killed per run (train/elastic_shrink.py).
+    faults = "5" if a.quick else "50"
+    with tempfile.TemporaryDirectory(prefix="mwstrat-elastic-") as tmp:
+        out = os.path.join(tmp, "processes.json")
+        run([sys.executable, os.path.join(HERE, "train", "elastic_shrink.py"), "--build", a.build, "--data-dir",
+             a.data_dir, "--faults", faults, "--json-out", out], log, 3600)
+        with open(out) as f:
+            processes = json.load(f)
+    record = benchlib.meta("elastic", [command] + processes["commands"], a.quick, started)
+    record["shrink"] = rows
+    record["shrink_processes"] = processes["shrink_processes"]
+    benchlib.write_json(os.path.join(a.results, "elastic.json"), record)
 
 
 def main():

@@ -5,6 +5,7 @@
 #include <mwstrat/collective/local/local_collective.hpp>
 #include <mwstrat/nn.hpp>
 #include <mwstrat/strategy/mirrored_strategy.hpp>
+#include <mwstrat/strategy/multi_worker_mirrored_strategy.hpp>
 #include <mwstrat/train.hpp>
 
 #include <support/softmax_regression.hpp>
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstddef>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace uneven_shares_test {
@@ -76,6 +78,30 @@ TEST(uneven_shares, two_workers_with_seven_and_eight_examples_train_what_one_wor
   EXPECT_LT(worst_difference(one, train(2, reduction_overlap::always, 3)), 1e-5) << "micro-batches of 3";
   // Four workers: 3, 4, 4, 4.
   EXPECT_LT(worst_difference(one, train(4, reduction_overlap::never, 0)), 1e-5);
+}
+
+// An elastic job refuses, before it trains, data it could not reshard when it shrinks: file sharding (each worker
+// reads its own files, so the global batches depend on the worker count).
+TEST(uneven_shares, an_elastic_fit_refuses_data_it_cannot_reshard_before_training) {
+  auto strategy = make_multi_worker_mirrored_strategy(cluster_config::local());  // a world of one, shrinkable
+  static_assert(shrinkable_strategy<decltype(strategy)>);
+  nn::sequential model({nn::input{{8}}, nn::dense{4}}, {.seed = 5});
+  nn::sgd sgd(0.1);
+  data::distribution_options d;
+  d.global_batch = 8;
+  d.policy = data::file_shard{};
+  distributed_input by_files(data::distributed_batches(test::learnable_blobs(32, 3, {16, 16}), d));
+  fit_options o;
+  o.catch_preemption_signals = false;
+  o.recovery.min_workers = 1;
+  o.recovery.from_launcher = false;
+  try {
+    (void)fit(strategy, model, sgd, by_files, o);
+    ADD_FAILURE() << "an elastic job trained on file-sharded data";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("min_workers: this training data cannot be resharded"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace uneven_shares_test

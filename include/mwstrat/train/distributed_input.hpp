@@ -134,6 +134,13 @@ class distributed_input {
   /// set streams by files).
   void reshard(int num_workers, int worker_index) { state_->reshard(num_workers, worker_index); }
 
+  /// Whether `reshard` can: an in-memory set under data sharding. `fit` asks at its start, so that an elastic job
+  /// with data it could not reshard is refused before it trains rather than when it shrinks.
+  [[nodiscard]] bool can_reshard() const {
+    const auto* b = std::get_if<data::distributed_batches>(&state_->source);
+    return b != nullptr && b->mode() == data::shard_mode::data;
+  }
+
   /// False: every step is filled when it is asked for (no prefetch thread). For measuring what prefetch saves.
   void set_prefetch(bool on) { state_->prefetch = on; }
 

@@ -11,6 +11,7 @@
 /// evaluated with them (Keras's `sum_over_batch_size`: sum(w·loss) / examples), on a `sample_weighted_model` only. Before the first step
 /// the workers compare model fingerprints and the chief's parameters are broadcast.
 
+#include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/strategy/concepts.hpp>
 #include <mwstrat/strategy/gradient_sync.hpp>
@@ -186,6 +187,19 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
       detail::throw_fit_error(strategy, "min_workers: an elastic job needs validation data that can be resharded "
                                         "when it shrinks (concept reshardable_source), or none");
     }
+    if constexpr (requires { { train.can_reshard() } -> std::convertible_to<bool>; }) {
+      if (!train.can_reshard()) {
+        detail::throw_fit_error(strategy, "min_workers: this training data cannot be resharded when the job shrinks "
+                                          "(a distributed_input reshards an in-memory set under data sharding, not "
+                                          "records streamed from files nor file or no sharding)");
+      }
+    }
+    if constexpr (requires { { validation.can_reshard() } -> std::convertible_to<bool>; }) {
+      if (!validation.can_reshard()) {
+        detail::throw_fit_error(strategy, "min_workers: this validation data cannot be resharded when the job "
+                                          "shrinks (an in-memory set under data sharding can)");
+      }
+    }
   }
   recovery.start(ctx);
 
@@ -251,6 +265,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
         break;
       } catch (const peer_lost_error& lost) {
         if (!recovery.on()) throw;
+        const auto seen = std::chrono::steady_clock::now();
         sync_holder.reset();  // it refers to the failed ring (its model leaves any shared region first)
         recovery.recover(ctx, lost, hist);
         if (recovery.elastic()) {
@@ -261,6 +276,12 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
           }
         }
         sync_holder.reset(new auto(make_gradient_sync(strategy, model, optimizer)));
+        if (recovery.elastic() && strategy.is_chief()) {
+          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - seen).count();
+          detail::recovery_log(0, "training again on " + std::to_string(strategy.num_replicas_in_sync()) +
+                                      " workers from global step " + std::to_string(ctx.global_step()) + ", " +
+                                      detail::fixed_text(ms, 1) + " ms after the loss was seen");
+        }
         // Ranks can be one boundary apart: the state taken may be the top of the next epoch (this one's end was done
         // elsewhere). Then this epoch is over here too: the loop's increment brings ctx.epoch back to it.
         if (ctx.epoch != epoch) {

@@ -276,12 +276,12 @@ void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, cons
   const std::chrono::milliseconds timeout = options.timeout.value_or(default_recovery_timeout);
   const int lost_rank = lost.peer_rank();
   const int lost_worker = lost_rank >= 0 && lost_rank < n ? members[static_cast<std::size_t>(lost_rank)] : lost_rank;
-  if (options.on_peer_lost) options.on_peer_lost(lost_worker, generation);
   if (lost_rank == me) {
     throw removed_error({"train.recovery", me}, lost_rank, lost.peer_address(),
                         std::string(lost.detail()) + "; the other workers go on without this one (it was removed "
                                                      "from the elastic job and must not rejoin with its state)");
   }
+  if (options.on_peer_lost) options.on_peer_lost(lost_worker, generation);
   if (lost_rank < 0 || lost_rank >= n) {
     throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
                           std::string(lost.detail()) + "; the verdict names no other rank of this ring of " +

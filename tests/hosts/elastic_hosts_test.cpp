@@ -1,0 +1,79 @@
+// Issue 48, elastic training across simulated hosts: three hosts, one MNIST worker each (--min-workers 2). Host 3's
+// link is cut mid-training: the two others name its worker after the liveness timeout, shrink the job and finish it
+// as two. The cut-off worker draws a verdict of its own (a neighbour silent); the group it tries to form has another
+// membership, so the survivors' ring refuses it, and it exits 69 (peer lost) when its recovery timeout is over —
+// never a second group training apart: it trains no step after the cut.
+#include "mnist_hosts.hpp"
+
+#include <mwstrat/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace elastic_hosts_test {
+
+using namespace mwstrat::test;
+namespace fs = std::filesystem;
+
+// The step lines of one worker's --step-log file.
+std::vector<std::string> step_lines(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(elastic_hosts, a_cut_off_host_is_dropped_and_only_the_survivors_train_on) {
+  MWSTRAT_REQUIRE_SIMULATED_HOSTS();
+  scratch_dir dir;
+  simulated_hosts hosts(3, "1gbit");
+  const std::vector<std::string> cluster = {hosts.address(1) + ":20000", hosts.address(2) + ":20000",
+                                            hosts.address(3) + ":20000"};
+  const std::string steps = dir / "steps";
+  const std::string job = "MWSTRAT_RING_LIVENESS_MS=2000 " + example + " --data-dir " + mnist_dir +
+                          " --epochs 1 --steps-per-epoch 40 --batch-size 4 --train-examples 1200 --no-test"
+                          " --op-timeout 60 --min-workers 2 --recovery-timeout 4 --step-log " + steps +
+                          " --model-dir " + (dir / "model");
+  std::vector<std::unique_ptr<process>> workers;
+  for (int w = 0; w < 3; ++w) {
+    workers.push_back(std::make_unique<process>(hosts.on(w + 1, "TF_CONFIG='" + tf_config(cluster, w) + "' " + job),
+                                                240));
+  }
+  // Until worker 2 has trained a few steps (bounded).
+  const fs::path third = steps + ".w2";
+  for (int waited = 0; waited < 1800 && step_lines(third).size() < 3; ++waited) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(step_lines(third).size(), 3u) << "training never started";
+  hosts.cut(3);
+  const std::size_t trained_before_cut = step_lines(third).size();
+  const auto r0 = workers[0]->finish();
+  const auto r1 = workers[1]->finish();
+  hosts.restore(3);
+  const auto r2 = workers[2]->finish();
+  EXPECT_EQ(r0.exit_code, 0) << r0.output;
+  EXPECT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_EQ(r2.exit_code, mwstrat::peer_lost_exit_code) << r2.output;
+  EXPECT_NE(r0.output.find("rank 2 (" + cluster[2] + ") was lost: silent for 2.0 s"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("lost; going on without it: 2 workers, ring generation 1"), std::string::npos)
+      << r0.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "model" / "model.safetensors")) << r0.output;
+  // The survivors trained all 40 steps, the last ones as two; the cut-off worker none after the cut (at most the
+  // one it was finishing when the link went).
+  const auto first = step_lines(steps + ".w0");
+  ASSERT_FALSE(first.empty());
+  EXPECT_NE(first.back().find("step 39 "), std::string::npos) << first.back();
+  EXPECT_NE(first.back().find(" workers 2 "), std::string::npos) << first.back();
+  const auto cut_off = step_lines(third);
+  EXPECT_LE(cut_off.size(), trained_before_cut + 1) << "the cut-off worker trained on alone";
+  for (const auto& line : cut_off) EXPECT_EQ(line.find(" workers 2 "), std::string::npos) << line;
+}
+
+}  // namespace elastic_hosts_test
