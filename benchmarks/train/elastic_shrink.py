@@ -74,7 +74,7 @@ def one_run(example, data_dir, rank, step, work):
     m = AGAIN.search(text)
     if not m:
         raise RuntimeError(f"no 'training again' line:\n{text[-3000:]}")
-    return float(m.group(3)), " ".join(job)
+    return float(m.group(3)), " ".join([benchlib.rel(job[0]), "--data-dir", benchlib.rel(data_dir)] + job[3:])
 
 
 def main():
