@@ -27,7 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 FAMILY_ORDER = ["peak", "train", "train_ceiling", "train_backup", "collective", "collective_mpi_algorithms", "nn",
                 "checkpoint", "data", "records", "resnet", "kernels", "isa", "resnet_tta", "resnet56_tta",
-                "collective_hosts", "train_hosts", "libtorch", "collective_sealed", "train_sealed", "elastic", "fault_campaign"]
+                "collective_hosts", "train_hosts", "libtorch", "collective_sealed", "train_sealed", "elastic",
+                "fault_campaign"]
 
 
 def cnn_flops_per_sample():

@@ -65,8 +65,9 @@
 // global batch. A stopped one is reported by the survivors and ended, as above. Below K the survivors exit 69 and
 // the group is restarted (from its backup) as without the flag.
 //
-// Exit status: 0 when every worker succeeded (under --min-workers: every worker the job went on with); 75 when the workers stopped for preemption (and the launcher itself
-// was signalled); otherwise the first failure's (128 + signal for a signal).
+// Exit status: 0 when every worker succeeded (under --min-workers: every worker the job went on with); 75 when the
+// workers stopped for preemption (and the launcher itself was signalled); otherwise the first failure's (128 + signal
+// for a signal).
 #include "launch/agent_protocol.hpp"
 #include "launch/node_agents.hpp"
 #include "launch/remote_agent.hpp"

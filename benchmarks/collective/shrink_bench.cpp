@@ -170,7 +170,8 @@ int main(int argc, char** argv) {
       std::sort(v.begin(), v.end());
       return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
     };
-    std::printf("shrink workers %d rounds %d: detect p50 %.1f ms, ring p50 %.1f ms, total p50 %.1f p99 %.1f max %.1f ms\n",
+    std::printf("shrink workers %d rounds %d: detect p50 %.1f ms, ring p50 %.1f ms, total p50 %.1f p99 %.1f max "
+                "%.1f ms\n",
                 n, rounds, pick(&round_times::detect_ms, 0.5), pick(&round_times::ring_ms, 0.5),
                 pick(&round_times::total_ms, 0.5), pick(&round_times::total_ms, 0.99),
                 pick(&round_times::total_ms, 1.0));

@@ -113,8 +113,9 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// train/in_memory_recovery.hpp): the other ranks' addresses in their order, so rank r becomes r minus the lost
   /// ranks below it (the lowest survivor is the new rank 0, the chief), the next generation, the new membership
   /// folded into the cluster fingerprint, and `timeout` for the start-up. A rank of the old ring that is not in the
-  /// new one (a stopped worker that wakes up), or one with another view of who is left, is refused by its handshake. Throws `config_error` when `lost` names this rank, a
-  /// rank out of range, or none. Destroy this ring before making that one: it listens on the same address.
+  /// new one (a stopped worker that wakes up), or one with another view of who is left, is refused by its handshake.
+  /// Throws `config_error` when `lost` names this rank, a rank out of range, or none. Destroy this ring before making
+  /// that one: it listens on the same address.
   [[nodiscard]] ring_options without_ranks(std::span<const int> lost, std::chrono::milliseconds timeout) const {
     const int n = size();
     std::vector<bool> gone(static_cast<std::size_t>(n), false);
