@@ -10,12 +10,9 @@
 // prints one line per worker count: "shrink workers N rounds R: detect p50 .. ms, ring p50 .. ms, total p50 .. p99
 // .. max .. ms", where detect is the loss to the last survivor's verdict, ring the verdict to the last survivor's
 // first all-reduce on the new ring, and total the loss to that all-reduce.
+#include <mwstrat/cluster/free_ports.hpp>
 #include <mwstrat/collective/ring/ring_collective.hpp>
 #include <mwstrat/error.hpp>
-
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -25,7 +22,6 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
-#include <optional>
 #include <mutex>
 #include <span>
 #include <stdexcept>
@@ -38,24 +34,6 @@ namespace {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-// `n` ports nobody listens on now (bound, read, closed).
-std::vector<int> free_ports(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("bind");
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ports.push_back(ntohs(a.sin_port));
-    fds.push_back(fd);
-  }
-  for (const int fd : fds) ::close(fd);
-  return ports;
-}
-
 // Thrown inside the lost rank's scope, so that its ring is destroyed by an exception (links shut, no goodbye).
 struct lost_on_purpose {};
 
@@ -64,7 +42,7 @@ struct round_times {
 };
 
 round_times one_round(int n) {
-  const auto ports = free_ports(n);
+  const auto ports = mwstrat::free_listen_ports("127.0.0.1", n);
   std::vector<std::string> addresses;
   for (const int p : ports) addresses.push_back("127.0.0.1:" + std::to_string(p));
   const int lost = n / 2;
