@@ -42,6 +42,7 @@ struct flags {
   int epochs = 3;
   std::size_t steps_per_epoch = 70;
   std::size_t batch_size = 64;  // per worker
+  std::size_t global_batch = 0;  // 0: batch_size × workers, as in the tutorial; else fixed whatever the worker count
   std::string optimizer = "sgd";
   std::optional<double> learning_rate;  // default: SGD 0.001 (the tutorial's), Adam 0.001
   std::uint64_t seed = 42;
@@ -179,7 +180,8 @@ struct step_log {
 
 const char* const usage =
     "usage: mnist_multiworker [--data-dir D] [--epochs N] [--steps-per-epoch N (0: a full epoch)]\n"
-    "  [--batch-size B (per worker)] [--optimizer sgd|adam] [--learning-rate X] [--seed S] [--threads T]\n"
+    "  [--batch-size B (per worker)] [--global-batch G (default B x workers)] [--optimizer sgd|adam]\n"
+    "  [--learning-rate X] [--seed S] [--threads T]\n"
     "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
     "  [--no-test] [--kill-at-step N [--kill-rank R] [--fault-signal kill|stop]] [--tensorboard DIR]\n"
     "  [--collective ring|mpi] [--in-memory-recovery [--recovery-timeout S]] [--min-workers K]\n"
@@ -209,6 +211,7 @@ flags parse(int argc, char** argv) {
     else if (args.is("--epochs")) f.epochs = args.whole(0);  // 0: no training, the untrained model is evaluated
     else if (args.is("--steps-per-epoch")) f.steps_per_epoch = args.whole<std::size_t>(0);
     else if (args.is("--batch-size")) f.batch_size = args.whole<std::size_t>(1);
+    else if (args.is("--global-batch")) f.global_batch = args.whole<std::size_t>(1);
     else if (args.is("--optimizer")) f.optimizer = args.value();
     else if (args.is("--learning-rate")) f.learning_rate = args.positive();
     else if (args.is("--seed")) f.seed = args.whole<std::uint64_t>(0);
@@ -264,8 +267,10 @@ std::chrono::milliseconds seconds(double s) {
 template <class Strategy, class Optimizer>
 int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   const bool chief = strategy.is_chief();
-  // Global batch = per-worker batch × workers, as in the tutorial.
-  const std::size_t global_batch = f.batch_size * static_cast<std::size_t>(strategy.num_replicas_in_sync());
+  // Global batch = per-worker batch × workers, as in the tutorial; or fixed (--global-batch), so that a job resumed on
+  // another number of workers trains the same steps (shares larger than --batch-size go in micro-batches).
+  const std::size_t global_batch =
+      f.global_batch != 0 ? f.global_batch : f.batch_size * static_cast<std::size_t>(strategy.num_replicas_in_sync());
   mwstrat::distributed_input train_data(
       first_examples(mwstrat::data::load_mnist(f.data_dir, mwstrat::data::mnist_split::train), f.train_examples),
       global_batch, strategy, f.seed);

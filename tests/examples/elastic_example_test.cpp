@@ -205,6 +205,73 @@ TEST_F(elastic_example, under_the_launcher_a_lost_worker_is_not_replaced_and_the
   expect_same_steps(dir, "launched", 3);
 }
 
+// BackupAndRestore after a shrink: the chief is killed (so the new chief writes the backups), the two survivors are
+// preempted later (SIGTERM during a pause: exit 75, a backup of the step they stopped at), and the job resumes from
+// that backup on two workers — byte-identical to the shrunk job that was never interrupted — and on one worker (the
+// same steps: equal up to the order of additions). A fixed global batch of 12 (--global-batch), so that every count
+// trains the same steps.
+TEST_F(elastic_example, a_backup_written_after_the_shrink_resumes_on_two_workers_exactly_and_on_one) {
+  const scratch_dir& dir = *dir_;
+  const std::string fixed = " --global-batch 12 --batch-size 4 --train-examples 36";
+  const std::string fault = fixed + " --min-workers 2 --kill-at-step 4 --kill-rank 0";
+  const auto whole = three_workers(dir, "whole", fault);
+  ASSERT_NE(whole.output.find("codes 137 0 0"), std::string::npos) << whole.output;
+
+  const auto ports = free_ports(3);
+  std::string script;
+  const std::string backup = dir / "backup";
+  for (int w = 0; w < 3; ++w) {  // (appended piece by piece: GCC 12 -O3 misjudges "literal" + string as overlapping)
+    script += "TF_CONFIG='";
+    script += tf_config(ports, w);
+    script += "' " + job + fault + " --backup-dir " + backup + " --save-freq 1 --pause-at-step 6 > ";
+    script += dir / ("paused.log" + std::to_string(w));
+    script += " 2>&1 & p" + std::to_string(w) + "=$!; ";
+  }
+  // The new chief (worker 1) says when it pauses; SIGTERM then lands mid-training whatever the build's speed.
+  script += "for i in $(seq 1200); do grep -q 'pausing at step 6' " + (dir / "paused.log1") +
+            " && break; sleep 0.1; done; kill -TERM $p1; wait $p0; e0=$?; wait $p1; e1=$?; wait $p2; e2=$?; "
+            "echo \"codes $e0 $e1 $e2\"; cat " + (dir / "paused.log1");
+  const auto paused = run(script, 300);
+  ASSERT_NE(paused.output.find("codes 137 75 75"), std::string::npos) << paused.output;
+  ASSERT_TRUE(fs::exists(backup)) << paused.output;
+  fs::copy(backup, dir.path() / "backup_for_one", fs::copy_options::recursive);
+
+  // On two workers, from the backup.
+  const auto two_ports = free_ports(2);
+  std::string two;
+  for (int w = 0; w < 2; ++w) {
+    two += "TF_CONFIG='";
+    two += tf_config(two_ports, w);
+    two += "' " + job + fixed + " --backup-dir " + backup + " --model-dir " + (dir / "two") + " > ";
+    two += dir / ("two.log" + std::to_string(w));
+    two += " 2>&1 & q" + std::to_string(w) + "=$!; ";
+  }
+  two += "wait $q0; e0=$?; wait $q1; e1=$?; echo \"codes $e0 $e1\"; cat " + (dir / "two.log0");
+  const auto resumed = run(two, 300);
+  ASSERT_NE(resumed.output.find("codes 0 0"), std::string::npos) << resumed.output;
+  // From the backup the new chief wrote when the two stopped: past the pause at step 6, after the shrink at 4.
+  EXPECT_GE(number_after(resumed.output, "[mwstrat.train.backup] rank 0: restored ", "(global step "), 6.0)
+      << resumed.output;
+  const std::string shrunk = read_file(dir.path() / "whole" / "model.safetensors");
+  ASSERT_FALSE(shrunk.empty());
+  EXPECT_EQ(read_file(dir.path() / "two" / "model.safetensors"), shrunk)
+      << "resumed on two workers, the model is the uninterrupted shrunk job's";
+
+  // On one worker, from the same backup.
+  const auto one = run("TF_CONFIG= " + job + fixed + " --backup-dir " + (dir / "backup_for_one") + " --model-dir " +
+                           (dir / "one"),
+                       300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto a = saved_weights(dir.path() / "whole" / "model.safetensors");
+  const auto b = saved_weights(dir.path() / "one" / "model.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  float largest = 0;
+  double worst = 0;
+  for (const float v : a) largest = std::max(largest, std::abs(v));
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+  EXPECT_LT(worst / largest, 1e-4) << "resumed on one worker, the same steps up to the order of additions";
+}
+
 TEST_F(elastic_example, below_min_workers_the_survivors_exit_69_naming_the_lost_rank) {
   ASSERT_TRUE(reference_ok_);
   const scratch_dir& dir = *dir_;

@@ -160,15 +160,8 @@ class basic_backup_and_restore {
       *options_.log << "[mwstrat.train.backup] rank " << rank_ << ": warning: " << failure_message(failure) << "\n"
                     << std::flush;
     }
-    rank_ = ctx.strategy.replica_id();
-    if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
-      if (ctx.strategy.is_chief() && !user_checkpointer_) {
-        checkpoint_manager_options mo;
-        mo.write = options_.write;
-        mo.write.rank = rank_;
-        checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
-      }
-    }
+    if (!user_checkpointer_) checkpointer_.reset();  // each fit reads the folder afresh
+    make_checkpointer(ctx);
     return {ctx.strategy.is_chief() ? &*checkpointer_ : nullptr, options_.backup_dir.string(), options_.log};
   }
   /// Told by `fit` where the run resumed (nullopt: from the start, or a replacement worker's survivor's memory).
@@ -196,6 +189,7 @@ class basic_backup_and_restore {
     // Every worker takes part (the replicas' states are gathered); the chief writes.
     if (ctx.preempted) save(ctx, ctx.epoch, ctx.step);
     if (!ctx.strategy.is_chief()) return;
+    make_checkpointer(ctx);
     wait_for_backup();  // the last backup is on disk, or its failure is thrown, before fit returns or deletes it
     if (!options_.delete_checkpoint || h.stopped_early || ctx.preempted) return;
     if (ctx.epoch < ctx.epochs) return;  // not finished: keep the backup
@@ -203,11 +197,28 @@ class basic_backup_and_restore {
   }
 
  private:
+  // The chief's checkpointer over backup_dir (made on the chief by default; the user's, when given, is kept). Also
+  // at each save: an elastic job that lost its chief has a new one (train/in_memory_recovery.hpp), which makes it
+  // there and writes the next backups.
+  template <class Ctx>
+  void make_checkpointer(Ctx& ctx) {
+    rank_ = ctx.strategy.replica_id();
+    if constexpr (std::same_as<Checkpointer, checkpoint_manager>) {
+      if (ctx.strategy.is_chief() && !user_checkpointer_ && !checkpointer_) {
+        checkpoint_manager_options mo;
+        mo.write = options_.write;
+        mo.write.rank = rank_;
+        checkpointer_.emplace(options_.backup_dir, 2, "backup", mo);  // the newest two: the older is the fallback
+      }
+    }
+  }
+
   // Called on every worker at the same save points.
   template <class Ctx>
   void save(Ctx& ctx, int epoch, std::size_t step) {
     gather_replica_states(ctx);
     if (!ctx.strategy.is_chief()) return;
+    make_checkpointer(ctx);
     wait_for_backup();  // one write in flight at most; a failed one surfaces here
     state_.capture(ctx);
     state_.move_to(epoch, step);
