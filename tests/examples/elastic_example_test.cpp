@@ -4,7 +4,9 @@
 // batch: every step trains on exactly the examples of the uninterrupted three-worker run, its loss agrees with that
 // run's to 1e-4 (only the order of additions differs), and a second run with the same fault gives a byte-identical
 // model. A global batch of 15 over two workers is 7 + 8: uneven shares, weighted by examples, and each computed in
-// micro-batches of at most the per-worker batch of 5. Short runs, so that an unoptimised build runs them too.
+// micro-batches of at most the per-worker batch of 5. Also: a lost chief succeeded by the lowest survivor, a stopped
+// worker that finds itself removed (exit 78), the launcher's --min-workers, the floor of min_workers, and a backup
+// written after the shrink resuming on two workers and on one. Short runs, so that an unoptimised build runs them too.
 #include "example_support.hpp"
 
 #include <gtest/gtest.h>
