@@ -343,7 +343,8 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
         first_examples(mwstrat::data::load_mnist(f.data_dir, mwstrat::data::mnist_split::test), f.test_examples),
         global_batch, strategy);
     const mwstrat::evaluation e = mwstrat::evaluate(strategy, model, test);
-    if (chief) std::printf("test: loss=%.6f accuracy=%.6f examples=%.0f\n", e.loss, e.accuracy, e.count);
+    // The chief now: an elastic job that lost its first chief has another.
+    if (strategy.is_chief()) std::printf("test: loss=%.6f accuracy=%.6f examples=%.0f\n", e.loss, e.accuracy, e.count);
   }
   return 0;
 }
