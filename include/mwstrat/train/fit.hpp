@@ -270,7 +270,9 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
         recovery.recover(ctx, lost, hist);
         if (recovery.elastic()) {
           // The same global batches over the smaller group, from the boundary just restored.
-          if constexpr (reshardable_source<Train>) train.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
+          if constexpr (reshardable_source<Train>) {
+            train.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
+          }
           if constexpr (reshardable_source<Validation>) {
             validation.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
           }
