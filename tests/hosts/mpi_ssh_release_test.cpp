@@ -90,14 +90,8 @@ TEST(mpi_ssh_release, mpirun_starts_its_daemons_through_each_hosts_sshd_and_the_
               m.seconds, first, last);
   EXPECT_TRUE(nodes.nodes_empty_within(10s)) << "an ORTE daemon or a rank was left on a node";
 
-  const auto l = run("MWSTRAT_RING_TOPOLOGY=flat " + launcher + " -n 4 -- " + example + flags + " --model-dir " +
-                         (dir / "launch"),
-                     600);
-  ASSERT_EQ(l.exit_code, 0) << l.output;
-  const std::string over_ssh = read_file(dir.path() / "mpirun" / "model.safetensors");
-  ASSERT_FALSE(over_ssh.empty()) << "no model saved by the job under mpirun";
-  EXPECT_EQ(over_ssh, read_file(dir.path() / "launch" / "model.safetensors"))
-      << "mpirun over ssh on 2 hosts and mwstrat-launch -n 4 on one started the same job; the models differ";
+  expect_model_of_four_local_workers(dir, flags, dir.path() / "mpirun" / "model.safetensors",
+                                     "mpirun over ssh on 2 hosts");
 }
 
 // The gradients through MPI itself (mpi_collective: btl tcp between the hosts), one rank on each host: Open MPI's sum

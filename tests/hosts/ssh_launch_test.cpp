@@ -44,14 +44,8 @@ TEST(ssh_launch, two_nodes_with_two_workers_each_train_the_bits_of_four_local_wo
     EXPECT_NE(r.output.find("mwstrat-launch: worker " + std::to_string(i) + ": pid "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(" on " + host + ") exited with status 0 on host " + host), std::string::npos) << r.output;
   }
-  const auto local = run("MWSTRAT_RING_TOPOLOGY=flat " + launcher + " -n 4 -- " + example + short_run +
-                             " --model-dir " + (dir / "local"),
-                         300);
-  ASSERT_EQ(local.exit_code, 0) << local.output;
-  const std::string over_ssh = read_file(dir.path() / "nodes" / "model.safetensors");
-  ASSERT_FALSE(over_ssh.empty()) << "no model saved over ssh";
-  EXPECT_EQ(over_ssh, read_file(dir.path() / "local" / "model.safetensors"))
-      << "2 nodes x 2 workers over ssh and 4 local workers give different models";
+  expect_model_of_four_local_workers(dir, short_run, dir.path() / "nodes" / "model.safetensors",
+                                     "2 nodes x 2 workers over ssh");
 }
 
 // Each remote worker has its TF_CONFIG, host id and the job token, in the launcher's directory (or --workdir), and no

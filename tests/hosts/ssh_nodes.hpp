@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -109,6 +110,20 @@ inline pid_t remote_worker_pid(const std::string& output, int index) {
   const std::size_t at = output.rfind(marker);
   if (at == std::string::npos) return -1;
   return static_cast<pid_t>(std::strtol(output.c_str() + at + marker.size(), nullptr, 10));
+}
+
+/// Trains the MNIST example with `flags` on 4 local workers of one flat ring (into DIR/local) and expects `model`, what
+/// a job placed across hosts saved, to be the same bytes. `what` names that job in the messages.
+inline void expect_model_of_four_local_workers(const scratch_dir& dir, const std::string& flags,
+                                               const std::filesystem::path& model, const std::string& what) {
+  const auto local = run("MWSTRAT_RING_TOPOLOGY=flat " + launcher + " -n 4 -- " + example + flags + " --model-dir " +
+                             (dir / "local"),
+                         600);
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  const std::string placed = read_file(model);
+  ASSERT_FALSE(placed.empty()) << "no model saved by " << what;
+  EXPECT_EQ(placed, read_file(dir.path() / "local" / "model.safetensors"))
+      << what << " and 4 local workers give different models";
 }
 
 }  // namespace mwstrat::test
