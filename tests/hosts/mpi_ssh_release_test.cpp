@@ -128,13 +128,7 @@ TEST(mpi_ssh_release, the_mpi_collective_trains_mnist_between_hosts_whose_daemon
 TEST(mpi_ssh_release, a_refused_key_or_a_silent_node_fails_mpirun_in_time_leaving_no_daemon) {
   MWSTRAT_REQUIRE_SSHD();
   ssh_nodes nodes;
-  const std::string keys = nodes.keys() / "ssh";
-  ASSERT_EQ(run("ssh-keygen -q -t ed25519 -N '' -f " + keys + "/stranger && sed 's|IdentityFile .*|IdentityFile " +
-                    keys + "/stranger|' " + nodes.ssh_config() + " > " + keys + "/stranger_config",
-                30)
-                .exit_code,
-            0);
-  const auto refused = run(mpirun_over_ssh(nodes, 1, "ssh -F " + keys + "/stranger_config") + "true", 60);
+  const auto refused = run(mpirun_over_ssh(nodes, 1, "ssh -F " + nodes.stranger_config()) + "true", 60);
   EXPECT_EQ(refused.exit_code, 255) << refused.output;
   EXPECT_NE(refused.output.find("root@10.77.0."), std::string::npos) << refused.output;
   EXPECT_NE(refused.output.find("Permission denied (publickey)"), std::string::npos) << refused.output;

@@ -131,14 +131,8 @@ TEST(ssh_launch, an_unreachable_node_fails_the_launch_within_the_connect_timeout
 TEST(ssh_launch, a_refused_key_fails_the_launch_naming_the_host_and_the_reason) {
   MWSTRAT_REQUIRE_SSHD();
   ssh_nodes nodes;
-  const std::string keys = nodes.keys() / "ssh";
-  ASSERT_EQ(run("ssh-keygen -q -t ed25519 -N '' -f " + keys + "/stranger && sed 's|IdentityFile .*|IdentityFile " +
-                    keys + "/stranger|' " + nodes.ssh_config() + " > " + keys + "/stranger_config",
-                30)
-                .exit_code,
-            0);
-  const auto r = run(nodes.hosts().script() + " exec h3 -- " + launcher + " --ssh-config " + keys +
-                         "/stranger_config --ssh-connect-timeout 5 " + nodes.two_nodes(1) + " -- sleep 60",
+  const auto r = run(nodes.hosts().script() + " exec h3 -- " + launcher + " --ssh-config " + nodes.stranger_config() +
+                         " --ssh-connect-timeout 5 " + nodes.two_nodes(1) + " -- sleep 60",
                      60);
   EXPECT_EQ(r.exit_code, 255) << r.output;
   EXPECT_NE(r.output.find("could not be started on host 10.77.0."), std::string::npos) << r.output;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,18 @@ class ssh_nodes {
   [[nodiscard]] const scratch_dir& keys() const { return keys_; }
   /// The ssh client configuration that reaches the nodes (the test's key and known hosts only).
   [[nodiscard]] const std::string& ssh_config() const { return config_; }
+  /// An ssh client configuration like ssh_config() but with a fresh key the nodes do not accept (made on the first
+  /// call, in the test's folder): for the "refused key" failures. Its path.
+  [[nodiscard]] std::string stranger_config() const {
+    const std::string ssh = keys_ / "ssh";
+    const std::string config = ssh + "/stranger_config";
+    if (!std::filesystem::exists(config)) {
+      const auto r = run("ssh-keygen -q -t ed25519 -N '' -f " + ssh + "/stranger && sed 's|IdentityFile .*|"
+                         "IdentityFile " + ssh + "/stranger|' " + config_ + " > " + config, 30);
+      if (r.exit_code != 0) throw std::runtime_error("cannot make the stranger's key: " + r.output);
+    }
+    return config;
+  }
   /// A shell command line: `launcher_args` to mwstrat-launch, run on h3 (the user's machine).
   [[nodiscard]] std::string launch(const std::string& launcher_args) const {
     return hosts_.script() + " exec h3 -- " + launcher + " --ssh-config " + config_ + " " + launcher_args;
