@@ -8,7 +8,6 @@
 // --backup-dir resumes a restarted job exactly (BackupAndRestore); --model-dir saves the weights under the module's
 // own names (conv1.weight, ...), which examples/python/evaluate_libtorch_model.py loads into the same network in
 // PyTorch.
-#include <mwstrat/cluster/launcher_environment.hpp>
 #include <mwstrat/data.hpp>
 #include <mwstrat/libtorch/module_model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
@@ -62,7 +61,7 @@ struct kill_at_step {
   bool fired = false;
   template <class Ctx>
   void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
-    if (!step || fired || ctx.global_step() != *step) return;
+    if (!step || fired || ctx.relaunched || ctx.global_step() != *step) return;  // once, not again after a restart
     fired = true;
     if (backup) backup->wait_for_backup();
     ctx.strategy.barrier();
@@ -108,8 +107,7 @@ int train(const flags& f, std::shared_ptr<Module> net, Step step, bool classifie
   std::ofstream losses;
   if (chief && !f.losses_out.empty()) losses.open(f.losses_out);
   step_losses log{losses.is_open() ? &losses : nullptr};
-  const bool restarted = mwstrat::launcher_environment::read().restarted();
-  kill_at_step fault{restarted ? std::nullopt : f.kill_step, f.kill_rank, backup ? &*backup : nullptr};
+  kill_at_step fault{f.kill_step, f.kill_rank, backup ? &*backup : nullptr};
   mwstrat::metrics measures(mwstrat::mean_squared_error{});  // the autoencoder's; a classifier shows accuracy
   try {
     if (classifier && backup) mwstrat::fit(strategy, model, optimizer, train_data, options, progress, log, fault, *backup);

@@ -140,7 +140,7 @@ struct fault_injector {
   bool fired = false;
   template <class Ctx>
   void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
-    if (!at_step || fired || ctx.global_step() != *at_step) return;
+    if (!at_step || fired || ctx.relaunched || ctx.global_step() != *at_step) return;
     fired = true;
     if (backup) {
       backup->wait_for_backup();  // on the chief; other workers have nothing in flight
@@ -248,11 +248,11 @@ flags parse(int argc, char** argv) {
 #ifndef MWSTRAT_EXAMPLE_WITH_MPI
   if (f.collective == "mpi") args.fail("--collective mpi: this build has no MPI (mnist_multiworker_mpi has)");
 #endif
-  // The launcher's protocol is the library's: fit applies it (train/in_memory_recovery.hpp). It is read here only so
-  // that a malformed variable is refused before connecting, as a bad flag is, and so that the one-off fault is not
-  // repeated by a restarted job or a replacement worker.
+  // The launcher's protocol is the library's: fit applies it (train/in_memory_recovery.hpp) and says whether this
+  // process was relaunched (train_context::relaunched, which the fault injector reads). It is only checked here, so
+  // that a malformed variable is refused before connecting, as a bad flag is (status 2).
   try {
-    if (mwstrat::launcher_environment::read().restarted()) f.kill_at_step.reset();
+    (void)mwstrat::launcher_environment::read();
   } catch (const mwstrat::config_error& e) {
     args.fail(std::string(e.detail()));
   }

@@ -201,6 +201,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
       }
     }
   }
+  ctx.relaunched = recovery.relaunched();
   recovery.start(ctx);
 
   // A model that reduces inside its step (SyncBatchNormalization) sums through the strategy while fit runs.

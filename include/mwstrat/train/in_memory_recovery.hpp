@@ -344,6 +344,9 @@ class recovery_session {
                          "in_memory_recovery_options::min_workers " + std::to_string(options_.min_workers) +
                              " is more than the job's " + std::to_string(strategy.num_replicas_in_sync()) + " workers");
     }
+    if (options.from_launcher) {
+      relaunched_ = (options.launcher ? *options.launcher : launcher_environment::read()).restarted();
+    }
     on_ = recoverable && options_.enabled;
     elastic_ = on_ && options_.min_workers > 0;
     if constexpr (recoverable) replacement_ = on_ && !elastic_ && strategy.collective_generation() > 0;
@@ -351,6 +354,8 @@ class recovery_session {
   }
 
   [[nodiscard]] bool on() const { return on_; }
+  /// Whether the launcher started this process again (a restarted group, a replacement): train_context::relaunched.
+  [[nodiscard]] bool relaunched() const { return relaunched_; }
   /// Whether a lost worker shrinks the job (min_workers) rather than waiting for a replacement.
   [[nodiscard]] bool elastic() const { return elastic_; }
   [[nodiscard]] const training_snapshot& snapshot() const { return snapshot_; }
@@ -412,6 +417,7 @@ class recovery_session {
   std::vector<int> members_;  // the job's first ring's rank of each rank of the current ring
   bool on_ = false;
   bool elastic_ = false;
+  bool relaunched_ = false;
   bool replacement_ = false;
   bool just_restored_ = false;  // the snapshot already holds this position (not taken again at the epoch's top)
 };

@@ -41,6 +41,10 @@ struct train_context {
   /// came from a survivor's memory before `on_train_begin`, which must not restore anything else (`fit` reads no
   /// backup then).
   bool rejoined = false;
+  /// Set by fit: the launcher started this process again — a restarted group or a replacement worker
+  /// (cluster/launcher_environment.hpp: `restarted()`). A program's one-off fault injection reads it so that a
+  /// restarted job does not fault again, without reading the launcher's variables itself.
+  bool relaunched = false;
   /// Whether the model is a classifier (its batch results have `correct`), set by fit: only then do the logs carry
   /// an accuracy.
   bool reports_accuracy = true;
