@@ -130,6 +130,10 @@ struct options {
   int grace_ms = 5000;
   bool replace_lost = false;  // --replace-lost: replace a lost worker alone (in-memory recovery)
   int min_workers = 0;        // --min-workers K: elastic, the survivors of a lost worker go on without it
+  int max_workers = 0;        // --max-workers M: elastic, growing: a lost worker's slot is filled by a joiner
+  int join_delay_ms = 0;      // --join-delay MS: how long after a loss the joiner starts
+  int spare_wait_ms = -1;     // --spare-wait MS: after a shrink, the survivors' wait for a joiner (-1: default)
+  std::vector<std::string> join_addresses;  // where each worker hears joiners while it is the chief (--max-workers)
   std::vector<std::string> command;
   // --hosts: one entry per worker (filled by resolve_hosts); empty without --hosts.
   std::string hosts_spec;
@@ -158,7 +162,7 @@ struct options {
   if (!problem.empty()) std::fprintf(stderr, "mwstrat-launch: %s\n", problem.c_str());
   std::fprintf(stderr,
                "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K [--replace-lost]]\n"
-               "       [--min-workers K]\n"
+               "       [--min-workers K [--max-workers M --max-restarts J [--join-delay MS] [--spare-wait MS]]]\n"
                "       [--max-preemptions P] [--grace-ms G] -- PROGRAM [ARGS...]\n"
                "       mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- "
                "PROGRAM [ARGS...]\n"
@@ -267,6 +271,9 @@ options parse(int argc, char** argv) {
     else if (a == "--grace-ms") o.grace_ms = parse_int(a, value(), 0, 600000);
     else if (a == "--replace-lost") o.replace_lost = true;
     else if (a == "--min-workers") o.min_workers = parse_int(a, value(), 1, 1024);
+    else if (a == "--max-workers") o.max_workers = parse_int(a, value(), 1, 1024);
+    else if (a == "--join-delay") o.join_delay_ms = parse_int(a, value(), 0, 3600000);
+    else if (a == "--spare-wait") o.spare_wait_ms = parse_int(a, value(), 0, 3600000);
     else if (a == "--hosts") o.hosts_spec = value();
     else if (a == "--simhosts") o.simhosts_set = value();
     else if (a == "--simhosts-script") o.simhosts_script = value();
@@ -307,10 +314,21 @@ options parse(int argc, char** argv) {
     usage("--replace-lost needs --max-restarts K (K >= 1): each replacement counts as a restart");
   }
   if (o.min_workers > o.workers) usage("--min-workers: more than the -n workers");
+  if (o.max_workers && !o.min_workers) usage("--max-workers needs --min-workers K: only an elastic job takes joiners in");
+  if (o.max_workers && o.max_workers < o.workers) usage("--max-workers: fewer than the -n workers");
+  if (o.max_workers && o.max_restarts == 0) {
+    usage("--max-workers needs --max-restarts J (J >= 1): each joiner started in a lost worker's place counts as a "
+          "restart");
+  }
+  if ((o.join_delay_ms || o.spare_wait_ms >= 0) && !o.max_workers) usage("--join-delay and --spare-wait need --max-workers");
+  if (o.max_workers && o.any_remote()) usage("--max-workers is not available for workers started over ssh yet");
+  if (o.spare_wait_ms < 0) o.spare_wait_ms = o.max_workers ? 3000 : 0;
   if (o.min_workers && o.replace_lost) {
     usage("--min-workers and --replace-lost exclude each other: a shrunk job cannot take a replacement in yet");
   }
-  if (o.base_port != 0 && o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
+  if (o.base_port != 0 && o.base_port + (o.max_workers ? 2 : 1) * o.workers - 1 > 65535) {
+    usage("--base-port: ports run past 65535 (--max-workers takes a join port per worker after the workers' ports)");
+  }
   if (o.any_remote()) {
     std::error_code ec;
     if (o.workdir.empty()) o.workdir = std::filesystem::current_path(ec).string();
@@ -374,6 +392,8 @@ struct worker {
   std::string relayed;            // survivors' "lost RANK GENERATION" lines, relayed by the agent
   bool ended_unstarted = false;   // the launcher ended its ssh before the agent started the worker
   bool agent_finished = false;    // the agent said how the worker ended (else the connection was lost)
+  bool joiner = false;            // started to join the running job in a lost worker's place (--max-workers)
+  steady_clock::time_point join_at = never;  // when to start a joiner in this lost worker's place
 };
 
 // How a reaped worker ended, for local and remote workers alike.
@@ -431,8 +451,9 @@ void emit(worker& w, bool flush_partial) {
 worker start_remote(const options& o, const std::vector<int>& ports, int index, int attempt,
                     std::uint64_t generation);
 
+// `joiner`: it joins the running job in a lost worker's place (--max-workers: MWSTRAT_JOIN).
 worker start(const options& o, const std::vector<int>& ports, int index, int attempt, std::uint64_t generation,
-             int report_fd) {
+             int report_fd, bool joiner = false) {
   if (!o.worker_remote.empty() && o.worker_remote[static_cast<std::size_t>(index)]) {
     return start_remote(o, ports, index, attempt, generation);
   }
@@ -481,6 +502,14 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
       ::setenv("MWSTRAT_MIN_WORKERS", std::to_string(o.min_workers).c_str(), 1);
       ::setenv("MWSTRAT_LAUNCH_REPORT_FD", std::to_string(report_fd).c_str(), 1);
     }
+    if (o.max_workers) {
+      ::setenv("MWSTRAT_MAX_WORKERS", std::to_string(o.max_workers).c_str(), 1);
+      ::setenv("MWSTRAT_SPARE_WAIT_MS", std::to_string(o.spare_wait_ms).c_str(), 1);
+      ::setenv("MWSTRAT_JOIN_LISTEN", o.join_addresses[static_cast<std::size_t>(index)].c_str(), 1);
+      std::string all;
+      for (const auto& a : o.join_addresses) all += (all.empty() ? "" : ",") + a;
+      if (joiner) ::setenv("MWSTRAT_JOIN", all.c_str(), 1);
+    }
     if (!o.worker_host.empty()) ::setenv("MWSTRAT_HOST_ID", o.worker_host[static_cast<std::size_t>(index)].c_str(), 1);
     const std::vector<std::string> command = worker_argv(o, index);
     std::vector<char*> argv;
@@ -498,6 +527,7 @@ worker start(const options& o, const std::vector<int>& ports, int index, int att
   w.index = index;
   w.pid = pid;
   w.out = fds[0];
+  w.joiner = joiner;
   return w;
 }
 
@@ -813,6 +843,8 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
     }
   }
+  bool finishing = false;        // a worker finished the job (exit 0): no more joiners
+  auto end_joiners_at = never;   // then, after the grace period, joiners still waiting to be admitted are ended
   std::optional<int> failure;    // the first exit that is neither 0 nor the preemption code
   bool preempted = false;        // a worker exited with the preemption code
   bool forwarded = false;        // the launcher's own signal went to the workers
@@ -905,7 +937,11 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
         } else if (w.remote && !ended.start_failed) {
           std::fprintf(stderr, "mwstrat-launch: worker %d %s\n", w.index, ended.text.c_str());
         }
-        if (ended.code == 0) continue;
+        if (ended.code == 0) {
+          if (!finishing) end_joiners_at = grace();  // a joiner not yet admitted will never be
+          finishing = true;
+          continue;
+        }
         if (ended.start_failed) {
           if (!launch_failed) {
             std::fprintf(stderr, "mwstrat-launch: worker %d %s; ending the other workers\n", w.index,
@@ -944,6 +980,18 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
                          "mwstrat-launch: worker %d (pid %ld) %s; the job goes on without it (%d workers, "
                          "--min-workers %d)\n",
                          w.index, shown_pid(w), ended.text.c_str(), running, o.min_workers);
+            if (o.max_workers && !finishing && restarts < o.max_restarts) {
+              ++restarts;
+              w.join_at = steady_clock::now() + std::chrono::milliseconds(o.join_delay_ms);
+              std::fprintf(stderr, "mwstrat-launch: a joiner takes worker %d's place in %d ms (restart %d of %d)\n",
+                           w.index, o.join_delay_ms, restarts, o.max_restarts);
+            }
+            continue;
+          }
+          if (w.joiner && finishing) {
+            // It was still waiting to be admitted when the job finished: nothing of the job's was lost.
+            std::fprintf(stderr, "mwstrat-launch: joiner %d (pid %ld) %s after the job finished\n", w.index,
+                         shown_pid(w), ended.text.c_str());
             continue;
           }
         }
@@ -967,6 +1015,22 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
           term_at = never;
           kill_at = grace();
         }
+      }
+    }
+    for (auto& w : ws) {
+      if (!w.status || w.join_at == never || steady_clock::now() < w.join_at) continue;
+      if (finishing || failure || forwarded || preempted) {
+        w.join_at = never;
+        continue;
+      }
+      kill_leftovers_now(w);
+      w = start(o, ports, w.index, attempt, 0, report[1], true);
+      std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d (a joiner)\n", w.index, static_cast<int>(w.pid));
+    }
+    if (end_joiners_at != never && steady_clock::now() >= end_joiners_at) {
+      end_joiners_at = never;
+      for (auto& w : ws) {
+        if (w.joiner && !w.status) signal_worker(w, SIGTERM);
       }
     }
     if (interrupted && !forwarded) {
@@ -1077,10 +1141,18 @@ int main(int argc, char** argv) {
     ::sigaddset(&handled_signals, sig);
   }
   std::vector<int> ports;
+  std::vector<int> join_ports;  // --max-workers: one join address per worker (whichever is the chief listens there)
+  const int per_worker = o.max_workers ? 2 : 1;
   if (o.base_port != 0) {
-    for (int i = 0; i < o.workers; ++i) ports.push_back(o.base_port + i);
+    for (int i = 0; i < per_worker * o.workers; ++i) (i < o.workers ? ports : join_ports).push_back(o.base_port + i);
   } else {
-    ports = free_ports(o.host, o.workers);
+    // One call, so that the join ports are not the workers' (the ports are free now, not held).
+    for (const int p : free_ports(o.host, per_worker * o.workers)) {
+      (static_cast<int>(ports.size()) < o.workers ? ports : join_ports).push_back(p);
+    }
+  }
+  for (std::size_t i = 0; i < join_ports.size(); ++i) {
+    o.join_addresses.push_back(worker_address(o, static_cast<int>(i)) + ":" + std::to_string(join_ports[i]));
   }
   int restarts = 0;     // restarts after failures (preemptions are not counted)
   int preemptions = 0;  // restarts after preemptions, bounded by --max-preemptions

@@ -67,6 +67,12 @@ struct flags {
   // Elastic training (in_memory_recovery_options::min_workers): a lost worker's survivors go on without it, down to
   // this many workers, with the same global batch. Also the launcher's MWSTRAT_MIN_WORKERS (--min-workers).
   int min_workers = 0;
+  // Growing: the job takes joiners in up to this many workers (a worker started later, e.g. by mwstrat-launch
+  // --max-workers in a lost worker's place). Also the launcher's MWSTRAT_MAX_WORKERS.
+  int max_workers = 0;
+  // For tests: joiners are taken in only after this global step, where every worker waits for one (at most the
+  // recovery timeout), so the join lands on the same step in every run.
+  std::optional<std::uint64_t> await_joiner_at_step;
   std::string step_log;  // --step-log PREFIX: each worker writes PREFIX.wN (see step_log)
   std::string collective = "ring";  // ring (TF_CONFIG or an MPI launcher's variables) or mpi
   std::size_t train_examples = 0;  // 0: the whole training set; N: its first N examples (short runs, tests)
@@ -86,6 +92,21 @@ struct chief_stops_at {
   template <class Ctx>
   void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
     if (at && ctx.strategy.is_chief() && ctx.global_step() == *at) ctx.stop_training = true;
+  }
+};
+
+// Holds the job after a chosen global step until a joiner is pending (train_context::await_joiners), on every
+// worker at the same step.
+struct await_joiner_at {
+  static constexpr bool stops_one_worker = false;
+  std::optional<std::uint64_t> at;
+  std::chrono::milliseconds wait;
+  bool fired = false;  // once: a boundary run again after a later loss does not wait again
+  template <class Ctx>
+  void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs&) {
+    if (!at || fired || ctx.global_step() != *at) return;
+    fired = true;
+    ctx.await_joiners = wait;
   }
 };
 
@@ -184,7 +205,8 @@ const char* const usage =
     "  [--learning-rate X] [--seed S] [--threads T]\n"
     "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
     "  [--no-test] [--kill-at-step N [--kill-rank R] [--fault-signal kill|stop]] [--tensorboard DIR]\n"
-    "  [--collective ring|mpi] [--in-memory-recovery [--recovery-timeout S]] [--min-workers K]\n"
+    "  [--collective ring|mpi] [--in-memory-recovery [--recovery-timeout S]]\n"
+    "  [--min-workers K [--max-workers M [--await-joiner-at-step N (tests)]]]\n"
     "  [--train-examples N] [--test-examples N]\n"
     "  [--stop-at-step N] [--early-stopping PATIENCE] [--pause-at-step N (tests: 2 s there)]\n"
     "  [--step-log PREFIX (tests: each worker's steps, losses and examples)] [--help]\n"
@@ -198,7 +220,9 @@ const char* const usage =
     "and hand it the training state from memory; without one in time they exit with status 69.\n"
     "--min-workers K (or mwstrat-launch --min-workers K): elastic — a lost worker's survivors go on without it\n"
     "at once, down to K workers, with the same global batch (each worker's share computed in micro-batches of\n"
-    "at most --batch-size).\n";
+    "at most --batch-size).\n"
+    "--max-workers M (or mwstrat-launch --max-workers M): an elastic job also takes in workers started later\n"
+    "(up to M), at a step boundary, with the state from a member's memory and the same global batch.\n";
 
 // Timeouts in seconds: above 0, at most this (about 11 days).
 constexpr double max_timeout_s = 1e6;
@@ -233,6 +257,8 @@ flags parse(int argc, char** argv) {
     else if (args.is("--in-memory-recovery")) f.in_memory_recovery = true;
     else if (args.is("--recovery-timeout")) f.recovery_timeout_s = args.positive(max_timeout_s);
     else if (args.is("--min-workers")) f.min_workers = args.whole(1);
+    else if (args.is("--max-workers")) f.max_workers = args.whole(1);
+    else if (args.is("--await-joiner-at-step")) f.await_joiner_at_step = args.whole<std::uint64_t>(1);
     else if (args.is("--step-log")) f.step_log = args.value();
     else if (args.is("--collective")) f.collective = args.value();
     else if (args.is("--train-examples")) f.train_examples = args.whole<std::size_t>(0);
@@ -290,6 +316,8 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   options.recovery.enabled = f.in_memory_recovery;
   if (f.recovery_timeout_s) options.recovery.timeout = seconds(*f.recovery_timeout_s);
   options.recovery.min_workers = f.min_workers;
+  options.recovery.max_workers = f.max_workers;
+  if (f.await_joiner_at_step) options.recovery.admission = mwstrat::in_memory_recovery_options::join_admission::when_awaited;
   // A shrunk job's larger shares are computed in micro-batches no larger than the model was sized for.
   options.max_micro_batch = f.batch_size;
   mwstrat::progress_logger progress;
@@ -302,6 +330,8 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr, f.stop_instead};
   chief_stops_at stop{f.stop_at_step};
   pause_at pause{f.pause_at_step};
+  await_joiner_at joins{f.await_joiner_at_step,
+                        f.recovery_timeout_s ? seconds(*f.recovery_timeout_s) : std::chrono::milliseconds(60000)};
   step_log steps;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_file(nullptr, &std::fclose);
   if (!f.step_log.empty()) {
@@ -322,10 +352,10 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   try {
     if (backup) {
       mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, *backup, steps,
-                   fault, stop, early, board, pause);
+                   fault, stop, early, board, pause, joins);
     } else {
       mwstrat::fit(strategy, model, optimizer, train_data, options, user_metrics, progress, nan_guard, steps, fault,
-                   stop, early, board, pause);
+                   stop, early, board, pause, joins);
     }
   } catch (const mwstrat::preempted& p) {
     // Every worker stopped after the same step (and the chief's backup is on disk): ask to be restarted.

@@ -14,15 +14,21 @@
 ///   | `MWSTRAT_LAUNCH_REPORT_FD`    | `report_fd`        | where a survivor reports `lost RANK GENERATION`          |
 ///   | `MWSTRAT_RECOVERY_TIMEOUT_MS` | `recovery_timeout` | how long the survivors wait for a replacement            |
 ///   | `MWSTRAT_MIN_WORKERS`         | `min_workers`      | an elastic job: survivors shrink, down to this many      |
+///   | `MWSTRAT_MAX_WORKERS`         | `max_workers`      | an elastic job grows with joiners, up to this many       |
+///   | `MWSTRAT_SPARE_WAIT_MS`       | `spare_wait`       | after a shrink, how long to wait for a joiner first      |
+///   | `MWSTRAT_JOIN_LISTEN`         | `join_listen`      | where this worker hears joiners while it is the chief    |
+///   | `MWSTRAT_JOIN`                | `join_via`         | a joiner: the chiefs' join addresses, comma-separated    |
 ///
 /// A value that is set but malformed is a `config_error` naming the variable and what it expected.
 
+#include <mwstrat/cluster/address.hpp>
 #include <mwstrat/cluster/environment.hpp>
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -31,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace mwstrat {
 
@@ -41,6 +48,11 @@ struct launcher_environment {
   std::uint64_t generation = 0;     ///< MWSTRAT_RECOVERY_GENERATION: the ring generation joined
   std::optional<int> report_fd;     ///< MWSTRAT_LAUNCH_REPORT_FD: the survivors' report channel
   std::optional<int> min_workers;   ///< MWSTRAT_MIN_WORKERS: an elastic job, going on down to this many workers
+  std::optional<int> max_workers;   ///< MWSTRAT_MAX_WORKERS: an elastic job, taking joiners in up to this many
+  /// MWSTRAT_SPARE_WAIT_MS: after a shrink, how long the survivors wait for a joiner before training smaller.
+  std::optional<std::chrono::milliseconds> spare_wait;
+  std::string join_listen;             ///< MWSTRAT_JOIN_LISTEN: host:port heard while this worker is the chief
+  std::vector<std::string> join_via;   ///< MWSTRAT_JOIN: this worker joins a running job through these addresses
   /// MWSTRAT_RECOVERY_TIMEOUT_MS (milliseconds in (0, 10⁹], rounded up to whole milliseconds).
   std::optional<std::chrono::milliseconds> recovery_timeout;
 
@@ -70,6 +82,31 @@ struct launcher_environment {
       if (k < 1 || k > 1'000'000) fail("MWSTRAT_MIN_WORKERS", *v, "a whole number of workers from 1");
       l.min_workers = static_cast<int>(k);
     }
+    if (const auto v = env.get("MWSTRAT_MAX_WORKERS"); v && !v->empty()) {
+      const std::uint64_t k = whole(*v, "MWSTRAT_MAX_WORKERS", "a whole number of workers from 1");
+      if (k < 1 || k > 1'000'000) fail("MWSTRAT_MAX_WORKERS", *v, "a whole number of workers from 1");
+      l.max_workers = static_cast<int>(k);
+    }
+    if (const auto v = env.get("MWSTRAT_SPARE_WAIT_MS"); v && !v->empty()) {
+      const std::uint64_t ms = whole(*v, "MWSTRAT_SPARE_WAIT_MS", "whole milliseconds in [0, 3600000]");
+      if (ms > 3'600'000) fail("MWSTRAT_SPARE_WAIT_MS", *v, "whole milliseconds in [0, 3600000]");
+      l.spare_wait = std::chrono::milliseconds(static_cast<long long>(ms));
+    }
+    if (const auto v = env.get("MWSTRAT_JOIN_LISTEN"); v && !v->empty()) {
+      if (!detail::parse_address_nothrow(*v).reason.empty()) fail("MWSTRAT_JOIN_LISTEN", *v, "host:port");
+      l.join_listen = *v;
+    }
+    if (const auto v = env.get("MWSTRAT_JOIN"); v && !v->empty()) {
+      for (std::size_t at = 0; at <= v->size();) {
+        const std::size_t comma = std::min(v->find(',', at), v->size());
+        const std::string one = v->substr(at, comma - at);
+        if (one.empty() || !detail::parse_address_nothrow(one).reason.empty()) {
+          fail("MWSTRAT_JOIN", *v, "comma-separated host:port join addresses");
+        }
+        l.join_via.push_back(one);
+        at = comma + 1;
+      }
+    }
     if (const auto v = env.get("MWSTRAT_RECOVERY_TIMEOUT_MS"); v && !v->empty()) {
       const std::optional<double> ms = detail::parse_number(*v);
       if (!ms || !(*ms > 0) || *ms > max_recovery_timeout_ms) {
@@ -83,7 +120,7 @@ struct launcher_environment {
   }
 
   /// A restarted group or a replacement worker (what a program's one-off fault injection should not repeat).
-  [[nodiscard]] bool restarted() const { return attempt != 0 || generation != 0; }
+  [[nodiscard]] bool restarted() const { return attempt != 0 || generation != 0 || !join_via.empty(); }
 
   /// Tells the launcher that `lost_rank` of ring `generation` is lost: one line "lost RANK GENERATION" in one write
   /// (shorter than PIPE_BUF, so survivors' reports never interleave). Nothing without a report channel; never throws.

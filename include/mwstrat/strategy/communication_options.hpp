@@ -73,6 +73,10 @@ struct communication_options {
   /// MWSTRAT_RECOVERY_GENERATION, else 0.
   std::optional<std::uint64_t> ring_generation;
   std::string model_fingerprint;         ///< checked in the handshake when set (fit also checks it)
+  /// Elastic training (`ring_options::join_listen`, `join_via`); nullopt: the launcher's MWSTRAT_JOIN_LISTEN and
+  /// MWSTRAT_JOIN, else none.
+  std::optional<std::string> join_listen;
+  std::optional<std::vector<std::string>> join_via;
   std::function<void(std::string_view)> log;  ///< where the ring logs; default: standard error
   gradient_sync_options gradient_sync;   ///< buckets, overlap and where the update runs
 };
@@ -159,7 +163,10 @@ struct communication_options {
     if (auto v = env.get("MWSTRAT_HOST_ID"); v && !v->empty()) options.host_identity = std::move(*v);
   // The launcher's protocol has one reader (cluster/launcher_environment.hpp), which refuses every malformed variable
   // of it here too, before any connection.
-  if (!options.ring_generation) options.ring_generation = launcher_environment::read(env).generation;
+  const launcher_environment launcher = launcher_environment::read(env);
+  if (!options.ring_generation) options.ring_generation = launcher.generation;
+  if (!options.join_listen) options.join_listen = launcher.join_listen;
+  if (!options.join_via) options.join_via = launcher.join_via;
   return options;
 }
 

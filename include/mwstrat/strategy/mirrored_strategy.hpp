@@ -18,6 +18,7 @@
 #include <mwstrat/strategy/gradient_sync.hpp>
 #include <mwstrat/strategy/gradient_sync_options.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <concepts>
@@ -179,6 +180,77 @@ class mirrored_strategy {
     held_ = std::make_unique<collective_type>(std::move(options));
     rank_ = collective().rank();
     size_ = collective().size();
+  }
+
+  /// Growing (elastic training, train/in_memory_recovery.hpp), for a collective that takes joiners in
+  /// (`ring_collective`): whether this replica joined a running job, and how many joiners wait at its desk (the
+  /// chief's; 0 elsewhere).
+  [[nodiscard]] bool joined_collective() const
+    requires requires(const collective_type& c) { { c.joined() } -> std::convertible_to<bool>; }
+  {
+    return collective().joined();
+  }
+  [[nodiscard]] int pending_joiners() const
+    requires requires(const collective_type& c) { { c.pending_joiners() } -> std::convertible_to<int>; }
+  {
+    return collective().pending_joiners();
+  }
+
+  /// Collective call: the chief waits at most `wait` for a joiner (returning at once when one is pending), and every
+  /// replica learns how many are pending there.
+  int await_joiners(std::chrono::milliseconds wait)
+    requires requires(collective_type& c, std::chrono::milliseconds t) { { c.await_joiners(t) } -> std::convertible_to<int>; }
+  {
+    std::array<double, 1> count{is_chief() ? static_cast<double>(collective().await_joiners(wait)) : 0.0};
+    collective().broadcast(std::span<double>(count), 0, op_options{wait + std::chrono::milliseconds(60000)});
+    return static_cast<int>(count[0]);
+  }
+
+  /// Collective call, on every replica once they have agreed to take `count` joiners in: the chief takes them from its
+  /// desk and says who they are, every replica drops this collective and builds the larger one with them (the
+  /// joiners hold the last ranks; at most `timeout`), and the chief tells the joiners where they stand. Returns the
+  /// joiners' worker indices, in rank order (fewer than `count` when some went away; none: nothing was rebuilt).
+  /// Throws what the collective's constructor throws.
+  std::vector<int> grow_collective(int count, std::chrono::milliseconds timeout)
+    requires std::same_as<Collective, std::unique_ptr<collective_type>> &&
+             requires(collective_type& c, std::span<const std::string> a, std::chrono::milliseconds t) {
+               collective_type(c.with_ranks(a, t));
+               c.take_joiners(1);
+             }
+  {
+    // The joiners as numbers, so the broadcast carries them: per joiner its worker index, its address's length and
+    // the address's characters, in a slot of a fixed size.
+    constexpr std::size_t slot = 2 + 256;
+    std::vector<double> wire(1 + slot * static_cast<std::size_t>(std::max(count, 0)), 0.0);
+    if (is_chief()) {
+      const auto taken = collective().take_joiners(count);
+      wire[0] = static_cast<double>(taken.size());
+      for (std::size_t j = 0; j < taken.size(); ++j) {
+        double* at = wire.data() + 1 + j * slot;
+        at[0] = taken[j].worker;
+        const std::size_t n = std::min<std::size_t>(taken[j].address.size(), slot - 2);
+        at[1] = static_cast<double>(n);
+        for (std::size_t c = 0; c < n; ++c) at[2 + c] = static_cast<unsigned char>(taken[j].address[c]);
+      }
+    }
+    collective().broadcast(std::span<double>(wire), 0);
+    std::vector<int> workers;
+    std::vector<std::string> addresses;
+    for (std::size_t j = 0; j < static_cast<std::size_t>(wire[0]); ++j) {
+      const double* at = wire.data() + 1 + j * slot;
+      workers.push_back(static_cast<int>(at[0]));
+      std::string a;
+      for (std::size_t c = 0; c < static_cast<std::size_t>(at[1]); ++c) a += static_cast<char>(at[2 + c]);
+      addresses.push_back(std::move(a));
+    }
+    if (addresses.empty()) return workers;
+    auto options = collective().with_ranks(std::span<const std::string>(addresses), timeout);
+    if (is_chief()) collective().admit_joiners(options);
+    held_.reset();  // its sockets and threads go first: the new one listens on the same address
+    held_ = std::make_unique<collective_type>(std::move(options));
+    rank_ = collective().rank();
+    size_ = collective().size();
+    return workers;
   }
 
   /// The collective underneath, for custom training loops that need more (all_gather, async all_reduce); `fit`

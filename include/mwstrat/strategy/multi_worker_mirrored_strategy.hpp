@@ -66,6 +66,8 @@ inline multi_worker_mirrored_strategy make_multi_worker_mirrored_strategy(const 
   ring.encrypt = *options.encrypt;
   ring.model_fingerprint = std::move(options.model_fingerprint);
   ring.generation = options.ring_generation.value_or(0);
+  ring.join_listen = options.join_listen.value_or(std::string());
+  ring.join_via = options.join_via.value_or(std::vector<std::string>{});
   if (options.log) ring.log = std::move(options.log);
   return multi_worker_mirrored_strategy(std::make_unique<ring_collective>(std::move(ring)),
                                         config.task(), options.gradient_sync);

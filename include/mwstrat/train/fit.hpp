@@ -202,7 +202,15 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
     }
   }
   ctx.relaunched = recovery.relaunched();
-  recovery.start(ctx);
+  const detail::job_identity identity = detail::identity_of(model, train, ctx.steps_per_pass);
+  recovery.start(ctx, identity);
+  if (recovery.joiner()) {
+    // A joiner reads the job's global batches from where the members are, as one of the larger group.
+    if constexpr (reshardable_source<Train>) train.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
+    if constexpr (reshardable_source<Validation>) {
+      validation.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
+    }
+  }
 
   // A model that reduces inside its step (SyncBatchNormalization) sums through the strategy while fit runs.
   struct cross_replica_scope {
@@ -219,6 +227,24 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   // After mirroring: it may exchange facts. Held by pointer so that a recovery can make it again over the new ring.
   std::unique_ptr<decltype(make_gradient_sync(strategy, model, optimizer))> sync_holder(
       new auto(make_gradient_sync(strategy, model, optimizer)));
+  // After the membership changed (a recovery, a shrink, joiners taken in, `seen` when it began): an elastic job
+  // reshards its data for the new group, and the synchroniser is made again over the new ring.
+  const auto regroup = [&](std::chrono::steady_clock::time_point seen, bool after_loss) {
+    if (recovery.elastic()) {
+      if constexpr (reshardable_source<Train>) train.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
+      if constexpr (reshardable_source<Validation>) {
+        validation.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
+      }
+    }
+    sync_holder.reset(new auto(make_gradient_sync(strategy, model, optimizer)));
+    if (recovery.elastic() && strategy.is_chief()) {
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - seen).count();
+      detail::recovery_log(0, "training again on " + std::to_string(strategy.num_replicas_in_sync()) +
+                                  " workers from global step " + std::to_string(ctx.global_step()) + ", " +
+                                  detail::fixed_text(ms, 1) + " ms after the " +
+                                  (after_loss ? "loss was seen" : "joiners were due"));
+    }
+  };
   history hist;
   const preemption_signal_guard signals(options.catch_preemption_signals);
   detail::preemption_watch watch;  // this worker's signal, for the `preempted` message
@@ -252,9 +278,22 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
           begin_fired = true;
           if (agree_begin) ctx.stop_training = detail::agree_to_stop(strategy, ctx.stop_training, false).stop;
         }
+        bool joiners_due = false;
         detail::run_epoch_steps(
             ctx, *sync_holder, train, watch, steps_run, batch_metric_values,
-            [&] { recovery.at_step_boundary(ctx, hist.epochs.size()); }, callbacks...);
+            [&] {
+              recovery.at_step_boundary(ctx, hist.epochs.size());
+              return joiners_due = recovery.joiners_due(ctx);
+            },
+            callbacks...);
+        if (joiners_due) {
+          // Elastic, growing: the same global batches over the larger group, from this boundary.
+          const auto seen = std::chrono::steady_clock::now();
+          sync_holder.reset();  // it refers to the ring being replaced
+          recovery.grow(ctx, identity);
+          regroup(seen, false);
+          continue;
+        }
         // Preempted before the epoch's last step: leave it unfinished, so that the resumed run finishes it exactly as
         // the uninterrupted run would (validation, on_epoch_end and what callbacks decide there).
         if (ctx.preempted && ctx.step < ctx.steps_per_epoch) {
@@ -269,22 +308,9 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
         const auto seen = std::chrono::steady_clock::now();
         sync_holder.reset();  // it refers to the failed ring (its model leaves any shared region first)
         recovery.recover(ctx, lost, hist);
-        if (recovery.elastic()) {
-          // The same global batches over the smaller group, from the boundary just restored.
-          if constexpr (reshardable_source<Train>) {
-            train.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
-          }
-          if constexpr (reshardable_source<Validation>) {
-            validation.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
-          }
-        }
-        sync_holder.reset(new auto(make_gradient_sync(strategy, model, optimizer)));
-        if (recovery.elastic() && strategy.is_chief()) {
-          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - seen).count();
-          detail::recovery_log(0, "training again on " + std::to_string(strategy.num_replicas_in_sync()) +
-                                      " workers from global step " + std::to_string(ctx.global_step()) + ", " +
-                                      detail::fixed_text(ms, 1) + " ms after the loss was seen");
-        }
+        // A spare that came within spare_wait is taken in at the same boundary.
+        if (recovery.elastic()) recovery.grow(ctx, identity);
+        regroup(seen, true);
         // Ranks can be one boundary apart: the state taken may be the top of the next epoch (this one's end was done
         // elsewhere). Then this epoch is over here too: the loop's increment brings ctx.epoch back to it.
         if (ctx.epoch != epoch) {

@@ -33,6 +33,7 @@
 /// first `fit` it runs.
 
 #include <mwstrat/cluster/launcher_environment.hpp>
+#include <mwstrat/detail/hash.hpp>
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
@@ -52,7 +53,9 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace mwstrat {
@@ -79,6 +82,18 @@ struct in_memory_recovery_options {
   /// Turns recovery on. The training data must be reshardable (`distributed_input` over an in-memory set under data
   /// sharding; fit refuses other data at its start). 0 here: the launcher's MWSTRAT_MIN_WORKERS, if any.
   int min_workers = 0;
+  /// Elastic training, growing ("Growing" in the file comment): at least 1, and the job takes in workers started
+  /// after it (a joiner: `ring_options::join_via`) as long as it has fewer than this many; 0: the launcher's
+  /// MWSTRAT_MAX_WORKERS, else no joins. Needs `min_workers` (an elastic job) and, on the chief, a join address
+  /// (`ring_options::join_listen`; the launcher gives every worker one).
+  int max_workers = 0;
+  /// After a shrink, how long the survivors wait for a joiner before they train on the smaller group (a spare the
+  /// scheduler starts at once takes the lost worker's place without a step on fewer workers). Unset: the launcher's
+  /// MWSTRAT_SPARE_WAIT_MS, else 0.
+  std::optional<std::chrono::milliseconds> spare_wait;
+  /// Where joiners are taken in: at any step boundary after the chief has heard them (the default), or only where a
+  /// callback holds the job for them (`train_context::await_joiners`) and after a shrink (`spare_wait`).
+  enum class join_admission { every_step, when_awaited } admission = join_admission::every_step;
   /// false: the launcher's variables are ignored; these options alone decide.
   bool from_launcher = true;
   /// What the launcher said; unset: read from the process environment when `fit` starts.
@@ -102,9 +117,28 @@ concept shrinkable_strategy = recoverable_strategy<S> && requires(S& s, std::spa
   s.shrink_collective(lost, t);
 };
 
+/// A strategy whose job can take workers in while it trains (`mirrored_strategy` over `ring_collective`).
+template <class S>
+concept growable_strategy = shrinkable_strategy<S> && requires(S& s, const S& cs, std::chrono::milliseconds t) {
+  { cs.joined_collective() } -> std::convertible_to<bool>;
+  { cs.pending_joiners() } -> std::convertible_to<int>;
+  { s.await_joiners(t) } -> std::convertible_to<int>;
+  { s.grow_collective(1, t) } -> std::convertible_to<std::vector<int>>;
+};
+
 namespace detail {
 
 inline constexpr std::chrono::milliseconds default_recovery_timeout{60'000};
+
+// What a joiner must share with the job before it is given the job's state: the model (its fingerprint's digest and
+// length) and the training data's shape (steps in a pass, the examples of its first and last global batch). A
+// joiner with another model or other data is refused, and the job goes on without it.
+struct job_identity {
+  std::array<std::int64_t, 5> words{};
+  static constexpr const char* names[] = {"model fingerprint", "model fingerprint", "steps in a pass over the data",
+                                          "examples in the data's first global batch",
+                                          "examples in the data's last global batch"};
+};
 
 // The options `fit` runs with: the program's, and the launcher's where the program left the defaults (never turning
 // recovery on for a strategy that cannot recover). The timeout is always set.
@@ -115,6 +149,8 @@ in_memory_recovery_options with_launcher(const in_memory_recovery_options& optio
     const launcher_environment l = options.launcher ? *options.launcher : launcher_environment::read();
     if (Recoverable && l.replace_lost) r.enabled = true;
     if (r.min_workers == 0 && l.min_workers) r.min_workers = *l.min_workers;
+    if (r.max_workers == 0 && l.max_workers) r.max_workers = *l.max_workers;
+    if (!r.spare_wait) r.spare_wait = l.spare_wait;
     if (!r.timeout) r.timeout = l.recovery_timeout;
     if (!r.on_peer_lost && l.report_fd) {
       r.on_peer_lost = [l](int lost_rank, std::uint64_t generation) { l.report_lost(lost_rank, generation); };
@@ -315,6 +351,45 @@ void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, cons
   exchange_state(strategy, ctx, snap, true);
 }
 
+// This worker's identity: `model`'s fingerprint, and the shape of `train` where it can say it (reshardable data).
+template <class Model, class Train>
+job_identity identity_of(Model& model, const Train& train, std::size_t steps_per_pass) {
+  job_identity id;
+  const std::string fingerprint(model.fingerprint());
+  id.words[0] = static_cast<std::int64_t>(fnv1a64(fingerprint));
+  id.words[1] = static_cast<std::int64_t>(fingerprint.size());
+  id.words[2] = static_cast<std::int64_t>(steps_per_pass);
+  if constexpr (reshardable_source<Train>) {
+    if (steps_per_pass > 0) {
+      id.words[3] = static_cast<std::int64_t>(train.global_count_at(0, 0));
+      id.words[4] = static_cast<std::int64_t>(train.global_count_at(0, steps_per_pass - 1));
+    }
+  }
+  return id;
+}
+
+// Collective, on a ring that has just taken joiners in (they hold ranks `first` and up): compares every rank's
+// identity with the chief's. Returns the joiners whose identity differs, and why, the same on every rank.
+template <class Strategy>
+std::vector<std::pair<int, std::string>> mismatched_joiners(Strategy& strategy, const job_identity& mine, int first) {
+  const int n = strategy.num_replicas_in_sync();
+  constexpr std::size_t w = std::tuple_size_v<decltype(mine.words)>;
+  std::vector<std::int64_t> all(w * static_cast<std::size_t>(n));
+  strategy.collective().all_gather(std::span<const std::int64_t>(mine.words), std::span<std::int64_t>(all));
+  std::vector<std::pair<int, std::string>> out;
+  for (int r = first; r < n; ++r) {
+    for (std::size_t k = 0; k < w; ++k) {
+      const auto theirs = all[static_cast<std::size_t>(r) * w + k];
+      if (theirs == all[k]) continue;
+      out.emplace_back(r, std::string(job_identity::names[k]) +
+                              (k < 2 ? " differs from the job's" : ": " + std::to_string(theirs) + ", the job's " +
+                                                                       std::to_string(all[k])));
+      break;
+    }
+  }
+  return out;
+}
+
 // In-memory recovery over one `fit`: whether it is on, whether this process replaces a lost worker (its ring is a
 // later generation than the job's first), the snapshot at the last step boundary, and the recovery of a survivor.
 template <class Strategy>
@@ -322,6 +397,7 @@ class recovery_session {
  public:
   static constexpr bool recoverable = recoverable_strategy<Strategy>;
   static constexpr bool shrinkable = shrinkable_strategy<Strategy>;
+  static constexpr bool growable = growable_strategy<Strategy>;
 
   // Refuses recovery on a strategy that cannot rebuild its collective.
   // `options` as the program gave them: the launcher's are applied here (with_launcher).
@@ -347,9 +423,21 @@ class recovery_session {
     if (options.from_launcher) {
       relaunched_ = (options.launcher ? *options.launcher : launcher_environment::read()).restarted();
     }
+    if (options_.max_workers > 0 && options_.min_workers == 0) {
+      throw config_error({"train", strategy.replica_id()},
+                         "in_memory_recovery_options::max_workers is " + std::to_string(options_.max_workers) +
+                             ", but min_workers is not set: only an elastic job takes joiners in");
+    }
+    if (options_.max_workers > 0 && !growable) {
+      throw config_error({"train", strategy.replica_id()},
+                         "in_memory_recovery_options::max_workers is set, but this strategy cannot take workers in "
+                         "(a growable_strategy: the multi-worker strategy over the TCP ring)");
+    }
     on_ = recoverable && options_.enabled;
     elastic_ = on_ && options_.min_workers > 0;
+    grows_ = elastic_ && options_.max_workers > 0;
     if constexpr (recoverable) replacement_ = on_ && !elastic_ && strategy.collective_generation() > 0;
+    if constexpr (growable) joiner_ = elastic_ && strategy.joined_collective();
     for (int r = 0; r < strategy.num_replicas_in_sync(); ++r) members_.push_back(r);
   }
 
@@ -359,11 +447,24 @@ class recovery_session {
   /// Whether a lost worker shrinks the job (min_workers) rather than waiting for a replacement.
   [[nodiscard]] bool elastic() const { return elastic_; }
   [[nodiscard]] const training_snapshot& snapshot() const { return snapshot_; }
+  /// Whether this worker joined the job while it trained (its state came from a member's memory at the start).
+  [[nodiscard]] bool joiner() const { return joiner_; }
 
-  // The state the job starts from: a replacement's comes from a survivor's memory (then ctx.rejoined); otherwise
-  // the same architecture everywhere is checked and the chief's initial weights go everywhere.
+  // The state the job starts from: a replacement's and a joiner's come from a member's memory (then ctx.rejoined);
+  // otherwise the same architecture everywhere is checked and the chief's initial weights go everywhere. `identity`:
+  // what a joiner must share with the job (a joiner with another throws config_error, and the job goes on).
   template <class Ctx>
-  void start(Ctx& ctx) {
+  void start(Ctx& ctx, const job_identity& identity) {
+    if (joiner_) {
+      if constexpr (growable) {
+        const auto bad = mismatched_joiners(strategy_, identity, first_joiner_rank());
+        refuse_mismatched(bad);
+        exchange_state(strategy_, ctx, snapshot_, false);
+      }
+      ctx.rejoined = true;
+      just_restored_ = true;
+      return;
+    }
     if (replacement_) {
       if constexpr (recoverable) exchange_state(strategy_, ctx, snapshot_, false);
       ctx.rejoined = true;
@@ -387,14 +488,80 @@ class recovery_session {
     if (on_) snapshot_.take(ctx, false, history_epochs);
   }
 
+  // At a step boundary, after the snapshot: whether joiners are due here (every worker answers the same: from the
+  // step's reduction, or from a wait a callback asked for). When none are, the chief offers those pending at its
+  // desk to the next step's reduction.
+  template <class Ctx>
+  bool joiners_due(Ctx& ctx) {
+    const int agreed = std::exchange(ctx.joiners_agreed, 0);
+    const auto wait = std::exchange(ctx.await_joiners, std::chrono::milliseconds(0));
+    if constexpr (growable) {
+      if (!grows_) return false;
+      due_ = std::min(agreed, room());
+      if (due_ == 0 && wait.count() > 0 && room() > 0) due_ = std::min(strategy_.await_joiners(wait), room());
+      if (due_ > 0) return true;
+      if (options_.admission == in_memory_recovery_options::join_admission::every_step && strategy_.is_chief()) {
+        ctx.join_offer = std::min(strategy_.pending_joiners(), room());
+      }
+    } else {
+      (void)agreed;
+      (void)wait;
+      (void)ctx;
+    }
+    return false;
+  }
+
+  // Every member, once `joiners_due`: takes the due joiners in (the next ring), refuses those whose identity
+  // differs from the job's (the ring shrinks back around them), and hands the state of this boundary to the others.
+  // Returns whether the membership changed.
+  template <class Ctx>
+  bool grow(Ctx& ctx, const job_identity& identity) {
+    if constexpr (growable) {
+      const int count = std::exchange(due_, 0);
+      if (count <= 0) return false;
+      const int before = strategy_.num_replicas_in_sync();
+      const auto timeout = options_.timeout.value_or(default_recovery_timeout);
+      const auto began = std::chrono::steady_clock::now();
+      std::vector<int> workers = strategy_.grow_collective(count, timeout);
+      if (workers.empty()) return false;
+      const auto bad = mismatched_joiners(strategy_, identity, before);
+      refuse_mismatched(bad);
+      for (auto it = bad.rbegin(); it != bad.rend(); ++it) {
+        workers.erase(workers.begin() + (it->first - before));
+      }
+      members_.insert(members_.end(), workers.begin(), workers.end());
+      if (!workers.empty()) exchange_state(strategy_, ctx, snapshot_, true);
+      if (strategy_.is_chief()) {
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+        std::string who;
+        for (const int w : workers) who += (who.empty() ? "worker " : ", worker ") + std::to_string(w);
+        recovery_log(0, workers.empty() ? "no joiner taken in" :
+                                          who + " joined: " + std::to_string(strategy_.num_replicas_in_sync()) +
+                                              " workers from global step " + std::to_string(ctx.global_step()) +
+                                              ", ring generation " + std::to_string(strategy_.collective_generation()) +
+                                              ", in " + detail::fixed_text(ms, 0) + " ms with the state");
+      }
+      return true;
+    } else {
+      (void)ctx;
+      (void)identity;
+      return false;
+    }
+  }
+
   // A survivor after `lost`: rebuilds the ring with a replacement and takes the latest boundary's state; the
-  // history is cut back to it. Throws `lost` (with the reason) when no replacement comes in time.
+  // history is cut back to it. Throws `lost` (with the reason) when no replacement comes in time. An elastic job
+  // shrinks instead, then waits `spare_wait` for a joiner (the caller takes it in: `joiners_pending_after_shrink`).
   template <class Ctx>
   void recover(Ctx& ctx, const peer_lost_error& lost, history& hist) {
     if constexpr (recoverable) {
       if constexpr (shrinkable) {
         if (elastic_) {
           shrink_survivor(strategy_, ctx, snapshot_, lost, options_, members_);
+          if constexpr (growable) {
+            const auto wait = options_.spare_wait.value_or(std::chrono::milliseconds(0));
+            if (grows_ && wait.count() > 0 && room() > 0) due_ = std::min(strategy_.await_joiners(wait), room());
+          }
         } else {
           recover_survivor(strategy_, ctx, snapshot_, lost, options_);
         }
@@ -411,6 +578,33 @@ class recovery_session {
   }
 
  private:
+  // Room for joiners below max_workers.
+  [[nodiscard]] int room() const { return std::max(0, options_.max_workers - strategy_.num_replicas_in_sync()); }
+  // The lowest rank a joiner can hold: the members before it kept their ranks (on a joiner: unknown, so every rank
+  // above the chief is compared, and the members match it).
+  [[nodiscard]] int first_joiner_rank() const { return 1; }
+
+  // Those of `bad` (the same on every rank) are refused: a refused joiner throws with the reason, the others shrink
+  // the ring back around them.
+  void refuse_mismatched(const std::vector<std::pair<int, std::string>>& bad) {
+    if constexpr (growable) {
+      if (bad.empty()) return;
+      const int me = strategy_.replica_id();
+      std::vector<int> ranks;
+      for (const auto& [rank, why] : bad) {
+        if (rank == me) {
+          throw config_error({"train.recovery", me}, "the job refused this worker as it joined: its " + why +
+                                                         " (every worker must train the same model on the same data)");
+        }
+        ranks.push_back(rank);
+        if (strategy_.is_chief()) recovery_log(0, "refused the joiner at rank " + std::to_string(rank) + ": its " + why);
+      }
+      strategy_.shrink_collective(std::span<const int>(ranks), options_.timeout.value_or(default_recovery_timeout));
+    } else {
+      (void)bad;
+    }
+  }
+
   Strategy& strategy_;
   in_memory_recovery_options options_;
   training_snapshot snapshot_;
@@ -419,6 +613,9 @@ class recovery_session {
   bool elastic_ = false;
   bool relaunched_ = false;
   bool replacement_ = false;
+  bool grows_ = false;   // an elastic job that takes joiners in (max_workers)
+  bool joiner_ = false;  // this worker joined the job while it trained
+  int due_ = 0;          // joiners the workers agreed to take in at this boundary
   bool just_restored_ = false;  // the snapshot already holds this position (not taken again at the epoch's top)
 };
 

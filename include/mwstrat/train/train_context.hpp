@@ -5,6 +5,7 @@
 
 #include <mwstrat/train/logs.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -52,6 +53,15 @@ struct train_context {
   /// is on; train/micro_batches.hpp).
   std::size_t max_micro_batch = 0;
   std::vector<float> micro_batch_gradients;
+  /// Elastic training: a callback may set this, to the same value on every worker at the same step (it is a
+  /// collective wait), to hold the job at this step's boundary until a joiner is pending at the chief or this long
+  /// has passed, and take in those pending there (a scheduler said a node is coming; a test that wants its join at a
+  /// fixed step). fit clears it. Nothing without joins (in_memory_recovery_options::max_workers).
+  std::chrono::milliseconds await_joiners{0};
+  /// fit's own: the joiners pending at the chief, offered in the next step's reduction, and the count the workers
+  /// agreed on there (train/in_memory_recovery.hpp).
+  double join_offer = 0;
+  int joiners_agreed = 0;
 
   /// Steps done since the start of training (epoch × steps_per_epoch + step), the same on every worker.
   [[nodiscard]] std::uint64_t global_step() const {

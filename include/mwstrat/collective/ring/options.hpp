@@ -12,10 +12,15 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <memory>
 #include <string_view>
 #include <vector>
 
 namespace mwstrat {
+
+namespace detail {
+class join_desk;
+}
 
 /// How a ring link carries payloads. Frame headers, aborts and liveness always travel over the TCP connection.
 enum class ring_transport {
@@ -123,6 +128,17 @@ struct ring_options {
   /// Counted from the last frame finished: the bytes of a frame trickling in over a slow link do not extend it.
   /// Negative values are refused (`config_error`).
   std::chrono::microseconds spin{200};
+  /// Elastic training, growing (docs/fault-tolerance.md): where this rank listens for workers that ask to join the
+  /// job, while it is the chief (rank 0) of a ring; every rank may be given its own, since the chief can change.
+  /// Empty: no joins are heard.
+  std::string join_listen;
+  /// A worker started after the job: the join addresses to try (the chiefs' `join_listen`s), in turn, until the
+  /// chief of the moment admits it at a step boundary; `addresses[rank]` is where this worker's ring listens and
+  /// `rank` its worker index in the job, and the ring it is admitted into replaces them. `connect_timeout` bounds
+  /// the wait. Empty: the ring is the job's as `addresses` says.
+  std::vector<std::string> join_via;
+  /// The chief's open join desk, handed from a ring to the next of the same job (set by the ring; leave it empty).
+  std::shared_ptr<detail::join_desk> join_desk;
   /// Where the ring logs (start-up, refused connections, failures); empty: standard error. A lost peer's verdict is
   /// logged from the ring's liveness thread, the moment it is formed.
   std::function<void(std::string_view)> log;

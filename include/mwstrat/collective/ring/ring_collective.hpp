@@ -35,12 +35,17 @@
 #include <mwstrat/collective/detail/front_end.hpp>
 #include <mwstrat/collective/handle.hpp>
 #include <mwstrat/collective/ring/detail/builder.hpp>
+#include <mwstrat/collective/ring/detail/join_client.hpp>
+#include <mwstrat/collective/ring/detail/join_desk.hpp>
+#include <mwstrat/collective/ring/detail/log.hpp>
 #include <mwstrat/collective/ring/host_arena.hpp>
 #include <mwstrat/collective/ring/options.hpp>
 #include <mwstrat/collective/types.hpp>
 #include <mwstrat/error.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -62,8 +67,13 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// Listens, connects and handshakes per `options`; throws `config_error` for bad options, `timeout_error`
   /// when the neighbours do not appear before `connect_timeout`, `protocol_error` when a neighbour refuses
   /// this rank or is not an mwstrat peer, `io_error` when the address cannot be listened on.
+  /// With `join_via` set (a worker started after the job), it first waits to be admitted by the job's chief
+  /// (`config_error` when refused, `timeout_error` when nobody admits it in time) and joins that ring.
   explicit ring_collective(ring_options options)
-      : uncaught_(std::uncaught_exceptions()), ring_(detail::ring_builder::build(std::move(options))) {}
+      : uncaught_(std::uncaught_exceptions()), joined_(!options.join_via.empty()), desk_(options.join_desk),
+        ring_(detail::ring_builder::build(joined_ ? detail::join_job(std::move(options)) : std::move(options))) {
+    open_join_desk();
+  }
 
   ring_collective(const ring_collective&) = delete;
   ring_collective& operator=(const ring_collective&) = delete;
@@ -106,6 +116,7 @@ class ring_collective : public detail::front_end<ring_collective> {
     ring_options o = ring_.job.options();
     o.generation = o.generation + 1;
     o.connect_timeout = timeout;
+    o.join_desk = desk_;
     return o;
   }
 
@@ -141,6 +152,47 @@ class ring_collective : public detail::front_end<ring_collective> {
     for (const auto& a : o.addresses) o.cluster_fingerprint += " " + a;
     o.generation = o.generation + 1;
     o.connect_timeout = timeout;
+    o.join_desk = desk_;
+    return o;
+  }
+
+  // ---- Growing (elastic training; docs/fault-tolerance.md). Joiners ask the chief's join desk
+  // (`ring_options::join_listen`) to be taken in; the members agree at a step boundary and build the next ring with
+  // them (train/in_memory_recovery.hpp runs the protocol).
+
+  /// Whether this ring was joined by a worker started after the job (`ring_options::join_via`).
+  [[nodiscard]] bool joined() const noexcept { return joined_; }
+  /// The joiners heard, checked and waiting at this rank's desk (0 on a rank that is not the chief or has none).
+  [[nodiscard]] int pending_joiners() const { return desk_ ? desk_->pending() : 0; }
+  /// Waits at most `wait` for a joiner to be pending at this rank's desk; how many are (0 without a desk, at once).
+  int await_joiners(std::chrono::milliseconds wait) { return desk_ ? desk_->await(wait) : 0; }
+  /// The first `count` pending joiners (fewer if fewer remain), set aside for `admit_joiners`: where each one's ring
+  /// listens and its worker index.
+  std::vector<detail::join_request> take_joiners(int count) {
+    return desk_ ? desk_->take(count) : std::vector<detail::join_request>{};
+  }
+  /// Tells the joiners set aside by `take_joiners` the ring `grown` (`with_ranks`) they are in; they then build it
+  /// with the members.
+  void admit_joiners(const ring_options& grown) {
+    if (desk_) desk_->admit(grown);
+  }
+  /// The options of the larger ring the members build with joiners at `added` (their ring addresses, in order): the
+  /// same ranks, then the joiners after them, the next generation, the new membership folded into the cluster
+  /// fingerprint (as `without_ranks` does), and `timeout` for the start-up. Destroy this ring before making that one.
+  [[nodiscard]] ring_options with_ranks(std::span<const std::string> added, std::chrono::milliseconds timeout) const {
+    if (added.empty()) throw config_error({"ring", rank()}, "with_ranks: no address named");
+    ring_options o = ring_.job.options();
+    for (const auto& a : added) {
+      if (std::find(o.addresses.begin(), o.addresses.end(), a) != o.addresses.end()) {
+        throw config_error({"ring", rank()}, "with_ranks: " + a + " is already a rank's address");
+      }
+      o.addresses.push_back(a);
+    }
+    o.cluster_fingerprint += "|members";
+    for (const auto& a : o.addresses) o.cluster_fingerprint += " " + a;
+    o.generation = o.generation + 1;
+    o.connect_timeout = timeout;
+    o.join_desk = desk_;
     return o;
   }
 
@@ -217,7 +269,26 @@ class ring_collective : public detail::front_end<ring_collective> {
 
   void barrier_now(op_options options) { ring_.job.barrier_now(options); }
 
+  // Rank 0 listens for joiners when its options name a join address (and no earlier ring of the job opened the
+  // desk). A desk that cannot listen ends the job's first ring; a ring rebuilt in recovery goes on without joins.
+  void open_join_desk() {
+    const ring_options& o = ring_.job.options();
+    if (rank() != 0 || desk_ || o.join_listen.empty()) return;
+    ring_options logs;  // the desk outlives this ring: it keeps a copy of where to log, not these options
+    logs.log = o.log;
+    try {
+      desk_ = std::make_shared<detail::join_desk>(o.join_listen, o.job_token.value_or(std::string()),
+                                                  o.handshake_timeout,
+                                                  [logs](const std::string& text) { detail::ring_log(logs, 0, text); });
+    } catch (const error& e) {
+      if (generation() == 0) throw;
+      detail::ring_log(o, 0, std::string("no joins will be heard: ") + e.what());
+    }
+  }
+
   int uncaught_ = 0;
+  bool joined_ = false;
+  std::shared_ptr<detail::join_desk> desk_;  // the chief's (shared with the next ring of the job)
   detail::built_ring ring_;  // the job's flat ring, its liveness, and the hierarchical ring when there is one
 };
 

@@ -27,14 +27,22 @@
 
 namespace mwstrat::detail {
 
-// The end of a step: one reduction of [loss_sum, correct, count, preemption vote, metric states...] over the
-// workers, added to the epoch's sums; ctx.step moves past the step and `preempt` says whether any worker was.
+// What a step's reduction carries before the metric states: loss_sum, correct, count, the preemption vote, and the
+// joiners the chief offers (elastic training: every worker learns how many to take in at this boundary).
+inline constexpr std::size_t step_fields = 5;
+
+// The end of a step: one reduction of [loss_sum, correct, count, preemption vote, joiners, metric states...] over
+// the workers, added to the epoch's sums; ctx.step moves past the step, `preempt` says whether any worker was, and
+// ctx.joiners_agreed how many joiners the workers take in.
 template <class Ctx, std::size_t N>
 batch_stats reduce_step(Ctx& ctx, std::array<double, N>& reduced, std::size_t step, bool& preempt) {
+  reduced[4] = ctx.join_offer;
+  ctx.join_offer = 0;
   ctx.strategy.sum_metrics(std::span<double>(reduced));
   preempt = reduced[3] > 0;
+  ctx.joiners_agreed = static_cast<int>(reduced[4]);
   const batch_stats global{reduced[0], reduced[1], reduced[2]};
-  for (std::size_t i = 4; i < N; ++i) ctx.epoch_metric_sums[i - 4] += reduced[i];
+  for (std::size_t i = step_fields; i < N; ++i) ctx.epoch_metric_sums[i - step_fields] += reduced[i];
   ctx.epoch_sums += global;
   ctx.step = step + 1;
   return global;
@@ -76,7 +84,7 @@ auto weighted_backward(Model& model, float share, Backward&& backward, OnReady&&
 }
 
 // Step `step` of the epoch at ctx's position: trains, then one reduction of [loss_sum, correct, count, preemption
-// vote, metric states...]. Adds the step to the epoch's sums, moves ctx.step past it, sets `preempt` to whether any
+// vote, joiners, metric states...]. Adds the step to the epoch's sums, moves ctx.step past it, sets `preempt` to whether any
 // worker was preempted, and returns the step's own stats over every worker.
 template <class Ctx, class Sync, class Train, class... Callbacks>
 batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool& preempt, preemption_watch& watch,
@@ -84,7 +92,7 @@ batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool&
   constexpr std::size_t metric_doubles = metric_state_size<Callbacks...>();
   const data::data_cursor at = data::stream_position(ctx.global_step(), ctx.steps_per_pass);
   const auto& batch = train.batch_at(static_cast<std::size_t>(at.epoch), static_cast<std::size_t>(at.step));
-  std::array<double, 4 + metric_doubles> reduced{};
+  std::array<double, step_fields + metric_doubles> reduced{};
   using Batch = std::remove_cvref_t<decltype(batch)>;
   if constexpr (splittable_batch<Batch>) {
     const auto examples = examples_in(batch);
@@ -100,7 +108,7 @@ batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool&
           return train_micro_batches(ctx.model, train, batch, at, ctx.max_micro_batch, ctx.micro_batch_gradients,
                                      report, [&](const Batch& micro, const auto& r) {
                                        if constexpr (metric_doubles > 0) {
-                                         update_metric_sets(std::span<double>(reduced).subspan(4),
+                                         update_metric_sets(std::span<double>(reduced).subspan(step_fields),
                                                             make_metric_input(ctx.model, micro, r), callbacks...);
                                        }
                                      });
@@ -125,14 +133,15 @@ batch_stats run_step(Ctx& ctx, Sync& sync, Train& train, std::size_t step, bool&
   reduced[2] = static_cast<double>(result.count);
   reduced[3] = preempt ? 1.0 : 0.0;
   if constexpr (metric_doubles > 0) {
-    update_metric_sets(std::span<double>(reduced).subspan(4), make_metric_input(ctx.model, batch, result),
+    update_metric_sets(std::span<double>(reduced).subspan(step_fields), make_metric_input(ctx.model, batch, result),
                        callbacks...);
   }
   return reduce_step(ctx, reduced, step, preempt);
 }
 
 // The epoch's steps from ctx's position until its end or a stop: each with its batch hooks, the agreement after
-// them (train/detail/step_agreement.hpp) and `at_boundary()` (recovery's snapshot). Counts the steps in `steps_run`.
+// them (train/detail/step_agreement.hpp) and `at_boundary()` (recovery's snapshot; true: leave now, joiners are
+// due). Counts the steps in `steps_run`.
 template <class Ctx, class Sync, class Train, class AtBoundary, class... Callbacks>
 void run_epoch_steps(Ctx& ctx, Sync& sync, Train& train, preemption_watch& watch, std::size_t& steps_run,
                      std::vector<named_value>& batch_metric_values, AtBoundary&& at_boundary, Callbacks&... callbacks) {
@@ -154,7 +163,11 @@ void run_epoch_steps(Ctx& ctx, Sync& sync, Train& train, preemption_watch& watch
                           global.loss(), std::span<const named_value>(batch_metric_values), classifies};
     fire_batch_end(ctx, step, logs, callbacks...);
     agree_after_step<agree_every_step>(ctx, preempt, watch);
-    at_boundary();
+    if constexpr (std::is_void_v<decltype(at_boundary())>) {
+      at_boundary();
+    } else if (at_boundary()) {
+      return;  // the membership changes here (fit takes joiners in, then comes back)
+    }
   }
 }
 
