@@ -23,8 +23,17 @@
 // handed over (the source's "[mwstrat.recovery] ... sent from" line), or once a new group started (the survivors
 // gave up waiting).
 //
-// Exit status: 0 when all K faults were injected, every one survived and the model is byte-identical; 1 when not;
-// 2 for a usage error.
+// --elastic: the job is elastic (COMMAND is `mwstrat-launch ... --min-workers K [--max-workers N --join-delay MS]`):
+// a lost worker is not replaced and the survivors shrink, a joiner may take its place later. A fault counts as
+// recovered once the chief trains again ("[mwstrat.recovery] ... training again on"), the next one waits until every
+// joiner the launcher started has joined, and the report adds the goodput (the fault-free run's wall time over the
+// campaign's: training steps per second, since both train the same steps) and the p50/p99 time from a loss to
+// training again. The final model is compared up to the order of additions (a shrunk or grown job sums in another
+// order): its largest parameter difference relative to the largest parameter, which must stay below 1e-2.
+//
+// Exit status: 0 when all K faults were injected, every one survived and the model is byte-identical (--elastic:
+// within the bound above); 1 when not; 2 for a usage error.
+#include <mwstrat/checkpoint/training_state.hpp>
 #include <mwstrat/version.hpp>
 
 #include <fcntl.h>
@@ -38,6 +47,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -78,6 +88,7 @@ struct options {
   std::optional<double> timeout;
   bool print_schedule = false;
   bool replace_lost = false;
+  bool elastic = false;  // --elastic: the job shrinks and grows instead of restarting (see the file comment)
   std::vector<std::string> command;
 };
 
@@ -86,7 +97,7 @@ struct options {
   std::fprintf(stderr,
                "usage: mwstrat-fault-campaign --faults K --model FILE [--seed S] [--kinds kill,stop,term,cut,disk]\n"
                "  [--reference-model FILE --reference-seconds T] [--clean DIR]... [--work-dir DIR]\n"
-               "  [--gap-min S] [--gap-max S] [--stop-hold S] [--timeout S] [--replace-lost]\n"
+               "  [--gap-min S] [--gap-max S] [--stop-hold S] [--timeout S] [--replace-lost | --elastic]\n"
                "  [--disk DIR [--disk-tmpfs SIZE] [--disk-hold S]]\n"
                "  [--simhosts SET --cut-hosts H1,H2... [--simhosts-script PATH] [--cut-hold S]]\n"
                "  -- COMMAND [ARGS...]\n"
@@ -156,6 +167,7 @@ options parse(int argc, char** argv) {
     else if (a == "--timeout") o.timeout = parse_seconds(a, value());
     else if (a == "--print-schedule") o.print_schedule = true;
     else if (a == "--replace-lost") o.replace_lost = true;
+    else if (a == "--elastic") o.elastic = true;
     else if (a == "--version") { std::printf("mwstrat-fault-campaign %s\n", mwstrat::version_string); std::exit(0); }
     else if (a == "-h" || a == "--help") usage("");
     else usage("unknown option '" + a + "'");
@@ -163,11 +175,20 @@ options parse(int argc, char** argv) {
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
 
   if (o.faults < 0) usage("--faults K is required");
+  if (o.elastic && o.replace_lost) usage("--elastic and --replace-lost exclude each other");
+  if (o.elastic && (o.command.empty() || o.command[0].find("mwstrat-launch") == std::string::npos ||
+                    std::find(o.command.begin(), o.command.end(), "--min-workers") == o.command.end())) {
+    usage("--elastic: the job must be mwstrat-launch ... --min-workers K (COMMAND starts with it)");
+  }
   if (o.replace_lost) {
     if (o.command.empty() || fs::path(o.command[0]).filename() != "mwstrat-launch") {
       usage("--replace-lost: the job must be mwstrat-launch (COMMAND starts with it), which gets --replace-lost");
     }
     o.command.insert(o.command.begin() + 1, "--replace-lost");
+  }
+  if (o.kinds.empty() && o.elastic) {
+    o.kinds = {"kill", "stop"};  // a preemption (term) stops every worker: that is a restart, not a shrink
+    if (!o.cut_hosts.empty()) o.kinds.push_back("cut");
   }
   if (o.kinds.empty()) {
     o.kinds = {"kill", "stop", "term"};
@@ -415,6 +436,22 @@ class job_runner {
       recovered(clock_type::now());
       return;
     }
+    // --elastic: the launcher starts a joiner in a lost worker's place; the chief says when it has joined.
+    if (o_.elastic && text.rfind("mwstrat-launch: a joiner takes worker ", 0) == 0) ++joiners_due_;
+    if (o_.elastic && text.find("[mwstrat.recovery]") != std::string::npos) {
+      if (const std::size_t j = text.find(" joined: "); j != std::string::npos) {
+        for (std::size_t at = text.find("worker "); at != std::string::npos && at < j; at = text.find("worker ", at + 1)) {
+          joiners_due_ = std::max(0, joiners_due_ - 1);
+        }
+      }
+      if (text.find("training again on ") != std::string::npos &&
+          text.find("after the loss was seen") != std::string::npos &&
+          (phase_ == phase::waiting_restart || phase_ == phase::stop_hold)) {
+        if (phase_ == phase::stop_hold) current_.detail = "named by the survivors' liveness before the SIGKILL";
+        recovered(clock_type::now());
+        return;
+      }
+    }
     if (std::sscanf(text.c_str(), "mwstrat-launch: worker %d: pid %d", &index, &pid) == 2 && index >= 0) {
       if (replacing_ && !groups_.empty()) {
         replacing_ = false;
@@ -427,7 +464,8 @@ class job_runner {
         }
         return;
       }
-      if (index == 0) groups_.emplace_back();
+      // A joiner (--elastic) takes a lost worker's place in the running group, whichever its index.
+      if (index == 0 && text.find("(a joiner)") == std::string::npos) groups_.emplace_back();
       if (!groups_.empty()) {
         auto& g = groups_.back().pids;
         if (g.size() <= static_cast<std::size_t>(index)) g.resize(static_cast<std::size_t>(index) + 1, -1);
@@ -464,9 +502,10 @@ class job_runner {
     else phase_ = phase::finished;
   }
 
-  // Whether the newest group has all its workers up (the launcher prints them one after the other).
+  // Whether the newest group has all its workers up (the launcher prints them one after the other); --elastic: and
+  // every joiner started has joined.
   bool group_ready() const {
-    if (groups_.empty()) return false;
+    if (groups_.empty() || joiners_due_ > 0) return false;
     const auto& g = groups_.back().pids;
     return !g.empty() && std::all_of(g.begin(), g.end(), [](pid_t p) { return leads_group(p); });
   }
@@ -588,6 +627,7 @@ class job_runner {
   std::string pending_;
   std::vector<group> groups_;
   bool replacing_ = false;  // the launcher said it starts a replacement: its next pid line is one
+  int joiners_due_ = 0;     // --elastic: joiners the launcher started that have not joined yet
   int replacements_ = 0;
   std::size_t next_ = 0;
   phase phase_ = phase::finished;
@@ -624,6 +664,29 @@ void mount_private_tmpfs(const std::string& dir, const std::string& size) {
   const std::string data = "size=" + size + ",mode=0755";
   if (::mount("mwstrat-fault-campaign", dir.c_str(), "tmpfs", 0, data.c_str()) != 0) {
     usage("--disk-tmpfs: cannot mount a tmpfs of " + size + " on " + dir + ": " + std::strerror(errno));
+  }
+}
+
+// The largest difference between the two saved models' parameters relative to their largest magnitude; nullopt when
+// they cannot be compared (unreadable, or other tensors).
+std::optional<double> relative_difference(const std::string& a_path, const std::string& b_path) {
+  try {
+    const mwstrat::training_state a = mwstrat::load_training_state(a_path);
+    const mwstrat::training_state b = mwstrat::load_training_state(b_path);
+    if (a.weights.size() != b.weights.size()) return std::nullopt;
+    double largest = 0, worst = 0;
+    for (std::size_t t = 0; t < a.weights.size(); ++t) {
+      const auto& x = a.weights[t].values;
+      const auto& y = b.weights[t].values;
+      if (x.size() != y.size()) return std::nullopt;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        largest = std::max(largest, static_cast<double>(std::abs(y[i])));
+        worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
+      }
+    }
+    return largest > 0 ? worst / largest : worst;
+  } catch (const std::exception&) {
+    return std::nullopt;
   }
 }
 
@@ -752,9 +815,29 @@ int main(int argc, char** argv) {
   say("time lost: " + fixed(lost) + " s; per fault: " + (injected > 0 ? fixed(lost / injected, 2) + " s" : "n/a"));
   say(std::string("final model byte-identical to the fault-free run: ") +
       (identical ? "yes" : model ? "NO" : "no model (" + o.model + ")"));
+  bool close = identical;
+  if (o.elastic) {
+    say("goodput: " + (r.seconds > 0 ? fixed(100 * reference_seconds / r.seconds, 1) + "%" : std::string("n/a")) +
+        " of the fault-free run's training steps per second (its wall time over the campaign's: the same steps)");
+    std::vector<double> times;
+    for (const auto& f : r.faults) if (f.recovered) times.push_back(f.recovery);
+    if (!times.empty()) {
+      std::sort(times.begin(), times.end());
+      const auto at = [&](double q) { return times[std::min(times.size() - 1, static_cast<std::size_t>(q * static_cast<double>(times.size())))]; };
+      say("from a loss to training again: p50 " + fixed(1000 * at(0.5), 0) + " ms, p99 " + fixed(1000 * at(0.99), 0) +
+          " ms, max " + fixed(1000 * times.back(), 0) + " ms over " + std::to_string(times.size()) + " fault(s)");
+    }
+    if (model) {
+      const auto difference = relative_difference(o.model, reference_path);
+      close = difference && *difference < 1e-2;
+      say("final model against the fault-free run, up to the order of additions: " +
+          (difference ? "largest difference " + fixed(*difference * 1e6, 1) + "e-6 of the largest parameter"
+                      : std::string("not comparable (other tensors)")));
+    }
+  }
   if (injected < o.faults) {
     say("the job finished before all faults were injected: lengthen the job or lower --gap-max");
   }
   std::ofstream(o.work_dir + "/report.txt") << report;
-  return injected == o.faults && survived == injected && identical ? 0 : 1;
+  return injected == o.faults && survived == injected && (o.elastic ? close : identical) ? 0 : 1;
 }

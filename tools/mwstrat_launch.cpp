@@ -393,6 +393,7 @@ struct worker {
   bool ended_unstarted = false;   // the launcher ended its ssh before the agent started the worker
   bool agent_finished = false;    // the agent said how the worker ended (else the connection was lost)
   bool joiner = false;            // started to join the running job in a lost worker's place (--max-workers)
+  std::optional<std::uint64_t> joined_generation;  // the ring it joined, as it reported ("joined W G")
   steady_clock::time_point join_at = never;  // when to start a joiner in this lost worker's place
 };
 
@@ -873,7 +874,18 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
     for (std::size_t nl; (nl = reports.find('\n')) != std::string::npos; reports.erase(0, nl + 1)) {
       int rank = -1;
       unsigned long long gen = 0;
+      // A joiner says which ring it joined: a loss reported from an earlier ring is its predecessor's.
+      if (std::sscanf(reports.substr(0, nl).c_str(), "joined %d %llu", &rank, &gen) == 2) {
+        if (rank >= first && rank < first + count && ws[static_cast<std::size_t>(rank - first)].joiner) {
+          ws[static_cast<std::size_t>(rank - first)].joined_generation = gen;
+        }
+        continue;
+      }
       if (std::sscanf(reports.substr(0, nl).c_str(), "lost %d %llu", &rank, &gen) != 2) continue;
+      if (rank >= first && rank < first + count) {
+        const worker& now = ws[static_cast<std::size_t>(rank - first)];
+        if (now.joiner && (!now.joined_generation || gen < *now.joined_generation)) continue;  // about its predecessor
+      }
       // An elastic job's survivors name the job's first ranks whatever ring they are on; a replacement's must be on
       // the latest generation (a report from before it joined names the worker it replaced).
       const bool stale = o.replace_lost && gen != generation;

@@ -6,7 +6,10 @@
 // model. A global batch of 15 over two workers is 7 + 8: uneven shares, weighted by examples, and each computed in
 // micro-batches of at most the per-worker batch of 5. Also: a lost chief succeeded by the lowest survivor, a stopped
 // worker that finds itself removed (exit 78), the launcher's --min-workers, the floor of min_workers, and a backup
-// written after the shrink resuming on two workers and on one. Short runs, so that an unoptimised build runs them too.
+// written after the shrink resuming on two workers and on one. Growing: a joiner the launcher starts in a lost
+// worker's place, taken in at a step boundary (byte-identical twice), a spare within --spare-wait, and joiners the
+// job refuses (another job token, other data) while it goes on unchanged. Short runs, so that an unoptimised build
+// runs them too.
 #include "example_support.hpp"
 
 #include <gtest/gtest.h>
@@ -80,7 +83,8 @@ std::vector<std::map<std::size_t, step_line>> read_step_logs(const scratch_dir& 
   return all;
 }
 
-// Step `step` as the group that finally trained it: the lines with the fewest workers (a job only shrinks here),
+// Step `step` as the group that finally trained it: the lines with the fewest workers (only a shrink runs steps
+// again: a join comes at a boundary and runs none again),
 // their examples together in a sorted list; `workers` 0 when no complete group logged it.
 step_line final_step(const std::vector<std::map<std::size_t, step_line>>& logs, std::size_t step) {
   int fewest = 0;
@@ -103,14 +107,15 @@ step_line final_step(const std::vector<std::map<std::size_t, step_line>>& logs, 
 }
 
 // Every step of `name`'s run against the reference run: the same examples, the loss to 1e-4 relative, and three
-// workers before `shrunk_from` (a global step), two from there on.
-void expect_same_steps(const scratch_dir& dir, const std::string& name, std::size_t shrunk_from) {
+// workers before `shrunk_from` (a global step), two from there on — until `grown_at`, three again from there.
+void expect_same_steps(const scratch_dir& dir, const std::string& name, std::size_t shrunk_from,
+                       std::size_t grown_at = steps) {
   const auto reference = read_step_logs(dir, "reference");
   const auto run_logs = read_step_logs(dir, name);
   for (std::size_t s = 0; s < steps; ++s) {
     const step_line want = final_step(reference, s), got = final_step(run_logs, s);
     ASSERT_EQ(want.workers, 3) << "step " << s << " of the reference run";
-    EXPECT_EQ(got.workers, s < shrunk_from ? 3 : 2) << "step " << s;
+    EXPECT_EQ(got.workers, s < shrunk_from || s >= grown_at ? 3 : 2) << "step " << s;
     EXPECT_EQ(got.examples.size(), 15u) << "step " << s;
     EXPECT_EQ(got.examples, want.examples) << "step " << s << " trained on other examples";
     EXPECT_NEAR(got.loss, want.loss, 1e-4 * std::abs(want.loss)) << "step " << s;
@@ -280,6 +285,101 @@ TEST_F(elastic_example, below_min_workers_the_survivors_exit_69_naming_the_lost_
   const auto r = three_workers(dir, "floor", "--min-workers 3 --kill-at-step 2 --kill-rank 1");
   ASSERT_NE(r.output.find("codes 69 137 69"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 worker(s) would remain, fewer than min_workers 3"), std::string::npos) << r.output;
+}
+
+// Growing: the launcher starts a joiner in the killed worker's place at once (--max-workers 3); the two survivors
+// train steps 3 to 5 and take it in where every worker awaits it, after step 6 (--await-joiner-at-step, so that the
+// join lands on the same step in every run); from there three train again. Every step trains on the reference run's
+// examples, and a second run with the same schedule gives a byte-identical model.
+TEST_F(elastic_example, a_joiner_takes_a_lost_workers_place_and_the_three_train_the_same_steps_byte_identical_twice) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  const auto grown = [&](const std::string& name) {
+    return run(launcher + " -n 3 --min-workers 2 --max-workers 3 --max-restarts 2 --spare-wait 0 -- " + job +
+                   " --kill-at-step 4 --kill-rank 2 --await-joiner-at-step 6 --recovery-timeout 120 --step-log " +
+                   (dir / name) + " --model-dir " + (dir / name),
+               300);
+  };
+  const auto first = grown("grown");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("a joiner takes worker 2's place"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("waiting to be admitted at a step boundary"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("[worker 0] [mwstrat.recovery] rank 0: worker 2 joined: 3 workers from global step 6"),
+            std::string::npos)
+      << first.output;
+  expect_same_steps(dir, "grown", 3, 6);
+
+  const auto second = grown("grown_again");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const std::string model = read_file(dir.path() / "grown" / "model.safetensors");
+  ASSERT_FALSE(model.empty());
+  EXPECT_EQ(read_file(dir.path() / "grown_again" / "model.safetensors"), model)
+      << "the same fault and join schedule gives the same bits";
+}
+
+// A spare that arrives within --spare-wait takes the lost worker's place at the boundary the survivors shrank at:
+// no step is trained by fewer than three.
+TEST_F(elastic_example, a_spare_within_the_spare_wait_joins_where_the_job_shrank_and_no_step_runs_on_two) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  const auto r = run(launcher + " -n 3 --min-workers 2 --max-workers 3 --max-restarts 2 --spare-wait 60000 -- " +
+                         job + " --kill-at-step 4 --kill-rank 1 --step-log " + (dir / "spare") + " --model-dir " +
+                         (dir / "spare"),
+                     300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("joined: 3 workers from global step 3"), std::string::npos) << r.output;
+  expect_same_steps(dir, "spare", steps, 0);
+}
+
+// Joiners the job must not take: one with another job token is refused as it asks (the chief's desk checks its
+// proof), one with other data (20 examples: one step a pass, where the job has two) is admitted into the ring,
+// found to differ and refused, and the ring shrinks back. Either way the joiner says why, and the three members
+// train on exactly as if nobody had asked: the reference run's model, bit for bit.
+TEST_F(elastic_example, joiners_with_another_job_token_or_other_data_are_refused_and_the_job_goes_on_unchanged) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  const auto ports = free_ports(6);
+  const std::vector<int> members(ports.begin(), ports.begin() + 3);
+  const std::string desk = "127.0.0.1:" + std::to_string(ports[5]);
+  const std::string env = "MWSTRAT_JOB_TOKEN=right MWSTRAT_JOIN_LISTEN=" + desk;
+  std::string script;
+  for (int w = 0; w < 3; ++w) {  // (appended piece by piece: GCC 12 -O3 misjudges "literal" + string as overlapping)
+    script += env + " TF_CONFIG='";
+    script += tf_config(members, w);
+    script += "' " + job + " --min-workers 2 --max-workers 4 --await-joiner-at-step 3 --recovery-timeout 30";
+    script += " --model-dir " + (dir / "refusing") + " > " + (dir / ("refusing.log" + std::to_string(w)));
+    script += " 2>&1 & p" + std::to_string(w) + "=$!; ";
+  }
+  const auto joiner = [&](int port, const std::string& token, const std::string& extra, const std::string& log) {
+    std::vector<int> slots = members;
+    slots.push_back(port);
+    std::string line = "MWSTRAT_JOB_TOKEN=" + token + " MWSTRAT_JOIN=" + desk + " TF_CONFIG='";
+    line += tf_config(slots, 3);
+    line += "' " + job + " --min-workers 2 --max-workers 4" + extra + " --connect-timeout 60 > " + (dir / log) +
+            " 2>&1; ";
+    return line;
+  };
+  script += "(" + joiner(ports[3], "wrong", "", "stranger.log") + "echo \"stranger $?\" > " + (dir / "stranger.code") +
+            ") & ";
+  script += joiner(ports[4], "right", " --train-examples 20", "other_data.log") + "echo \"other data $?\"; ";
+  script += "wait $p0; e0=$?; wait $p1; e1=$?; wait $p2; e2=$?; wait; echo \"codes $e0 $e1 $e2\"; cat " +
+            (dir / "stranger.code") + " " + (dir / "stranger.log") + " " + (dir / "other_data.log") + " " +
+            (dir / "refusing.log0");
+  const auto r = run(script, 300);
+  ASSERT_NE(r.output.find("codes 0 0 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stranger 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("refused this worker: its job token proof (HMAC-SHA256) does not verify"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("other data 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the job refused this worker as it joined: its steps in a pass over the data: 1, the "
+                          "job's 2"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("refused the joiner at rank 3"), std::string::npos) << r.output;
+  const std::string model = read_file(dir.path() / "reference" / "model.safetensors");
+  ASSERT_FALSE(model.empty());
+  EXPECT_EQ(read_file(dir.path() / "refusing" / "model.safetensors"), model);
 }
 
 }  // namespace elastic_example_test

@@ -11,6 +11,7 @@
 #include <array>
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace launcher_recovery_test {
 
@@ -34,8 +35,36 @@ TEST(launcher_environment, reads_what_the_launcher_sets) {
   EXPECT_FALSE(none.restarted());
 }
 
+TEST(launcher_environment, reads_what_the_launcher_sets_for_an_elastic_job_and_a_joiner) {
+  const launcher_environment l = launcher_environment::read(environment{
+      {"MWSTRAT_MIN_WORKERS", "2"}, {"MWSTRAT_MAX_WORKERS", "4"}, {"MWSTRAT_SPARE_WAIT_MS", "2500"},
+      {"MWSTRAT_JOIN_LISTEN", "127.0.0.1:7001"}, {"MWSTRAT_JOIN", "127.0.0.1:7001,10.9.0.2:7002"}});
+  EXPECT_EQ(l.min_workers, 2);
+  EXPECT_EQ(l.max_workers, 4);
+  EXPECT_EQ(l.spare_wait, 2500ms);
+  EXPECT_EQ(l.join_listen, "127.0.0.1:7001");
+  EXPECT_EQ(l.join_via, (std::vector<std::string>{"127.0.0.1:7001", "10.9.0.2:7002"}));
+  EXPECT_TRUE(l.restarted()) << "a joiner is started after the job: its one-off fault injection must not fire";
+  in_memory_recovery_options program;
+  program.launcher = l;
+  const in_memory_recovery_options r = detail::with_launcher<true>(program);
+  EXPECT_EQ(r.min_workers, 2);
+  EXPECT_EQ(r.max_workers, 4);
+  EXPECT_EQ(r.spare_wait, 2500ms);
+  program.max_workers = 3;
+  program.spare_wait = 0ms;
+  const in_memory_recovery_options own = detail::with_launcher<true>(program);
+  EXPECT_EQ(own.max_workers, 3) << "what the program set stays";
+  EXPECT_EQ(own.spare_wait, 0ms);
+}
+
 TEST(launcher_environment, a_malformed_value_is_refused_naming_its_variable) {
-  const std::array<std::array<std::string, 2>, 6> bad{{{"MWSTRAT_RECOVERY_TIMEOUT_MS", "nan"},
+  const std::array<std::array<std::string, 2>, 11> bad{{{"MWSTRAT_RECOVERY_TIMEOUT_MS", "nan"},
+                                                       {"MWSTRAT_MAX_WORKERS", "0"},
+                                                       {"MWSTRAT_SPARE_WAIT_MS", "-5"},
+                                                       {"MWSTRAT_JOIN_LISTEN", "nowhere"},
+                                                       {"MWSTRAT_JOIN", "127.0.0.1:7001,"},
+                                                       {"MWSTRAT_JOIN", "127.0.0.1:7001,host"},
                                                        {"MWSTRAT_RECOVERY_TIMEOUT_MS", "0"},
                                                        {"MWSTRAT_REPLACE_LOST", "yes"},
                                                        {"MWSTRAT_LAUNCH_REPORT_FD", "-1"},

@@ -125,6 +125,18 @@ struct launcher_environment {
   /// Tells the launcher that `lost_rank` of ring `generation` is lost: one line "lost RANK GENERATION" in one write
   /// (shorter than PIPE_BUF, so survivors' reports never interleave). Nothing without a report channel; never throws.
   void report_lost(int lost_rank, std::uint64_t lost_generation) const noexcept {
+    report("lost ", lost_rank, lost_generation);
+  }
+
+  /// Tells the launcher that this worker, worker `worker` of the job, joined ring `generation` (elastic growing):
+  /// "joined WORKER GENERATION". The launcher then takes a report of that worker's loss from an earlier ring for the
+  /// worker it replaced, not for this one. Nothing without a report channel; never throws.
+  void report_joined(int worker, std::uint64_t joined_generation) const noexcept {
+    report("joined ", worker, joined_generation);
+  }
+
+ private:
+  void report(std::string_view what, int worker, std::uint64_t ring) const noexcept {
     if (!report_fd) return;
     char line[64];
     std::size_t n = 0;
@@ -133,16 +145,15 @@ struct launcher_environment {
     const auto put_number = [&](auto v) {
       n = static_cast<std::size_t>(std::to_chars(line + n, line + sizeof line, v).ptr - line);
     };
-    put("lost ");
-    put_number(lost_rank);
+    put(what);
+    put_number(worker);
     put(" ");
-    put_number(lost_generation);
+    put_number(ring);
     put("\n");
     const ssize_t written = ::write(*report_fd, line, n);
     (void)written;
   }
 
- private:
   [[noreturn]] static void fail(const char* name, const std::string& value, const char* expected) {
     throw config_error({"cluster"}, std::string(name) + " is '" + value + "', expected " + expected);
   }

@@ -75,6 +75,9 @@ struct in_memory_recovery_options {
   /// it. A launcher that must end the lost worker itself (a stopped process never exits) learns it here. Unset: the
   /// report goes to the launcher's channel when there is one (MWSTRAT_LAUNCH_REPORT_FD). Must not throw.
   std::function<void(int lost_rank, std::uint64_t generation)> on_peer_lost;
+  /// Called on a joiner once it is a member (elastic growing): its worker index in the job and the ring generation
+  /// it joined. Unset: the report goes to the launcher's channel when there is one. Must not throw.
+  std::function<void(int worker, std::uint64_t generation)> on_joined;
   /// Elastic training ("Shrinking" in the file comment): 0, the default, waits for a replacement as above. At
   /// least 1: the job shrinks instead — the survivors of a lost worker build a smaller ring among themselves at once
   /// (no replacement is awaited; `timeout` bounds its start-up) and go on from the last step boundary with the same
@@ -154,6 +157,9 @@ in_memory_recovery_options with_launcher(const in_memory_recovery_options& optio
     if (!r.timeout) r.timeout = l.recovery_timeout;
     if (!r.on_peer_lost && l.report_fd) {
       r.on_peer_lost = [l](int lost_rank, std::uint64_t generation) { l.report_lost(lost_rank, generation); };
+    }
+    if (!r.on_joined && l.report_fd) {
+      r.on_joined = [l](int worker, std::uint64_t generation) { l.report_joined(worker, generation); };
     }
   }
   if (!r.timeout) r.timeout = default_recovery_timeout;
@@ -435,6 +441,15 @@ class recovery_session {
     }
     on_ = recoverable && options_.enabled;
     elastic_ = on_ && options_.min_workers > 0;
+    if constexpr (growable) {
+      // Its members wait in the joiner's protocol: leaving here ends its ring, and they shrink around it.
+      if (strategy.joined_collective() && !elastic_) {
+        throw config_error({"train", strategy.replica_id()},
+                           "this worker joined a running elastic job (ring_options::join_via, MWSTRAT_JOIN), but its "
+                           "fit is not elastic: give it the job's in_memory_recovery_options::min_workers and "
+                           "max_workers (MWSTRAT_MIN_WORKERS, MWSTRAT_MAX_WORKERS) too");
+      }
+    }
     grows_ = elastic_ && options_.max_workers > 0;
     if constexpr (recoverable) replacement_ = on_ && !elastic_ && strategy.collective_generation() > 0;
     if constexpr (growable) joiner_ = elastic_ && strategy.joined_collective();
@@ -454,11 +469,16 @@ class recovery_session {
   // otherwise the same architecture everywhere is checked and the chief's initial weights go everywhere. `identity`:
   // what a joiner must share with the job (a joiner with another throws config_error, and the job goes on).
   template <class Ctx>
-  void start(Ctx& ctx, const job_identity& identity) {
+  void start(Ctx& ctx, const job_identity& identity = {}) {
     if (joiner_) {
       if constexpr (growable) {
         const auto bad = mismatched_joiners(strategy_, identity, first_joiner_rank());
         refuse_mismatched(bad);
+        share_members();
+        if (options_.on_joined) {
+          options_.on_joined(members_[static_cast<std::size_t>(strategy_.replica_id())],
+                             strategy_.collective_generation());
+        }
         exchange_state(strategy_, ctx, snapshot_, false);
       }
       ctx.rejoined = true;
@@ -530,7 +550,10 @@ class recovery_session {
         workers.erase(workers.begin() + (it->first - before));
       }
       members_.insert(members_.end(), workers.begin(), workers.end());
-      if (!workers.empty()) exchange_state(strategy_, ctx, snapshot_, true);
+      if (!workers.empty()) {
+        share_members();
+        exchange_state(strategy_, ctx, snapshot_, true);
+      }
       if (strategy_.is_chief()) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
         std::string who;
@@ -583,6 +606,18 @@ class recovery_session {
   // The lowest rank a joiner can hold: the members before it kept their ranks (on a joiner: unknown, so every rank
   // above the chief is compared, and the members match it).
   [[nodiscard]] int first_joiner_rank() const { return 1; }
+
+  // Collective, on a ring that has just taken joiners in: every rank takes the chief's map of ranks to the job's
+  // workers (a joiner knows only its own), so that a later loss is reported under the right worker.
+  void share_members() {
+    if constexpr (growable) {
+      std::vector<double> wire(static_cast<std::size_t>(strategy_.num_replicas_in_sync()), 0.0);
+      for (std::size_t r = 0; r < wire.size() && r < members_.size(); ++r) wire[r] = members_[r];
+      strategy_.collective().broadcast(std::span<double>(wire), 0);
+      members_.clear();
+      for (const double w : wire) members_.push_back(static_cast<int>(w));
+    }
+  }
 
   // Those of `bad` (the same on every rank) are refused: a refused joiner throws with the reason, the others shrink
   // the ring back around them.
