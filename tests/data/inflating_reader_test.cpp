@@ -213,10 +213,16 @@ TEST(inflating_reader, bytes_after_the_compressed_data_are_a_defect_after_all_of
   };
   auto gz_x = gz;
   gz_x.push_back(std::byte{'x'});
+  auto gz_half_magic = gz;  // gzip's first magic byte, not its second
+  gz_half_magic.insert(gz_half_magic.end(), {std::byte{0x1f}, std::byte{'x'}});
   auto zl_zl = zl;  // a second zlib stream: a zlib file holds one
   zl_zl.insert(zl_zl.end(), zl.begin(), zl.end());
+  auto zl_gz = zl;  // nor is a gzip member after it one
+  zl_gz.insert(zl_gz.end(), gz.begin(), gz.end());
   for (const auto& t : {trailing{stream_codec::gzip, gz_x, "another gzip member"},
-                        trailing{stream_codec::zlib, zl_zl, "part of it"}}) {
+                        trailing{stream_codec::gzip, gz_half_magic, "another gzip member"},
+                        trailing{stream_codec::zlib, zl_zl, "part of it"},
+                        trailing{stream_codec::zlib, zl_gz, "part of it"}}) {
     SCOPED_TRACE(codec_name(t.codec));
     byte_files::write_bytes(dir / "f", t.file);
     const auto r = reader_of(dir / "f", t.codec, 64);
