@@ -87,7 +87,9 @@ bool is_prefix(const std::vector<std::byte>& part, const std::vector<std::byte>&
   return part.size() <= whole.size() && std::equal(part.begin(), part.end(), whole.begin());
 }
 
-const char* codec_name(stream_codec c) { return c == stream_codec::gzip ? "gzip" : c == stream_codec::zlib ? "zlib" : "raw"; }
+const char* codec_name(stream_codec c) {
+  return c == stream_codec::gzip ? "gzip" : c == stream_codec::zlib ? "zlib" : "raw";
+}
 
 TEST(inflating_reader, raw_gzip_and_zlib_give_back_their_bytes_in_reads_of_any_size) {
   mwstrat::test::temp_dir dir("inflating-reader");
@@ -138,7 +140,8 @@ TEST(inflating_reader, a_truncated_stream_ends_on_a_defect_saying_where_the_file
   for (const auto codec : {stream_codec::gzip, stream_codec::zlib}) {
     const auto whole = deflated(data, codec);
     for (const std::size_t cut : {std::size_t{0}, std::size_t{1}, whole.size() / 2, whole.size() - 1}) {
-      SCOPED_TRACE(std::string(codec_name(codec)) + " cut to " + std::to_string(cut) + " of " + std::to_string(whole.size()));
+      SCOPED_TRACE(std::string(codec_name(codec)) + " cut to " + std::to_string(cut) + " of " +
+                   std::to_string(whole.size()));
       byte_files::write_bytes(dir / "cut", {whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(cut)});
       const auto r = reader_of(dir / "cut", codec, 512);
       const auto got = read_all(*r, 4096);
@@ -192,8 +195,9 @@ TEST(inflating_reader, a_corrupt_stream_ends_on_a_defect_that_names_zlib_s_reaso
     const auto got = read_all(*r, 5000);
     ASSERT_TRUE(r->defect());
     const std::string& m = *r->defect();
-    EXPECT_EQ(m.rfind(std::string("corrupt ") + codec_name(d.codec) + " stream (" + d.reason + ") at file byte ", 0), 0u)
-        << m;
+    const std::string start =
+        std::string("corrupt ") + codec_name(d.codec) + " stream (" + d.reason + ") at file byte ";
+    EXPECT_EQ(m.rfind(start, 0), 0u) << m;
     EXPECT_LE(file_byte_of(m), file.size()) << m;
     EXPECT_GE(file_byte_of(m), d.data_delivered ? at : 0) << m;
     if (d.data_delivered) EXPECT_TRUE(got == data);

@@ -113,7 +113,8 @@ std::vector<double> data_gradient(const conv2d_geometry& g, const std::vector<fl
           for (std::size_t c = 0; c < g.in_c; ++c)
             for (std::size_t f = 0; f < g.out_c; ++f)
               dx[(std::size_t(iy) * g.in_w + std::size_t(ix)) * g.in_c + c] +=
-                  double(dy[(oy * g.out_w + ox) * g.out_c + f]) * double(w[((ky * g.kernel_w + kx) * g.in_c + c) * g.out_c + f]);
+                  double(dy[(oy * g.out_w + ox) * g.out_c + f]) *
+                  double(w[((ky * g.kernel_w + kx) * g.in_c + c) * g.out_c + f]);
         }
   return dx;
 }
