@@ -25,6 +25,13 @@
 /// reshards the data for the smaller group (the same global batches, uneven shares weighted by examples). A worker
 /// the verdict names that runs again (it was stopped) throws `removed_error`. See docs/fault-tolerance.md.
 ///
+/// Growing (`max_workers`): a worker started later waits at the chief's join desk (collective/ring/detail/
+/// join_desk.hpp). At a step boundary the chief offers the joiners pending there in the step's own reduction (or
+/// every worker waits for one where a callback set `train_context::await_joiners`, or for `spare_wait` after a
+/// shrink); the members then build the next ring with them behind (`grow_collective`), every rank compares the job's
+/// identity (a joiner with another model or other data is refused, and the ring shrinks back around it), the
+/// chief's map of ranks to workers is shared, and steps 2–3 hand the joiners the boundary's state; `fit` reshards.
+///
 /// Limits: a model's per-replica state (plain batch normalization's moving statistics) cannot come from another
 /// replica's memory: every rank takes the source's. Callbacks' own state (EarlyStopping's best epoch, a progress
 /// bar) is not sent: a replacement's callbacks start afresh, as after a restart; its history lacks the epochs before
@@ -472,7 +479,9 @@ class recovery_session {
   void start(Ctx& ctx, const job_identity& identity = {}) {
     if (joiner_) {
       if constexpr (growable) {
-        const auto bad = mismatched_joiners(strategy_, identity, first_joiner_rank());
+        // A joiner does not know where the members end: it compares every rank after the chief, and the members,
+        // which all match the chief, are never among those it finds.
+        const auto bad = mismatched_joiners(strategy_, identity, 1);
         refuse_mismatched(bad);
         share_members();
         if (options_.on_joined) {
@@ -603,9 +612,6 @@ class recovery_session {
  private:
   // Room for joiners below max_workers.
   [[nodiscard]] int room() const { return std::max(0, options_.max_workers - strategy_.num_replicas_in_sync()); }
-  // The lowest rank a joiner can hold: the members before it kept their ranks (on a joiner: unknown, so every rank
-  // above the chief is compared, and the members match it).
-  [[nodiscard]] int first_joiner_rank() const { return 1; }
 
   // Collective, on a ring that has just taken joiners in: every rank takes the chief's map of ranks to the job's
   // workers (a joiner knows only its own), so that a later loss is reported under the right worker.

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -33,7 +34,6 @@ class inflating_reader {
       : file_(file), name_(std::move(name)), codec_(codec), in_(std::max<std::size_t>(buffer_bytes, 64)) {
     if (codec_ == stream_codec::raw) return;
     if (inflateInit2(&zs_, codec_ == stream_codec::gzip ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
-      std::fclose(file_);
       throw io_error({"tfrecord"}, name_ + ": zlib could not start inflating");
     }
   }
@@ -41,7 +41,6 @@ class inflating_reader {
   inflating_reader& operator=(const inflating_reader&) = delete;
   ~inflating_reader() {
     if (codec_ != stream_codec::raw) inflateEnd(&zs_);
-    std::fclose(file_);
   }
 
   /// Reads up to `n` bytes into `out`; fewer only where the stream ends (then `defect()` says whether it ended
@@ -89,7 +88,7 @@ class inflating_reader {
   }
 
   std::size_t fread_some(std::byte* out, std::size_t n) {
-    const std::size_t got = std::fread(out, 1, n, file_);
+    const std::size_t got = std::fread(out, 1, n, file_.get());
     if (got < n) {
       check_io();
       file_ended_ = true;
@@ -99,7 +98,7 @@ class inflating_reader {
   }
 
   void check_io() {
-    if (std::ferror(file_)) {
+    if (std::ferror(file_.get())) {
       const int err = errno;
       throw io_error({"tfrecord"}, "cannot read " + name_ + ": " + std::strerror(err));
     }
@@ -164,7 +163,12 @@ class inflating_reader {
     return produced;
   }
 
-  std::FILE* file_;
+  // Owned from the first member on: closed however the constructor or the reader ends (a buffer that cannot be
+  // allocated, zlib that cannot start).
+  struct closes_file {
+    void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, closes_file> file_;
   std::string name_;
   stream_codec codec_;
   std::vector<std::byte> in_;

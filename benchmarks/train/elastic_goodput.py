@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""An elastic job's goodput under a fault campaign, and the time of a join: examples/mnist_multiworker, 3 workers under
+`mwstrat-launch --min-workers 2 --max-workers 3` (a lost worker is not replaced: the survivors shrink at once, and
+the lost worker's node "returns" --join-delay seconds later as a joiner, taken in at a step boundary with the state
+from a member's memory). First the job runs without faults (its wall time and model are the reference); then
+`mwstrat-fault-campaign --elastic` runs it under one SIGKILL every --gaps seconds (each a separate campaign) and
+reports the goodput — training steps per second against the fault-free run, both training the same steps with the
+same global batch — and the time from each loss to training again. From the campaigns' logs also each join: the
+chief's "training again on 3 workers ... X ms after the joiners were due" (the larger ring, the joiner's identity
+check, the state from memory, the resharded data) and the state's size and transfer time.
+
+On this machine the three workers share two cores, so a group of two is no slower per step than three (the cores,
+not the workers, bound the step); on separate machines a shrunk group of two computes each step's global batch with
+two thirds of the workers, so the time until the joiner is back costs a third of its steps more.
+
+  elastic_goodput.py --build BUILD [--data-dir .cache/mnist] [--seconds 240] [--gaps 60,15] [--join-delay 5]
+                     [--json-out FILE]
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
+
+JOIN = re.compile(r"training again on (\d+) workers from global step (\d+), ([\d.]+) ms after the joiners were due")
+STATE = re.compile(r"training state of global step \d+ .* sent from rank \d+'s memory: ([\d.]+) MB in (\d+) ms")
+REPORT = {
+    "goodput_percent": re.compile(r"goodput: ([\d.]+)%"),
+    "loss_to_training_p50_ms": re.compile(r"from a loss to training again: p50 (\d+) ms"),
+    "loss_to_training_p99_ms": re.compile(r"from a loss to training again: p50 \d+ ms, p99 (\d+) ms"),
+    "faults_injected": re.compile(r"faults injected: (\d+)"),
+    "faults_survived": re.compile(r"faults survived: (\d+)"),
+    "campaign_seconds": re.compile(r"campaign run: ([\d.]+) s"),
+    "model_difference_e6": re.compile(r"largest difference ([\d.]+)e-6"),
+}
+
+
+def job_command(a, launch, example, model_dir, steps):
+    return [launch, "-n", "3", "--min-workers", "2", "--max-workers", "3", "--max-restarts", "1000", "--spare-wait",
+            "0", "--join-delay", str(int(a.join_delay * 1000)), "--", example, "--data-dir", a.data_dir, "--seed", "7",
+            "--no-test", "--optimizer", "sgd", "--learning-rate", "0.01", "--batch-size", "16", "--global-batch", "48",
+            "--epochs", "1", "--steps-per-epoch", str(steps), "--recovery-timeout", "60", "--model-dir", model_dir]
+
+
+def timed(argv, log_path, limit):
+    began = time.monotonic()
+    with open(log_path, "w") as log:
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=limit).returncode
+    return code, time.monotonic() - began
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--data-dir", default=os.path.join(ROOT, ".cache", "mnist"))
+    ap.add_argument("--seconds", type=float, default=240, help="the fault-free run's rough length")
+    ap.add_argument("--gaps", default="60,15", help="seconds between faults, one campaign each")
+    ap.add_argument("--join-delay", type=float, default=5, help="seconds until a lost worker's node returns")
+    ap.add_argument("--json-out", default=None)
+    a = ap.parse_args()
+    launch = os.path.join(a.build, "tools", "mwstrat-launch")
+    campaign = os.path.join(a.build, "tools", "mwstrat-fault-campaign")
+    example = os.path.join(a.build, "examples", "mnist_multiworker", "mnist_multiworker")
+    started = benchlib.start()
+    with tempfile.TemporaryDirectory(prefix="mwstrat-goodput-") as work:
+        # Calibrate: how many steps make a run of about --seconds (a short fault-free run, then scaled).
+        probe_steps = 60
+        code, took = timed(job_command(a, launch, example, os.path.join(work, "probe"), probe_steps),
+                           os.path.join(work, "probe.log"), 600)
+        if code != 0:
+            raise RuntimeError("the probe run failed: " + open(os.path.join(work, "probe.log")).read()[-3000:])
+        steps = max(100, int(probe_steps * a.seconds / max(took, 1e-3)))
+        model_dir = os.path.join(work, "model")
+        job = job_command(a, launch, example, model_dir, steps)
+        code, reference_seconds = timed(job, os.path.join(work, "reference.log"), 4 * a.seconds + 600)
+        if code != 0:
+            raise RuntimeError("the fault-free run failed: " + open(os.path.join(work, "reference.log")).read()[-3000:])
+        reference_model = os.path.join(work, "reference.safetensors")
+        shutil.copy(os.path.join(model_dir, "model.safetensors"), reference_model)
+        print(f"fault-free: {steps} steps in {reference_seconds:.1f} s ({steps / reference_seconds:.2f} steps/s)",
+              flush=True)
+        rows, commands, joins, states = [], [], [], []
+        for gap in [float(g) for g in a.gaps.split(",")]:
+            faults = max(1, int(reference_seconds / gap) - 1)
+            campaign_dir = os.path.join(work, f"campaign-{gap:g}")
+            argv = [campaign, "--elastic", "--faults", str(faults), "--kinds", "kill", "--seed", "1", "--gap-min",
+                    str(gap), "--gap-max", str(gap), "--model", os.path.join(model_dir, "model.safetensors"),
+                    "--reference-model", reference_model, "--reference-seconds", f"{reference_seconds:.3f}",
+                    "--work-dir", campaign_dir, "--timeout", str(6 * reference_seconds + 600), "--"] + job
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=8 * reference_seconds + 900)
+            report = result.stdout
+            row = {"gap_s": gap, "faults_scheduled": faults, "exit_status": result.returncode}
+            for name, pattern in REPORT.items():
+                m = pattern.search(report)
+                row[name] = float(m.group(1)) if m else None
+            with open(os.path.join(campaign_dir, "campaign.log")) as f:
+                text = f.read()
+            these = [float(m.group(3)) for m in JOIN.finditer(text)]
+            joins += these
+            states += [(float(m.group(1)), float(m.group(2))) for m in STATE.finditer(text)]
+            row["joins"] = len(these)
+            rows.append(row)
+            commands.append(" ".join(benchlib.rel(x) if os.path.isabs(x) and x.startswith(ROOT) else x
+                                     for x in argv[:argv.index("--model")]) + " ... -- " +
+                            " ".join(benchlib.rel(x) if x.startswith(ROOT) else x for x in job))
+            print(f"one fault every {gap:g} s: {row['faults_injected']} injected, {row['faults_survived']} survived, "
+                  f"goodput {row['goodput_percent']}%, loss to training p50 {row['loss_to_training_p50_ms']} ms p99 "
+                  f"{row['loss_to_training_p99_ms']} ms, {len(these)} joins (campaign exit {result.returncode})",
+                  flush=True)
+            if result.returncode != 0:
+                print(report[-3000:], flush=True)
+    summary = {"steps": steps, "reference_seconds": reference_seconds, "join_delay_s": a.join_delay,
+               "campaigns": rows}
+    if joins:
+        ordered = sorted(joins)
+        summary["join_ms"] = {"count": len(joins), "p50": statistics.median(joins),
+                              "p99": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
+                              "max": ordered[-1]}
+    if states:
+        summary["state_mb"] = states[0][0]
+        summary["state_transfer_ms_p50"] = statistics.median(ms for _, ms in states)
+    print("joins: " + (f"{summary['join_ms']['count']}, p50 {summary['join_ms']['p50']:.0f} ms, p99 "
+                       f"{summary['join_ms']['p99']:.0f} ms" if joins else "none"))
+    if a.json_out:
+        record = benchlib.meta("elastic_goodput", [f"benchmarks/train/elastic_goodput.py --build "
+                                                   f"{benchlib.rel(a.build)} --seconds {a.seconds:g} --gaps {a.gaps} "
+                                                   f"--join-delay {a.join_delay:g}"] + commands, False, started)
+        record["goodput"] = summary
+        benchlib.write_json(a.json_out, record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
