@@ -55,7 +55,9 @@ Families and what each writes (RESULTS.md's sections):
                                          the verdict, the survivors' smaller ring, one all-reduce on it
                                          (collective/shrink_bench.cpp); and with real processes, the MNIST example
                                          (3 workers, one killed per run, 50 runs): the loss seen → training again on
-                                         two (train/elastic_shrink.py; the build needs -DMWSTRAT_BUILD_EXAMPLES=ON)
+                                         two (train/elastic_shrink.py; the build needs -DMWSTRAT_BUILD_EXAMPLES=ON);
+                                         the goodput under fault campaigns and the joins' times
+                                         (train/elastic_goodput.py)
               train_sealed.json          MNIST CNN training on 2 simulated hosts × 1 worker, plain vs authenticated vs
                                          encrypted, at 10 and 1 Gbit/s (train/hosts_train.py --security)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
@@ -665,9 +667,18 @@ def family_elastic(a, log):
              a.data_dir, "--faults", faults, "--json-out", out], log, 3600)
         with open(out) as f:
             processes = json.load(f)
-    record = benchlib.meta("elastic", [command] + processes["commands"], a.quick, started)
+    # And the goodput under fault campaigns without spares: a lost worker's node returns as a joiner 5 s later
+    # (train/elastic_goodput.py: one SIGKILL every 60 s and every 15 s, the joins' times from the same runs).
+    with tempfile.TemporaryDirectory(prefix="mwstrat-goodput-") as tmp:
+        out = os.path.join(tmp, "goodput.json")
+        run([sys.executable, os.path.join(HERE, "train", "elastic_goodput.py"), "--build", a.build, "--data-dir",
+             a.data_dir, "--json-out", out] + (["--seconds", "40", "--gaps", "15"] if a.quick else []), log, 7200)
+        with open(out) as f:
+            goodput = json.load(f)
+    record = benchlib.meta("elastic", [command] + processes["commands"] + goodput["commands"], a.quick, started)
     record["shrink"] = rows
     record["shrink_processes"] = processes["shrink_processes"]
+    record["goodput"] = goodput["goodput"]
     benchlib.write_json(os.path.join(a.results, "elastic.json"), record)
 
 

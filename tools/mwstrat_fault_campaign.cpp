@@ -441,7 +441,8 @@ class job_runner {
     if (o_.elastic && text.rfind("mwstrat-launch: a joiner takes worker ", 0) == 0) ++joiners_due_;
     if (o_.elastic && text.find("[mwstrat.recovery]") != std::string::npos) {
       if (const std::size_t j = text.find(" joined: "); j != std::string::npos) {
-        for (std::size_t at = text.find("worker "); at != std::string::npos && at < j; at = text.find("worker ", at + 1)) {
+        // "worker 2 joined", "worker 1, worker 2 joined": one fewer due for each.
+        for (std::size_t at = text.find("worker "); at < j; at = text.find("worker ", at + 1)) {
           joiners_due_ = std::max(0, joiners_due_ - 1);
         }
       }
@@ -824,7 +825,10 @@ int main(int argc, char** argv) {
     for (const auto& f : r.faults) if (f.recovered) times.push_back(f.recovery);
     if (!times.empty()) {
       std::sort(times.begin(), times.end());
-      const auto at = [&](double q) { return times[std::min(times.size() - 1, static_cast<std::size_t>(q * static_cast<double>(times.size())))]; };
+      const auto at = [&](double q) {
+        const auto i = static_cast<std::size_t>(q * static_cast<double>(times.size()));
+        return times[std::min(times.size() - 1, i)];
+      };
       say("from a loss to training again: p50 " + fixed(1000 * at(0.5), 0) + " ms, p99 " + fixed(1000 * at(0.99), 0) +
           " ms, max " + fixed(1000 * times.back(), 0) + " ms over " + std::to_string(times.size()) + " fault(s)");
     }

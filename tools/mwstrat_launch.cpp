@@ -63,7 +63,13 @@
 // job instead of waiting for a replacement (train/in_memory_recovery.hpp). A worker that fails is not replaced and
 // the others are not ended while at least K still run: its survivors build a smaller ring and go on with the same
 // global batch. A stopped one is reported by the survivors and ended, as above. Below K the survivors exit 69 and
-// the group is restarted (from its backup) as without the flag.
+// the group is restarted (from its backup) as without the flag. With --max-workers M (and --max-restarts J) every
+// worker also gets a join address (MWSTRAT_JOIN_LISTEN: where it hears joiners while it is the chief), and a failed
+// worker's place is taken --join-delay MS later by a joiner (MWSTRAT_JOIN: every worker's join address), which the
+// job takes in at a step boundary; each counts as a restart. The survivors of a loss first wait --spare-wait MS
+// (MWSTRAT_SPARE_WAIT_MS, default 3000) for it. A joiner reports the ring it joined ("joined WORKER GENERATION"),
+// so that a loss reported from an earlier ring is taken for the worker it replaced; a joiner still waiting when
+// the job finishes is ended, and is not a failure.
 //
 // Exit status: 0 when every worker succeeded (under --min-workers: every worker the job went on with); 75 when the
 // workers stopped for preemption (and the launcher itself was signalled); otherwise the first failure's (128 + signal
@@ -314,13 +320,17 @@ options parse(int argc, char** argv) {
     usage("--replace-lost needs --max-restarts K (K >= 1): each replacement counts as a restart");
   }
   if (o.min_workers > o.workers) usage("--min-workers: more than the -n workers");
-  if (o.max_workers && !o.min_workers) usage("--max-workers needs --min-workers K: only an elastic job takes joiners in");
+  if (o.max_workers && !o.min_workers) {
+    usage("--max-workers needs --min-workers K: only an elastic job takes joiners in");
+  }
   if (o.max_workers && o.max_workers < o.workers) usage("--max-workers: fewer than the -n workers");
   if (o.max_workers && o.max_restarts == 0) {
     usage("--max-workers needs --max-restarts J (J >= 1): each joiner started in a lost worker's place counts as a "
           "restart");
   }
-  if ((o.join_delay_ms || o.spare_wait_ms >= 0) && !o.max_workers) usage("--join-delay and --spare-wait need --max-workers");
+  if ((o.join_delay_ms || o.spare_wait_ms >= 0) && !o.max_workers) {
+    usage("--join-delay and --spare-wait need --max-workers");
+  }
   if (o.max_workers && o.any_remote()) usage("--max-workers is not available for workers started over ssh yet");
   if (o.spare_wait_ms < 0) o.spare_wait_ms = o.max_workers ? 3000 : 0;
   if (o.min_workers && o.replace_lost) {

@@ -66,4 +66,35 @@ TEST(fault_campaign_release, six_faults_over_300_mnist_steps_are_survived_and_th
   }
 }
 
+// --elastic: 3 workers under --min-workers 2 --max-workers 3, each lost worker's place taken by a joiner half a
+// second later. Four kills and stops of random workers (the chief among them) over 1500 steps: every one
+// survived by shrinking (no group restart), every joiner taken back in, the goodput and the loss-to-training times
+// reported, and the final model close to the fault-free run's (the same steps, summed in other orders).
+TEST(fault_campaign_release, an_elastic_job_shrinks_and_grows_through_four_faults_and_reports_its_goodput) {
+  scratch_dir dir;
+  const std::string job = launcher + " -n 3 --min-workers 2 --max-workers 3 --max-restarts 20 --spare-wait 0" +
+                          " --join-delay 500 -- " + example + " --data-dir " + mnist_dir +
+                          " --seed 7 --epochs 1 --steps-per-epoch 1500 --global-batch 48 --batch-size 16 --no-test" +
+                          " --recovery-timeout 60 --model-dir " + (dir / "model");
+  // Gaps of 2 to 4 s: the first fault comes once every worker trains (fit's start is not covered by recovery).
+  const auto r = run(campaign_tool + " --elastic --faults 4 --seed 5 --gap-min 2 --gap-max 4 --model " +
+                         (dir / "model") + "/model.safetensors --work-dir " + (dir / "work") + " --timeout 200 -- " +
+                         job,
+                     290);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("faults injected: 4\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("faults survived: 4\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("worker groups started: 1\n"), std::string::npos) << "shrunk, never restarted\n"
+                                                                             << r.output;
+  EXPECT_NE(r.output.find("goodput: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("from a loss to training again: p50 "), std::string::npos) << r.output;
+  ASSERT_NE(r.output.find("largest difference "), std::string::npos) << r.output;
+  EXPECT_LT(number_after(r.output, "largest difference "), 1e4) << "within 1e-2 of the largest parameter\n" << r.output;
+  const std::string log = read_file(dir.path() / "work" / "campaign.log");
+  const std::string joined = " joined: 3 workers";
+  std::size_t joins = 0;
+  for (std::size_t at = log.find(joined); at != std::string::npos; at = log.find(joined, at + 1)) ++joins;
+  EXPECT_GE(joins, 3u) << "the job grew back after its faults (the last may come after the job's end)";
+}
+
 }  // namespace fault_campaign_release_test

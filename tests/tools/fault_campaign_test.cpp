@@ -32,6 +32,10 @@ TEST(fault_campaign, argument_errors_name_the_option) {
       {"--faults 2 --model m --reference-model r -- true", "--reference-model needs --reference-seconds"},
       {"--faults 2 --gap-min 3 --gap-max 1 --print-schedule", "--gap-min is larger than --gap-max"},
       {"--faults 2 --model m --frobnicate -- true", "unknown option '--frobnicate'"},
+      {"--faults 2 --model m --elastic -- true", "--elastic: the job must be mwstrat-launch ... --min-workers K"},
+      {"--faults 2 --model m --elastic -- mwstrat-launch -n 2 -- true", "--elastic: the job must be mwstrat-launch"},
+      {"--faults 2 --model m --elastic --replace-lost -- mwstrat-launch --min-workers 1 -- true",
+       "--elastic and --replace-lost exclude each other"},
       // The machine's own disk is never filled: a disk fault needs a small file system (or --disk-tmpfs).
       {"--faults 2 --model m --kinds disk --disk / -- true",
        "a disk fault would fill all of it"},

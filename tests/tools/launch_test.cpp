@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace launch_test {
 
@@ -121,7 +122,39 @@ TEST(launch, replace_lost_ends_a_stopped_worker_on_a_survivors_report) {
   EXPECT_LT(r.seconds, 20.0) << r.output;
 }
 
+// --max-workers: worker 1 fails at once and a joiner takes its place (MWSTRAT_JOIN set, the join addresses every
+// worker has); worker 0 then reports worker 1 lost from ring 0 — its predecessor's loss, which must not end the
+// joiner. Both exit 0: the job ends well.
+TEST(launch, a_joiner_takes_a_failed_workers_place_and_a_loss_reported_from_an_earlier_ring_does_not_end_it) {
+  const auto r = launch("-n 2 --min-workers 1 --max-workers 2 --max-restarts 1 --spare-wait 0 -- sh -c '"
+                        "case \"$TF_CONFIG\" in "
+                        "*\"index\\\": 1\"*) if [ -z \"$MWSTRAT_JOIN\" ]; then exit 1; fi; "
+                        "echo \"joiner via $MWSTRAT_JOIN listens $MWSTRAT_JOIN_LISTEN max $MWSTRAT_MAX_WORKERS\"; "
+                        "sleep 1.5; echo joiner done;; "
+                        "*) sleep 0.5; echo \"lost 1 0\" >&$MWSTRAT_LAUNCH_REPORT_FD; sleep 2; echo done;; esac'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("the job goes on without it (1 workers, --min-workers 1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a joiner takes worker 1's place in 0 ms (restart 1 of 1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(a joiner)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 1] joiner via 127.0.0.1:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" max 2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("the survivors report worker 1"), std::string::npos) << "the joiner was ended\n" << r.output;
+  EXPECT_NE(r.output.find("[worker 1] joiner done"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 0] done"), std::string::npos) << r.output;
+}
+
 TEST(launch, rejects_bad_arguments_clearly) {
+  const std::pair<std::string, std::string> elastic[] = {
+      {"-n 2 --max-workers 2 -- true", "--max-workers needs --min-workers K"},
+      {"-n 2 --min-workers 1 --max-workers 2 -- true", "--max-workers needs --max-restarts J"},
+      {"-n 3 --min-workers 1 --max-workers 2 --max-restarts 1 -- true", "--max-workers: fewer than the -n workers"},
+      {"-n 2 --join-delay 5 -- true", "--join-delay and --spare-wait need --max-workers"},
+  };
+  for (const auto& [args, expected] : elastic) {
+    const auto bad = launch(args);
+    EXPECT_EQ(bad.status, 2) << args << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(expected), std::string::npos) << args << "\n" << bad.output;
+  }
   const auto replace = launch("-n 2 --replace-lost -- true");
   EXPECT_EQ(replace.status, 2);
   EXPECT_NE(replace.output.find("--replace-lost needs --max-restarts K"), std::string::npos) << replace.output;

@@ -199,9 +199,12 @@ class mirrored_strategy {
   /// Collective call: the chief waits at most `wait` for a joiner (returning at once when one is pending), and every
   /// replica learns how many are pending there.
   int await_joiners(std::chrono::milliseconds wait)
-    requires requires(collective_type& c, std::chrono::milliseconds t) { { c.await_joiners(t) } -> std::convertible_to<int>; }
+    requires requires(collective_type& c, std::chrono::milliseconds t) {
+      { c.await_joiners(t) } -> std::convertible_to<int>;
+    }
   {
     std::array<double, 1> count{is_chief() ? static_cast<double>(collective().await_joiners(wait)) : 0.0};
+    // The others wait in the broadcast for the chief: its wait, and a minute for the broadcast itself.
     collective().broadcast(std::span<double>(count), 0, op_options{wait + std::chrono::milliseconds(60000)});
     return static_cast<int>(count[0]);
   }

@@ -638,7 +638,9 @@ class recovery_session {
                                                          " (every worker must train the same model on the same data)");
         }
         ranks.push_back(rank);
-        if (strategy_.is_chief()) recovery_log(0, "refused the joiner at rank " + std::to_string(rank) + ": its " + why);
+        if (strategy_.is_chief()) {
+          recovery_log(0, "refused the joiner at rank " + std::to_string(rank) + ": its " + why);
+        }
       }
       strategy_.shrink_collective(std::span<const int>(ranks), options_.timeout.value_or(default_recovery_timeout));
     } else {

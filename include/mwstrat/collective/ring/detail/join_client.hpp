@@ -107,9 +107,9 @@ inline ring_options join_job(ring_options o) {
                                                     std::max(deadline - steady::now(), steady::duration::zero()))));
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
-  throw timeout_error({"ring.join", o.rank}, "no chief admitted this worker into the job within " +
-                                                 std::to_string(o.connect_timeout.count()) + " ms (tried " +
-                                                 std::to_string(o.join_via.size()) + " join address(es); " + last + ")");
+  throw timeout_error({"ring.join", o.rank},
+                      "no chief admitted this worker into the job within " + std::to_string(o.connect_timeout.count()) +
+                          " ms (tried " + std::to_string(o.join_via.size()) + " join address(es); " + last + ")");
 }
 
 }  // namespace mwstrat::detail
