@@ -1109,9 +1109,11 @@ class Page:
             w()
         g = e.get("goodput")
         if g:
-            w(f"Goodput under fault campaigns without spares (`{e['commands'][3]}`): the MNIST example, 3 workers "
-              f"under `mwstrat-launch --min-workers 2 --max-workers 3 --spare-wait 0 --join-delay "
-              f"{fmt(g['join_delay_s'] * 1000, 0)}` (a lost worker's node returns as a joiner "
+            n = g.get("workers", 3)
+            when = f" (measured {e['goodput_date']})" if e.get("goodput_date") else ""
+            w(f"Goodput under fault campaigns without spares{when} (`{e['commands'][3]}`): the MNIST example, {n} workers "
+              f"under `mwstrat-launch --min-workers {n - 1} --max-workers {n} --spare-wait 0 --join-delay "
+              f"{int(g['join_delay_s'] * 1000)}` (a lost worker's node returns as a joiner "
               f"{fmt(g['join_delay_s'], 0)} s later), {g['steps']} steps of a global batch of 48, fault-free in "
               f"{fmt(g['reference_seconds'], 1)} s; one SIGKILL of a random worker every gap. Goodput = training steps "
               "per second against the fault-free run (the same steps). Goals: at least 98% at one fault every 60 s "
@@ -1122,20 +1124,40 @@ class Page:
             for c in g["campaigns"]:
                 w(f"| {fmt(c['gap_s'], 0)} s | {fmt(c['faults_injected'], 0)} | {fmt(c['faults_survived'], 0)} | "
                   f"{fmt(c['goodput_percent'], 1)}% | {fmt(c['loss_to_training_p50_ms'], 0)} ms | "
-                  f"{fmt(c['loss_to_training_p99_ms'], 0)} ms | {c['joins']} |")
+                  f"{fmt(c['loss_to_training_p99_ms'], 0)} ms | {c.get('joined', c['joins'])} |")
             w()
+            spare = e.get("goodput_spare")
+            if spare:
+                c = spare["campaigns"][0]
+                w(f"With a spare started at once (`{e['commands'][-1]}`: `--join-delay 0 --spare-wait "
+                  f"{fmt(spare['spare_wait_s'], 0)}`, the survivors wait for it before training smaller, and it joins at "
+                  f"the boundary they shrank at): one fault every {fmt(c['gap_s'], 0)} s, "
+                  f"{fmt(c['faults_injected'], 0)} injected and survived, **goodput {fmt(c['goodput_percent'], 1)}%**, "
+                  f"loss → training again on {spare['workers']} workers, the spare's start and join included, p50 "
+                  f"{fmt(c['loss_to_training_p50_ms'], 0)} ms, p99 {fmt(c['loss_to_training_p99_ms'], 0)} ms.")
+                w()
             if g.get("join_ms"):
                 j = g["join_ms"]
                 w(f"Joins in those runs ({j['count']}): from the step boundary where the joiner was due to training "
-                  f"again on three workers (the larger ring, the identity check, the {fmt(g.get('state_mb'), 1)} MB "
+                  f"again on {n} workers (the larger ring, the identity check, the {fmt(g.get('state_mb'), 1)} MB "
                   f"state from a member's memory, the resharded data): **p50 {fmt(j['p50'], 0)} ms, p99 "
                   f"{fmt(j['p99'], 0)} ms** (goal: at most 1 s). On loopback the state moves through shared memory "
                   f"(p50 {fmt(g.get('state_transfer_ms_p50'), 0)} ms); between simulated hosts it was not measured.")
                 w()
-            w("On this machine the three workers share two cores, so a group of two is no slower per step than three; "
-              "on separate machines each step of a shrunk group of two takes half as long again until the joiner is "
-              "back, which the goodput here does not show.")
+            w("Each worker has a core of its own, as on separate machines: a shrunk group computes each step's global "
+              "batch with fewer workers, more slowly, until the joiner is back. (Three workers would share the two "
+              "cores, and a group of two would be no slower per step than three.)")
             w()
+        if g:
+            fifteen = [c for c in g["campaigns"] if c["gap_s"] == 15]
+            if fifteen:
+                self.headlines.append(("Elastic goodput, one fault every 15 s, the node back after "
+                                       f"{fmt(g['join_delay_s'], 0)} s", f"{fmt(fifteen[0]['goodput_percent'], 1)}%",
+                                       "torchft 30.2% (published, another setting)", "goal ≥ 90%", short_source(e),
+                                       e["commands"][3]))
+            if g.get("join_ms"):
+                self.headlines.append(("Elastic join, due → training again (p99)", f"{fmt(g['join_ms']['p99'], 0)} ms",
+                                       "—", "goal ≤ 1 s", short_source(e), e["commands"][3]))
         sixteen = [x for x in e.get("shrink", []) if x["workers"] == 16]
         if sixteen:
             x = sixteen[0]

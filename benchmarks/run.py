@@ -668,11 +668,13 @@ def family_elastic(a, log):
         with open(out) as f:
             processes = json.load(f)
     # And the goodput under fault campaigns without spares: a lost worker's node returns as a joiner 5 s later
-    # (train/elastic_goodput.py: one SIGKILL every 60 s and every 15 s, the joins' times from the same runs).
+    # (train/elastic_goodput.py: one SIGKILL every 60 s and every 15 s, the joins' times from the same runs). Two
+    # workers, a core each, as on separate machines (three would share two cores: a shrunk group is then no slower).
     with tempfile.TemporaryDirectory(prefix="mwstrat-goodput-") as tmp:
         out = os.path.join(tmp, "goodput.json")
         run([sys.executable, os.path.join(HERE, "train", "elastic_goodput.py"), "--build", a.build, "--data-dir",
-             a.data_dir, "--json-out", out] + (["--seconds", "40", "--gaps", "15"] if a.quick else []), log, 7200)
+             a.data_dir, "--workers", "2", "--json-out", out] + (["--seconds", "40", "--gaps", "15"] if a.quick else []),
+            log, 7200)
         with open(out) as f:
             goodput = json.load(f)
     record = benchlib.meta("elastic", [command] + processes["commands"] + goodput["commands"], a.quick, started)
