@@ -240,6 +240,37 @@ TEST(Distributed, ReshardingRefusesAnythingButDataSharding) {
   EXPECT_THROW(shared.reshard(11, 0), mwstrat::config_error);  // a worker would have no example
 }
 
+TEST(Distributed, TheDataFingerprintIsTheSameOnEveryWorkerAndAfterAReshardAndDiffersForOtherData) {
+  // What an elastic job compares with a joiner's: equal for the same set and options whatever the worker and after a
+  // reshard; different for another seed, global batch or shuffle, another label, and another pixel of a sampled
+  // example (every 64th: 0 and 64 here).
+  const auto set = numbered(100);
+  const std::uint64_t job = data::distributed_batches(set, options(10, 2, 0)).data_fingerprint();
+  EXPECT_EQ(data::distributed_batches(set, options(10, 2, 1)).data_fingerprint(), job);
+  data::distributed_batches resharded(set, options(10, 2, 1));
+  resharded.reshard(5, 3);
+  EXPECT_EQ(resharded.data_fingerprint(), job);
+  EXPECT_NE(data::distributed_batches(set, options(10, 2, 0, 8)).data_fingerprint(), job) << "another seed";
+  EXPECT_NE(data::distributed_batches(set, options(20, 2, 0)).data_fingerprint(), job) << "another global batch";
+  auto unshuffled = options(10, 2, 0);
+  unshuffled.shuffle = false;
+  EXPECT_NE(data::distributed_batches(set, unshuffled).data_fingerprint(), job) << "no shuffle";
+  std::vector<std::uint8_t> pixels(set.pixels().begin(), set.pixels().end());
+  std::vector<std::int64_t> labels(set.labels().begin(), set.labels().end());
+  auto relabelled = labels;
+  relabelled[99] = 3;
+  EXPECT_NE(data::distributed_batches(data::labeled_images(pixels, relabelled, 2, 2), options(10, 2, 0))
+                .data_fingerprint(),
+            job)
+      << "another label";
+  auto repainted = pixels;
+  repainted[64 * 4 + 3] = 7;  // example 64's last pixel
+  EXPECT_NE(data::distributed_batches(data::labeled_images(repainted, labels, 2, 2), options(10, 2, 0))
+                .data_fingerprint(),
+            job)
+      << "another pixel of a sampled example";
+}
+
 TEST(Distributed, WorkersTakeContiguousParts) {
   const auto set = numbered(48);
   auto one = make_workers(set, 12, 1);

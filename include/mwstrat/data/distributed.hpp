@@ -30,6 +30,7 @@
 #include <mwstrat/data/detail/shard_walk.hpp>
 #include <mwstrat/data/labeled_images.hpp>
 #include <mwstrat/data/sharding.hpp>
+#include <mwstrat/detail/hash.hpp>
 #include <mwstrat/error.hpp>
 
 #include <algorithm>
@@ -39,6 +40,7 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -129,6 +131,28 @@ class distributed_batches {
   [[nodiscard]] const distribution_options& options() const noexcept { return options_; }
   /// The data set.
   [[nodiscard]] const labeled_images& images() const noexcept { return set_; }
+
+  /// A digest of what decides the global batches: the examples (every label, and the pixels of every 64th example),
+  /// the shape, the global batch and the shuffle. An elastic job compares it with a joiner's before it hands over its
+  /// state (train/in_memory_recovery.hpp), so that a worker started on other data is refused. Not the workers: the
+  /// same on every worker, and after a `reshard`.
+  [[nodiscard]] std::uint64_t data_fingerprint() const {
+    const auto bytes = [](const auto& v) {
+      return std::string_view(reinterpret_cast<const char*>(&v), sizeof v);
+    };
+    std::uint64_t h = mwstrat::detail::fnv1a64(bytes(options_.seed));
+    for (const std::uint64_t v : {std::uint64_t{options_.global_batch}, std::uint64_t{options_.shuffle},
+                                  std::uint64_t{options_.reshuffle_each_epoch}, std::uint64_t{options_.drop_remainder},
+                                  std::uint64_t{set_.example_size()}, std::uint64_t{set_.count()}}) {
+      h = mwstrat::detail::fnv1a64(bytes(v), h);
+    }
+    const auto add = [&h](const auto span) {
+      h = mwstrat::detail::fnv1a64(std::string_view(reinterpret_cast<const char*>(span.data()), span.size_bytes()), h);
+    };
+    add(set_.labels());
+    for (std::size_t i = 0; i < set_.count(); i += 64) add(set_.image(i));
+    return h;
+  }
 
   /// Elastic training (train/in_memory_recovery.hpp): the same global batches, from now on split over `num_workers`
   /// workers, this one `worker_index` of them. Only under data sharding, where the global order does not depend on

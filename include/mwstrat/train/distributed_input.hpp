@@ -141,6 +141,13 @@ class distributed_input {
     return b != nullptr && b->mode() == data::shard_mode::data;
   }
 
+  /// What an elastic job compares with a joiner's (`data::distributed_batches::data_fingerprint`); 0 for records
+  /// streamed from files (their shape is still compared).
+  [[nodiscard]] std::uint64_t data_fingerprint() const {
+    const auto* b = std::get_if<data::distributed_batches>(&state_->source);
+    return b != nullptr ? b->data_fingerprint() : 0;
+  }
+
   /// False: every step is filled when it is asked for (no prefetch thread). For measuring what prefetch saves.
   void set_prefetch(bool on) { state_->prefetch = on; }
 

@@ -202,7 +202,8 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
     }
   }
   ctx.relaunched = recovery.relaunched();
-  const detail::job_identity identity = detail::identity_of(model, train, ctx.steps_per_pass);
+  const detail::job_identity identity =
+      recovery.checks_joiners() ? detail::identity_of(model, train, ctx.steps_per_pass) : detail::job_identity{};
   recovery.start(ctx, identity);
   if (recovery.joiner()) {
     // A joiner reads the job's global batches from where the members are, as one of the larger group.

@@ -144,10 +144,13 @@ inline constexpr std::chrono::milliseconds default_recovery_timeout{60'000};
 // length) and the training data's shape (steps in a pass, the examples of its first and last global batch). A
 // joiner with another model or other data is refused, and the job goes on without it.
 struct job_identity {
-  std::array<std::int64_t, 5> words{};
+  std::array<std::int64_t, 6> words{};
   static constexpr const char* names[] = {"model fingerprint", "model fingerprint", "steps in a pass over the data",
                                           "examples in the data's first global batch",
-                                          "examples in the data's last global batch"};
+                                          "examples in the data's last global batch",
+                                          "training data (its examples, labels, global batch or shuffle)"};
+  // Words compared as numbers (the others are digests: only "differs" is said).
+  static constexpr bool counted(std::size_t k) { return k >= 2 && k <= 4; }
 };
 
 // The options `fit` runs with: the program's, and the launcher's where the program left the defaults (never turning
@@ -378,6 +381,9 @@ job_identity identity_of(Model& model, const Train& train, std::size_t steps_per
       id.words[4] = static_cast<std::int64_t>(train.global_count_at(0, steps_per_pass - 1));
     }
   }
+  if constexpr (requires { { train.data_fingerprint() } -> std::convertible_to<std::uint64_t>; }) {
+    id.words[5] = static_cast<std::int64_t>(train.data_fingerprint());
+  }
   return id;
 }
 
@@ -395,8 +401,9 @@ std::vector<std::pair<int, std::string>> mismatched_joiners(Strategy& strategy, 
       const auto theirs = all[static_cast<std::size_t>(r) * w + k];
       if (theirs == all[k]) continue;
       out.emplace_back(r, std::string(job_identity::names[k]) +
-                              (k < 2 ? " differs from the job's" : ": " + std::to_string(theirs) + ", the job's " +
-                                                                       std::to_string(all[k])));
+                              (!job_identity::counted(k) ? " differs from the job's"
+                                                         : ": " + std::to_string(theirs) + ", the job's " +
+                                                               std::to_string(all[k])));
       break;
     }
   }
@@ -471,6 +478,8 @@ class recovery_session {
   [[nodiscard]] const training_snapshot& snapshot() const { return snapshot_; }
   /// Whether this worker joined the job while it trained (its state came from a member's memory at the start).
   [[nodiscard]] bool joiner() const { return joiner_; }
+  /// Whether the job's identity is compared with joiners' (the job takes them in, or this worker is one).
+  [[nodiscard]] bool checks_joiners() const { return grows_ || joiner_; }
 
   // The state the job starts from: a replacement's and a joiner's come from a member's memory (then ctx.rejoined);
   // otherwise the same architecture everywhere is checked and the chief's initial weights go everywhere. `identity`:
