@@ -212,12 +212,15 @@ class mirrored_strategy {
   /// Collective call, on every replica once they have agreed to take `count` joiners in: the chief takes them from its
   /// desk and says who they are, every replica drops this collective and builds the larger one with them (the
   /// joiners hold the last ranks; at most `timeout`), and the chief tells the joiners where they stand. Returns the
-  /// joiners' worker indices, in rank order (fewer than `count` when some went away; none: nothing was rebuilt).
-  /// Throws what the collective's constructor throws.
+  /// joiners' worker indices, in rank order (fewer than `count` when some went away). None: nothing was rebuilt, or
+  /// the larger ring could not start and the members rebuilt theirs without the joiners. Throws what the
+  /// collective's constructor throws for that one.
   std::vector<int> grow_collective(int count, std::chrono::milliseconds timeout)
     requires std::same_as<Collective, std::unique_ptr<collective_type>> &&
-             requires(collective_type& c, std::span<const std::string> a, std::chrono::milliseconds t) {
+             requires(collective_type& c, std::span<const std::string> a, std::span<const int> l,
+                      std::chrono::milliseconds t) {
                collective_type(c.with_ranks(a, t));
+               collective_type(collective_type::without_ranks(c.with_ranks(a, t), l, t));
                c.take_joiners(1);
              }
   {
@@ -250,7 +253,17 @@ class mirrored_strategy {
     auto options = collective().with_ranks(std::span<const std::string>(addresses), timeout);
     if (is_chief()) collective().admit_joiners(options);
     held_.reset();  // its sockets and threads go first: the new one listens on the same address
-    held_ = std::make_unique<collective_type>(std::move(options));
+    try {
+      held_ = std::make_unique<collective_type>(options);
+    } catch (const error&) {
+      // The larger ring never started (a joiner died after its admission): no member's start-up completes without
+      // every rank, so every member gives it up and the members go on among themselves, in the next generation.
+      std::vector<int> joiners;
+      for (int r = size_; r < static_cast<int>(options.addresses.size()); ++r) joiners.push_back(r);
+      held_ = std::make_unique<collective_type>(
+          collective_type::without_ranks(options, std::span<const int>(joiners), timeout));
+      workers.clear();
+    }
     rank_ = collective().rank();
     size_ = collective().size();
     return workers;

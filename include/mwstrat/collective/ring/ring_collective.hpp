@@ -128,31 +128,40 @@ class ring_collective : public detail::front_end<ring_collective> {
   /// Throws `config_error` when `lost` names this rank, a rank out of range, or none. Destroy this ring before making
   /// that one: it listens on the same address.
   [[nodiscard]] ring_options without_ranks(std::span<const int> lost, std::chrono::milliseconds timeout) const {
-    const int n = size();
+    ring_options o = without_ranks(ring_.job.options(), lost, timeout);
+    o.join_desk = desk_;
+    return o;
+  }
+
+  /// `without_ranks` on the options of a ring (`o.rank` this rank) rather than on a connected one: what the members
+  /// build when a ring they could not start (joiners that never came) must be given up.
+  [[nodiscard]] static ring_options without_ranks(ring_options o, std::span<const int> lost,
+                                                  std::chrono::milliseconds timeout) {
+    const int n = static_cast<int>(o.addresses.size());
     std::vector<bool> gone(static_cast<std::size_t>(n), false);
     for (const int r : lost) {
-      if (r < 0 || r >= n || r == rank()) {
-        throw config_error({"ring", rank()}, "without_ranks: rank " + std::to_string(r) +
-                                                 (r == rank() ? " is this rank" : " is not a rank of this ring of " +
+      if (r < 0 || r >= n || r == o.rank) {
+        throw config_error({"ring", o.rank}, "without_ranks: rank " + std::to_string(r) +
+                                                 (r == o.rank ? " is this rank" : " is not a rank of this ring of " +
                                                                                       std::to_string(n)));
       }
       gone[static_cast<std::size_t>(r)] = true;
     }
-    ring_options o = ring_.job.options();
+    if (lost.empty()) throw config_error({"ring", o.rank}, "without_ranks: no rank named");
+    const std::vector<std::string> before = std::move(o.addresses);
+    const int me = o.rank;
     o.addresses.clear();
     for (int r = 0; r < n; ++r) {
       if (gone[static_cast<std::size_t>(r)]) continue;
-      if (r == rank()) o.rank = static_cast<int>(o.addresses.size());
-      o.addresses.push_back(ring_.job.ranks().address(r));
+      if (r == me) o.rank = static_cast<int>(o.addresses.size());
+      o.addresses.push_back(before[static_cast<std::size_t>(r)]);
     }
-    if (lost.empty()) throw config_error({"ring", rank()}, "without_ranks: no rank named");
     // The membership joins the cluster fingerprint (and so the handshake's digest): two groups that disagree on who
     // is left (a rank cut off that drew another verdict) can never connect into one ring, whatever their sizes.
     o.cluster_fingerprint += "|members";
     for (const auto& a : o.addresses) o.cluster_fingerprint += " " + a;
     o.generation = o.generation + 1;
     o.connect_timeout = timeout;
-    o.join_desk = desk_;
     return o;
   }
 
