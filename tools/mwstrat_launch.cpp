@@ -334,7 +334,8 @@ options parse(int argc, char** argv) {
   if (o.max_workers && o.any_remote()) usage("--max-workers is not available for workers started over ssh yet");
   if (o.spare_wait_ms < 0) o.spare_wait_ms = o.max_workers ? 3000 : 0;
   if (o.min_workers && o.replace_lost) {
-    usage("--min-workers and --replace-lost exclude each other: a shrunk job cannot take a replacement in yet");
+    usage("--min-workers and --replace-lost exclude each other: an elastic job takes a lost worker's place back with "
+          "--max-workers (a joiner at a step boundary), not with a replacement");
   }
   if (o.base_port != 0 && o.base_port + (o.max_workers ? 2 : 1) * o.workers - 1 > 65535) {
     usage("--base-port: ports run past 65535 (--max-workers takes a join port per worker after the workers' ports)");
