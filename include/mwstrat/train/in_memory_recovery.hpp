@@ -12,10 +12,10 @@
 ///      reduction of step k before the peer died is at k; one that had not is at k − 1): the latest is correct;
 ///   3. the source's snapshot is broadcast (a header of numbers, then the floats) and every rank loads it.
 ///
-/// The snapshot: `fit` copies the training state at every step boundary — after the step's reductions and its stop
-/// agreement — into memory it reuses: the parameters, the model's state, the optimizer's slots, step count and
-/// learning rate, the model's RNG position, the epoch, step and the epoch's metric sums: what BackupAndRestore
-/// saves, in memory. A fault strikes while parameters may be half-updated (the sharded update's all-gather, the
+/// The snapshot (detail/training_snapshot.hpp): `fit` copies the training state at every step boundary — after the
+/// step's reductions and its stop agreement — into memory it reuses: the parameters, the model's state, the
+/// optimizer's slots, step count and learning rate, the model's RNG position, the epoch, step and the epoch's metric
+/// sums: what BackupAndRestore saves, in memory. A fault strikes while parameters may be half-updated (the sharded update's all-gather, the
 /// shared host copy, buckets overlapping backward), so a rank's live parameters are never sent: only its snapshot,
 /// which is a complete boundary. The cost is one copy of that state per step (a memcpy; none unless recovery is on).
 ///
@@ -29,8 +29,9 @@
 /// join_desk.hpp). At a step boundary the chief offers the joiners pending there in the step's own reduction (or
 /// every worker waits for one where a callback set `train_context::await_joiners`, or for `spare_wait` after a
 /// shrink); the members then build the next ring with them behind (`grow_collective`), every rank compares the job's
-/// identity (a joiner with another model or other data is refused, and the ring shrinks back around it), the
-/// chief's map of ranks to workers is shared, and steps 2–3 hand the joiners the boundary's state; `fit` reshards.
+/// identity (detail/job_identity.hpp: a joiner with another model or other data is refused, and the ring shrinks
+/// back around it), the chief's map of ranks to workers is shared, and steps 2–3 hand the joiners the boundary's
+/// state; `fit` reshards.
 ///
 /// Limits: a model's per-replica state (plain batch normalization's moving statistics) cannot come from another
 /// replica's memory: every rank takes the source's. Callbacks' own state (EarlyStopping's best epoch, a progress
@@ -44,7 +45,9 @@
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 #include <mwstrat/train/concepts.hpp>
+#include <mwstrat/train/detail/job_identity.hpp>
 #include <mwstrat/train/detail/run_state.hpp>
+#include <mwstrat/train/detail/training_snapshot.hpp>
 #include <mwstrat/train/logs.hpp>
 
 #include <algorithm>
@@ -140,19 +143,6 @@ namespace detail {
 
 inline constexpr std::chrono::milliseconds default_recovery_timeout{60'000};
 
-// What a joiner must share with the job before it is given the job's state: the model (its fingerprint's digest and
-// length) and the training data's shape (steps in a pass, the examples of its first and last global batch). A
-// joiner with another model or other data is refused, and the job goes on without it.
-struct job_identity {
-  std::array<std::int64_t, 6> words{};
-  static constexpr const char* names[] = {"model fingerprint", "model fingerprint", "steps in a pass over the data",
-                                          "examples in the data's first global batch",
-                                          "examples in the data's last global batch",
-                                          "training data (its examples, labels, global batch or shuffle)"};
-  // Words compared as numbers (the others are digests: only "differs" is said).
-  static constexpr bool counted(std::size_t k) { return k >= 2 && k <= 4; }
-};
-
 // The options `fit` runs with: the program's, and the launcher's where the program left the defaults (never turning
 // recovery on for a strategy that cannot recover). The timeout is always set.
 template <bool Recoverable>
@@ -176,85 +166,6 @@ in_memory_recovery_options with_launcher(const in_memory_recovery_options& optio
   if (r.min_workers > 0) r.enabled = true;
   return r;
 }
-
-// The training state at one step boundary, in memory reused from boundary to boundary: the loop's flags, then the
-// run's state (train/detail/run_state.hpp) as doubles, and the float state.
-class training_snapshot {
- public:
-  // The header's fields before the run's state.
-  enum field : std::size_t {
-    position,  // 0: no snapshot; else 2 × global step + (1 at the top of an epoch), increasing through the run
-    stop_training,
-    preempted,
-    epochs_in_history,
-    fields
-  };
-
-  [[nodiscard]] std::uint64_t at() const { return static_cast<std::uint64_t>(header_[position]); }
-  [[nodiscard]] std::size_t history_size() const { return static_cast<std::size_t>(header_[epochs_in_history]); }
-  [[nodiscard]] std::span<double> header() { return header_; }
-  [[nodiscard]] std::span<float> floats() { return floats_; }
-
-  // Copies `ctx`'s state; `top` at the top of an epoch (after the previous epoch's end).
-  template <class Ctx>
-  void take(Ctx& ctx, bool top, std::size_t history_epochs) {
-    state_.capture(ctx);
-    header_.resize(fields + run_state::wire_size(state_.metric_sums.size()));
-    header_[position] = static_cast<double>(2 * ctx.global_step() + (top ? 1 : 0));
-    header_[stop_training] = ctx.stop_training ? 1 : 0;
-    header_[preempted] = ctx.preempted ? 1 : 0;
-    header_[epochs_in_history] = static_cast<double>(history_epochs);
-    state_.to_wire(std::span<double>(header_).subspan(fields));
-    const auto parts = state_parts(ctx);
-    std::size_t total = 0;
-    for (const auto& p : parts) total += p.size();
-    floats_.resize(total);
-    std::size_t at = 0;
-    for (const auto& p : parts) {
-      std::copy(p.begin(), p.end(), floats_.begin() + static_cast<std::ptrdiff_t>(at));
-      at += p.size();
-    }
-  }
-
-  // Puts the snapshot back into `ctx` (after a broadcast has made it the source's).
-  template <class Ctx>
-  void restore(Ctx& ctx) {
-    std::size_t at = 0;
-    for (const auto& p : state_parts(ctx)) {
-      std::copy_n(floats_.begin() + static_cast<std::ptrdiff_t>(at), p.size(), p.begin());
-      at += p.size();
-    }
-    state_.from_wire(std::span<const double>(header_).subspan(fields), ctx.epoch_metric_sums.size());
-    state_.apply(ctx);
-    ctx.stop_training = header_[stop_training] != 0;
-    ctx.preempted = header_[preempted] != 0;
-  }
-
-  // Sized for `ctx` with nothing in it (a replacement before it receives the state).
-  template <class Ctx>
-  void make_room(Ctx& ctx) {
-    header_.assign(fields + run_state::wire_size(ctx.epoch_metric_sums.size()), 0.0);
-    std::size_t total = 0;
-    for (const auto& p : state_parts(ctx)) total += p.size();
-    floats_.assign(total, 0.0f);
-  }
-
- private:
-  // The float state, in a fixed order: parameters, model state, optimizer slots.
-  template <class Ctx>
-  static std::array<std::span<float>, 3> state_parts(Ctx& ctx) {
-    using Model = std::remove_cvref_t<decltype(ctx.model)>;
-    using Optimizer = std::remove_cvref_t<decltype(ctx.optimizer)>;
-    std::array<std::span<float>, 3> parts{ctx.model.parameters(), std::span<float>(), std::span<float>()};
-    if constexpr (stateful_model<Model>) parts[1] = ctx.model.model_state();
-    if constexpr (checkpointable_optimizer<Optimizer>) parts[2] = optimizer_slots(ctx.optimizer, parts[0].size());
-    return parts;
-  }
-
-  std::vector<double> header_ = std::vector<double>(fields, 0.0);
-  std::vector<float> floats_;
-  run_state state_;
-};
 
 inline void recovery_log(int rank, const std::string& text) {
   std::fprintf(stderr, "[mwstrat.recovery] rank %d: %s\n", rank, text.c_str());
@@ -365,49 +276,6 @@ void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, cons
                                             (me == 0 ? "" : " now (it was rank " + std::to_string(me) + ")"));
   }
   exchange_state(strategy, ctx, snap, true);
-}
-
-// This worker's identity: `model`'s fingerprint, and the shape of `train` where it can say it (reshardable data).
-template <class Model, class Train>
-job_identity identity_of(Model& model, const Train& train, std::size_t steps_per_pass) {
-  job_identity id;
-  const std::string fingerprint(model.fingerprint());
-  id.words[0] = static_cast<std::int64_t>(fnv1a64(fingerprint));
-  id.words[1] = static_cast<std::int64_t>(fingerprint.size());
-  id.words[2] = static_cast<std::int64_t>(steps_per_pass);
-  if constexpr (reshardable_source<Train>) {
-    if (steps_per_pass > 0) {
-      id.words[3] = static_cast<std::int64_t>(train.global_count_at(0, 0));
-      id.words[4] = static_cast<std::int64_t>(train.global_count_at(0, steps_per_pass - 1));
-    }
-  }
-  if constexpr (requires { { train.data_fingerprint() } -> std::convertible_to<std::uint64_t>; }) {
-    id.words[5] = static_cast<std::int64_t>(train.data_fingerprint());
-  }
-  return id;
-}
-
-// Collective, on a ring that has just taken joiners in (they hold ranks `first` and up): compares every rank's
-// identity with the chief's. Returns the joiners whose identity differs, and why, the same on every rank.
-template <class Strategy>
-std::vector<std::pair<int, std::string>> mismatched_joiners(Strategy& strategy, const job_identity& mine, int first) {
-  const int n = strategy.num_replicas_in_sync();
-  constexpr std::size_t w = std::tuple_size_v<decltype(mine.words)>;
-  std::vector<std::int64_t> all(w * static_cast<std::size_t>(n));
-  strategy.collective().all_gather(std::span<const std::int64_t>(mine.words), std::span<std::int64_t>(all));
-  std::vector<std::pair<int, std::string>> out;
-  for (int r = first; r < n; ++r) {
-    for (std::size_t k = 0; k < w; ++k) {
-      const auto theirs = all[static_cast<std::size_t>(r) * w + k];
-      if (theirs == all[k]) continue;
-      out.emplace_back(r, std::string(job_identity::names[k]) +
-                              (!job_identity::counted(k) ? " differs from the job's"
-                                                         : ": " + std::to_string(theirs) + ", the job's " +
-                                                               std::to_string(all[k])));
-      break;
-    }
-  }
-  return out;
 }
 
 // In-memory recovery over one `fit`: whether it is on, whether this process replaces a lost worker (its ring is a
