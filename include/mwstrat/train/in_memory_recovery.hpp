@@ -15,9 +15,10 @@
 /// The snapshot (detail/training_snapshot.hpp): `fit` copies the training state at every step boundary — after the
 /// step's reductions and its stop agreement — into memory it reuses: the parameters, the model's state, the
 /// optimizer's slots, step count and learning rate, the model's RNG position, the epoch, step and the epoch's metric
-/// sums: what BackupAndRestore saves, in memory. A fault strikes while parameters may be half-updated (the sharded update's all-gather, the
-/// shared host copy, buckets overlapping backward), so a rank's live parameters are never sent: only its snapshot,
-/// which is a complete boundary. The cost is one copy of that state per step (a memcpy; none unless recovery is on).
+/// sums: what BackupAndRestore saves, in memory. A fault strikes while parameters may be half-updated (the sharded
+/// update's all-gather, the shared host copy, buckets overlapping backward), so a rank's live parameters are never
+/// sent: only its snapshot, which is a complete boundary. The cost is one copy of that state per step (a memcpy; none
+/// unless recovery is on).
 ///
 /// Shrinking (elastic training, `min_workers`): the survivors do not wait for a replacement. They take the verdict's
 /// culprit out (the same rank on every survivor), build the ring of the others at once (`shrink_collective`: the
