@@ -17,6 +17,7 @@
 #include <mwstrat/collective/mpi/mpi_collective.hpp>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -54,11 +55,11 @@ struct flags {
   double connect_timeout_s = 60;
   double op_timeout_s = 60;
   bool evaluate_test = true;
-  // Fault injection (tests, demos of BackupAndRestore): rank kill_rank SIGKILLs itself after global step
-  // kill_at_step, on the first launch attempt only (MWSTRAT_LAUNCH_ATTEMPT unset or 0). Every worker must be
+  // Fault injection (tests, demos of BackupAndRestore): each rank of kill_ranks (--kill-rank, repeatable: workers
+  // lost at once; rank 1 when none is given) SIGKILLs itself after global step kill_at_step, on the first launch attempt only (MWSTRAT_LAUNCH_ATTEMPT unset or 0). Every worker must be
   // given the same flags: they all meet at that step (see fault_injector).
   std::optional<std::uint64_t> kill_at_step;
-  int kill_rank = 1;
+  std::vector<int> kill_ranks;
   bool stop_instead = false;  // --fault-signal stop: the rank SIGSTOPs itself instead (a hung machine)
   // In-memory recovery (fit_options::recovery): a lost worker is replaced and the survivors go on. Also on when the
   // launcher says so (mwstrat-launch --replace-lost sets MWSTRAT_REPLACE_LOST=1).
@@ -155,7 +156,7 @@ mwstrat::data::labeled_images first_examples(const mwstrat::data::labeled_images
 // process (and never in a replacement, which the launcher marks).
 struct fault_injector {
   std::optional<std::uint64_t> at_step;
-  int rank;
+  std::vector<int> ranks;
   mwstrat::backup_and_restore* backup = nullptr;
   bool stop_instead = false;
   bool fired = false;
@@ -168,7 +169,8 @@ struct fault_injector {
       std::array<double, 1> durable{};
       ctx.strategy.mirror(std::span<double>(durable));
     }
-    if (ctx.strategy.replica_id() == rank) {
+    const int rank = ctx.strategy.replica_id();
+    if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) {
       std::fprintf(stderr, "fault injection: rank %d %s itself after global step %llu\n", rank,
                    stop_instead ? "stops" : "kills", static_cast<unsigned long long>(*at_step));
       std::fflush(stderr);
@@ -204,7 +206,7 @@ const char* const usage =
     "  [--batch-size B (per worker)] [--global-batch G (default B x workers)] [--optimizer sgd|adam]\n"
     "  [--learning-rate X] [--seed S] [--threads T]\n"
     "  [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--connect-timeout S] [--op-timeout S]\n"
-    "  [--no-test] [--kill-at-step N [--kill-rank R] [--fault-signal kill|stop]] [--tensorboard DIR]\n"
+    "  [--no-test] [--kill-at-step N [--kill-rank R]... [--fault-signal kill|stop]] [--tensorboard DIR]\n"
     "  [--collective ring|mpi] [--in-memory-recovery [--recovery-timeout S]]\n"
     "  [--min-workers K [--max-workers M [--await-joiner-at-step N (tests)]]]\n"
     "  [--train-examples N] [--test-examples N]\n"
@@ -248,7 +250,7 @@ flags parse(int argc, char** argv) {
     else if (args.is("--op-timeout")) f.op_timeout_s = args.positive(max_timeout_s);
     else if (args.is("--no-test")) f.evaluate_test = false;
     else if (args.is("--kill-at-step")) f.kill_at_step = args.whole<std::uint64_t>(0);
-    else if (args.is("--kill-rank")) f.kill_rank = args.whole(0);
+    else if (args.is("--kill-rank")) f.kill_ranks.push_back(args.whole(0));
     else if (args.is("--fault-signal")) {
       const std::string v = args.value();
       if (v != "kill" && v != "stop") args.fail("--fault-signal: '" + v + "' is not kill or stop");
@@ -327,7 +329,7 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   if (!f.backup_dir.empty()) {
     backup.emplace(mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
   }
-  fault_injector fault{f.kill_at_step, f.kill_rank, backup ? &*backup : nullptr, f.stop_instead};
+  fault_injector fault{f.kill_at_step, f.kill_ranks.empty() ? std::vector<int>{1} : f.kill_ranks, backup ? &*backup : nullptr, f.stop_instead};
   chief_stops_at stop{f.stop_at_step};
   pause_at pause{f.pause_at_step};
   await_joiner_at joins{f.await_joiner_at_step,

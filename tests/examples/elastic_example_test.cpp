@@ -38,8 +38,9 @@ constexpr std::size_t steps = 9;
 // Three workers started by hand (no launcher: nobody replaces a lost one), `flags` added to each. Waits for workers 0
 // and 2, then continues worker 1 (stopped by --fault-signal stop; a dead one ignores it) and waits for it. The output
 // has "codes E0 E1 E2" and the workers' logs.
+// `meanwhile`: shell run once all three are started, before the waits (their pids are $p0 $p1 $p2).
 process_result three_workers(const scratch_dir& dir, const std::string& name, const std::string& flags,
-                             const std::string& env = "") {
+                             const std::string& env = "", const std::string& meanwhile = "") {
   const auto ports = free_ports(3);
   std::string script;
   for (int w = 0; w < 3; ++w) {  // (appended piece by piece: GCC 12 -O3 misjudges "literal" + string as overlapping)
@@ -49,6 +50,7 @@ process_result three_workers(const scratch_dir& dir, const std::string& name, co
     script += dir / (name + ".log" + std::to_string(w));
     script += " 2>&1 & p" + std::to_string(w) + "=$!; ";
   }
+  script += meanwhile;
   script += "wait $p0; e0=$?; wait $p2; e2=$?; kill -CONT $p1 2>/dev/null; wait $p1; e1=$?; "
             "echo \"codes $e0 $e1 $e2\"; for w in 0 1 2; do sed \"s/^/[worker $w] /\" " +
             (dir / (name + ".log")) + "$w; done";
@@ -109,13 +111,13 @@ step_line final_step(const std::vector<std::map<std::size_t, step_line>>& logs, 
 // Every step of `name`'s run against the reference run: the same examples, the loss to 1e-4 relative, and three
 // workers before `shrunk_from` (a global step), two from there on — until `grown_at`, three again from there.
 void expect_same_steps(const scratch_dir& dir, const std::string& name, std::size_t shrunk_from,
-                       std::size_t grown_at = steps) {
+                       std::size_t grown_at = steps, int shrunk_to = 2) {
   const auto reference = read_step_logs(dir, "reference");
   const auto run_logs = read_step_logs(dir, name);
   for (std::size_t s = 0; s < steps; ++s) {
     const step_line want = final_step(reference, s), got = final_step(run_logs, s);
     ASSERT_EQ(want.workers, 3) << "step " << s << " of the reference run";
-    EXPECT_EQ(got.workers, s < shrunk_from || s >= grown_at ? 3 : 2) << "step " << s;
+    EXPECT_EQ(got.workers, s < shrunk_from || s >= grown_at ? 3 : shrunk_to) << "step " << s;
     EXPECT_EQ(got.examples.size(), 15u) << "step " << s;
     EXPECT_EQ(got.examples, want.examples) << "step " << s << " trained on other examples";
     EXPECT_NEAR(got.loss, want.loss, 1e-4 * std::abs(want.loss)) << "step " << s;
@@ -170,6 +172,25 @@ TEST_F(elastic_example, a_killed_worker_is_dropped_and_the_survivors_train_the_s
   EXPECT_FALSE(model.empty());
   EXPECT_EQ(read_file(dir.path() / "second" / "model.safetensors"), model)
       << "the same fault schedule gives the same bits";
+}
+
+TEST_F(elastic_example, two_workers_lost_at_once_leave_the_last_to_train_the_same_steps_alone) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  // Ranks 1 and 2 stop themselves after global step 4 and are then SIGKILLed together, so that neither can pass a
+  // verdict on: worker 0 finds both its neighbours dead, agrees with nobody but itself (one of the three, but the
+  // only one not known dead) and trains steps 3 to 8 alone, on the same examples.
+  const std::string both_stopped_then_killed =
+      "for i in $(seq 600); do s1=$(ps -o stat= -p $p1); s2=$(ps -o stat= -p $p2); "
+      "case \"$s1$s2\" in T*T*) break;; esac; sleep 0.05; done; kill -KILL $p1 $p2; ";
+  const auto r = three_workers(dir, "two_lost", "--min-workers 1 --kill-at-step 4 --kill-rank 1 --kill-rank 2 "
+                               "--fault-signal stop", "", both_stopped_then_killed);
+  ASSERT_NE(r.output.find("codes 0 137 137"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lost; going on without them: 1 worker, ring generation 1"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("regrouped as ranks 0 (ranks 0 of 3 answered; dead: 1,2)"), std::string::npos) << r.output;
+  expect_same_steps(dir, "two_lost", 3, steps, 1);
 }
 
 TEST_F(elastic_example, a_lost_chief_is_replaced_by_the_lowest_survivor_which_saves_the_model) {

@@ -1,8 +1,8 @@
 // Issue 48, elastic training across simulated hosts: three hosts, one MNIST worker each (--min-workers 2). Host 3's
 // link is cut mid-training: the two others name its worker after the liveness timeout, shrink the job and finish it
-// as two. The cut-off worker draws a verdict of its own (a neighbour silent); the group it tries to form has another
-// membership, so the survivors' ring refuses it, and it exits 69 (peer lost) when its recovery timeout is over —
-// never a second group training apart: it trains no step after the cut.
+// as two. The cut-off worker draws a verdict of its own (a neighbour silent); in the survivors' regroup it reaches
+// nobody, and alone it is not a majority of the three (none is known dead: the cut closed no connection), so it
+// exits 69 (peer lost) — never a second group training apart: it trains no step after the cut.
 #include "mnist_hosts.hpp"
 
 #include <mwstrat/error.hpp>
@@ -61,6 +61,7 @@ TEST(elastic_hosts, a_cut_off_host_is_dropped_and_only_the_survivors_train_on) {
   EXPECT_EQ(r0.exit_code, 0) << r0.output;
   EXPECT_EQ(r1.exit_code, 0) << r1.output;
   EXPECT_EQ(r2.exit_code, mwstrat::peer_lost_exit_code) << r2.output;
+  EXPECT_NE(r2.output.find("not a majority of the 3 not known dead"), std::string::npos) << r2.output;
   EXPECT_NE(r0.output.find("rank 2 (" + cluster[2] + ") was lost: silent for 2.0 s"), std::string::npos) << r0.output;
   EXPECT_NE(r0.output.find("lost; going on without it: 2 workers, ring generation 1"), std::string::npos)
       << r0.output;

@@ -164,6 +164,17 @@ class mirrored_strategy {
     held_ = std::make_unique<collective_type>(std::move(options));
   }
 
+  /// Collective call, on every surviving replica after a lost peer (elastic training): the survivors' one agreed
+  /// membership, as ranks of the failed collective (`ring_collective::agree_survivors`; `culprit`: the rank this
+  /// replica's error names). Throws when no majority is left, `removed_error` when this replica was found lost.
+  [[nodiscard]] std::vector<int> agree_survivors(int culprit, std::chrono::milliseconds timeout)
+    requires requires(collective_type& c, std::chrono::milliseconds t) {
+      { c.agree_survivors(0, t) } -> std::convertible_to<std::vector<int>>;
+    }
+  {
+    return collective().agree_survivors(culprit, timeout);
+  }
+
   /// Collective call, on every surviving replica once ranks `lost` are gone for good (elastic training,
   /// train/in_memory_recovery.hpp): drops the failed collective and blocks until the smaller one of the other ranks
   /// is connected (at most `timeout`; `without_ranks` numbers them). From then on `replica_id()`,

@@ -20,8 +20,9 @@
 /// sent: only its snapshot, which is a complete boundary. The cost is one copy of that state per step (a memcpy; none
 /// unless recovery is on).
 ///
-/// Shrinking (elastic training, `min_workers`): the survivors do not wait for a replacement. They take the verdict's
-/// culprit out (the same rank on every survivor), build the ring of the others at once (`shrink_collective`: the
+/// Shrinking (elastic training, `min_workers`): the survivors do not wait for a replacement. They agree on who is left
+/// (`agree_survivors`: one membership even when several workers were lost at once and the verdicts differ, and only a
+/// majority of the ranks not known dead goes on), build the ring of the others at once (`shrink_collective`: the
 /// next generation, ranks renumbered in order, the lowest survivor the new chief) and run steps 1–3 on it; `fit` then
 /// reshards the data for the smaller group (the same global batches, uneven shares weighted by examples). A worker
 /// the verdict names that runs again (it was stopped) throws `removed_error`. See docs/fault-tolerance.md.
@@ -129,6 +130,7 @@ template <class S>
 concept shrinkable_strategy = recoverable_strategy<S> && requires(S& s, std::span<const int> lost,
                                                                   std::chrono::milliseconds t) {
   s.shrink_collective(lost, t);
+  { s.agree_survivors(0, t) } -> std::convertible_to<std::vector<int>>;
 };
 
 /// A strategy whose job can take workers in while it trains (`mirrored_strategy` over `ring_collective`).
@@ -227,10 +229,11 @@ void recover_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, con
   exchange_state(strategy, ctx, snap, true);
 }
 
-// An elastic survivor after `lost`: unless fewer than `min_workers` would remain, builds the smaller ring of the
-// survivors (bounded) and takes part in the exchange; the caller reshards the data. `members` maps this ring's ranks
-// to the job's first ring's (what the launcher and the logs name), and loses the lost one. Throws `lost` (with the
-// reason added) when the job cannot shrink.
+// An elastic survivor after `lost`: agrees with the other survivors on who is left (`agree_survivors`: with two or
+// more workers lost at once the verdicts may differ), then, unless fewer than `min_workers` remain, builds the smaller
+// ring (bounded) and takes part in the exchange; the caller reshards the data. `members` maps this ring's ranks to
+// the job's first ring's (what the launcher and the logs name), and loses the lost ones. Throws `lost` (with the
+// reason added) when the job cannot shrink, `removed_error` when the others found this worker lost.
 template <class Strategy, class Ctx>
 void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, const peer_lost_error& lost,
                      const in_memory_recovery_options& options, std::vector<int>& members) {
@@ -239,40 +242,60 @@ void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, cons
   const std::uint64_t generation = strategy.collective_generation();
   const std::chrono::milliseconds timeout = options.timeout.value_or(default_recovery_timeout);
   const int lost_rank = lost.peer_rank();
-  const int lost_worker = lost_rank >= 0 && lost_rank < n ? members[static_cast<std::size_t>(lost_rank)] : lost_rank;
-  if (lost_rank == me) {
-    throw removed_error({"train.recovery", me}, lost_rank, lost.peer_address(),
-                        std::string(lost.detail()) + "; the other workers go on without this one (it was removed "
-                                                     "from the elastic job and must not rejoin with its state)");
-  }
-  if (options.on_peer_lost) options.on_peer_lost(lost_worker, generation);
+  const auto worker_of = [&](int rank) {
+    return rank >= 0 && rank < n ? members[static_cast<std::size_t>(rank)] : rank;
+  };
+  const std::string removed_text = "; the other workers go on without this one (it was removed from the elastic job "
+                                   "and must not rejoin with its state)";
+  if (lost_rank == me)
+    throw removed_error({"train.recovery", me}, lost_rank, lost.peer_address(), std::string(lost.detail()) + removed_text);
+  if (options.on_peer_lost) options.on_peer_lost(worker_of(lost_rank), generation);
   if (lost_rank < 0 || lost_rank >= n) {
     throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
                           std::string(lost.detail()) + "; the verdict names no other rank of this ring of " +
                               std::to_string(n) + ", so the job cannot shrink around it");
   }
-  if (n - 1 < options.min_workers) {
+  const auto began = std::chrono::steady_clock::now();
+  std::vector<int> keep;
+  try {
+    keep = strategy.agree_survivors(lost_rank, timeout);
+  } catch (const removed_error& why) {
+    throw removed_error({"train.recovery", me}, me, "", std::string(lost.detail()) + "; " + why.detail() + removed_text);
+  } catch (const error& why) {
     throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
-                          std::string(lost.detail()) + "; " + std::to_string(n - 1) +
+                          std::string(lost.detail()) + "; " + why.detail());
+  }
+  std::vector<int> gone;
+  std::string named;
+  for (int r = 0; r < n; ++r) {
+    if (std::find(keep.begin(), keep.end(), r) != keep.end()) continue;
+    gone.push_back(r);
+    named += std::string(named.empty() ? "" : ", ") + "rank " + std::to_string(r) + " (" +
+             (r == lost_rank ? lost.peer_address() + ", " : std::string()) + "worker " + std::to_string(worker_of(r)) +
+             ")";
+    if (r != lost_rank && options.on_peer_lost) options.on_peer_lost(worker_of(r), generation);
+  }
+  const int left = static_cast<int>(keep.size());
+  if (left < options.min_workers) {
+    throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
+                          std::string(lost.detail()) + "; " + std::to_string(left) +
                               " worker(s) would remain, fewer than min_workers " + std::to_string(options.min_workers));
   }
-  recovery_log(me, "rank " + std::to_string(lost_rank) + " (" + lost.peer_address() + ", worker " +
-                       std::to_string(lost_worker) + ") lost; going on without it: " + std::to_string(n - 1) +
-                       " workers, ring generation " + std::to_string(generation + 1));
-  const std::array<int, 1> gone{lost_rank};
-  const auto began = std::chrono::steady_clock::now();
+  recovery_log(me, named + " lost; going on without " + (gone.size() == 1 ? "it" : "them") + ": " +
+                       std::to_string(left) + (left == 1 ? " worker" : " workers") + ", ring generation " +
+                       std::to_string(generation + 1));
   try {
     strategy.shrink_collective(std::span<const int>(gone), timeout);
   } catch (const error& why) {
     throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
-                          std::string(lost.detail()) + "; the " + std::to_string(n - 1) +
+                          std::string(lost.detail()) + "; the " + std::to_string(left) +
                               " survivors did not form their ring within " + std::to_string(timeout.count()) +
                               " ms (" + why.what() + ")");
   }
-  members.erase(members.begin() + lost_rank);
+  for (auto r = gone.rbegin(); r != gone.rend(); ++r) members.erase(members.begin() + *r);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
   if (strategy.replica_id() == 0) {
-    recovery_log(strategy.replica_id(), "the " + std::to_string(n - 1) + " survivors' ring is up in " +
+    recovery_log(strategy.replica_id(), "the " + std::to_string(left) + " survivors' ring is up in " +
                                             detail::fixed_text(ms, 0) + " ms; this rank is the chief" +
                                             (me == 0 ? "" : " now (it was rank " + std::to_string(me) + ")"));
   }

@@ -38,6 +38,7 @@
 #include <mwstrat/collective/ring/detail/join_client.hpp>
 #include <mwstrat/collective/ring/detail/join_desk.hpp>
 #include <mwstrat/collective/ring/detail/log.hpp>
+#include <mwstrat/collective/ring/detail/regroup.hpp>
 #include <mwstrat/collective/ring/host_arena.hpp>
 #include <mwstrat/collective/ring/options.hpp>
 #include <mwstrat/collective/types.hpp>
@@ -131,6 +132,25 @@ class ring_collective : public detail::front_end<ring_collective> {
     ring_options o = without_ranks(ring_.job.options(), lost, timeout);
     o.join_desk = desk_;
     return o;
+  }
+
+  /// On a ring that failed with a lost peer (elastic training): the survivors' one agreed membership for the smaller
+  /// ring, as this ring's ranks, ascending, this rank among them (collective/ring/detail/regroup.hpp). `culprit`: the
+  /// rank this rank's verdict names. Every survivor calls it; two or more workers lost at once still leave one group,
+  /// and a group that is not a strict majority of the ranks not known to be dead (its neighbours' connections ended
+  /// with no verdict) stops rather than risk a second group training elsewhere. Throws `peer_lost_error` saying why
+  /// when there is no such group, `removed_error` when the others found this rank lost. Bounded by `timeout`.
+  [[nodiscard]] std::vector<int> agree_survivors(int culprit, std::chrono::milliseconds timeout) {
+    detail::regroup_view view;
+    if (ring_.liveness) {
+      for (const int r : ring_.liveness->dead_neighbours()) view.dead.insert(r);
+      view.more_dead = [this] { return ring_.liveness->dead_neighbours(); };
+    }
+    if (culprit >= 0 && culprit < size()) view.named.insert(culprit);
+    const ring_options& o = ring_.job.options();
+    const auto wait = std::clamp(o.liveness_timeout, std::chrono::milliseconds(1000), std::max(timeout,
+                                 std::chrono::milliseconds(1000)));
+    return detail::agree_survivors(o, std::move(view), wait, timeout);
   }
 
   /// `without_ranks` on the options of a ring (`o.rank` this rank) rather than on a connected one: what the members

@@ -9,7 +9,8 @@
 //
 // One verdict: the rank that finds a neighbour lost writes the verdict (culprit, cause, who detected it) as an abort
 // frame on both its liveness connections before anything of it closes; a rank that reads a verdict first adopts it
-// and passes it on the same way. A liveness stream is read in order, so a rank whose neighbour fails or exits
+// and passes it on the same way (back to its sender too). So a liveness connection that ends with no verdict and no
+// goodbye before it is a neighbour's death (`dead_neighbours`: the survivors' evidence in regroup.hpp). A liveness stream is read in order, so a rank whose neighbour fails or exits
 // because of a verdict reads that verdict before the close, and never blames the messenger. Each rank keeps the
 // first verdict it forms or receives; the data path reports it (ring_collective wakes on `wake_fd`).
 //
@@ -25,7 +26,9 @@
 #include <mwstrat/detail/number_text.hpp>
 #include <mwstrat/error.hpp>
 
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -54,6 +57,10 @@ inline std::chrono::milliseconds heartbeat_interval(std::chrono::milliseconds li
   if (liveness_timeout.count() <= 0) return std::chrono::seconds(1);
   return std::clamp(liveness_timeout / 5, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
 }
+
+// Beats unread in the socket beyond which a rank stops beating to that neighbour (bytes): far below any socket
+// buffer, so a verdict always fits after them.
+inline constexpr int beat_backlog_limit = 4096;
 
 // "5.0 s"
 inline std::string liveness_seconds(steady::duration d) {
@@ -108,6 +115,22 @@ class liveness_monitor {
     return verdict_;
   }
 
+  // Once a verdict exists: the neighbours whose liveness connection ended with no verdict and no goodbye before the
+  // end — their processes are gone, since a live rank sends its verdict on every liveness connection before it
+  // closes one (evidence for the survivors' regroup.hpp; a neighbour merely silent is not in it). Ends the monitor's
+  // thread (it ends by itself once the verdict exists) and reads what is left on the connections, without waiting.
+  [[nodiscard]] std::vector<int> dead_neighbours() {
+    if (!fired()) return {};
+    if (thread_.joinable()) thread_.join();
+    std::vector<int> out;
+    for (int k = 0; k < 2; ++k) {
+      if (links_[k].open && links_[k].socket) read_link(k);
+      if (links_[k].died && std::find(out.begin(), out.end(), links_[k].peer) == out.end())
+        out.push_back(links_[k].peer);
+    }
+    return out;
+  }
+
   // The data path of this rank failed for a reason of its own (a protocol error, a missed deadline): that is this
   // rank's verdict, passed on like one found here, unless a verdict came first (then that one is returned).
   ring_failure publish(ring_failure f) {
@@ -139,6 +162,8 @@ class liveness_monitor {
     bool beating = false;
     std::atomic<bool> open{true};  // still read and written (read by a publishing data path too)
     bool departed = false;     // said goodbye
+    bool told = false;         // a verdict came on it: a close after that is the neighbour leaving, not dying
+    bool died = false;         // it ended with no verdict and no goodbye before: the neighbour's process is gone
     link_seal seal;            // another host, a token: every frame carries a tag
     std::array<std::uint8_t, frame_header_size + abort_fixed_size + max_abort_text + seal_tag_size> buffer{};
     std::size_t have = 0;
@@ -220,6 +245,10 @@ class liveness_monitor {
     const std::lock_guard lock(write_mutex_);
     for (auto& l : links_) {
       if (!l.open || !finish_partial(l)) continue;
+      // A neighbour that has not read for a while (stopped) needs no more beats; the room they would take is kept
+      // for the verdict, which must reach it before this rank's close (a close without one reads as a death).
+      int queued = 0;
+      if (::ioctl(l.socket.get(), SIOCOUTQ, &queued) == 0 && queued > beat_backlog_limit) continue;
       std::size_t size = frame_header_size;
       if (l.seal.on()) {
         seal_tag tag{};
@@ -289,6 +318,7 @@ class liveness_monitor {
           return;
         }
         if (h->type == frame_type::abort) {
+          l.told = true;
           const auto a = decode_abort(std::span<const std::uint8_t>(l.buffer.data() + frame_header_size,
                                                                     static_cast<std::size_t>(h->payload)),
                                       ranks_.size());
@@ -305,6 +335,7 @@ class liveness_monitor {
       l.open = false;
       if (l.departed) return;
       const int err = n < 0 ? errno : 0;
+      if (!l.told && (n == 0 || err == ECONNRESET || err == EPIPE)) l.died = true;
       if (n == 0 || err == ECONNRESET || err == EPIPE)
         decide(lost(l.peer, "its connection closed (the process ended)"), k);
       else if (err == ECONNREFUSED || err == EHOSTUNREACH || err == ENETUNREACH)
@@ -328,8 +359,10 @@ class liveness_monitor {
     const std::lock_guard lock(write_mutex_);  // the monitor's thread, or the data path's (publish)
     if (fired()) return;
     const auto limit = steady::now() + abort_send_grace;
+    // On every open link, the one it came from too: a rank's every close comes after its verdict, so a close with no
+    // verdict before it is a death (dead_neighbours). The culprit too: if it was only stopped, it learns it was given up.
     for (int k = 0; k < 2; ++k)
-      if (k != from && links_[k].open) {  // the culprit too: if it was only stopped, it learns it was given up
+      if (links_[k].open) {
         link& l = links_[k];
         if (l.partial_size > 0 &&
             write_all(l.socket.get(), l.partial.data() + l.partial_sent, l.partial_size - l.partial_sent, limit)
