@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,46 @@
 namespace collective_main {
 
 using namespace mwstrat;
+
+// The "regroup" scenario: all-reduces of a one until a peer is lost (bounded: 60 s); then the survivors' regroup,
+// the ring without those it left out, and one all-reduce of a one on it. Prints the agreed old ranks and the sum.
+int run_regroup(const ring_options& o) {
+  auto ring = std::make_unique<ring_collective>(o);
+  std::vector<float> one{1.0f};
+  int culprit = -1;
+  const auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  try {
+    for (int i = 0; std::chrono::steady_clock::now() < stop; ++i) {
+      ring->all_reduce(std::span<float>(one), reduce_op::sum);
+      if (i == 0) {
+        std::printf("ready\n");
+        std::fflush(stdout);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::printf("ERROR none -1 no loss was found\n");
+    return 3;
+  } catch (const peer_lost_error& e) {
+    culprit = e.peer_rank();
+  }
+  const auto members = ring->agree_survivors(culprit, o.op_timeout);
+  std::vector<int> gone;
+  std::string listed;
+  for (int r = 0; r < ring->size(); ++r) {
+    if (std::find(members.begin(), members.end(), r) == members.end()) gone.push_back(r);
+  }
+  for (const int r : members) {
+    if (!listed.empty()) listed += ',';
+    listed += std::to_string(r);
+  }
+  auto smaller_options = ring->without_ranks(std::span<const int>(gone), o.connect_timeout);
+  ring.reset();  // the smaller ring listens on this rank's address
+  ring_collective smaller(std::move(smaller_options));
+  std::vector<float> ones{1.0f};
+  smaller.all_reduce(std::span<float>(ones), reduce_op::sum);
+  std::printf("members=%s size=%d sum=%d\nOK\n", listed.c_str(), smaller.size(), static_cast<int>(ones[0]));
+  return 0;
+}
 
 int run_worker(int argc, char** argv) {
   if (argc < 5) return 2;
@@ -74,6 +115,7 @@ int run_worker(int argc, char** argv) {
     o.streams_per_peer = std::stoi(kv["streams"].find(',') == std::string::npos ? kv["streams"]
                                                                                  : test::nth_field(kv["streams"], rank));
   try {
+    if (scenario == "regroup") return run_regroup(o);
     ring_collective ring(o);
     std::printf("transport=%s\n", ring.uses_shared_memory() ? "shm" : "tcp");
     std::fflush(stdout);

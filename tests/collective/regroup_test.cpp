@@ -1,18 +1,21 @@
 // The survivors' regroup (elastic training, ring/detail/regroup.hpp): after two workers are lost at once, the others
 // agree on one membership and build the smaller ring; a group that is not a majority of the ranks not known dead
 // stops (a cut link can leave two sides that each see the other lost: never both go on); a rank the others found
-// lost is told it was removed. Ranks are threads on 127.0.0.1; a "dead" rank destroys its ring under an exception, so
-// its connections close with no verdict, as a killed process's do.
+// lost is told it was removed. Losses are of real processes on 127.0.0.1 (main.cpp's ring workers), killed; the
+// round alone runs in threads, each rank given the view a loss would have left it.
 
-#include <support/process.hpp>  // free_ports
+#include "process.hpp"  // ring_run, free_ports
 
 #include <mwstrat/collective.hpp>
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <sstream>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -29,7 +32,7 @@ std::vector<ring_options> ring_of(int n, const std::string& token = "secret") {
   std::vector<ring_options> all;
   for (int r = 0; r < n; ++r) {
     ring_options o;
-    for (int p = 0; p < n; ++p) o.addresses.push_back("127.0.0.1:" + std::to_string(ports[static_cast<std::size_t>(p)]));
+    for (const auto port : ports) o.addresses.push_back("127.0.0.1:" + std::to_string(port));
     o.rank = r;
     o.connect_timeout = 20s;
     o.op_timeout = 20s;
@@ -41,64 +44,58 @@ std::vector<ring_options> ring_of(int n, const std::string& token = "secret") {
   return all;
 }
 
-// A ring of `n` in which ranks `dying` die right after a first all-reduce; the others find the loss in their next
-// all-reduce, agree on who is left, build that ring and all-reduce on it. Each survivor's agreed members, its new
-// size and its sum (of ones) come back; a dying rank's are left empty.
+// A ring of `n` worker processes (main.cpp's "regroup" scenario) in which ranks `dying` are lost at once: stopped
+// first, then killed together, so that none of them can pass a verdict on before it dies (as when a host goes). The
+// others find the loss, agree on who is left, build that ring and all-reduce a one on it. Each survivor's agreed
+// members, its new size and its sum come back; a dying rank's are left empty, and so are those of a survivor that
+// failed (its error line then).
 struct outcome {
   std::vector<std::vector<int>> members;
   std::vector<int> sizes, sums;
   std::vector<std::string> errors;
+  std::string report;
 };
 
 outcome lose_at_once(int n, const std::vector<int>& dying) {
-  const auto options = ring_of(n);
+  test::ring_run ring(n, "regroup", {"liveness_ms=2000", "timeout_ms=20000", "token=secret", "fingerprint=regroup"});
   outcome out;
   out.members.resize(static_cast<std::size_t>(n));
   out.sizes.assign(static_cast<std::size_t>(n), -1);
   out.sums.assign(static_cast<std::size_t>(n), -1);
   out.errors.resize(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      const auto i = static_cast<std::size_t>(r);
-      const bool dies = std::find(dying.begin(), dying.end(), r) != dying.end();
-      try {
-        auto ring = std::make_unique<ring_collective>(options[i]);
-        std::vector<float> one{1.0f};
-        ring->all_reduce(std::span<float>(one), reduce_op::sum);
-        if (dies) {
-          try {
-            const auto doomed = std::move(ring);
-            throw std::runtime_error("dies");  // the ring goes under an exception: it closes with no verdict
-          } catch (const std::runtime_error&) {
-          }
-          return;
-        }
-        int culprit = -1;
-        try {
-          for (int k = 0; k < 100; ++k) ring->all_reduce(std::span<float>(one), reduce_op::sum);
-          out.errors[i] = "no loss was found";
-          return;
-        } catch (const peer_lost_error& e) {
-          culprit = e.peer_rank();
-        }
-        out.members[i] = ring->agree_survivors(culprit, 20s);
-        std::vector<int> gone;
-        for (int k = 0; k < n; ++k)
-          if (std::find(out.members[i].begin(), out.members[i].end(), k) == out.members[i].end()) gone.push_back(k);
-        auto next = ring->without_ranks(std::span<const int>(gone), 20s);
-        ring.reset();  // the smaller ring listens on the same address
-        ring_collective smaller(next);
-        std::vector<float> ones{1.0f};
-        smaller.all_reduce(std::span<float>(ones), reduce_op::sum);
-        out.sizes[i] = smaller.size();
-        out.sums[i] = static_cast<int>(ones[0]);
-      } catch (const std::exception& e) {
-        out.errors[i] = e.what();
-      }
-    });
+  for (auto& w : ring.workers) {
+    if (!test::wait_for_output(w, "ready", 30s)) {
+      out.report = "never ready\n" + ring.report();
+      return out;
+    }
   }
-  for (auto& t : threads) t.join();
+  for (const int r : dying) ::kill(ring.workers[static_cast<std::size_t>(r)].pid, SIGSTOP);
+  for (const int r : dying) ::kill(ring.workers[static_cast<std::size_t>(r)].pid, SIGKILL);
+  if (!ring.wait_all(60s)) out.report = "still running after 60 s\n";
+  out.report += ring.report();
+  for (int r = 0; r < n; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (std::find(dying.begin(), dying.end(), r) != dying.end()) continue;
+    const std::string text = ring.workers[i].stdout_text();
+    const auto at = text.find("members=");
+    if (at == std::string::npos) {
+      const auto error = text.find("ERROR");
+      out.errors[i] = error == std::string::npos ? "no outcome" : text.substr(error, text.find('\n', error) - error);
+      continue;
+    }
+    std::istringstream line(text.substr(at + 8));
+    std::string list;
+    line >> list;
+    for (std::size_t from = 0; from < list.size();) {
+      const auto comma = std::min(list.find(',', from), list.size());
+      out.members[i].push_back(std::stoi(list.substr(from, comma - from)));
+      from = comma + 1;
+    }
+    std::string size, sum;
+    line >> size >> sum;
+    out.sizes[i] = std::stoi(size.substr(5));
+    out.sums[i] = std::stoi(sum.substr(4));
+  }
   return out;
 }
 
@@ -108,7 +105,7 @@ TEST(ring_regroup, two_of_four_lost_at_once_leave_the_other_two_one_ring) {
   const auto out = lose_at_once(4, {1, 3});
   for (const int r : {0, 2}) {
     const auto i = static_cast<std::size_t>(r);
-    EXPECT_EQ(out.errors[i], "") << "rank " << r;
+    EXPECT_EQ(out.errors[i], "") << "rank " << r << "\n" << out.report;
     EXPECT_EQ(out.members[i], (std::vector<int>{0, 2})) << "rank " << r;
     EXPECT_EQ(out.sizes[i], 2) << "rank " << r;
     EXPECT_EQ(out.sums[i], 2) << "rank " << r;
@@ -120,7 +117,7 @@ TEST(ring_regroup, two_neighbours_lost_at_once_leave_the_other_two_one_ring) {
   const auto out = lose_at_once(4, {1, 2});
   for (const int r : {0, 3}) {
     const auto i = static_cast<std::size_t>(r);
-    EXPECT_EQ(out.errors[i], "") << "rank " << r;
+    EXPECT_EQ(out.errors[i], "") << "rank " << r << "\n" << out.report;
     EXPECT_EQ(out.members[i], (std::vector<int>{0, 3})) << "rank " << r;
     EXPECT_EQ(out.sums[i], 2) << "rank " << r;
   }
@@ -128,7 +125,7 @@ TEST(ring_regroup, two_neighbours_lost_at_once_leave_the_other_two_one_ring) {
 
 TEST(ring_regroup, the_last_of_three_goes_on_alone_when_both_others_died) {
   const auto out = lose_at_once(3, {0, 1});
-  EXPECT_EQ(out.errors[2], "");
+  EXPECT_EQ(out.errors[2], "") << out.report;
   EXPECT_EQ(out.members[2], (std::vector<int>{2}));
   EXPECT_EQ(out.sizes[2], 1);
   EXPECT_EQ(out.sums[2], 1);
@@ -142,8 +139,9 @@ struct round_result {
   bool removed = false;
 };
 
-std::vector<round_result> rounds(const std::vector<ring_options>& options, const std::vector<detail::regroup_view>& views,
-                                 const std::vector<int>& taking_part, const std::vector<int>& late = {}) {
+std::vector<round_result> rounds(const std::vector<ring_options>& options,
+                                 const std::vector<detail::regroup_view>& views, const std::vector<int>& taking_part,
+                                 const std::vector<int>& late = {}) {
   std::vector<round_result> out(options.size());
   std::vector<std::thread> threads;
   for (const int r : taking_part) {

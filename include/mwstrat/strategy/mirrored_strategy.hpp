@@ -268,11 +268,13 @@ class mirrored_strategy {
       held_ = std::make_unique<collective_type>(options);
     } catch (const error&) {
       // The larger ring never started (a joiner died after its admission): no member's start-up completes without
-      // every rank, so every member gives it up and the members go on among themselves, in the next generation.
+      // every rank, so every member gives it up and the members go on among themselves, in the next generation. One
+      // member may give up at once (its link to the joiner refused) while another waits out `timeout`: the members'
+      // own ring waits twice that, so the first to give up is still there when the last arrives.
       std::vector<int> joiners;
       for (int r = size_; r < static_cast<int>(options.addresses.size()); ++r) joiners.push_back(r);
       held_ = std::make_unique<collective_type>(
-          collective_type::without_ranks(options, std::span<const int>(joiners), timeout));
+          collective_type::without_ranks(options, std::span<const int>(joiners), 2 * timeout));
       workers.clear();
     }
     rank_ = collective().rank();

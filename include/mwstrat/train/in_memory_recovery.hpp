@@ -247,8 +247,10 @@ void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, cons
   };
   const std::string removed_text = "; the other workers go on without this one (it was removed from the elastic job "
                                    "and must not rejoin with its state)";
-  if (lost_rank == me)
-    throw removed_error({"train.recovery", me}, lost_rank, lost.peer_address(), std::string(lost.detail()) + removed_text);
+  if (lost_rank == me) {
+    throw removed_error({"train.recovery", me}, lost_rank, lost.peer_address(),
+                        std::string(lost.detail()) + removed_text);
+  }
   if (options.on_peer_lost) options.on_peer_lost(worker_of(lost_rank), generation);
   if (lost_rank < 0 || lost_rank >= n) {
     throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
@@ -260,7 +262,8 @@ void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, cons
   try {
     keep = strategy.agree_survivors(lost_rank, timeout);
   } catch (const removed_error& why) {
-    throw removed_error({"train.recovery", me}, me, "", std::string(lost.detail()) + "; " + why.detail() + removed_text);
+    throw removed_error({"train.recovery", me}, me, "",
+                        std::string(lost.detail()) + "; " + why.detail() + removed_text);
   } catch (const error& why) {
     throw peer_lost_error({"train.recovery", me}, lost_rank, lost.peer_address(),
                           std::string(lost.detail()) + "; " + why.detail());

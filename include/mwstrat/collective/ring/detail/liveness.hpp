@@ -10,9 +10,10 @@
 // One verdict: the rank that finds a neighbour lost writes the verdict (culprit, cause, who detected it) as an abort
 // frame on both its liveness connections before anything of it closes; a rank that reads a verdict first adopts it
 // and passes it on the same way (back to its sender too). So a liveness connection that ends with no verdict and no
-// goodbye before it is a neighbour's death (`dead_neighbours`: the survivors' evidence in regroup.hpp). A liveness stream is read in order, so a rank whose neighbour fails or exits
-// because of a verdict reads that verdict before the close, and never blames the messenger. Each rank keeps the
-// first verdict it forms or receives; the data path reports it (ring_collective wakes on `wake_fd`).
+// goodbye before it is a neighbour's death (`dead_neighbours`: the survivors' evidence in regroup.hpp). A liveness
+// stream is read in order, so a rank whose neighbour fails or exits because of a verdict reads that verdict before
+// the close, and never blames the messenger. Each rank keeps the first verdict it forms or receives; the data path
+// reports it (ring_collective wakes on `wake_fd`).
 //
 // Between hosts with a job token every liveness frame is sealed like a data frame (frame_seal.hpp): a forged beat,
 // goodbye or verdict fails its tag and is itself a verdict naming the neighbour's link. A sealed beat that did not
@@ -360,7 +361,8 @@ class liveness_monitor {
     if (fired()) return;
     const auto limit = steady::now() + abort_send_grace;
     // On every open link, the one it came from too: a rank's every close comes after its verdict, so a close with no
-    // verdict before it is a death (dead_neighbours). The culprit too: if it was only stopped, it learns it was given up.
+    // verdict before it is a death (dead_neighbours). The culprit too: if it was only stopped, it learns it was given
+    // up.
     for (int k = 0; k < 2; ++k)
       if (links_[k].open) {
         link& l = links_[k];

@@ -10,7 +10,8 @@
 //     `wait`: the first that answers is its coordinator (one that is itself a follower redirects it to its own);
 //   - a rank no lower rank answered is a coordinator: it gathers hellos until every rank not known dead or named has
 //     spoken, or for `wait`, then announces the membership (itself and those heard) to each, or that there is none;
-//   - a hello carries what its rank knows (dead ranks, named ranks), so a rank stops waiting for one another knows dead.
+//   - a hello carries what its rank knows (dead ranks, named ranks), so a rank stops waiting for one another knows
+//     dead.
 //
 // Never two groups: a membership is announced only when it is a strict majority of the old ring's ranks not known to
 // be dead. "Dead" is evidence, never a guess: a liveness connection that ended with no verdict and no goodbye before
@@ -20,6 +21,7 @@
 // one of them can be a majority. A hello and its answer carry an HMAC of the job token when there is one, the old
 // ring's generation and a digest of its cluster fingerprint: a stranger or a stale rank cannot be counted.
 
+#include <mwstrat/collective/detail/deadline.hpp>
 #include <mwstrat/collective/ring/detail/join_wire.hpp>
 #include <mwstrat/collective/ring/detail/log.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
@@ -62,7 +64,10 @@ struct regroup_view {
 
 inline std::string rank_list_text(const std::set<int>& ranks) {
   std::string out;
-  for (const int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  for (const int r : ranks) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(r);
+  }
   return out;
 }
 
@@ -88,11 +93,18 @@ class regroup_round {
   // `timeout`: the bound of the whole round.
   regroup_round(const ring_options& options, regroup_view mine, std::chrono::milliseconds wait,
                 std::chrono::milliseconds timeout)
-      : o_(options), n_(static_cast<int>(options.addresses.size())), me_(options.rank), token_(options.job_token.value_or("")),
-        wait_(wait), deadline_(deadline_after(timeout)), more_dead_(std::move(mine.more_dead)), dead_(std::move(mine.dead)),
+      : o_(options),
+        n_(static_cast<int>(options.addresses.size())),
+        me_(options.rank),
+        token_(options.job_token.value_or("")),
+        wait_(wait),
+        deadline_(deadline_after(timeout)),
+        more_dead_(std::move(mine.more_dead)),
+        dead_(std::move(mine.dead)),
         named_(std::move(mine.named)) {
     const std::string& fp = o_.cluster_fingerprint;
-    digest_ = hex_of(hmac_sha256("mwstrat regroup", std::span(reinterpret_cast<const std::uint8_t*>(fp.data()), fp.size())));
+    const auto bytes = std::span(reinterpret_cast<const std::uint8_t*>(fp.data()), fp.size());
+    digest_ = hex_of(hmac_sha256("mwstrat regroup", bytes));
   }
 
   // The old ranks of the agreed membership, ascending, this rank among them. Throws removed_error when the
