@@ -57,7 +57,8 @@ Families and what each writes (RESULTS.md's sections):
                                          (3 workers, one killed per run, 50 runs): the loss seen → training again on
                                          two (train/elastic_shrink.py; the build needs -DMWSTRAT_BUILD_EXAMPLES=ON);
                                          the goodput under fault campaigns and the joins' times
-                                         (train/elastic_goodput.py)
+                                         (train/elastic_goodput.py); a join's state transfer between simulated
+                                         hosts against the link's rate (train/elastic_join_hosts.py)
               train_sealed.json          MNIST CNN training on 2 simulated hosts × 1 worker, plain vs authenticated vs
                                          encrypted, at 10 and 1 Gbit/s (train/hosts_train.py --security)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
@@ -677,10 +678,19 @@ def family_elastic(a, log):
             log, 7200)
         with open(out) as f:
             goodput = json.load(f)
-    record = benchlib.meta("elastic", [command] + processes["commands"] + goodput["commands"], a.quick, started)
+    # And a join's state transfer between simulated hosts against the link's measured rate
+    # (train/elastic_join_hosts.py: three members and a joiner on four hosts, each link shaped).
+    with tempfile.TemporaryDirectory(prefix="mwstrat-join-") as tmp:
+        out = os.path.join(tmp, "join.json")
+        run([sys.executable, os.path.join(HERE, "train", "elastic_join_hosts.py"), "--build", a.build, "--data-dir",
+             a.data_dir, "--json-out", out] + (["--joins", "1"] if a.quick else []), log, 3600)
+        join = json.load(open(out)) if os.path.exists(out) else {"commands": [], "summary": None}
+    record = benchlib.meta("elastic", [command] + processes["commands"] + goodput["commands"] + join["commands"],
+                           a.quick, started)
     record["shrink"] = rows
     record["shrink_processes"] = processes["shrink_processes"]
     record["goodput"] = goodput["goodput"]
+    record["join_between_hosts"] = join["summary"]
     benchlib.write_json(os.path.join(a.results, "elastic.json"), record)
 
 

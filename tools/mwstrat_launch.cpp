@@ -69,7 +69,8 @@
 // job takes in at a step boundary; each counts as a restart. The survivors of a loss first wait --spare-wait MS
 // (MWSTRAT_SPARE_WAIT_MS, default 3000) for it. A joiner reports the ring it joined ("joined WORKER GENERATION"),
 // so that a loss reported from an earlier ring is taken for the worker it replaced; a joiner still waiting when
-// the job finishes is ended, and is not a failure.
+// the job finishes is ended, and is not a failure. --grow-after MS grows the job past -n: that long after the start
+// the slots -n .. M-1 (ports and join ports of their own) are started as joiners too (workers on this machine only).
 //
 // Exit status: 0 when every worker succeeded (under --min-workers: every worker the job went on with); 75 when the
 // workers stopped for preemption (and the launcher itself was signalled); otherwise the first failure's (128 + signal
@@ -139,6 +140,7 @@ struct options {
   int max_workers = 0;        // --max-workers M: elastic, growing: a lost worker's slot is filled by a joiner
   int join_delay_ms = 0;      // --join-delay MS: how long after a loss the joiner starts
   int spare_wait_ms = -1;     // --spare-wait MS: after a shrink, the survivors' wait for a joiner (-1: default)
+  int grow_after_ms = -1;     // --grow-after MS: then the slots -n .. M-1 are started as joiners (-1: never)
   std::vector<std::string> join_addresses;  // where each worker hears joiners while it is the chief (--max-workers)
   std::vector<std::string> command;
   // --hosts: one entry per worker (filled by resolve_hosts); empty without --hosts.
@@ -159,6 +161,8 @@ struct options {
   bool agent_flags = false;  // --nnodes, --node-rank or --rendezvous given
   int first_local = 0;
   int local_workers = -1;  // -1: all of them
+  // Worker slots: -n, and up to --max-workers where the job grows past it (--grow-after).
+  [[nodiscard]] int slots() const { return grow_after_ms >= 0 ? std::max(workers, max_workers) : workers; }
   [[nodiscard]] bool any_remote() const {
     return std::find(worker_remote.begin(), worker_remote.end(), true) != worker_remote.end();
   }
@@ -168,7 +172,8 @@ struct options {
   if (!problem.empty()) std::fprintf(stderr, "mwstrat-launch: %s\n", problem.c_str());
   std::fprintf(stderr,
                "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K [--replace-lost]]\n"
-               "       [--min-workers K [--max-workers M --max-restarts J [--join-delay MS] [--spare-wait MS]]]\n"
+               "       [--min-workers K [--max-workers M --max-restarts J [--join-delay MS] [--spare-wait MS]\n"
+               "                         [--grow-after MS]]]\n"
                "       [--max-preemptions P] [--grace-ms G] -- PROGRAM [ARGS...]\n"
                "       mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- "
                "PROGRAM [ARGS...]\n"
@@ -280,6 +285,7 @@ options parse(int argc, char** argv) {
     else if (a == "--max-workers") o.max_workers = parse_int(a, value(), 1, 1024);
     else if (a == "--join-delay") o.join_delay_ms = parse_int(a, value(), 0, 3600000);
     else if (a == "--spare-wait") o.spare_wait_ms = parse_int(a, value(), 0, 3600000);
+    else if (a == "--grow-after") o.grow_after_ms = parse_int(a, value(), 0, 86400000);
     else if (a == "--hosts") o.hosts_spec = value();
     else if (a == "--simhosts") o.simhosts_set = value();
     else if (a == "--simhosts-script") o.simhosts_script = value();
@@ -328,8 +334,15 @@ options parse(int argc, char** argv) {
     usage("--max-workers needs --max-restarts J (J >= 1): each joiner started in a lost worker's place counts as a "
           "restart");
   }
-  if ((o.join_delay_ms || o.spare_wait_ms >= 0) && !o.max_workers) {
-    usage("--join-delay and --spare-wait need --max-workers");
+  if ((o.join_delay_ms || o.spare_wait_ms >= 0 || o.grow_after_ms >= 0) && !o.max_workers) {
+    usage("--join-delay, --spare-wait and --grow-after need --max-workers");
+  }
+  if (o.grow_after_ms >= 0 && o.max_workers <= o.workers) {
+    usage("--grow-after: --max-workers " + std::to_string(o.max_workers) + " leaves no slot past the -n " +
+          std::to_string(o.workers) + " workers to grow into");
+  }
+  if (o.grow_after_ms >= 0 && (!o.worker_host.empty() || o.agent_flags)) {
+    usage("--grow-after is for workers on this machine (-n) only, not with --hosts, --hostfile or per-node agents");
   }
   if (o.max_workers && o.any_remote()) usage("--max-workers is not available for workers started over ssh yet");
   if (o.spare_wait_ms < 0) o.spare_wait_ms = o.max_workers ? 3000 : 0;
@@ -337,7 +350,7 @@ options parse(int argc, char** argv) {
     usage("--min-workers and --replace-lost exclude each other: an elastic job takes a lost worker's place back with "
           "--max-workers (a joiner at a step boundary), not with a replacement");
   }
-  if (o.base_port != 0 && o.base_port + (o.max_workers ? 2 : 1) * o.workers - 1 > 65535) {
+  if (o.base_port != 0 && o.base_port + (o.max_workers ? 2 : 1) * o.slots() - 1 > 65535) {
     usage("--base-port: ports run past 65535 (--max-workers takes a join port per worker after the workers' ports)");
   }
   if (o.any_remote()) {
@@ -363,9 +376,12 @@ std::vector<int> free_ports(const std::string& host, int n) {
   }
 }
 
+// A worker of the first -n lists those; one in a slot past them (--grow-after) lists the slots up to its own, its
+// task index its slot (a joiner takes only its own address from it: the chief tells it the ring).
 std::string tf_config(const options& o, const std::vector<int>& ports, int index) {
   std::string workers;
-  for (std::size_t k = 0; k < ports.size(); ++k) {
+  const std::size_t listed = std::min(ports.size(), static_cast<std::size_t>(std::max(o.workers, index + 1)));
+  for (std::size_t k = 0; k < listed; ++k) {
     workers += (k ? ", \"" : "\"") + worker_address(o, static_cast<int>(k)) + ':' + std::to_string(ports[k]) + '"';
   }
   return "{\"cluster\": {\"worker\": [" + workers + "]}, \"task\": {\"type\": \"worker\", \"index\": " +
@@ -425,6 +441,7 @@ void send_control(worker& w, const std::string& line) {
 // `sig` to a worker's process group; a remote worker's goes through its agent. A remote worker not yet started
 // (ssh still connecting) is ended by ending its ssh: the agent, if it got that far, sees EOF and ends its worker.
 void signal_worker(worker& w, int sig) {
+  if (w.pid <= 0) return;  // a slot never started (--grow-after)
   if (!w.remote) {
     ::kill(-w.pid, sig);
     // A stopped worker (SIGSTOP, a hung machine) would hold a SIGTERM pending until the SIGKILL after the grace
@@ -776,6 +793,7 @@ void settle_leftovers(worker& w, steady_clock::time_point now) {
 // The leftovers of a worker about to be replaced, at once: its replacement binds the same port, and the survivors
 // are waiting for it.
 void kill_leftovers_now(worker& w) {
+  if (w.pid <= 0) return;  // a slot never started (--grow-after): -(-1) would be init
   ::kill(-w.pid, SIGKILL);
   const auto give_up = steady_clock::now() + kill_wait;
   while (!group_gone(w.pid) && steady_clock::now() < give_up) {
@@ -848,12 +866,26 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
   std::vector<worker> ws;
   const int first = o.first_local;
   const int count = o.local_workers < 0 ? o.workers : o.local_workers;
+  const int slots = count + (o.slots() - o.workers);  // ws's workers: the local ones, then --grow-after's
   for (int i = first; i < first + count; ++i) {
     ws.push_back(start(o, ports, i, attempt, 0, report[1]));
     // A remote worker's pid on its node comes with the agent's "started" (read_agent).
     if (!ws.back().remote) {
       std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
     }
+  }
+  // --grow-after: the slots past -n, each started as a joiner at that time (below, as a lost worker's joiner is).
+  for (int i = o.workers; i < o.slots(); ++i) {
+    worker slot;
+    slot.index = i;
+    slot.status = 0;
+    slot.rest = leftovers::gone;
+    slot.join_at = steady_clock::now() + std::chrono::milliseconds(o.grow_after_ms);
+    ws.push_back(std::move(slot));
+  }
+  if (o.slots() > o.workers) {
+    std::fprintf(stderr, "mwstrat-launch: the job grows to %d workers in %d ms (--grow-after)\n", o.slots(),
+                 o.grow_after_ms);
   }
   bool finishing = false;        // a worker finished the job (exit 0): no more joiners
   auto end_joiners_at = never;   // then, after the grace period, joiners still waiting to be admitted are ended
@@ -887,20 +919,20 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       unsigned long long gen = 0;
       // A joiner says which ring it joined: a loss reported from an earlier ring is its predecessor's.
       if (std::sscanf(reports.substr(0, nl).c_str(), "joined %d %llu", &rank, &gen) == 2) {
-        if (rank >= first && rank < first + count && ws[static_cast<std::size_t>(rank - first)].joiner) {
+        if (rank >= first && rank < first + slots && ws[static_cast<std::size_t>(rank - first)].joiner) {
           ws[static_cast<std::size_t>(rank - first)].joined_generation = gen;
         }
         continue;
       }
       if (std::sscanf(reports.substr(0, nl).c_str(), "lost %d %llu", &rank, &gen) != 2) continue;
-      if (rank >= first && rank < first + count) {
+      if (rank >= first && rank < first + slots) {
         const worker& now = ws[static_cast<std::size_t>(rank - first)];
         if (now.joiner && (!now.joined_generation || gen < *now.joined_generation)) continue;  // about its predecessor
       }
       // An elastic job's survivors name the job's first ranks whatever ring they are on; a replacement's must be on
       // the latest generation (a report from before it joined names the worker it replaced).
       const bool stale = o.replace_lost && gen != generation;
-      if (rank < first || rank >= first + count || stale || failure || forwarded) continue;
+      if (rank < first || rank >= first + slots || stale || failure || forwarded) continue;
       worker& lost = ws[static_cast<std::size_t>(rank - first)];
       if (lost.status || lost.ended) continue;
       lost.ended = true;
@@ -1166,12 +1198,13 @@ int main(int argc, char** argv) {
   std::vector<int> ports;
   std::vector<int> join_ports;  // --max-workers: one join address per worker (whichever is the chief listens there)
   const int per_worker = o.max_workers ? 2 : 1;
+  const int slots = o.slots();
   if (o.base_port != 0) {
-    for (int i = 0; i < per_worker * o.workers; ++i) (i < o.workers ? ports : join_ports).push_back(o.base_port + i);
+    for (int i = 0; i < per_worker * slots; ++i) (i < slots ? ports : join_ports).push_back(o.base_port + i);
   } else {
     // One call, so that the join ports are not the workers' (the ports are free now, not held).
-    for (const int p : free_ports(o.host, per_worker * o.workers)) {
-      (static_cast<int>(ports.size()) < o.workers ? ports : join_ports).push_back(p);
+    for (const int p : free_ports(o.host, per_worker * slots)) {
+      (static_cast<int>(ports.size()) < slots ? ports : join_ports).push_back(p);
     }
   }
   for (std::size_t i = 0; i < join_ports.size(); ++i) {

@@ -7,7 +7,9 @@ from a member's memory). First the job runs without faults (its wall time and mo
 reports the goodput — training steps per second against the fault-free run, both training the same steps with the
 same global batch — and the time from each loss to training again. From the campaigns' logs also each join: the
 chief's "training again on 3 workers ... X ms after the joiners were due" (the larger ring, the joiner's identity
-check, the state from memory, the resharded data) and the state's size and transfer time.
+check, the state from memory, the resharded data) and the state's size and transfer time. Every run's workers
+write their steps' wall-clock times (the example's --step-times): the record holds each campaign's throughput per
+second over the run with its shrinks and joins marked (benchmarks/report.py draws it: elastic_goodput_timeline.png).
 
 Three workers on this machine share two cores, so a group of two is no slower per step than three (the cores, not
 the workers, bound the step) and the goodput comes out above 100%. Two workers (--workers 2) have a core each, as
@@ -15,7 +17,8 @@ separate machines would: a shrunk group of one then computes each step's global 
 until the joiner is back — the cost of a shrink that separate machines see.
 
   elastic_goodput.py --build BUILD [--data-dir .cache/mnist] [--seconds 240] [--gaps 60,15] [--join-delay 5]
-                     [--spare-wait 0] [--workers 3] [--json-out FILE]
+                     [--spare-wait 0] [--workers 3] [--model mnist|resnet20 [--cifar-dir .cache/cifar10]]
+                     [--json-out FILE]
 """
 import argparse
 import os
@@ -33,6 +36,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
 
 JOIN = re.compile(r"training again on (\d+) workers from global step (\d+), ([\d.]+) ms after the joiners were due")
+STEP_TIME = re.compile(r"step (\d+) workers (\d+) at ([\d.]+)")
 STATE = re.compile(r"training state of global step \d+ .* sent from rank \d+'s memory: ([\d.]+) MB in (\d+) ms")
 REPORT = {
     "goodput_percent": re.compile(r"goodput: ([\d.]+)%"),
@@ -45,13 +49,53 @@ REPORT = {
 }
 
 
-def job_command(a, launch, example, model_dir, steps):
+def job_command(a, launch, example, model_dir, steps, times_prefix):
     n = a.workers
-    return [launch, "-n", str(n), "--min-workers", str(n - 1), "--max-workers", str(n), "--max-restarts", "1000",
-            "--spare-wait", str(int(a.spare_wait * 1000)), "--join-delay", str(int(a.join_delay * 1000)), "--",
-            example, "--data-dir", a.data_dir, "--seed", "7", "--no-test", "--optimizer", "sgd", "--learning-rate",
-            "0.01", "--batch-size", "16", "--global-batch", "48",
-            "--epochs", "1", "--steps-per-epoch", str(steps), "--recovery-timeout", "60", "--model-dir", model_dir]
+    elastic = [launch, "-n", str(n), "--min-workers", str(n - 1), "--max-workers", str(n), "--max-restarts", "1000",
+               "--spare-wait", str(int(a.spare_wait * 1000)), "--join-delay", str(int(a.join_delay * 1000)), "--"]
+    if a.model == "resnet20":
+        # The CIFAR-10 example (its global batch: 16 per worker × the -n workers, kept through shrinks and joins;
+        # elastic through the launcher's variables). It writes no step times.
+        return elastic + [example, "--data-dir", a.cifar_dir, "--depth", "20", "--seed", "7", "--no-test",
+                          "--batch-size", "16", "--epochs", "1", "--steps-per-epoch", str(steps),
+                          "--validation-steps", "1", "--model-dir", model_dir]
+    return elastic + [example, "--data-dir", a.data_dir, "--seed", "7", "--no-test", "--optimizer", "sgd",
+                      "--learning-rate", "0.01", "--batch-size", "16", "--global-batch", "48",
+                      "--epochs", "1", "--steps-per-epoch", str(steps), "--recovery-timeout", "60", "--model-dir",
+                      model_dir, "--step-times", times_prefix]
+
+
+def timeline(times_prefix, bin_s=1.0):
+    """Throughput over a run from its workers' --step-times files: each global step at the time it was last
+    trained (a step trained again after a shrink replaces the earlier one), steps per second in bins of `bin_s`
+    from the first step, and the times the group shrank and grew (the workers count between consecutive steps)."""
+    final = {}
+    folder, stem = os.path.split(times_prefix)
+    for name in os.listdir(folder):
+        if not name.startswith(stem + ".w"):
+            continue
+        with open(os.path.join(folder, name)) as f:
+            for line in f:
+                m = STEP_TIME.match(line)
+                if m:
+                    step, workers, at = int(m.group(1)), int(m.group(2)), float(m.group(3))
+                    if step not in final or final[step][1] < at:
+                        final[step] = (workers, at)
+    if not final:
+        return None
+    steps = sorted(final)
+    t0 = min(at for _, at in final.values())
+    bins = [0] * (int((max(at for _, at in final.values()) - t0) / bin_s) + 1)
+    for _, at in final.values():
+        bins[int((at - t0) / bin_s)] += 1
+    shrinks, joins = [], []
+    for before, after in zip(steps, steps[1:]):
+        (w0, _), (w1, t1) = final[before], final[after]
+        if w1 < w0:
+            shrinks.append(round(t1 - t0, 3))
+        elif w1 > w0:
+            joins.append(round(t1 - t0, 3))
+    return {"bin_s": bin_s, "steps_per_s": [c / bin_s for c in bins], "shrinks_s": shrinks, "joins_s": joins}
 
 
 def timed(argv, log_path, limit):
@@ -64,7 +108,10 @@ def timed(argv, log_path, limit):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", required=True)
+    ap.add_argument("--model", choices=["mnist", "resnet20"], default="mnist",
+                    help="the MNIST example's CNN, or ResNet-20 on CIFAR-10 (examples/cifar10_resnet)")
     ap.add_argument("--data-dir", default=os.path.join(ROOT, ".cache", "mnist"))
+    ap.add_argument("--cifar-dir", default=os.path.join(ROOT, ".cache", "cifar10"))
     ap.add_argument("--seconds", type=float, default=240, help="the fault-free run's rough length")
     ap.add_argument("--gaps", default="60,15", help="seconds between faults, one campaign each")
     ap.add_argument("--join-delay", type=float, default=5, help="seconds until a lost worker's node returns")
@@ -75,18 +122,20 @@ def main():
     a = ap.parse_args()
     launch = os.path.join(a.build, "tools", "mwstrat-launch")
     campaign = os.path.join(a.build, "tools", "mwstrat-fault-campaign")
-    example = os.path.join(a.build, "examples", "mnist_multiworker", "mnist_multiworker")
+    example = (os.path.join(a.build, "examples", "cifar10_resnet", "cifar10_resnet") if a.model == "resnet20" else
+               os.path.join(a.build, "examples", "mnist_multiworker", "mnist_multiworker"))
     started = benchlib.start()
     with tempfile.TemporaryDirectory(prefix="mwstrat-goodput-") as work:
         # Calibrate: how many steps make a run of about --seconds (a short fault-free run, then scaled).
         probe_steps = 60
-        code, took = timed(job_command(a, launch, example, os.path.join(work, "probe"), probe_steps),
+        code, took = timed(job_command(a, launch, example, os.path.join(work, "probe"), probe_steps,
+                                       os.path.join(work, "probe-steps")),
                            os.path.join(work, "probe.log"), 600)
         if code != 0:
             raise RuntimeError("the probe run failed: " + open(os.path.join(work, "probe.log")).read()[-3000:])
         steps = max(100, int(probe_steps * a.seconds / max(took, 1e-3)))
         model_dir = os.path.join(work, "model")
-        job = job_command(a, launch, example, model_dir, steps)
+        job = job_command(a, launch, example, model_dir, steps, os.path.join(work, "reference-steps"))
         code, reference_seconds = timed(job, os.path.join(work, "reference.log"), 4 * a.seconds + 600)
         if code != 0:
             raise RuntimeError("the fault-free run failed: " + open(os.path.join(work, "reference.log")).read()[-3000:])
@@ -94,10 +143,13 @@ def main():
         shutil.copy(os.path.join(model_dir, "model.safetensors"), reference_model)
         print(f"fault-free: {steps} steps in {reference_seconds:.1f} s ({steps / reference_seconds:.2f} steps/s)",
               flush=True)
+        reference_timeline = timeline(os.path.join(work, "reference-steps"))
         rows, commands, joins, states = [], [], [], []
         for gap in [float(g) for g in a.gaps.split(",")]:
             faults = max(1, int(reference_seconds / gap) - 1)
             campaign_dir = os.path.join(work, f"campaign-{gap:g}")
+            times_prefix = os.path.join(work, f"campaign-{gap:g}-steps")
+            job = job_command(a, launch, example, model_dir, steps, times_prefix)
             argv = [campaign, "--elastic", "--faults", str(faults), "--kinds", "kill", "--seed", "1", "--gap-min",
                     str(gap), "--gap-max", str(gap), "--model", os.path.join(model_dir, "model.safetensors"),
                     "--reference-model", reference_model, "--reference-seconds", f"{reference_seconds:.3f}",
@@ -117,6 +169,7 @@ def main():
             row["joined"] = len(re.findall(r"\[mwstrat\.recovery\] rank 0: .*joined: \d+ workers", text))
             states += [(float(m.group(1)), float(m.group(2))) for m in STATE.finditer(text)]
             row["joins"] = len(these)
+            row["timeline"] = timeline(times_prefix)
             rows.append(row)
             commands.append(" ".join(benchlib.rel(x) if os.path.isabs(x) and x.startswith(ROOT) else x
                                      for x in argv[:argv.index("--model")]) + " ... -- " +
@@ -127,8 +180,9 @@ def main():
                   f"campaign exit {result.returncode})", flush=True)
             if result.returncode != 0:
                 print(report[-3000:], flush=True)
-    summary = {"steps": steps, "reference_seconds": reference_seconds, "join_delay_s": a.join_delay,
-               "spare_wait_s": a.spare_wait, "workers": a.workers, "campaigns": rows}
+    summary = {"model": a.model, "steps": steps, "reference_seconds": reference_seconds, "join_delay_s": a.join_delay,
+               "spare_wait_s": a.spare_wait, "workers": a.workers, "campaigns": rows,
+               "reference_timeline": reference_timeline}
     if joins:
         ordered = sorted(joins)
         summary["join_ms"] = {"count": len(joins), "p50": statistics.median(joins),
@@ -143,7 +197,9 @@ def main():
         record = benchlib.meta("elastic_goodput", [f"benchmarks/train/elastic_goodput.py --build "
                                                    f"{benchlib.rel(a.build)} --seconds {a.seconds:g} --gaps {a.gaps} "
                                                    f"--join-delay {a.join_delay:g} --spare-wait {a.spare_wait:g} "
-                                                   f"--workers {a.workers}"] + commands, False, started)
+                                                   f"--workers {a.workers}"
+                                                   + (" --model resnet20" if a.model == "resnet20" else "")]
+                               + commands, False, started)
         record["goodput"] = summary
         benchlib.write_json(a.json_out, record)
     return 0

@@ -75,6 +75,7 @@ struct flags {
   // recovery timeout), so the join lands on the same step in every run.
   std::optional<std::uint64_t> await_joiner_at_step;
   std::string step_log;  // --step-log PREFIX: each worker writes PREFIX.wN (see step_log)
+  bool step_times = false;  // --step-times PREFIX: the same files, each step's wall-clock time instead (benchmarks)
   std::string collective = "ring";  // ring (TF_CONFIG or an MPI launcher's variables) or mpi
   std::size_t train_examples = 0;  // 0: the whole training set; N: its first N examples (short runs, tests)
   std::size_t test_examples = 0;   // 0: the whole test set
@@ -182,15 +183,24 @@ struct fault_injector {
 // For tests (--step-log PREFIX): each worker appends one line per step it trained to PREFIX.wN (N: its TF_CONFIG
 // index) — the global step, the step's mean loss over all workers and the set indices of this worker's examples —
 // so a test can check that an elastic job trained every step on the same examples as a fixed one.
+// With --step-times instead, "step N workers W at T" (T: seconds since the Unix epoch), buffered: a throughput
+// timeline over faults (benchmarks/train/elastic_goodput.py), which a killed worker's lost lines do not spoil.
 struct step_log {
   static constexpr bool stops_one_worker = false;
   std::FILE* out = nullptr;
   mwstrat::distributed_input* data = nullptr;
   std::vector<std::size_t> indices;  // room for a whole global batch: any worker's share fits
+  bool times_only = false;
   template <class Ctx>
   void on_train_batch_end(Ctx& ctx, std::size_t, const mwstrat::batch_logs& logs) {
     if (out == nullptr) return;
     const std::uint64_t done = ctx.global_step() - 1;  // the step just trained
+    if (times_only) {
+      const auto now = std::chrono::system_clock::now().time_since_epoch();
+      std::fprintf(out, "step %llu workers %d at %.6f\n", static_cast<unsigned long long>(done),
+                   ctx.strategy.num_replicas_in_sync(), std::chrono::duration<double>(now).count());
+      return;
+    }
     const auto at = mwstrat::data::stream_position(done, ctx.steps_per_pass);
     const std::size_t n = data->indices_at(at.epoch, at.step, indices);
     std::fprintf(out, "step %llu loss %.9g workers %d examples", static_cast<unsigned long long>(done), logs.batch_loss,
@@ -211,7 +221,8 @@ const char* const usage =
     "  [--min-workers K [--max-workers M [--await-joiner-at-step N (tests)]]]\n"
     "  [--train-examples N] [--test-examples N]\n"
     "  [--stop-at-step N] [--early-stopping PATIENCE] [--pause-at-step N (tests: 2 s there)]\n"
-    "  [--step-log PREFIX (tests: each worker's steps, losses and examples)] [--help]\n"
+    "  [--step-log PREFIX (tests: each worker's steps, losses and examples)]\n"
+    "  [--step-times PREFIX (benchmarks: each worker's steps and their wall-clock times)] [--help]\n"
     "A bad flag or value is refused before anything connects (status 2). Exit status: 0 trained, 1 an error,\n"
     "69 another worker was lost (mwstrat::peer_lost_exit_code), 75 preempted (mwstrat::preempted_exit_code),\n"
     "78 removed from an elastic job while stopped or cut off (mwstrat::removed_exit_code).\n"
@@ -262,6 +273,10 @@ flags parse(int argc, char** argv) {
     else if (args.is("--max-workers")) f.max_workers = args.whole(1);
     else if (args.is("--await-joiner-at-step")) f.await_joiner_at_step = args.whole<std::uint64_t>(1);
     else if (args.is("--step-log")) f.step_log = args.value();
+    else if (args.is("--step-times")) {
+      f.step_log = args.value();
+      f.step_times = true;
+    }
     else if (args.is("--collective")) f.collective = args.value();
     else if (args.is("--train-examples")) f.train_examples = args.whole<std::size_t>(0);
     else if (args.is("--test-examples")) f.test_examples = args.whole<std::size_t>(0);
@@ -339,8 +354,11 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   if (!f.step_log.empty()) {
     const std::string path = f.step_log + ".w" + std::to_string(strategy.task_id());
     step_file.reset(std::fopen(path.c_str(), "a"));
-    if (!step_file) throw mwstrat::io_error({"mnist_multiworker"}, "--step-log: cannot open " + path);
-    steps = {step_file.get(), &train_data, std::vector<std::size_t>(global_batch)};
+    if (!step_file) {
+      throw mwstrat::io_error({"mnist_multiworker"},
+                              std::string(f.step_times ? "--step-times" : "--step-log") + ": cannot open " + path);
+    }
+    steps = {step_file.get(), &train_data, std::vector<std::size_t>(global_batch), f.step_times};
   }
   // Keras's EarlyStopping(monitor="loss", patience=P, restore_best_weights=True); every worker runs it on the same
   // reduced logs. Without the flag its patience is endless (it never stops).

@@ -7,9 +7,9 @@
 // micro-batches of at most the per-worker batch of 5. Also: a lost chief succeeded by the lowest survivor, a stopped
 // worker that finds itself removed (exit 78), the launcher's --min-workers, the floor of min_workers, and a backup
 // written after the shrink resuming on two workers and on one. Growing: a joiner the launcher starts in a lost
-// worker's place, taken in at a step boundary (byte-identical twice), a spare within --spare-wait, and joiners the
-// job refuses (another job token, other data) while it goes on unchanged. Short runs, so that an unoptimised build
-// runs them too.
+// worker's place, taken in at a step boundary (byte-identical twice), the launcher growing a job of two past its -n
+// (--grow-after), a spare within --spare-wait, and joiners the job refuses (another job token, other data) while it
+// goes on unchanged. Short runs, so that an unoptimised build runs them too.
 #include "example_support.hpp"
 
 #include <gtest/gtest.h>
@@ -336,6 +336,25 @@ TEST_F(elastic_example, a_joiner_takes_a_lost_workers_place_and_the_three_train_
   ASSERT_FALSE(model.empty());
   EXPECT_EQ(read_file(dir.path() / "grown_again" / "model.safetensors"), model)
       << "the same fault and join schedule gives the same bits";
+}
+
+// Growing past -n: the launcher starts two workers and, at once (--grow-after 0), a third in the slot after them
+// (--max-workers 3); the two train steps 0 to 3 on the global batch of 15 (7 + 8, in micro-batches of 5) and take
+// it in where every worker awaits it, after step 4. Every step trains on the three-worker run's examples.
+TEST_F(elastic_example, the_launcher_grows_a_job_past_its_workers_and_every_step_trains_the_same_examples) {
+  ASSERT_TRUE(reference_ok_);
+  const scratch_dir& dir = *dir_;
+  const auto r = run(launcher + " -n 2 --min-workers 1 --max-workers 3 --max-restarts 1 --grow-after 0 -- " + job +
+                         " --global-batch 15 --await-joiner-at-step 4 --recovery-timeout 120 --step-log " +
+                         (dir / "grown_past") + " --model-dir " + (dir / "grown_past"),
+                     300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the job grows to 3 workers in 0 ms"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("worker 2: pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 0] [mwstrat.recovery] rank 0: worker 2 joined: 3 workers from global step 4"),
+            std::string::npos)
+      << r.output;
+  expect_same_steps(dir, "grown_past", 0, 4);
 }
 
 // A spare that arrives within --spare-wait takes the lost worker's place at the boundary the survivors shrank at:

@@ -143,12 +143,51 @@ TEST(launch, a_joiner_takes_a_failed_workers_place_and_a_loss_reported_from_an_e
   EXPECT_NE(r.output.find("[worker 0] done"), std::string::npos) << r.output;
 }
 
+// --grow-after: one worker, and 0.3 s later a second started as a joiner in the slot after it, with a TF_CONFIG of
+// both slots (its task index 1) and the join addresses; both end well.
+TEST(launch, grow_after_starts_the_slots_past_n_as_joiners_later) {
+  const auto r = launch("-n 1 --min-workers 1 --max-workers 2 --max-restarts 1 --grow-after 300 -- sh -c '"
+                        "case \"$TF_CONFIG\" in "
+                        "*\"index\\\": 1\"*) echo \"grown: $TF_CONFIG via $MWSTRAT_JOIN\"; echo joiner done;; "
+                        "*) echo \"first: $TF_CONFIG\"; sleep 2; echo done;; esac'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("the job grows to 2 workers in 300 ms (--grow-after)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("worker 1: pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(a joiner)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 0] first: {\"cluster\": {\"worker\": [\"127.0.0.1:"), std::string::npos)
+      << r.output;
+  // The first worker's TF_CONFIG names its slot alone; the joiner's names both, and it is told the join addresses.
+  const auto line_after = [&](const std::string& marker) {
+    const auto at = r.output.find(marker);
+    return at == std::string::npos ? std::string() : r.output.substr(at, r.output.find('\n', at) - at);
+  };
+  const auto addresses_in = [](const std::string& text) {
+    int n = 0;
+    for (auto at = text.find("127.0.0.1:"); at != std::string::npos; at = text.find("127.0.0.1:", at + 1)) ++n;
+    return n;
+  };
+  const std::string first_line = line_after("[worker 0] first: ");
+  EXPECT_EQ(addresses_in(first_line), 1) << first_line;
+  const std::string grown_line = line_after("[worker 1] grown: ");
+  const auto via = grown_line.find(" via ");
+  ASSERT_NE(via, std::string::npos) << r.output;
+  EXPECT_EQ(addresses_in(grown_line.substr(0, via)), 2) << grown_line;
+  EXPECT_NE(grown_line.find("\"index\": 1}"), std::string::npos) << grown_line;
+  EXPECT_EQ(addresses_in(grown_line.substr(via)), 2) << "both slots' join addresses: " << grown_line;
+  EXPECT_NE(r.output.find("[worker 1] joiner done"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker 0] done"), std::string::npos) << r.output;
+}
+
 TEST(launch, rejects_bad_arguments_clearly) {
   const std::pair<std::string, std::string> elastic[] = {
       {"-n 2 --max-workers 2 -- true", "--max-workers needs --min-workers K"},
       {"-n 2 --min-workers 1 --max-workers 2 -- true", "--max-workers needs --max-restarts J"},
       {"-n 3 --min-workers 1 --max-workers 2 --max-restarts 1 -- true", "--max-workers: fewer than the -n workers"},
-      {"-n 2 --join-delay 5 -- true", "--join-delay and --spare-wait need --max-workers"},
+      {"-n 2 --join-delay 5 -- true", "--join-delay, --spare-wait and --grow-after need --max-workers"},
+      {"-n 2 --min-workers 1 --max-workers 2 --max-restarts 1 --grow-after 0 -- true",
+       "--grow-after: --max-workers 2 leaves no slot past the -n 2 workers to grow into"},
+      {"--hosts a:1,b:1 --min-workers 1 --max-workers 3 --max-restarts 1 --grow-after 0 -- true",
+       "--grow-after is for workers on this machine (-n) only"},
   };
   for (const auto& [args, expected] : elastic) {
     const auto bad = launch(args);

@@ -235,26 +235,32 @@ class mirrored_strategy {
                c.take_joiners(1);
              }
   {
-    // The joiners as numbers, so the broadcast carries them: per joiner its worker index, its address's length and
-    // the address's characters, in a slot of a fixed size.
-    constexpr std::size_t slot = 2 + 256;
-    std::vector<double> wire(1 + slot * static_cast<std::size_t>(std::max(count, 0)), 0.0);
+    // The joiners as numbers, so that a broadcast carries them: first how many the chief took and the longest
+    // address, then per joiner its worker index, its address's length and the address's characters, in slots of
+    // that size.
+    decltype(collective().take_joiners(count)) taken;
+    std::array<double, 2> sizes{0.0, 0.0};
     if (is_chief()) {
-      const auto taken = collective().take_joiners(count);
-      wire[0] = static_cast<double>(taken.size());
-      for (std::size_t j = 0; j < taken.size(); ++j) {
-        double* at = wire.data() + 1 + j * slot;
-        at[0] = taken[j].worker;
-        const std::size_t n = std::min<std::size_t>(taken[j].address.size(), slot - 2);
-        at[1] = static_cast<double>(n);
-        for (std::size_t c = 0; c < n; ++c) at[2 + c] = static_cast<unsigned char>(taken[j].address[c]);
-      }
+      taken = collective().take_joiners(count);
+      sizes[0] = static_cast<double>(taken.size());
+      for (const auto& j : taken) sizes[1] = std::max(sizes[1], static_cast<double>(j.address.size()));
     }
-    collective().broadcast(std::span<double>(wire), 0);
+    collective().broadcast(std::span<double>(sizes), 0);
+    const auto joined = static_cast<std::size_t>(sizes[0]);
+    const std::size_t slot = 2 + static_cast<std::size_t>(sizes[1]);
+    std::vector<double> wire(joined * slot, 0.0);
+    for (std::size_t j = 0; j < taken.size(); ++j) {
+      double* at = wire.data() + j * slot;
+      at[0] = taken[j].worker;
+      at[1] = static_cast<double>(taken[j].address.size());
+      const std::string& a = taken[j].address;
+      for (std::size_t c = 0; c < a.size(); ++c) at[2 + c] = static_cast<unsigned char>(a[c]);
+    }
+    if (!wire.empty()) collective().broadcast(std::span<double>(wire), 0);
     std::vector<int> workers;
     std::vector<std::string> addresses;
-    for (std::size_t j = 0; j < static_cast<std::size_t>(wire[0]); ++j) {
-      const double* at = wire.data() + 1 + j * slot;
+    for (std::size_t j = 0; j < joined; ++j) {
+      const double* at = wire.data() + j * slot;
       workers.push_back(static_cast<int>(at[0]));
       std::string a;
       for (std::size_t c = 0; c < static_cast<std::size_t>(at[1]); ++c) a += static_cast<char>(at[2 + c]);
@@ -269,12 +275,17 @@ class mirrored_strategy {
     } catch (const error&) {
       // The larger ring never started (a joiner died after its admission): no member's start-up completes without
       // every rank, so every member gives it up and the members go on among themselves, in the next generation. One
-      // member may give up at once (its link to the joiner refused) while another waits out `timeout`: the members'
-      // own ring waits twice that, so the first to give up is still there when the last arrives.
+      // member may give up at once (its link to the joiner refused) while another waits out its whole start-up — the
+      // connect timeout, then a handshake that began just before it — so the members' own ring waits twice that:
+      // the first to give up is still there when the last arrives.
       std::vector<int> joiners;
       for (int r = size_; r < static_cast<int>(options.addresses.size()); ++r) joiners.push_back(r);
+      const std::chrono::milliseconds longest_start = [&] {
+        if constexpr (requires { options.handshake_timeout; }) return timeout + options.handshake_timeout;
+        return timeout;
+      }();
       held_ = std::make_unique<collective_type>(
-          collective_type::without_ranks(options, std::span<const int>(joiners), 2 * timeout));
+          collective_type::without_ranks(options, std::span<const int>(joiners), 2 * longest_start));
       workers.clear();
     }
     rank_ = collective().rank();

@@ -204,7 +204,31 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
   ctx.relaunched = recovery.relaunched();
   const detail::job_identity identity =
       recovery.checks_joiners() ? detail::identity_of(model, train, ctx.steps_per_pass) : detail::job_identity{};
-  recovery.start(ctx, identity);
+  history hist;
+  // After a loss: the survivors' recovery (an elastic job shrinks, then takes a spare in that came within
+  // spare_wait). A worker lost while a spare joins — the spare or a member — shrinks the job again; each round
+  // drops a worker, and below min_workers `recover` throws.
+  const auto recover_from = [&](const peer_lost_error& first) {
+    std::optional<peer_lost_error> lost(first);
+    while (lost) {
+      const peer_lost_error now = *std::exchange(lost, std::nullopt);
+      recovery.recover(ctx, now, hist);
+      if (!recovery.elastic()) break;
+      try {
+        recovery.grow(ctx, identity);
+      } catch (const peer_lost_error& again) {
+        lost.emplace(again);
+      }
+    }
+  };
+  try {
+    recovery.start(ctx, identity);
+  } catch (const peer_lost_error& lost) {
+    // A member lost while this joiner took the state in: the job shrinks around it with this worker in, and a
+    // member that holds the state sends it again.
+    if (!recovery.joiner()) throw;
+    recover_from(lost);
+  }
   if (recovery.joiner()) {
     // A joiner reads the job's global batches from where the members are, as one of the larger group.
     if constexpr (reshardable_source<Train>) train.reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
@@ -246,7 +270,6 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
                                   (after_loss ? "loss was seen" : "joiners were due"));
     }
   };
-  history hist;
   const preemption_signal_guard signals(options.catch_preemption_signals);
   detail::preemption_watch watch;  // this worker's signal, for the `preempted` message
   // Resuming is the trainer's: from the resume source's newest backup (BackupAndRestore's), before any callback
@@ -308,9 +331,7 @@ history fit(Strategy& strategy, Model& model, Optimizer& optimizer, Train& train
         if (!recovery.on()) throw;
         const auto seen = std::chrono::steady_clock::now();
         sync_holder.reset();  // it refers to the failed ring (its model leaves any shared region first)
-        recovery.recover(ctx, lost, hist);
-        // A spare that came within spare_wait is taken in at the same boundary.
-        if (recovery.elastic()) recovery.grow(ctx, identity);
+        recover_from(lost);
         regroup(seen, true);
         // Ranks can be one boundary apart: the state taken may be the top of the next epoch (this one's end was done
         // elsewhere). Then this epoch is over here too: the loop's increment brings ctx.epoch back to it.

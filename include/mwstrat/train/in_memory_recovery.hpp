@@ -176,11 +176,13 @@ inline void recovery_log(int rank, const std::string& text) {
 }
 
 // Steps 1–3 of the protocol (file comment), on a connected ring: every rank ends holding the source's snapshot,
-// loaded into `ctx`. `have` is false on a replacement (its snapshot is empty).
+// loaded into `ctx`. `have` is false on a replacement and a joiner; a snapshot that holds nothing (a joiner whose
+// first receipt broke off) counts as none either way.
 template <class Strategy, class Ctx>
 void exchange_state(Strategy& strategy, Ctx& ctx, training_snapshot& snap, bool have) {
   using clock = std::chrono::steady_clock;
   const auto began = clock::now();
+  have = have && snap.at() > 0;
   strategy.verify_same("model fingerprint", ctx.model.fingerprint());
   const int n = strategy.num_replicas_in_sync();
   const int me = strategy.replica_id();
@@ -194,10 +196,17 @@ void exchange_state(Strategy& strategy, Ctx& ctx, training_snapshot& snap, bool 
   }
   const int source = static_cast<int>(best - positions.begin());
   if (!have) snap.make_room(ctx);
-  strategy.collective().broadcast(snap.header(), source);
-  strategy.collective().broadcast(snap.floats(), source);
+  try {
+    strategy.collective().broadcast(snap.header(), source);
+    strategy.collective().broadcast(snap.floats(), source);
+  } catch (...) {
+    // A receiver whose own snapshot was of another boundary now holds a mix of two (one of the same boundary held
+    // the same bytes): the next exchange must not take that for a state.
+    if (me != source && positions[static_cast<std::size_t>(me)] != *best) snap.forget();
+    throw;
+  }
   snap.restore(ctx);
-  if (me == source || me == 0) {
+  if (me == source || me == 0 || !have) {
     const double ms = std::chrono::duration<double, std::milli>(clock::now() - began).count();
     recovery_log(me, "training state of global step " + std::to_string(ctx.global_step()) + " (epoch " +
                          std::to_string(ctx.epoch + 1) + ", step " + std::to_string(ctx.step) + ") " +

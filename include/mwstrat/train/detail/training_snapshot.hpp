@@ -69,6 +69,9 @@ class training_snapshot {
     ctx.preempted = header_[preempted] != 0;
   }
 
+  // Holds nothing again (a receipt that broke off midway left a part of the source's state in it).
+  void forget() { header_[position] = 0; }
+
   // Sized for `ctx` with nothing in it (a replacement before it receives the state).
   template <class Ctx>
   void make_room(Ctx& ctx) {
