@@ -196,6 +196,12 @@ void exchange_state(Strategy& strategy, Ctx& ctx, training_snapshot& snap, bool 
   }
   const int source = static_cast<int>(best - positions.begin());
   if (!have) snap.make_room(ctx);
+  if (!have) {
+    // Before the bytes: a state of many MB takes seconds on a slow link, and an operator (or a test that faults
+    // the transfer) sees from here that it is under way.
+    recovery_log(me, "receiving the training state from rank " + std::to_string(source) + "'s memory: " +
+                         detail::fixed_text(static_cast<double>(snap.floats().size_bytes()) / 1e6, 1) + " MB");
+  }
   try {
     strategy.collective().broadcast(snap.header(), source);
     strategy.collective().broadcast(snap.floats(), source);
