@@ -71,6 +71,8 @@
 // so that a loss reported from an earlier ring is taken for the worker it replaced; a joiner still waiting when
 // the job finishes is ended, and is not a failure. --grow-after MS grows the job past -n: that long after the start
 // the slots -n .. M-1 (ports and join ports of their own) are started as joiners too (workers on this machine only).
+// Across nodes (--hosts, over ssh) a joiner is started on the lost worker's node, through its agent, as a
+// replacement is.
 //
 // Exit status: 0 when every worker succeeded (under --min-workers: every worker the job went on with); 75 when the
 // workers stopped for preemption (and the launcher itself was signalled); otherwise the first failure's (128 + signal
@@ -344,7 +346,6 @@ options parse(int argc, char** argv) {
   if (o.grow_after_ms >= 0 && (!o.worker_host.empty() || o.agent_flags)) {
     usage("--grow-after is for workers on this machine (-n) only, not with --hosts, --hostfile or per-node agents");
   }
-  if (o.max_workers && o.any_remote()) usage("--max-workers is not available for workers started over ssh yet");
   if (o.spare_wait_ms < 0) o.spare_wait_ms = o.max_workers ? 3000 : 0;
   if (o.min_workers && o.replace_lost) {
     usage("--min-workers and --replace-lost exclude each other: an elastic job takes a lost worker's place back with "
@@ -478,13 +479,13 @@ void emit(worker& w, bool flush_partial) {
 
 // `report_fd`: the write end of the survivors' report channel (--replace-lost), inherited by the worker; -1: none.
 worker start_remote(const options& o, const std::vector<int>& ports, int index, int attempt,
-                    std::uint64_t generation);
+                    std::uint64_t generation, bool joiner);
 
 // `joiner`: it joins the running job in a lost worker's place (--max-workers: MWSTRAT_JOIN).
 worker start(const options& o, const std::vector<int>& ports, int index, int attempt, std::uint64_t generation,
              int report_fd, bool joiner = false) {
   if (!o.worker_remote.empty() && o.worker_remote[static_cast<std::size_t>(index)]) {
-    return start_remote(o, ports, index, attempt, generation);
+    return start_remote(o, ports, index, attempt, generation, joiner);
   }
   int fds[2];
   if (::pipe(fds) != 0) {
@@ -567,7 +568,7 @@ extern "C" char** environ;
 // protocol (launcher_environment.hpp) as a local worker gets it.
 std::vector<std::pair<std::string, std::string>> remote_environment(const options& o, const std::vector<int>& ports,
                                                                     int index, int attempt,
-                                                                    std::uint64_t generation) {
+                                                                    std::uint64_t generation, bool joiner) {
   std::vector<std::pair<std::string, std::string>> env;
   for (char** e = environ; *e; ++e) {
     const std::string entry = *e;
@@ -593,22 +594,32 @@ std::vector<std::pair<std::string, std::string>> remote_environment(const option
     env.emplace_back("MWSTRAT_RECOVERY_GENERATION", std::to_string(generation));
   }
   if (o.min_workers) env.emplace_back("MWSTRAT_MIN_WORKERS", std::to_string(o.min_workers));
+  if (o.max_workers) {  // as a local worker's (start)
+    env.emplace_back("MWSTRAT_MAX_WORKERS", std::to_string(o.max_workers));
+    env.emplace_back("MWSTRAT_SPARE_WAIT_MS", std::to_string(o.spare_wait_ms));
+    env.emplace_back("MWSTRAT_JOIN_LISTEN", o.join_addresses[static_cast<std::size_t>(index)]);
+    if (joiner) {
+      std::string all;
+      for (const auto& a : o.join_addresses) all += (all.empty() ? "" : ",") + a;
+      env.emplace_back("MWSTRAT_JOIN", all);
+    }
+  }
   return env;
 }
 
 // A worker on another node: ssh to it runs the remote agent (launch/remote_agent.hpp), which reads the worker's
 // spec from ssh's stdin and starts it there. ssh's stdout is the worker's output; its stderr the agent's lines.
 worker start_remote(const options& o, const std::vector<int>& ports, int index, int attempt,
-                    std::uint64_t generation) {
+                    std::uint64_t generation, bool joiner) {
   const std::string& host = o.worker_host[static_cast<std::size_t>(index)];
   mwstrat_launch::agent_spec spec;
   spec.host = host;
   spec.cwd = o.workdir;
   spec.argv = o.command;
-  spec.env = remote_environment(o, ports, index, attempt, generation);
+  spec.env = remote_environment(o, ports, index, attempt, generation, joiner);
   spec.grace_ms = o.grace_ms;
   spec.liveness_ms = o.ssh.liveness_timeout_s * 1000;
-  spec.report = o.replace_lost || o.min_workers != 0;
+  spec.report = o.replace_lost || o.min_workers != 0;  // --max-workers needs --min-workers
   const std::string encoded = mwstrat_launch::encode(spec);
   int in[2];
   int out[2];
@@ -670,6 +681,7 @@ worker start_remote(const options& o, const std::vector<int>& ports, int index, 
   w.pid = pid;
   w.out = out[0];
   w.remote = true;
+  w.joiner = joiner;
   w.control = in[1];
   w.err = err[0];
   // ssh's connect timeout bounds the TCP connection; this bounds the rest (key exchange, the login, the agent).
@@ -1080,7 +1092,12 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
       }
       kill_leftovers_now(w);
       w = start(o, ports, w.index, attempt, 0, report[1], true);
-      std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d (a joiner)\n", w.index, static_cast<int>(w.pid));
+      if (w.remote) {
+        std::fprintf(stderr, "mwstrat-launch: worker %d: a joiner started over ssh on %s\n", w.index,
+                     o.worker_host[static_cast<std::size_t>(w.index)].c_str());
+      } else {
+        std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d (a joiner)\n", w.index, static_cast<int>(w.pid));
+      }
     }
     if (end_joiners_at != never && steady_clock::now() >= end_joiners_at) {
       end_joiners_at = never;

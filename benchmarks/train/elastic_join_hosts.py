@@ -82,7 +82,7 @@ def one_join(a, name, addresses, work, k):
     cluster = [f"{addr}:{20000 + k}" for addr in addresses]
     desk = f"{addresses[0]}:{20100 + k}"
     job = [a.example, "--data-dir", a.data_dir, "--seed", "7", "--epochs", "1", "--steps-per-epoch",
-           str(a.at_step + 3), "--batch-size", "16", "--train-examples", "1200", "--no-test", "--optimizer", "sgd",
+           str(a.at_step + 3), "--global-batch", "48", "--train-examples", "1200", "--no-test", "--optimizer", "sgd",
            "--learning-rate", "0.01", "--op-timeout", "120", "--min-workers", "2", "--max-workers", "4",
            "--recovery-timeout", "60", "--model-dir", os.path.join(work, f"model{k}")]
 

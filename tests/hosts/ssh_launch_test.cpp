@@ -291,4 +291,28 @@ TEST(ssh_launch, replace_lost_replaces_a_remote_worker_and_relays_the_survivors_
   EXPECT_TRUE(nodes.nodes_empty_within(5s)) << "processes left on the nodes";
 }
 
+// An elastic job across nodes (--min-workers, --max-workers): a remote worker that dies is not replaced; the three
+// others shrink the job at once, and after --join-delay the launcher starts a joiner in its place over ssh, which the
+// members take in at a step boundary (--await-joiner-at-step) with the state from memory. The job ends as four, and
+// nothing is left on the nodes.
+TEST(ssh_launch, an_elastic_job_takes_a_joiner_in_over_ssh_in_a_lost_workers_place) {
+  MWSTRAT_REQUIRE_SSHD();
+  ssh_nodes nodes;
+  scratch_dir dir;
+  const auto r = run(nodes.launch("--min-workers 3 --max-workers 4 --max-restarts 2 --spare-wait 0 --join-delay 0 " +
+                                  nodes.two_nodes(2) + " -- " + example + " --data-dir " + mnist_dir +
+                                  " --epochs 1 --steps-per-epoch 8 --global-batch 8 --train-examples 400 --no-test"
+                                  " --kill-at-step 2 --kill-rank 3 --await-joiner-at-step 5 --recovery-timeout 120"
+                                  " --model-dir " + (dir / "elastic")),
+                     300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the job goes on without it (3 workers, --min-workers 3)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("mwstrat-launch: worker 3: a joiner started over ssh on 10.77.0.2"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[mwstrat.recovery] rank 0: worker 3 joined: 4 workers from global step 5"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "elastic" / "model.safetensors")) << r.output;
+  EXPECT_TRUE(nodes.nodes_empty_within(5s)) << "processes left on the nodes";
+}
+
 }  // namespace ssh_launch_test
