@@ -1111,7 +1111,9 @@ class Page:
         if g:
             n = g.get("workers", 3)
             when = f" (measured {e['goodput_date']})" if e.get("goodput_date") else ""
-            w(f"Goodput under fault campaigns without spares{when} (`{e['commands'][3]}`): the MNIST example, {n} workers "
+            budget = (f" of {fmt(g['cpu_per_worker'], 2)} CPU each (below)" if g.get("cpu_per_worker") else "")
+            w(f"Goodput under fault campaigns without spares{when} (`{e['commands'][3]}`): the MNIST example, {n} workers"
+              f"{budget} "
               f"under `mwstrat-launch --min-workers {n - 1} --max-workers {n} --spare-wait 0 --join-delay "
               f"{int(g['join_delay_s'] * 1000)}` (a lost worker's node returns as a joiner "
               f"{fmt(g['join_delay_s'], 0)} s later), {g['steps']} steps of a global batch of 48, fault-free in "
@@ -1119,17 +1121,27 @@ class Page:
               "per second against the fault-free run (the same steps). Goals: at least 98% at one fault every 60 s "
               "and 90% at one every 15 s (torchft's published 82.3% and 30.2% step efficiency, another setting).")
             w()
-            w("| one fault every | faults injected | survived | goodput | loss → training again p50 | p99 | joins |")
-            w("|---|---|---|---|---|---|---|")
+            if g.get("repeats", 1) > 1:
+                w(f"{g['repeats']} rounds, each a fault-free run then the campaigns, each campaign's goodput against its "
+                  "own round's fault-free run (the shared machine's speed drifts by several percent between runs "
+                  "minutes apart); the table gives the median round (the lower middle one for an even count) and "
+                  "every round's figure. The faults and joins are all the rounds'; p99 is the largest of the rounds'.")
+                w()
+            w("| one fault every | faults injected | survived | goodput | the rounds | loss → training again p50 | p99 "
+              "| joins |")
+            w("|---|---|---|---|---|---|---|---|")
             for c in g["campaigns"]:
+                each = ", ".join(f"{fmt(x, 1)}%" for x in c.get("goodput_rounds", [c["goodput_percent"]]))
                 w(f"| {fmt(c['gap_s'], 0)} s | {fmt(c['faults_injected'], 0)} | {fmt(c['faults_survived'], 0)} | "
-                  f"{fmt(c['goodput_percent'], 1)}% | {fmt(c['loss_to_training_p50_ms'], 0)} ms | "
+                  f"{fmt(c['goodput_percent'], 1)}% | {each} | {fmt(c['loss_to_training_p50_ms'], 0)} ms | "
                   f"{fmt(c['loss_to_training_p99_ms'], 0)} ms | {c.get('joined', c['joins'])} |")
             w()
             spare = e.get("goodput_spare")
             if spare:
                 c = spare["campaigns"][0]
-                w(f"With a spare started at once (`{e['commands'][-1]}`: `--join-delay 0 --spare-wait "
+                spare_command = next((x for x in e["commands"] if x.startswith("benchmarks/") and "--join-delay 0" in x),
+                                     e["commands"][-1])
+                w(f"With a spare started at once (`{spare_command}`: `--join-delay 0 --spare-wait "
                   f"{fmt(spare['spare_wait_s'], 0)}`, the survivors wait for it before training smaller, and it joins at "
                   f"the boundary they shrank at): one fault every {fmt(c['gap_s'], 0)} s, "
                   f"{fmt(c['faults_injected'], 0)} injected and survived, **goodput {fmt(c['goodput_percent'], 1)}%**, "
@@ -1144,6 +1156,30 @@ class Page:
                   f"{fmt(j['p99'], 0)} ms** (goal: at most 1 s). On loopback the state moves through shared memory "
                   f"(p50 {fmt(g.get('state_transfer_ms_p50'), 0)} ms); between hosts, below.")
                 w()
+            resnet = e.get("goodput_resnet20")
+            if resnet:
+                command = next((c for c in e["commands"] if c.startswith("benchmarks/") and "resnet20" in c), "")
+                w(f"The same campaigns on ResNet-20 (`{command}`): the CIFAR-10 example, depth 20, "
+                  f"{resnet['workers']} workers, a global batch of {16 * resnet['workers']} kept through every "
+                  f"shrink and join, {resnet['steps']} steps, fault-free in {fmt(resnet['reference_seconds'], 1)} s; "
+                  "its step has more compute per byte of gradient than the MNIST CNN's.")
+                w()
+                w("| one fault every | faults injected | survived | goodput | the rounds | loss → training again p50 "
+                  "| p99 | joins | final model vs fault-free |")
+                w("|---|---|---|---|---|---|---|---|---|")
+                for c in resnet["campaigns"]:
+                    diff = c.get("model_difference_e6")
+                    each = ", ".join(f"{fmt(x, 1)}%" for x in c.get("goodput_rounds", [c["goodput_percent"]]))
+                    w(f"| {fmt(c['gap_s'], 0)} s | {fmt(c['faults_injected'], 0)} | {fmt(c['faults_survived'], 0)} | "
+                      f"{fmt(c['goodput_percent'], 1)}% | {each} | {fmt(c['loss_to_training_p50_ms'], 0)} ms | "
+                      f"{fmt(c['loss_to_training_p99_ms'], 0)} ms | {c.get('joined', c['joins'])} | "
+                      f"{'largest difference ' + fmt(diff, 1) + 'e-6' if diff is not None else '—'} |")
+                w()
+                if resnet.get("join_ms"):
+                    j = resnet["join_ms"]
+                    w(f"Its joins ({j['count']}), due → training again: p50 {fmt(j['p50'], 0)} ms, p99 "
+                      f"{fmt(j['p99'], 0)} ms, with a {fmt(resnet.get('state_mb'), 1)} MB state.")
+                    w()
             timed = [c for c in g["campaigns"] if c.get("timeline")]
             if self.plt and timed:
                 plt = self.plt
@@ -1182,9 +1218,23 @@ class Page:
               f"all-reduce), with 4 workers (the issue's size) {fmt(100 * (1 - g['join_delay_s'] / 4 / 15), 0)}%; "
               "the spare run above, with nobody away, shows the recovery's cost alone.")
             w()
-            w("Each worker has a core of its own, as on separate machines: a shrunk group computes each step's global "
-              "batch with fewer workers, more slowly, until the joiner is back. (Three workers would share the two "
-              "cores, and a group of two would be no slower per step than three.)")
+            if g.get("cpu_per_worker"):
+                cpu = g["cpu_per_worker"]
+                w(f"Each worker slot is held to {fmt(cpu, 2)} CPU (a cgroup with a CFS quota, the slot's joiner put in "
+                  f"the same one), so the {n} workers are {n} machines of {fmt(cpu, 2)} CPU each on this machine's "
+                  "two cores: a shrunk group has that much less compute and computes each step's global batch more "
+                  "slowly until the joiner is back. (Workers sharing the two cores freely would not show it: a "
+                  "smaller group would take the cores the lost one left, and run no slower.)")
+                u = g.get("slot_cpu") or []
+                if u:
+                    throttled = sum(x["throttled_periods"] or 0 for x in u)
+                    periods = sum(x["periods"] or 0 for x in u)
+                    w(f"The quotas were in force: {throttled} of the slots' {periods} 10-ms periods ended "
+                      "throttled.")
+            else:
+                w("Each worker has a core of its own, as on separate machines: a shrunk group computes each step's "
+                  "global batch with fewer workers, more slowly, until the joiner is back. (Three workers would share "
+                  "the two cores, and a group of two would be no slower per step than three.)")
             w()
         hosts = e.get("join_between_hosts")
         if hosts:

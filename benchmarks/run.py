@@ -56,9 +56,10 @@ Families and what each writes (RESULTS.md's sections):
                                          (collective/shrink_bench.cpp); and with real processes, the MNIST example
                                          (3 workers, one killed per run, 50 runs): the loss seen → training again on
                                          two (train/elastic_shrink.py; the build needs -DMWSTRAT_BUILD_EXAMPLES=ON);
-                                         the goodput under fault campaigns and the joins' times
-                                         (train/elastic_goodput.py); a join's state transfer between simulated
-                                         hosts against the link's rate (train/elastic_join_hosts.py)
+                                         the goodput under fault campaigns and the joins' times, MNIST and
+                                         ResNet-20, and with a spare (train/elastic_goodput.py); a join's state
+                                         transfer between simulated hosts against the link's rate
+                                         (train/elastic_join_hosts.py)
               train_sealed.json          MNIST CNN training on 2 simulated hosts × 1 worker, plain vs authenticated vs
                                          encrypted, at 10 and 1 Gbit/s (train/hosts_train.py --security)
 Every command runs in its own process group under a time limit; on expiry the whole group is killed. A failed
@@ -669,12 +670,17 @@ def family_elastic(a, log):
         with open(out) as f:
             processes = json.load(f)
     # And the goodput under fault campaigns without spares: a lost worker's node returns as a joiner 5 s later
-    # (train/elastic_goodput.py: one SIGKILL every 60 s and every 15 s, the joins' times from the same runs). Two
-    # workers, a core each, as on separate machines (three would share two cores: a shrunk group is then no slower).
+    # (train/elastic_goodput.py: one SIGKILL every 60 s and every 15 s, the joins' times from the same runs). Four
+    # workers, each slot held to half a CPU (a cgroup's quota), as four machines would be: a shrunk group then has
+    # less compute (four workers sharing two cores freely would not: a group of three would be no slower). Without
+    # a writable cgroup, two workers with a core each.
+    slots = (["--workers", "4", "--cpu-per-worker", "0.5"] if os.access("/sys/fs/cgroup/cpu", os.W_OK)
+             else ["--workers", "2"])
     with tempfile.TemporaryDirectory(prefix="mwstrat-goodput-") as tmp:
         out = os.path.join(tmp, "goodput.json")
         run([sys.executable, os.path.join(HERE, "train", "elastic_goodput.py"), "--build", a.build, "--data-dir",
-             a.data_dir, "--workers", "2", "--json-out", out] + (["--seconds", "40", "--gaps", "15"] if a.quick else []),
+             a.data_dir, "--json-out", out] + slots
+            + (["--seconds", "40", "--gaps", "15"] if a.quick else ["--seconds", "80", "--repeats", "3"]),
             log, 7200)
         with open(out) as f:
             goodput = json.load(f)
@@ -685,12 +691,30 @@ def family_elastic(a, log):
         run([sys.executable, os.path.join(HERE, "train", "elastic_join_hosts.py"), "--build", a.build, "--data-dir",
              a.data_dir, "--json-out", out] + (["--joins", "1"] if a.quick else []), log, 3600)
         join = json.load(open(out)) if os.path.exists(out) else {"commands": [], "summary": None}
-    record = benchlib.meta("elastic", [command] + processes["commands"] + goodput["commands"] + join["commands"],
-                           a.quick, started)
+    # The same campaigns on ResNet-20 (the CIFAR-10 example: a step of more compute per byte of gradient), and one
+    # with a spare started at once that the survivors wait for (--spare-wait): the recovery's own cost, nobody away.
+    with tempfile.TemporaryDirectory(prefix="mwstrat-goodput-") as tmp:
+        out = os.path.join(tmp, "resnet20.json")
+        run([sys.executable, os.path.join(HERE, "train", "elastic_goodput.py"), "--build", a.build, "--cifar-dir",
+             a.cifar_dir, "--model", "resnet20", "--json-out", out] + slots
+            + (["--seconds", "40", "--gaps", "15"] if a.quick else ["--seconds", "80", "--repeats", "3"]), log, 7200)
+        with open(out) as f:
+            resnet = json.load(f)
+        out = os.path.join(tmp, "spare.json")
+        run([sys.executable, os.path.join(HERE, "train", "elastic_goodput.py"), "--build", a.build, "--data-dir",
+             a.data_dir, "--gaps", "15", "--join-delay", "0", "--spare-wait", "5", "--json-out", out] + slots
+            + (["--seconds", "40"] if a.quick else ["--seconds", "100"]), log, 7200)
+        with open(out) as f:
+            spare = json.load(f)
+    # The spare's command last: report.py names it as the record's last command.
+    record = benchlib.meta("elastic", [command] + processes["commands"] + goodput["commands"] + join["commands"]
+                           + resnet["commands"] + spare["commands"], a.quick, started)
     record["shrink"] = rows
     record["shrink_processes"] = processes["shrink_processes"]
     record["goodput"] = goodput["goodput"]
     record["join_between_hosts"] = join["summary"]
+    record["goodput_resnet20"] = resnet["goodput"]
+    record["goodput_spare"] = spare["goodput"]
     benchlib.write_json(os.path.join(a.results, "elastic.json"), record)
 
 

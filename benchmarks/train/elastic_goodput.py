@@ -14,11 +14,16 @@ second over the run with its shrinks and joins marked (benchmarks/report.py draw
 Three workers on this machine share two cores, so a group of two is no slower per step than three (the cores, not
 the workers, bound the step) and the goodput comes out above 100%. Two workers (--workers 2) have a core each, as
 separate machines would: a shrunk group of one then computes each step's global batch alone, at half the speed,
-until the joiner is back — the cost of a shrink that separate machines see.
+until the joiner is back — the cost of a shrink that separate machines see. --cpu-per-worker C gives each worker
+slot a CPU budget of its own instead (a cgroup with a CFS quota of C CPUs, the slot's joiner put in the same one):
+then 3 or 4 workers on two cores are as many machines of C CPUs each, and a shrunk group has that much less
+compute, as it would between machines. The shared machine's speed drifts by several percent between runs of minutes:
+--repeats R runs R rounds of a fault-free run and the campaigns, each campaign against its own round's run, and
+takes the median.
 
   elastic_goodput.py --build BUILD [--data-dir .cache/mnist] [--seconds 240] [--gaps 60,15] [--join-delay 5]
-                     [--spare-wait 0] [--workers 3] [--model mnist|resnet20 [--cifar-dir .cache/cifar10]]
-                     [--json-out FILE]
+                     [--spare-wait 0] [--workers 3] [--cpu-per-worker C] [--repeats R]
+                     [--model mnist|resnet20 [--cifar-dir .cache/cifar10]] [--json-out FILE]
 """
 import argparse
 import os
@@ -49,10 +54,79 @@ REPORT = {
 }
 
 
+CGROUP_CPU = "/sys/fs/cgroup/cpu"  # cgroup v1's cpu controller (where v2 is mounted instead: not supported here)
+
+# Puts the worker in its slot's cgroup (the slot: TF_CONFIG's task index, the same for the slot's joiner), then runs
+# it: "$1" the folder of the slots' cgroups, the rest the worker's command line.
+SLOT_WRAPPER = r"""#!/bin/sh
+set -e
+slot=$(printf '%s' "$TF_CONFIG" | sed -n 's/.*"index": *\([0-9]*\).*/\1/p')
+folder="$1"; shift
+echo $$ > "$folder/w$slot/cgroup.procs"
+exec "$@"
+"""
+
+
+def cpu_slots(a, work):
+    """The slots' cgroups, each with a quota of --cpu-per-worker CPUs (a 10 ms period: a throttled worker waits
+    milliseconds, not the default period's 100); returns the wrapper's argv prefix, or [] without the option."""
+    if not a.cpu_per_worker:
+        return []
+    folder = os.path.join(CGROUP_CPU, f"mwstrat-goodput-{os.getpid()}")
+    os.makedirs(folder, exist_ok=True)
+    for k in range(a.workers):
+        slot = os.path.join(folder, f"w{k}")
+        os.makedirs(slot, exist_ok=True)
+        with open(os.path.join(slot, "cpu.cfs_period_us"), "w") as f:
+            f.write("10000")
+        with open(os.path.join(slot, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(int(10000 * a.cpu_per_worker)))
+    wrapper = os.path.join(work, "slot-wrapper.sh")
+    with open(wrapper, "w") as f:
+        f.write(SLOT_WRAPPER)
+    os.chmod(wrapper, 0o755)
+    a.cgroup_folder = folder
+    return [wrapper, folder]
+
+
+def slot_usage(a):
+    """Each slot's CFS periods and how many of them ended throttled (cpu.stat): the evidence that the quota held
+    the slot back, or None without --cpu-per-worker."""
+    folder = getattr(a, "cgroup_folder", None)
+    if not folder:
+        return None
+    usage = []
+    for k in range(a.workers):
+        stat = {}
+        with open(os.path.join(folder, f"w{k}", "cpu.stat")) as f:
+            for line in f:
+                key, value = line.split()
+                stat[key] = int(value)
+        usage.append({"slot": k, "periods": stat.get("nr_periods"), "throttled_periods": stat.get("nr_throttled"),
+                      "throttled_s": stat.get("throttled_time", 0) / 1e9})
+    return usage
+
+
+def remove_cpu_slots(a):
+    folder = getattr(a, "cgroup_folder", None)
+    if not folder:
+        return
+    for k in range(a.workers):
+        try:
+            os.rmdir(os.path.join(folder, f"w{k}"))  # a cgroup goes once its processes have
+        except OSError as e:
+            print(f"cannot remove {folder}/w{k}: {e}", file=sys.stderr)
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
+
+
 def job_command(a, launch, example, model_dir, steps, times_prefix):
     n = a.workers
     elastic = [launch, "-n", str(n), "--min-workers", str(n - 1), "--max-workers", str(n), "--max-restarts", "1000",
-               "--spare-wait", str(int(a.spare_wait * 1000)), "--join-delay", str(int(a.join_delay * 1000)), "--"]
+               "--spare-wait", str(int(a.spare_wait * 1000)), "--join-delay", str(int(a.join_delay * 1000)),
+               "--"] + a.wrapper
     if a.model == "resnet20":
         # The CIFAR-10 example (its global batch: 16 per worker × the -n workers, kept through shrinks and joins;
         # elastic through the launcher's variables). It writes no step times.
@@ -98,6 +172,28 @@ def timeline(times_prefix, bin_s=1.0):
     return {"bin_s": bin_s, "steps_per_s": [c / bin_s for c in bins], "shrinks_s": shrinks, "joins_s": joins}
 
 
+def per_gap(rows, gap):
+    """One gap's campaigns over the rounds: the median goodput (and each round's), every fault's counts summed, the
+    median of the rounds' p50 and the largest p99 (no p99 over faults across rounds can be computed from them), the
+    timeline of the round whose goodput is the median's."""
+    these = [r for r in rows if r["gap_s"] == gap]
+    scored = sorted((r for r in these if r["goodput_percent"] is not None), key=lambda r: r["goodput_percent"])
+    middle = scored[(len(scored) - 1) // 2] if scored else these[-1]
+    total = lambda key: sum(r[key] or 0 for r in these)  # noqa: E731
+    p50s = [r["loss_to_training_p50_ms"] for r in these if r["loss_to_training_p50_ms"] is not None]
+    p99s = [r["loss_to_training_p99_ms"] for r in these if r["loss_to_training_p99_ms"] is not None]
+    return {"gap_s": gap, "rounds": len(these), "goodput_percent": middle["goodput_percent"],
+            "goodput_rounds": [r["goodput_percent"] for r in these],
+            "faults_scheduled": total("faults_scheduled"), "faults_injected": total("faults_injected"),
+            "faults_survived": total("faults_survived"), "joined": total("joined"), "joins": total("joins"),
+            "loss_to_training_p50_ms": statistics.median(p50s) if p50s else None,
+            "loss_to_training_p99_ms": max(p99s) if p99s else None,
+            "exit_status": max(r["exit_status"] for r in these),
+            "model_difference_e6": max((r["model_difference_e6"] for r in these
+                                        if r["model_difference_e6"] is not None), default=None),
+            "timeline": middle.get("timeline")}
+
+
 def timed(argv, log_path, limit):
     began = time.monotonic()
     with open(log_path, "w") as log:
@@ -118,37 +214,57 @@ def main():
     ap.add_argument("--spare-wait", type=float, default=0, help="seconds the survivors wait for it before shrinking")
     ap.add_argument("--workers", type=int, default=3, help="2 on a 2-core machine: one core each, as on separate "
                     "machines (three share two cores, and a group of two is then no slower than three)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds of a fault-free run and the campaigns; the goodput is the rounds' median")
+    ap.add_argument("--cpu-per-worker", type=float, default=0,
+                    help="each worker slot's CPU budget (a cgroup's quota), as on machines of that many CPUs")
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args()
+    if a.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    if a.cpu_per_worker and not os.access(CGROUP_CPU, os.W_OK):
+        ap.error(f"--cpu-per-worker needs a writable {CGROUP_CPU} (cgroup v1's cpu controller, as root)")
     launch = os.path.join(a.build, "tools", "mwstrat-launch")
     campaign = os.path.join(a.build, "tools", "mwstrat-fault-campaign")
     example = (os.path.join(a.build, "examples", "cifar10_resnet", "cifar10_resnet") if a.model == "resnet20" else
                os.path.join(a.build, "examples", "mnist_multiworker", "mnist_multiworker"))
     started = benchlib.start()
     with tempfile.TemporaryDirectory(prefix="mwstrat-goodput-") as work:
-        # Calibrate: how many steps make a run of about --seconds (a short fault-free run, then scaled).
-        probe_steps = 60
-        code, took = timed(job_command(a, launch, example, os.path.join(work, "probe"), probe_steps,
-                                       os.path.join(work, "probe-steps")),
-                           os.path.join(work, "probe.log"), 600)
-        if code != 0:
-            raise RuntimeError("the probe run failed: " + open(os.path.join(work, "probe.log")).read()[-3000:])
-        steps = max(100, int(probe_steps * a.seconds / max(took, 1e-3)))
-        model_dir = os.path.join(work, "model")
-        job = job_command(a, launch, example, model_dir, steps, os.path.join(work, "reference-steps"))
+        a.wrapper = cpu_slots(a, work)
+        try:
+            return measure(a, launch, campaign, example, work, started)
+        finally:
+            remove_cpu_slots(a)
+
+
+def measure(a, launch, campaign, example, work, started):
+    # Calibrate: how many steps make a run of about --seconds (a short fault-free run, then scaled).
+    probe_steps = 60
+    code, took = timed(job_command(a, launch, example, os.path.join(work, "probe"), probe_steps,
+                                   os.path.join(work, "probe-steps")),
+                       os.path.join(work, "probe.log"), 600)
+    if code != 0:
+        raise RuntimeError("the probe run failed: " + open(os.path.join(work, "probe.log")).read()[-3000:])
+    steps = max(100, int(probe_steps * a.seconds / max(took, 1e-3)))
+    model_dir = os.path.join(work, "model")
+    rows, commands, joins, states, references = [], [], [], [], []
+    # Rounds: a fault-free run, then the campaigns, each campaign's goodput against its own round's fault-free run,
+    # so a slow or fast spell of the shared machine weighs on both sides of a ratio.
+    for rnd in range(a.repeats):
+        job = job_command(a, launch, example, model_dir, steps, os.path.join(work, f"reference{rnd}-steps"))
         code, reference_seconds = timed(job, os.path.join(work, "reference.log"), 4 * a.seconds + 600)
+        references.append(reference_seconds)
         if code != 0:
             raise RuntimeError("the fault-free run failed: " + open(os.path.join(work, "reference.log")).read()[-3000:])
         reference_model = os.path.join(work, "reference.safetensors")
         shutil.copy(os.path.join(model_dir, "model.safetensors"), reference_model)
         print(f"fault-free: {steps} steps in {reference_seconds:.1f} s ({steps / reference_seconds:.2f} steps/s)",
               flush=True)
-        reference_timeline = timeline(os.path.join(work, "reference-steps"))
-        rows, commands, joins, states = [], [], [], []
+        reference_timeline = timeline(os.path.join(work, f"reference{rnd}-steps"))
         for gap in [float(g) for g in a.gaps.split(",")]:
             faults = max(1, int(reference_seconds / gap) - 1)
-            campaign_dir = os.path.join(work, f"campaign-{gap:g}")
-            times_prefix = os.path.join(work, f"campaign-{gap:g}-steps")
+            campaign_dir = os.path.join(work, f"campaign{rnd}-{gap:g}")
+            times_prefix = os.path.join(work, f"campaign{rnd}-{gap:g}-steps")
             job = job_command(a, launch, example, model_dir, steps, times_prefix)
             argv = [campaign, "--elastic", "--faults", str(faults), "--kinds", "kill", "--seed", "1", "--gap-min",
                     str(gap), "--gap-max", str(gap), "--model", os.path.join(model_dir, "model.safetensors"),
@@ -156,7 +272,8 @@ def main():
                     "--work-dir", campaign_dir, "--timeout", str(6 * reference_seconds + 600), "--"] + job
             result = subprocess.run(argv, capture_output=True, text=True, timeout=8 * reference_seconds + 900)
             report = result.stdout
-            row = {"gap_s": gap, "faults_scheduled": faults, "exit_status": result.returncode}
+            row = {"round": rnd, "gap_s": gap, "faults_scheduled": faults, "exit_status": result.returncode,
+                   "reference_seconds": reference_seconds}
             for name, pattern in REPORT.items():
                 m = pattern.search(report)
                 row[name] = float(m.group(1)) if m else None
@@ -174,15 +291,21 @@ def main():
             commands.append(" ".join(benchlib.rel(x) if os.path.isabs(x) and x.startswith(ROOT) else x
                                      for x in argv[:argv.index("--model")]) + " ... -- " +
                             " ".join(benchlib.rel(x) if x.startswith(ROOT) else x for x in job))
-            print(f"one fault every {gap:g} s: {row['faults_injected']} injected, {row['faults_survived']} survived, "
+            print(f"round {rnd + 1}: one fault every {gap:g} s: {row['faults_injected']} injected, {row['faults_survived']} survived, "
                   f"goodput {row['goodput_percent']}%, loss to training p50 {row['loss_to_training_p50_ms']} ms p99 "
                   f"{row['loss_to_training_p99_ms']} ms, {row['joined']} joined ({len(these)} at a later boundary; "
                   f"campaign exit {result.returncode})", flush=True)
             if result.returncode != 0:
                 print(report[-3000:], flush=True)
-    summary = {"model": a.model, "steps": steps, "reference_seconds": reference_seconds, "join_delay_s": a.join_delay,
-               "spare_wait_s": a.spare_wait, "workers": a.workers, "campaigns": rows,
-               "reference_timeline": reference_timeline}
+    summary = {"model": a.model, "steps": steps, "reference_seconds": statistics.median(references),
+               "reference_seconds_rounds": references, "join_delay_s": a.join_delay, "spare_wait_s": a.spare_wait,
+               "workers": a.workers, "cpu_per_worker": a.cpu_per_worker or None, "repeats": a.repeats,
+               "campaigns": [per_gap(rows, gap) for gap in sorted({r["gap_s"] for r in rows}, reverse=True)],
+               "rounds": rows, "slot_cpu": slot_usage(a), "reference_timeline": reference_timeline}
+    for c in summary["campaigns"]:
+        print(f"one fault every {c['gap_s']:g} s: goodput {c['goodput_percent']}% (median of "
+              f"{', '.join(str(g) for g in c['goodput_rounds'])}), loss to training p50 "
+              f"{c['loss_to_training_p50_ms']} ms, p99 {c['loss_to_training_p99_ms']} ms", flush=True)
     if joins:
         ordered = sorted(joins)
         summary["join_ms"] = {"count": len(joins), "p50": statistics.median(joins),
@@ -197,7 +320,9 @@ def main():
         record = benchlib.meta("elastic_goodput", [f"benchmarks/train/elastic_goodput.py --build "
                                                    f"{benchlib.rel(a.build)} --seconds {a.seconds:g} --gaps {a.gaps} "
                                                    f"--join-delay {a.join_delay:g} --spare-wait {a.spare_wait:g} "
-                                                   f"--workers {a.workers}"
+                                                   f"--workers {a.workers} --repeats {a.repeats}"
+                                                   + (f" --cpu-per-worker {a.cpu_per_worker:g}"
+                                                      if a.cpu_per_worker else "")
                                                    + (" --model resnet20" if a.model == "resnet20" else "")]
                                + commands, False, started)
         record["goodput"] = summary
