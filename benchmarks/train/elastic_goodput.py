@@ -169,7 +169,16 @@ def timeline(times_prefix, bin_s=1.0):
             shrinks.append(round(t1 - t0, 3))
         elif w1 > w0:
             joins.append(round(t1 - t0, 3))
-    return {"bin_s": bin_s, "steps_per_s": [c / bin_s for c in bins], "shrinks_s": shrinks, "joins_s": joins}
+    return {"bin_s": bin_s, "steps_per_s": [c / bin_s for c in bins], "shrinks_s": shrinks, "joins_s": joins,
+            "steps": len(final), "span_s": max(at for _, at in final.values()) - t0}
+
+
+def steady_rate(times_prefix):
+    """Steps per second between the first and the last step of a run's --step-times files; None without them."""
+    t = timeline(times_prefix) if os.path.isdir(os.path.dirname(times_prefix)) else None
+    if not t or t["steps"] < 2 or t["span_s"] <= 0:
+        return None
+    return (t["steps"] - 1) / t["span_s"]
 
 
 def per_gap(rows, gap):
@@ -239,13 +248,17 @@ def main():
 
 def measure(a, launch, campaign, example, work, started):
     # Calibrate: how many steps make a run of about --seconds (a short fault-free run, then scaled).
-    probe_steps = 60
+    probe_steps = 200
     code, took = timed(job_command(a, launch, example, os.path.join(work, "probe"), probe_steps,
                                    os.path.join(work, "probe-steps")),
                        os.path.join(work, "probe.log"), 600)
     if code != 0:
         raise RuntimeError("the probe run failed: " + open(os.path.join(work, "probe.log")).read()[-3000:])
-    steps = max(100, int(probe_steps * a.seconds / max(took, 1e-3)))
+    # The probe's own step times where it writes them (MNIST): its wall time holds the start-up too (the data read,
+    # the ring), so scaling by it would make the runs too short for the gaps' faults.
+    rate = steady_rate(os.path.join(work, "probe-steps"))
+    startup = took - (probe_steps / rate if rate else 0)
+    steps = max(100, int(rate * max(a.seconds - startup, 1)) if rate else int(probe_steps * a.seconds / max(took, 1e-3)))
     model_dir = os.path.join(work, "model")
     rows, commands, joins, states, references = [], [], [], [], []
     # Rounds: a fault-free run, then the campaigns, each campaign's goodput against its own round's fault-free run,

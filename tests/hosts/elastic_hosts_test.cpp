@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,6 +33,32 @@ std::vector<std::string> step_lines(const fs::path& file) {
   return lines;
 }
 
+// Three MNIST workers, one on each host (--min-workers 2, 40 steps); `extra(w)`: more flags for worker w.
+std::string elastic_job(const scratch_dir& dir, const std::string& steps, const std::string& extra) {
+  return "MWSTRAT_RING_LIVENESS_MS=2000 " + example + " --data-dir " + mnist_dir +
+         " --epochs 1 --steps-per-epoch 40 --batch-size 4 --train-examples 1200 --no-test --op-timeout 60"
+         " --min-workers 2 --recovery-timeout 4 --step-log " + steps + " --model-dir " + (dir / "model") + extra;
+}
+
+template <class Job>
+std::vector<std::unique_ptr<process>> start_on_three_hosts(const simulated_hosts& hosts,
+                                                           const std::vector<std::string>& cluster, Job job) {
+  std::vector<std::unique_ptr<process>> workers;
+  for (int w = 0; w < 3; ++w) {
+    workers.push_back(
+        std::make_unique<process>(hosts.on(w + 1, "TF_CONFIG='" + tf_config(cluster, w) + "' " + job(w)), 240));
+  }
+  return workers;
+}
+
+// Until `file` holds 3 step lines (bounded: 180 s); then true.
+bool trained_a_few_steps(const fs::path& file) {
+  for (int waited = 0; waited < 1800 && step_lines(file).size() < 3; ++waited) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return step_lines(file).size() >= 3;
+}
+
 TEST(elastic_hosts, a_cut_off_host_is_dropped_and_only_the_survivors_train_on) {
   MWSTRAT_REQUIRE_SIMULATED_HOSTS();
   scratch_dir dir;
@@ -39,21 +66,9 @@ TEST(elastic_hosts, a_cut_off_host_is_dropped_and_only_the_survivors_train_on) {
   const std::vector<std::string> cluster = {hosts.address(1) + ":20000", hosts.address(2) + ":20000",
                                             hosts.address(3) + ":20000"};
   const std::string steps = dir / "steps";
-  const std::string job = "MWSTRAT_RING_LIVENESS_MS=2000 " + example + " --data-dir " + mnist_dir +
-                          " --epochs 1 --steps-per-epoch 40 --batch-size 4 --train-examples 1200 --no-test"
-                          " --op-timeout 60 --min-workers 2 --recovery-timeout 4 --step-log " + steps +
-                          " --model-dir " + (dir / "model");
-  std::vector<std::unique_ptr<process>> workers;
-  for (int w = 0; w < 3; ++w) {
-    workers.push_back(std::make_unique<process>(hosts.on(w + 1, "TF_CONFIG='" + tf_config(cluster, w) + "' " + job),
-                                                240));
-  }
-  // Until worker 2 has trained a few steps (bounded).
+  auto workers = start_on_three_hosts(hosts, cluster, [&](int) { return elastic_job(dir, steps, ""); });
   const fs::path third = steps + ".w2";
-  for (int waited = 0; waited < 1800 && step_lines(third).size() < 3; ++waited) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_GE(step_lines(third).size(), 3u) << "training never started";
+  ASSERT_TRUE(trained_a_few_steps(third)) << "training never started";
   hosts.cut(3);
   const std::size_t trained_before_cut = step_lines(third).size();
   const auto r0 = workers[0]->finish();
@@ -92,12 +107,6 @@ TEST(elastic_hosts, a_cut_off_chief_is_dropped_and_only_the_new_chief_writes_bac
                                             hosts.address(3) + ":20000"};
   const std::string steps = dir / "steps";
   const auto backups = [&](int w) { return dir.path() / ("backup.w" + std::to_string(w)); };
-  const auto job = [&](int w) {
-    return "MWSTRAT_RING_LIVENESS_MS=2000 " + example + " --data-dir " + mnist_dir +
-           " --epochs 1 --steps-per-epoch 40 --batch-size 4 --train-examples 1200 --no-test --op-timeout 60"
-           " --min-workers 2 --recovery-timeout 4 --save-freq 1 --backup-dir " + backups(w).string() +
-           " --step-log " + steps + " --model-dir " + (dir / "model");
-  };
   // The newest backup's global step in a folder (-1: none).
   const auto newest_backup = [](const fs::path& folder) {
     long newest = -1;
@@ -110,16 +119,11 @@ TEST(elastic_hosts, a_cut_off_chief_is_dropped_and_only_the_new_chief_writes_bac
     }
     return newest;
   };
-  std::vector<std::unique_ptr<process>> workers;
-  for (int w = 0; w < 3; ++w) {
-    workers.push_back(
-        std::make_unique<process>(hosts.on(w + 1, "TF_CONFIG='" + tf_config(cluster, w) + "' " + job(w)), 240));
-  }
+  auto workers = start_on_three_hosts(hosts, cluster, [&](int w) {
+    return elastic_job(dir, steps, " --save-freq 1 --backup-dir " + backups(w).string());
+  });
   const fs::path chief_steps = steps + ".w0";
-  for (int waited = 0; waited < 1800 && step_lines(chief_steps).size() < 3; ++waited) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_GE(step_lines(chief_steps).size(), 3u) << "training never started";
+  ASSERT_TRUE(trained_a_few_steps(chief_steps)) << "training never started";
   hosts.cut(1);
   const std::size_t trained_before_cut = step_lines(chief_steps).size();
   // The new chief's first backup (bounded: it is written within seconds of the shrink, and the folder stays until
