@@ -464,6 +464,17 @@ class ring_startup {
                         to);
   }
 
+  // Whether a refusal may be the peer's being in another ring of this job rather than a misconfiguration: a ring
+  // rebuilt from a running one (generation > 0: shrunk, grown, or the members' own after a join fell through) is
+  // built by ranks that leave the previous ring at different moments, so the next rank may still be in the old
+  // one's start-up, listening on the same address with another world, neighbour or membership. It comes over before
+  // this start-up's deadline or the deadline names it; a first ring's refusals are final.
+  bool peer_may_catch_up(detail::refusal why) const {
+    if (options_.generation == 0) return false;
+    return why == detail::refusal::wrong_world || why == detail::refusal::wrong_rank ||
+           why == detail::refusal::cluster_mismatch;
+  }
+
   // The client side; nullopt on success, a reason for transient failures (retried); throws when the peer
   // answers but refuses us or is not an mwstrat peer (retrying cannot help).
   std::optional<std::string> client_handshake(int fd, steady::time_point limit, bool liveness, unsigned lane) {
@@ -490,8 +501,11 @@ class ring_startup {
       return "reply: " + r.describe();
     const auto reply = detail::decode_hello_reply(raw);
     if (!reply) throw protocol_error({"ring", rank_}, who + " is not an mwstrat ring peer (bad reply)");
-    if (reply->status != detail::refusal::none)
-      throw protocol_error({"ring", rank_}, who + " refused this rank: " + detail::refusal_text(reply->status));
+    if (reply->status != detail::refusal::none) {
+      const std::string why = who + " refused this rank: " + detail::refusal_text(reply->status);
+      if (peer_may_catch_up(reply->status)) return why + " (it is still in another ring of the job; retried)";
+      throw protocol_error({"ring", rank_}, why);
+    }
     detail::hello_finish fin;
     if (reply->version != detail::protocol_version) fin.status = detail::refusal::bad_version;
     else if (reply->world != h.world) fin.status = detail::refusal::wrong_world;
@@ -510,8 +524,11 @@ class ring_startup {
     std::array<std::uint8_t, detail::hello_finish_size> fraw{};
     detail::encode(fin, fraw);
     const auto sent = detail::write_all(fd, fraw.data(), fraw.size(), limit);
-    if (fin.status != detail::refusal::none)
-      throw protocol_error({"ring", rank_}, "refusing " + who + ": " + detail::refusal_text(fin.status));
+    if (fin.status != detail::refusal::none) {
+      const std::string why = "refusing " + who + ": " + detail::refusal_text(fin.status);
+      if (peer_may_catch_up(fin.status)) return why + " (it is still in another ring of the job; retried)";
+      throw protocol_error({"ring", rank_}, why);
+    }
     if (sent.status != detail::io_status::ok) return "proof: " + sent.describe();
     if (auto r = detail::read_exact(fd, fraw.data(), fraw.size(), limit); r.status != detail::io_status::ok)
       return "verdict: " + r.describe();
