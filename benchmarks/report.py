@@ -984,10 +984,14 @@ class Page:
           "distribution layer differs. *mwstrat*: `mwstrat::fit` over `mwstrat::libtorch::module_model`, one process "
           "per worker (mwstrat-launch). *ddp*: `torch.nn.parallel.DistributedDataParallel` over gloo on 127.0.0.1, its "
           "textbook loop; *ddp-metrics* adds what fit computes besides (the loss and correct count summed over the "
-          "workers each step). *plain*: one process, libtorch's own MNIST reader and `torch::optim::SGD`, no "
-          "distribution at all: the ceiling (with glibc's malloc thresholds pinned, or it spends about 11 ms per step "
-          "re-faulting its freed tensors, which the others escape by their start-up's allocations: "
-          "[history/2026-12-03-libtorch-ddp.md](history/2026-12-03-libtorch-ddp.md)). CPU ms per step: the whole process's CPU time (every thread, gloo's and "
+          "workers each step). *plain*: libtorch's own MNIST reader and `torch::optim::SGD`, no distribution at "
+          "all: the ceiling; at 2 workers, two such processes at once that share nothing, the machine's own limit "
+          "for two (what two busy cores of it give). plain pins glibc's malloc thresholds, and so does mwstrat's "
+          "`module_model` (`libtorch/tensor_memory.hpp`): with glibc's defaults a process may hand each step's freed "
+          "tensors back to the kernel and fault them in again (13–26 ms of kernel time per step here, depending on "
+          "the order of its first frees: [history/2026-12-07-libtorch-malloc.md](history/2026-12-07-libtorch-malloc.md)); "
+          "the Python processes run with glibc's defaults, as DDP's users do. CPU ms per step: the whole process's "
+          "CPU time (every thread, gloo's and "
           "the ring's included) of all workers; samples per CPU second: the global batch ÷ that. Medians over the "
           "rounds; ratios are the median of each round's own ratio (the two sides of a round ran a minute apart at "
           "most).")
@@ -1009,15 +1013,18 @@ class Page:
                 ("ddp-metrics", "1"): ("mwstrat_over_ddp_metrics_1w", None),
                 ("ddp-metrics", "2"): ("mwstrat_over_ddp_metrics_2w", None),
                 ("plain", "1"): ("mwstrat_over_plain_1w", "cpu_mwstrat_over_plain_1w")}
+        mine = scaling.get("mwstrat", {})
         for workers in ("1", "2"):
             for impl in ("mwstrat", "ddp", "ddp-metrics", "plain"):
                 x = summ.get(impl, {}).get(workers)
                 if not x:
                     continue
-                sc = scaling.get(impl, {}) if workers == "2" else {}
+                sc = scaling.get("machine" if impl == "plain" else impl, {}) if workers == "2" else {}
                 scale = f"{pct(sc.get('cpu'))} / {pct(sc.get('wall'))}" if sc else "—"
                 if impl == "mwstrat":
                     over = "1.00×"
+                elif (impl, workers) == ("plain", "2"):
+                    over = f"{times(mine.get('wall_of_machine'))} / {times(mine.get('cpu_of_machine'))}"
                 else:
                     rate_key, cpu_key = pair.get((impl, workers), (None, None))
                     over = times(ratios.get(rate_key)) + (f" / {times(ratios.get(cpu_key))}" if cpu_key else "")
@@ -1028,9 +1035,12 @@ class Page:
         w()
         w("*Scaling*, 2 workers over the same implementation's 1 worker: per CPU second, samples per CPU second of "
           "both workers ÷ one worker's (100%: the exchange and the lockstep cost no CPU); wall, samples/s ÷ twice one "
-          "worker's. Against the plain loop, 2 workers keep per CPU second: "
+          "worker's; plain's at 2 is the machine's own (two processes that share nothing). Against the plain loop, "
+          "2 workers keep per CPU second: "
           + ", ".join(f"{impl} {pct(scaling.get(impl, {}).get('cpu_of_plain'))}" for impl in ("mwstrat", "ddp")
-                      if scaling.get(impl)) + ".")
+                      if scaling.get(impl)) + "; against two plain processes at once: "
+          + ", ".join(f"{impl} {pct(scaling.get(impl, {}).get('cpu_of_machine'))}" for impl in ("mwstrat", "ddp")
+                      if scaling.get(impl, {}).get("cpu_of_machine") is not None) + ".")
         w()
         if k.get("failures"):
             w("Runs that failed: " + "; ".join(k["failures"]))
@@ -1044,8 +1054,10 @@ class Page:
             for key, (text, shown) in names.items():
                 g = goals.get(key)
                 if g:
+                    limit = (f" (this machine's own, two plain processes: {pct(g['machine_limit'])})"
+                             if g.get("machine_limit") is not None else "")
                     w(f"- {text.format(g=g['goal'])}: {shown(g.get('value'))}, "
-                      f"{'met' if g.get('met') else '**not met**'}")
+                      f"{'met' if g.get('met') else '**not met**'}{limit}")
             w()
             one = summ.get("mwstrat", {}).get("1")
             two = summ.get("mwstrat", {}).get("2")

@@ -13,7 +13,9 @@
 ///     says when its gradient is final; the gradients reach the synchroniser as a suffix of the arena that grows
 ///     last-first (train/detail/gradient_frontier.hpp), so buckets leave while backward is still running;
 ///   - a parameter that took no part in the step (an unused branch) has a zero gradient and is reported when
-///     backward returns (DDP's `find_unused_parameters`, without its extra pass).
+///     backward returns (DDP's `find_unused_parameters`, without its extra pass);
+///   - the first adapter built pins glibc's malloc thresholds, so that each step's freed tensors stay with the
+///     process instead of being faulted in again next step (libtorch/tensor_memory.hpp; MWSTRAT_LIBTORCH_MALLOC).
 /// Refused, with a message naming the tensor: a parameter that is not a contiguous CPU float32 tensor (the arena,
 /// the optimizers and the wire are float32), a module with buffers (batch-norm statistics are not mirrored or saved
 /// by this adapter yet), a module with no parameters.
@@ -35,6 +37,7 @@
 /// \endcode
 
 #include <mwstrat/error.hpp>
+#include <mwstrat/libtorch/tensor_memory.hpp>
 #include <mwstrat/train/concepts.hpp>
 #include <mwstrat/train/detail/gradient_frontier.hpp>
 
@@ -120,6 +123,7 @@ class module_model {
       total += t.numel();
     }
     if (total == 0) refuse("no parameter of the module requires a gradient");
+    (void)detail::keep_tensor_memory_once();  // before the arenas: they are the first large blocks it keeps
     flat_params_ = ::torch::empty({total}, ::torch::kFloat32);
     flat_grads_ = ::torch::zeros({total}, ::torch::kFloat32);
     std::int64_t at = 0;
