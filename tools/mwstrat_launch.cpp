@@ -72,7 +72,10 @@
 // the job finishes is ended, and is not a failure. --grow-after MS grows the job past -n: that long after the start
 // the slots -n .. M-1 (ports and join ports of their own) are started as joiners too (workers on this machine only).
 // Across nodes (--hosts, over ssh) a joiner is started on the lost worker's node, through its agent, as a
-// replacement is.
+// replacement is. Under per-node agents (--nnodes) K and M count the whole job's workers; each agent sees only its
+// own node's, so a lost one never ends the agent's others (the survivors, wherever they run, hold the job to K), and
+// a lost worker's joiner is started by its own node's agent, in its slot (the ports follow from --base-port alike on
+// every node). A node lost whole leaves nothing for its agent to do: the other nodes' workers go on without it.
 //
 // Exit status: 0 when every worker succeeded (under --min-workers: every worker the job went on with); 75 when the
 // workers stopped for preemption (and the launcher itself was signalled); otherwise the first failure's (128 + signal
@@ -314,24 +317,27 @@ options parse(int argc, char** argv) {
   // A per-node agent: by its flags (a Kubernetes Indexed Job gives the node rank), or started by srun in a Slurm
   // step (not in a batch script or an salloc shell, where `-n` keeps meaning local workers).
   const bool slurm_step = std::getenv("SLURM_STEP_ID") && std::getenv("SLURM_NNODES") && std::getenv("SLURM_NODEID");
+  int job_workers = o.workers;  // the whole job's: -n on every node under per-node agents
   if (o.agent_flags || slurm_step) {
     if (!o.worker_host.empty()) {
       if (o.agent_flags) usage("--hosts/--hostfile and --nnodes/--node-rank/--rendezvous exclude each other");
     } else {
       if (auto missing = mwstrat_launch::settings_from_environment(o.agents)) usage(*missing);
       if (o.replace_lost) usage("--replace-lost is not available with per-node agents (--nnodes)");
-      if (o.min_workers) usage("--min-workers is not available with per-node agents (--nnodes) yet");
+      job_workers = o.workers * o.agents.nnodes;
     }
   }
   if (o.command.empty()) usage("no program given after --");
   if (o.replace_lost && o.max_restarts == 0) {
     usage("--replace-lost needs --max-restarts K (K >= 1): each replacement counts as a restart");
   }
-  if (o.min_workers > o.workers) usage("--min-workers: more than the -n workers");
+  if (o.min_workers > job_workers) usage("--min-workers: more than the job's " + std::to_string(job_workers) + " workers");
   if (o.max_workers && !o.min_workers) {
     usage("--max-workers needs --min-workers K: only an elastic job takes joiners in");
   }
-  if (o.max_workers && o.max_workers < o.workers) usage("--max-workers: fewer than the -n workers");
+  if (o.max_workers && o.max_workers < job_workers) {
+    usage("--max-workers: fewer than the job's " + std::to_string(job_workers) + " workers");
+  }
   if (o.max_workers && o.max_restarts == 0) {
     usage("--max-workers needs --max-restarts J (J >= 1): each joiner started in a lost worker's place counts as a "
           "restart");
@@ -1042,11 +1048,21 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
         if (o.min_workers && was_lost && !failure && !forwarded && !preempted) {
           int running = 0;
           for (const auto& other : ws) running += other.status ? 0 : 1;
-          if (running >= o.min_workers) {
-            std::fprintf(stderr,
-                         "mwstrat-launch: worker %d (pid %ld) %s; the job goes on without it (%d workers, "
-                         "--min-workers %d)\n",
-                         w.index, shown_pid(w), ended.text.c_str(), running, o.min_workers);
+          // A per-node agent sees its own node's workers only: the survivors, wherever they run, hold the job to
+          // --min-workers (below it they exit 69, and their agents end as for any failure).
+          const bool agent = o.agents.nnodes > 0;
+          if (agent || running >= o.min_workers) {
+            if (agent) {
+              std::fprintf(stderr,
+                           "mwstrat-launch: worker %d (pid %ld) %s; the job goes on without it (%d of this node's "
+                           "workers run; the survivors hold it to --min-workers %d)\n",
+                           w.index, shown_pid(w), ended.text.c_str(), running, o.min_workers);
+            } else {
+              std::fprintf(stderr,
+                           "mwstrat-launch: worker %d (pid %ld) %s; the job goes on without it (%d workers, "
+                           "--min-workers %d)\n",
+                           w.index, shown_pid(w), ended.text.c_str(), running, o.min_workers);
+            }
             if (o.max_workers && !finishing && restarts < o.max_restarts) {
               ++restarts;
               w.join_at = steady_clock::now() + std::chrono::milliseconds(o.join_delay_ms);
@@ -1186,7 +1202,7 @@ void meet_other_nodes(options& o) {
   o.first_local = per_node * a.node_rank;
   o.local_workers = per_node;
   if (o.base_port == 0) o.base_port = 20000;
-  if (o.base_port + o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
+  if (o.base_port + (o.max_workers ? 2 : 1) * o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
   std::string list;
   for (const auto& n : nodes) list += (list.empty() ? "" : ", ") + n;
   std::fprintf(stderr, "mwstrat-launch: node %d of %d met the others at %s: nodes %s; workers %d..%d are this node's\n",

@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 namespace node_agents_test {
 
 using namespace mwstrat::test;
+namespace fs = std::filesystem;
 
 const std::string short_run = " --data-dir " + mnist_dir + " --epochs 1 --steps-per-epoch 2 --batch-size 8 --no-test";
 
@@ -103,6 +105,51 @@ TEST(node_agents, slurm_and_kubernetes_environments_give_the_node_rank_and_count
       << no_rank.output;
   const auto bad = run(agent("--nnodes 2 --node-rank 2 --rendezvous 127.0.0.1:29500 -n 1 -- true"), 30);
   EXPECT_NE(bad.output.find("--node-rank 2 is not below --nnodes 2"), std::string::npos) << bad.output;
+}
+
+// Elastic under per-node agents: --min-workers and --max-workers count the whole job's workers. Worker 3 (node 1's
+// second) kills itself after global step 2: node 1's agent does not end its other worker, the three survivors on
+// both nodes shrink the job and go on, and the agent starts worker 3's joiner in its slot, which the job takes in at
+// step 5; four train to the end and both agents exit 0. Bounds that no agent-wide count could judge are refused
+// with the job's count: --min-workers above the 4 workers of 2 nodes × 2.
+TEST(node_agents, an_elastic_job_shrinks_and_a_nodes_agent_starts_the_joiner_in_its_lost_workers_place) {
+  MWSTRAT_REQUIRE_SIMULATED_HOSTS();
+  scratch_dir dir;
+  simulated_hosts hosts(2, "1gbit");
+  const std::string elastic = " --min-workers 3 --max-workers 4 --max-restarts 1 --spare-wait 0 --join-delay 0";
+  const std::string job = " -n 2 -- " + example + " --data-dir " + mnist_dir +
+                          " --epochs 1 --steps-per-epoch 8 --global-batch 8 --train-examples 400 --no-test"
+                          " --kill-at-step 2 --kill-rank 3 --await-joiner-at-step 5 --recovery-timeout 120"
+                          " --model-dir " + (dir / "elastic");
+  const std::string rendezvous = " --nnodes 2 --rendezvous " + hosts.address(1) + ":29500" + elastic;
+  process node1(hosts.on(2, agent(rendezvous + " --node-rank 1" + job)), 300);
+  process node0(hosts.on(1, agent(rendezvous + " --node-rank 0" + job)), 300);
+  const auto r0 = node0.finish();
+  const auto r1 = node1.finish();
+  ASSERT_EQ(r0.exit_code, 0) << r0.output << r1.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output << r0.output;
+  EXPECT_NE(r1.output.find("; the job goes on without it (1 of this node's workers run; the survivors hold it to "
+                           "--min-workers 3)"),
+            std::string::npos)
+      << r1.output;
+  EXPECT_NE(r1.output.find("mwstrat-launch: a joiner takes worker 3's place in 0 ms (restart 1 of 1)"),
+            std::string::npos)
+      << r1.output;
+  EXPECT_NE(r1.output.find("mwstrat-launch: worker 3: pid "), std::string::npos) << r1.output;
+  EXPECT_NE(r0.output.find(", worker 3) lost; going on without it: 3 workers, ring generation 1"), std::string::npos)
+      << r0.output;
+  EXPECT_NE(r0.output.find("[mwstrat.recovery] rank 0: worker 3 joined: 4 workers from global step 5"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_EQ(r0.output.find("ending the other workers"), std::string::npos) << r0.output;
+  EXPECT_EQ(r1.output.find("ending the other workers"), std::string::npos) << r1.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "elastic" / "model.safetensors")) << r0.output;
+
+  const auto too_many = run(agent("--nnodes 2 --node-rank 0 --rendezvous 127.0.0.1:29500 --min-workers 5 -n 2 -- true"),
+                            30);
+  EXPECT_EQ(too_many.exit_code, 2);
+  EXPECT_NE(too_many.output.find("--min-workers: more than the job's 4 workers"), std::string::npos)
+      << too_many.output;
 }
 
 }  // namespace node_agents_test
