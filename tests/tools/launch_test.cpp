@@ -182,7 +182,7 @@ TEST(launch, rejects_bad_arguments_clearly) {
   const std::pair<std::string, std::string> elastic[] = {
       {"-n 2 --max-workers 2 -- true", "--max-workers needs --min-workers K"},
       {"-n 2 --min-workers 1 --max-workers 2 -- true", "--max-workers needs --max-restarts J"},
-      {"-n 3 --min-workers 1 --max-workers 2 --max-restarts 1 -- true", "--max-workers: fewer than the -n workers"},
+      {"-n 3 --min-workers 1 --max-workers 2 --max-restarts 1 -- true", "--max-workers: fewer than the job's 3 workers"},
       {"-n 2 --join-delay 5 -- true", "--join-delay, --spare-wait and --grow-after need --max-workers"},
       {"-n 2 --min-workers 1 --max-workers 2 --max-restarts 1 --grow-after 0 -- true",
        "--grow-after: --max-workers 2 leaves no slot past the -n 2 workers to grow into"},
