@@ -38,26 +38,30 @@ TEST(tensor_memory, a_module_model_keeps_a_steps_freed_tensors_for_the_next_step
   const auto& setting = mwstrat::detail::keep_tensor_memory_once();
   ASSERT_TRUE(setting.pinned) << setting.why;
 
-  // An activation of 16 MiB, as a step makes and frees it: taken from the heap (nothing newly mapped while it
-  // lives), kept when freed, and faulted in only the first time.
-  constexpr std::int64_t floats = std::int64_t{4} << 20;
-  const auto mapped_before = ::mallinfo2().hblkhd;
-  long first_faults = 0;
-  long later_faults = 0;
-  for (int step = 0; step < 10; ++step) {
+  // A step's two activations of 8 MiB (a layer's output and its gradient), made and freed as a step does. Past
+  // the first steps (the heap grows to the step's size), nothing is newly mapped and nothing is faulted in again.
+  // With glibc's defaults the freed blocks can leave more free heap top than the trim threshold that the first
+  // large free sets (twice the block), and the heap is trimmed: here 2048 faults over the ten steps measured
+  // (MWSTRAT_LIBTORCH_MALLOC=default, AMD EPYC, 2026-12-07; 0 with the thresholds pinned), and about 38 600 in a C
+  // program that allocates and frees the same two blocks with posix_memalign.
+  constexpr std::int64_t floats = std::int64_t{2} << 20;
+  long measured_faults = 0;
+  std::size_t mapped_before = 0;
+  for (int step = 0; step < 20; ++step) {
+    if (step == 10) mapped_before = ::mallinfo2().hblkhd;
     const long before = minor_faults();
     {
-      torch::Tensor activation = torch::empty({floats}, torch::kFloat32);
-      activation.fill_(1.0f);  // every page written, as a kernel's output is
-      EXPECT_EQ(::mallinfo2().hblkhd, mapped_before) << "step " << step << ": the block was mapped, not taken from the heap";
+      torch::Tensor output = torch::empty({floats}, torch::kFloat32);
+      torch::Tensor gradient = torch::empty({floats}, torch::kFloat32);
+      output.fill_(1.0f);  // every page written, as a kernel's output is
+      gradient.fill_(2.0f);
+      if (step >= 10) {
+        EXPECT_EQ(::mallinfo2().hblkhd, mapped_before) << "step " << step << ": a block was mapped";
+      }
     }
-    (step == 0 ? first_faults : later_faults) += minor_faults() - before;
+    if (step >= 10) measured_faults += minor_faults() - before;
   }
-  EXPECT_GT(first_faults, 0);
-  // 16 MiB is 4096 pages; nine steps that faulted theirs in again would count 36864.
-  EXPECT_LT(later_faults, 4096) << "the freed block went back to the kernel between steps";
-  EXPECT_GE(::mallinfo2().keepcost, static_cast<std::size_t>(floats) * sizeof(float))
-      << "the free heap top was trimmed";
+  EXPECT_LT(measured_faults, 512) << "freed blocks went back to the kernel between steps (an 8 MiB block is 2048 pages)";
 }
 
 TEST(tensor_memory, the_environment_can_leave_glibcs_own_thresholds) {
