@@ -129,10 +129,10 @@ def job_command(a, launch, example, model_dir, steps, times_prefix):
                "--"] + a.wrapper
     if a.model == "resnet20":
         # The CIFAR-10 example (its global batch: 16 per worker × the -n workers, kept through shrinks and joins;
-        # elastic through the launcher's variables). It writes no step times.
+        # elastic through the launcher's variables).
         return elastic + [example, "--data-dir", a.cifar_dir, "--depth", "20", "--seed", "7", "--no-test",
                           "--batch-size", "16", "--epochs", "1", "--steps-per-epoch", str(steps),
-                          "--validation-steps", "1", "--model-dir", model_dir]
+                          "--validation-steps", "1", "--model-dir", model_dir, "--step-times", times_prefix]
     return elastic + [example, "--data-dir", a.data_dir, "--seed", "7", "--no-test", "--optimizer", "sgd",
                       "--learning-rate", "0.01", "--batch-size", "16", "--global-batch", "48",
                       "--epochs", "1", "--steps-per-epoch", str(steps), "--recovery-timeout", "60", "--model-dir",

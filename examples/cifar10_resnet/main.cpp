@@ -24,6 +24,7 @@
 #include <mwstrat/train/callbacks/learning_rate_scheduler.hpp>
 
 #include "common/flags.hpp"
+#include "common/step_times.hpp"
 #include "tutorial_schedule.hpp"
 
 #include <chrono>
@@ -60,6 +61,7 @@ struct flags {
   int threads = 1;
   std::string model_dir;
   std::string backup_dir;
+  std::string step_times;  // --step-times PREFIX (benchmarks: each worker's steps and their wall-clock times)
   std::string save_freq = "epoch";
   std::size_t validation_steps = 0;  // 0: the whole test set
   int validation_freq = 1;           // validate after every n-th epoch (Keras's validation_freq)
@@ -75,7 +77,8 @@ const char* const usage =
     "  [--nesterov] [--label-smoothing E (0..1)] [--variant tf|he] [--sync-batch-norm] [--seed S]\n"
     "  [--bn-momentum M (0..1; 0.997)]\n"
     "  [--threads T] [--model-dir DIR] [--backup-dir DIR] [--save-freq epoch|N] [--validation-steps N]\n"
-    "  [--validation-freq N (every n-th epoch)] [--connect-timeout S] [--op-timeout S] [--no-test] [--help]\n"
+    "  [--validation-freq N (every n-th epoch)] [--connect-timeout S] [--op-timeout S] [--no-test]\n"
+    "  [--step-times PREFIX (benchmarks: each worker's steps and their wall-clock times)] [--help]\n"
     "A bad flag or value is refused before anything connects (status 2). Exit status: 0 trained, 1 an error,\n"
     "69 another worker was lost (mwstrat::peer_lost_exit_code), 75 preempted (mwstrat::preempted_exit_code).\n";
 
@@ -119,6 +122,7 @@ flags parse(int argc, char** argv) {
     else if (args.is("--threads")) f.threads = args.whole(1);
     else if (args.is("--model-dir")) f.model_dir = args.value();
     else if (args.is("--backup-dir")) f.backup_dir = args.value();
+    else if (args.is("--step-times")) f.step_times = args.value();
     else if (args.is("--save-freq")) f.save_freq = args.epoch_or_steps();
     else if (args.is("--validation-steps")) f.validation_steps = args.whole<std::size_t>(0);
     else if (args.is("--validation-freq")) f.validation_freq = args.whole(1, 1000000);
@@ -249,14 +253,20 @@ int train(const flags& f, mwstrat::multi_worker_mirrored_strategy& strategy) {
   options.validation_freq = f.validation_freq;
   mwstrat::progress_logger progress;
   mwstrat::terminate_on_nan nan_guard;
+  examples::step_file times_file(nullptr, &std::fclose);
+  if (!f.step_times.empty()) {
+    times_file = examples::open_step_file(f.step_times, strategy.task_id(), "cifar10_resnet", "--step-times");
+  }
+  examples::step_times times{times_file.get()};
   auto run = [&](auto&... schedule) {
     if (!f.backup_dir.empty()) {
       mwstrat::backup_and_restore backup(
           mwstrat::backup_options{f.backup_dir, mwstrat::save_frequency::parse(f.save_freq, "--save-freq")});
       mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule..., progress, nan_guard,
-                   backup);
+                   times, backup);
     } else {
-      mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule..., progress, nan_guard);
+      mwstrat::fit(strategy, model, optimizer, train_data, test_data, options, schedule..., progress, nan_guard,
+                   times);
     }
   };
   try {

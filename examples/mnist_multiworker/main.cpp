@@ -11,6 +11,7 @@
 #include <mwstrat/mwstrat.hpp>
 
 #include "common/flags.hpp"
+#include "common/step_times.hpp"
 
 #include <unistd.h>
 #ifdef MWSTRAT_EXAMPLE_WITH_MPI
@@ -183,8 +184,7 @@ struct fault_injector {
 // For tests (--step-log PREFIX): each worker appends one line per step it trained to PREFIX.wN (N: its TF_CONFIG
 // index) — the global step, the step's mean loss over all workers and the set indices of this worker's examples —
 // so a test can check that an elastic job trained every step on the same examples as a fixed one.
-// With --step-times instead, "step N workers W at T" (T: seconds since the Unix epoch), buffered: a throughput
-// timeline over faults (benchmarks/train/elastic_goodput.py), which a killed worker's lost lines do not spoil.
+// With --step-times instead, the step's wall-clock time (common/step_times.hpp).
 struct step_log {
   static constexpr bool stops_one_worker = false;
   std::FILE* out = nullptr;
@@ -196,9 +196,7 @@ struct step_log {
     if (out == nullptr) return;
     const std::uint64_t done = ctx.global_step() - 1;  // the step just trained
     if (times_only) {
-      const auto now = std::chrono::system_clock::now().time_since_epoch();
-      std::fprintf(out, "step %llu workers %d at %.6f\n", static_cast<unsigned long long>(done),
-                   ctx.strategy.num_replicas_in_sync(), std::chrono::duration<double>(now).count());
+      examples::write_step_time(out, ctx);
       return;
     }
     const auto at = mwstrat::data::stream_position(done, ctx.steps_per_pass);
@@ -350,14 +348,10 @@ int train(const flags& f, Strategy& strategy, Optimizer& optimizer) {
   await_joiner_at joins{f.await_joiner_at_step,
                         f.recovery_timeout_s ? seconds(*f.recovery_timeout_s) : std::chrono::milliseconds(60000)};
   step_log steps;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_file(nullptr, &std::fclose);
+  examples::step_file step_file(nullptr, &std::fclose);
   if (!f.step_log.empty()) {
-    const std::string path = f.step_log + ".w" + std::to_string(strategy.task_id());
-    step_file.reset(std::fopen(path.c_str(), "a"));
-    if (!step_file) {
-      throw mwstrat::io_error({"mnist_multiworker"},
-                              std::string(f.step_times ? "--step-times" : "--step-log") + ": cannot open " + path);
-    }
+    step_file = examples::open_step_file(f.step_log, strategy.task_id(), "mnist_multiworker",
+                                         f.step_times ? "--step-times" : "--step-log");
     steps = {step_file.get(), &train_data, std::vector<std::size_t>(global_batch), f.step_times};
   }
   // Keras's EarlyStopping(monitor="loss", patience=P, restore_best_weights=True); every worker runs it on the same

@@ -282,10 +282,23 @@ TEST(cifar10_resnet_example_release, two_workers_train_resnet20_well_above_chanc
   // Batch norm momentum 0.9 instead of TF's 0.997: after 100 steps 0.997's moving statistics are still 74% their
   // initial 0 and 1, and the test set (inference mode) scores near chance although training accuracy is ~32%.
   // Measured (seed 1): test accuracy 0.3664 after the 100 steps; threshold 0.25, chance is 0.10.
+  scratch_dir dir;
   const auto r = run(launcher + " -n 2 -- " + resnet_example + " --data-dir " + cifar_dir +
-                         " --depth 20 --epochs 1 --steps-per-epoch 100 --bn-momentum 0.9 --seed 1",
+                         " --depth 20 --epochs 1 --steps-per-epoch 100 --bn-momentum 0.9 --seed 1 --step-times " +
+                         (dir / "times"),
                      900);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // --step-times: each worker's line per step, "step N workers 2 at T", in order (the goodput benchmark's timeline).
+  for (const int w : {0, 1}) {
+    std::istringstream lines(read_file(dir.path() / ("times.w" + std::to_string(w))));
+    std::string line;
+    int steps = 0;
+    while (std::getline(lines, line)) {
+      EXPECT_EQ(line.rfind("step " + std::to_string(steps) + " workers 2 at ", 0), 0u) << "worker " << w << ": " << line;
+      ++steps;
+    }
+    EXPECT_EQ(steps, 100) << "worker " << w;
+  }
   EXPECT_NE(r.output.find("Layer (type)"), std::string::npos);  // the chief's summary
   EXPECT_NE(r.output.find("val_accuracy:"), std::string::npos);
   const double accuracy = number_after(r.output, "test: loss=", " accuracy=");
