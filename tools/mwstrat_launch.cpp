@@ -75,7 +75,9 @@
 // replacement is. Under per-node agents (--nnodes) K and M count the whole job's workers; each agent sees only its
 // own node's, so a lost one never ends the agent's others (the survivors, wherever they run, hold the job to K), and
 // a lost worker's joiner is started by its own node's agent, in its slot (the ports follow from --base-port alike on
-// every node). A node lost whole leaves nothing for its agent to do: the other nodes' workers go on without it.
+// every node). There a worker counts as lost only when a signal ended it or the survivors removed it (exit 78); one
+// that exits with an error of its own ends its node's workers, as without the flag. A node lost whole leaves
+// nothing for its agent to do: the other nodes' workers go on without it.
 //
 // Exit status: 0 when every worker succeeded (under --min-workers: every worker the job went on with); 75 when the
 // workers stopped for preemption (and the launcher itself was signalled); otherwise the first failure's (128 + signal
@@ -822,6 +824,7 @@ void kill_leftovers_now(worker& w) {
 }
 
 constexpr int peer_lost_code = 69;  // mwstrat::peer_lost_exit_code: a survivor that gave up waiting
+constexpr int removed_code = 78;    // mwstrat::removed_exit_code: the survivors went on without this worker
 
 // The pid a user would look for: a remote worker's on its node.
 long shown_pid(const worker& w) { return w.remote ? w.remote_pid : static_cast<long>(w.pid); }
@@ -1049,9 +1052,12 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
           int running = 0;
           for (const auto& other : ws) running += other.status ? 0 : 1;
           // A per-node agent sees its own node's workers only: the survivors, wherever they run, hold the job to
-          // --min-workers (below it they exit 69, and their agents end as for any failure).
+          // --min-workers (below it they exit 69, and their agents end as for any failure). So that a job whose
+          // workers all fail by themselves (a bad flag, a bug) never ends "well" on every node, an agent goes on
+          // only without a worker that was lost: killed by a signal, or removed by the survivors (exit 78).
           const bool agent = o.agents.nnodes > 0;
-          if (agent || running >= o.min_workers) {
+          const bool killed_or_removed = code > 128 || code == removed_code;
+          if (agent ? killed_or_removed : running >= o.min_workers) {
             if (agent) {
               std::fprintf(stderr,
                            "mwstrat-launch: worker %d (pid %ld) %s; the job goes on without it (%d of this node's "

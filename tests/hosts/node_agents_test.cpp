@@ -145,6 +145,18 @@ TEST(node_agents, an_elastic_job_shrinks_and_a_nodes_agent_starts_the_joiner_in_
   EXPECT_EQ(r1.output.find("ending the other workers"), std::string::npos) << r1.output;
   EXPECT_TRUE(fs::exists(dir.path() / "elastic" / "model.safetensors")) << r0.output;
 
+  // A worker that fails by itself (an error exit, not a signal) is no loss to shrink around: its agent fails.
+  const std::string failing = " --nnodes 2 --rendezvous " + hosts.address(1) + ":29501 --min-workers 1 -n 1";
+  const std::string fails = " -- sh -c 'exit 3'";
+  process fail1(hosts.on(2, agent(failing + " --node-rank 1" + fails)), 60);
+  process fail0(hosts.on(1, agent(failing + " --node-rank 0" + fails)), 60);
+  for (auto* p : {&fail0, &fail1}) {
+    const auto f = p->finish();
+    EXPECT_EQ(f.exit_code, 3) << f.output;
+    EXPECT_NE(f.output.find("exited with status 3; ending the other workers"), std::string::npos) << f.output;
+    EXPECT_EQ(f.output.find("the job goes on without it"), std::string::npos) << f.output;
+  }
+
   const auto too_many = run(agent("--nnodes 2 --node-rank 0 --rendezvous 127.0.0.1:29500 --min-workers 5 -n 2 -- true"),
                             30);
   EXPECT_EQ(too_many.exit_code, 2);

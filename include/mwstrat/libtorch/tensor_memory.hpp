@@ -8,7 +8,7 @@
 /// activations in again, page by page. Which of the two a process gets depends on the order of its first large
 /// frees, so a run may pay it and the next not. Measured on the MNIST CNN, 2 cores (benchmarks/RESULTS.md, "DDP for
 /// libtorch"): 13-26 ms of kernel time per step out of 45-93, and two workers kept 71% of one worker's samples per
-/// CPU second with it, 90% without. The cure is to pin both thresholds, as M_MMAP_THRESHOLD / M_TRIM_THRESHOLD
+/// CPU second with it, 86-90% without. The cure is to pin both thresholds, as M_MMAP_THRESHOLD / M_TRIM_THRESHOLD
 /// allow: a block under 32 MiB comes from the heap, and up to 64 MiB of free heap top is kept for the next step.
 /// (The memory then stays with the process: a training process reuses it at once.)
 ///
