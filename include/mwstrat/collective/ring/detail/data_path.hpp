@@ -14,6 +14,7 @@
 #include <mwstrat/collective/ring/detail/frame_seal.hpp>
 #include <mwstrat/collective/ring/detail/link.hpp>
 #include <mwstrat/collective/ring/detail/liveness.hpp>
+#include <mwstrat/collective/ring/detail/op_streams.hpp>
 #include <mwstrat/collective/ring/detail/plan.hpp>
 #include <mwstrat/collective/ring/detail/schedule.hpp>
 #include <mwstrat/collective/ring/detail/socket_io.hpp>
@@ -78,7 +79,7 @@ class ring_data_path {
   /// none can move; the failure to report, if any. `timeout` is the operation's, for the message.
   template <class T>
   std::optional<ring_failure> pump(const ring_plan& p, steady::time_point deadline, std::chrono::milliseconds timeout) {
-    streams st;
+    op_streams st;
     st.sends = out_lanes();
     st.recvs = in_lanes();
     for (std::size_t k = 0; k < st.sends; ++k) st.send[k].t = p.sched.begin;
@@ -150,7 +151,6 @@ class ring_data_path {
   std::size_t in_lanes() const { return 1 + more_in_.size(); }
   send_link& out_lane(std::size_t k) { return k == 0 ? out_ : more_out_[k - 1]; }
   recv_link& in_lane(std::size_t k) { return k == 0 ? in_ : more_in_[k - 1]; }
-  static std::size_t lane_of(const ring_plan& p, std::size_t t, std::size_t lanes) { return t % p.sched.chunks % lanes; }
 
   // How far a frame is sealed ahead of what has gone on the socket: a whole default chunk, so a frame is usually
   // sealed in one go and sent in as few calls as a plain one (the socket buffer keeps the wire busy meanwhile); only
@@ -180,56 +180,9 @@ class ring_data_path {
       if (in_lane(k).socket) ::shutdown(in_lane(k).socket.get(), SHUT_RDWR);
   }
 
-  // The progress of one data connection's send stream (to the next rank) or receive stream (from the previous one):
-  // the items whose chunk is its own, in the schedule's order.
-  struct send_stream {
-    std::size_t t = 0;         // next item to send
-    ring_item it;              // the item being sent
-    bool active = false;       // its frame is on its way
-    bool credit_wait = false;  // the next frame waits for a shared-memory slot to come back
-    bool want_out = false;     // the socket was full: wait until it can take more
-    std::size_t payload = 0;   // bytes of the item that go on the socket (0 through a slot)
-    const std::uint8_t* src = nullptr;  // where they are: the buffer, or the narrowed copy when compressed
-    std::size_t sent = 0;      // bytes of the frame (header, payload, tag) sent so far
-    std::array<std::uint8_t, frame_header_size> header{};
-    seal_tag tag{};            // the frame's tag on a sealed connection
-    std::size_t tag_bytes = 0;
-    const std::uint8_t* plain = nullptr;  // what is sealed into `src` (encrypt) or authenticated (src itself)
-    std::size_t sealed = 0;    // payload bytes sealed so far (all of them on a connection that is not sealed)
-    [[nodiscard]] std::size_t total() const { return header.size() + payload + tag_bytes; }
-    [[nodiscard]] inflight_frame inflight() const { return {src, total(), sent, header, tag, tag_bytes, plain, sealed}; }
-  };
-  struct recv_stream {
-    std::size_t t = 0;            // next item to receive
-    ring_item it;                 // the item being received
-    bool active = false;          // its frame is arriving
-    bool reading_header = true;
-    std::size_t got = 0;          // bytes of the header, then of the payload, received so far
-    std::size_t combined = 0;     // elements of a reduced payload already combined
-    std::array<std::uint8_t, frame_header_size> header{};
-    seal_tag tag{};               // the frame's tag on a sealed connection
-  };
-  // Every stream of one operation.
-  struct streams {
-    std::array<send_stream, max_streams_per_peer> send;
-    std::array<recv_stream, max_streams_per_peer> recv;
-    std::size_t sends = 1, recvs = 1;  // connections of the two links
-
-    // Receive item x is complete (each stream receives its items in order).
-    [[nodiscard]] bool received(const ring_plan& p, std::size_t x) const {
-      return x < p.sched.begin || recv[lane_of(p, x, recvs)].t > x;
-    }
-    [[nodiscard]] bool sends_left(const ring_plan& p) const {
-      for (std::size_t k = 0; k < sends; ++k)
-        if (send[k].t < p.sched.items) return true;
-      return false;
-    }
-  };
-
-
   // Starts the next send item of connection k once what it forwards has been received and, through shared memory,
   // a slot is free.
-  std::optional<ring_failure> start_send(const ring_plan& p, streams& st, std::size_t k) {
+  std::optional<ring_failure> start_send(const ring_plan& p, op_streams& st, std::size_t k) {
     send_stream& s = st.send[k];
     s.credit_wait = false;
     if (s.active) return std::nullopt;
@@ -446,7 +399,7 @@ class ring_data_path {
   }
 
   // Frames sent and received so far by the connections of one operation.
-  static std::size_t frames_done(const streams& st) {
+  static std::size_t frames_done(const op_streams& st) {
     std::size_t n = 0;
     for (std::size_t k = 0; k < st.sends; ++k) n += st.send[k].t;
     for (std::size_t k = 0; k < st.recvs; ++k) n += st.recv[k].t;
@@ -456,7 +409,7 @@ class ring_data_path {
   // Nothing moved: waits until a socket is ready, the next rank speaks on its back channel, or the deadline —
   // polling without sleeping (but yielding) for the first `spin_` of the wait (a sleeping rank's wake-up is the
   // slow part of a small operation), then sleeping in poll().
-  std::optional<ring_failure> wait_ready(const ring_plan& p, const streams& st, steady::time_point& idle_since,
+  std::optional<ring_failure> wait_ready(const ring_plan& p, const op_streams& st, steady::time_point& idle_since,
                                     steady::time_point deadline, std::chrono::milliseconds timeout) {
     const auto now = steady::now();
     if (idle_since == steady::time_point{}) idle_since = now;
