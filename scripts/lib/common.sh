@@ -29,6 +29,7 @@ MWSTRAT_PACKAGES=(
   libpng-dev                                    # tools/cifar10_convert (CIFAR-10 from PNG sprites)
   libjpeg-dev                                   # mwstrat::images: JPEG image features (libjpeg-turbo)
   libtorch-dev                                  # mwstrat::libtorch: DDP for libtorch modules (include/mwstrat/libtorch)
+  python3-torch                                 # the same build for Python: PyTorch loads libtorch_mnist's saved model
   openssh-server                                # sshd inside simulated hosts (mwstrat-launch over ssh)
   dataset-fashion-mnist                         # real Fashion-MNIST (gzipped IDX)
   python3 python3-venv python3-pip python3-numpy  # Conan (in a venv), checkpoint interop test
@@ -179,8 +180,9 @@ python_test_venv() {
 
 # --- scripts/bench only (added after the functions above, which demo and test use unchanged) ---
 
-# What the benchmark comparisons need beyond MWSTRAT_PACKAGES: PyTorch (DDP and the reference CNN's peer), from
-# Debian, for /usr/bin/python3. TensorFlow and matplotlib come from pip into a virtual environment (bench_venv).
+# What the benchmark comparisons need beyond MWSTRAT_PACKAGES (which already has PyTorch, Debian's python3-torch,
+# for DDP and the reference CNN's peer): TensorFlow and matplotlib come from pip into a virtual environment
+# (bench_venv). Kept as a list for what only the benchmarks need.
 MWSTRAT_BENCH_PACKAGES=(python3-torch)
 
 # install_bench_packages: whatever of MWSTRAT_BENCH_PACKAGES is missing.
