@@ -824,7 +824,6 @@ void kill_leftovers_now(worker& w) {
 }
 
 constexpr int peer_lost_code = 69;  // mwstrat::peer_lost_exit_code: a survivor that gave up waiting
-constexpr int removed_code = 78;    // mwstrat::removed_exit_code: the survivors went on without this worker
 
 // The pid a user would look for: a remote worker's on its node.
 long shown_pid(const worker& w) { return w.remote ? w.remote_pid : static_cast<long>(w.pid); }
@@ -1056,7 +1055,7 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
           // workers all fail by themselves (a bad flag, a bug) never ends "well" on every node, an agent goes on
           // only without a worker that was lost: killed by a signal, or removed by the survivors (exit 78).
           const bool agent = o.agents.nnodes > 0;
-          const bool killed_or_removed = code > 128 || code == removed_code;
+          const bool killed_or_removed = code > 128 || code == mwstrat::removed_exit_code;
           if (agent ? killed_or_removed : running >= o.min_workers) {
             if (agent) {
               std::fprintf(stderr,
