@@ -5,13 +5,17 @@
 //   --loop plain    one process, no distribution at all: libtorch's own MNIST reader, torch::optim::SGD and the
 //                   textbook zero_grad / forward / backward / step loop, the ceiling of what any wrapper can reach
 //                   (glibc's malloc thresholds pinned: see run_plain)
+// `--update shared|sharded|mirrored` (mwstrat only) picks the strategy's gradient_sync_options::update for A/B runs:
+// `shared` (the default: update_placement::automatic, which on one host is one shared parameter copy in the host's
+// region), `sharded` (the ring's fused all-reduce and sharded update) or `mirrored` (replicated).
 // Both: real MNIST, per-worker batch --batch (64), SGD(--learning-rate), --threads intra-op threads; --warmup steps,
 // then --steps timed steps, the clock read after the last warm-up step and after the last step
 // (ddp_throughput.py times the same span). CPU time is the whole process's (every thread: the ring's, gloo's), summed
 // over the workers. The chief prints one JSON line:
 //   {"impl":"mwstrat"|"plain","workers":N,"threads":T,"batch":B,"steps":S,"seconds":...,"steps_per_s":...,
 //    "samples_per_s":... (global),"cpu_s_per_step":... (all workers),"cpu_user_s_per_step":...,
-//    "cpu_system_s_per_step":...,"peak_rss_mib":...,"loss":... (the timed steps' mean),"torch":"1.13.1"}
+//    "cpu_system_s_per_step":...,"peak_rss_mib":...,"loss":... (the timed steps' mean),"torch":"1.13.1",
+//    "update":"shared"|"sharded"|"mirrored"|"none" (plain)}
 #include <mwstrat/data.hpp>
 #include <mwstrat/libtorch/module_model.hpp>
 #include <mwstrat/nn/optimizers.hpp>
@@ -47,12 +51,14 @@ struct flags {
   int threads = 1;
   std::uint64_t seed = 42;
   double learning_rate = 0.05;  // the example's
+  std::string update = "shared";  // --update shared|sharded|mirrored
+  mwstrat::update_placement placement = mwstrat::update_placement::automatic;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "libtorch_throughput: " << problem << "\n"
             << "usage: libtorch_throughput [--loop mwstrat|plain] [--data-dir D] [--batch B (per worker)] "
-               "[--warmup N] [--steps N] [--threads T] [--seed S] [--learning-rate X]\n";
+               "[--warmup N] [--steps N] [--threads T] [--seed S] [--learning-rate X] [--update shared|sharded|mirrored]\n";
   std::exit(2);
 }
 
@@ -77,6 +83,13 @@ flags parse(int argc, char** argv) {
     else if (a == "--steps") f.steps = count(value());
     else if (a == "--threads") f.threads = static_cast<int>(count(value()));
     else if (a == "--seed") f.seed = count(value());
+    else if (a == "--update") {
+      f.update = value();
+      if (f.update == "shared") f.placement = mwstrat::update_placement::automatic;
+      else if (f.update == "sharded") f.placement = mwstrat::update_placement::sharded;
+      else if (f.update == "mirrored") f.placement = mwstrat::update_placement::replicated;
+      else usage("--update: '" + f.update + "' is not shared, sharded or mirrored");
+    }
     else if (a == "--learning-rate") {
       const std::string v = value();
       char* end = nullptr;
@@ -133,10 +146,11 @@ void print(const char* impl, const flags& f, std::size_t workers, const measured
   const double steps_per_s = steps / m.seconds;
   std::printf("{\"impl\":\"%s\",\"workers\":%zu,\"threads\":%d,\"batch\":%zu,\"steps\":%zu,\"seconds\":%.4f,"
               "\"steps_per_s\":%.3f,\"samples_per_s\":%.1f,\"cpu_s_per_step\":%.5f,\"cpu_user_s_per_step\":%.5f,"
-              "\"cpu_system_s_per_step\":%.5f,\"peak_rss_mib\":%.1f,\"loss\":%.5f,\"torch\":\"%d.%d.%d\"}\n",
+              "\"cpu_system_s_per_step\":%.5f,\"peak_rss_mib\":%.1f,\"loss\":%.5f,\"torch\":\"%d.%d.%d\",\"update\":\"%s\"}\n",
               impl, workers, f.threads, f.batch, f.steps, m.seconds, steps_per_s,
               steps_per_s * static_cast<double>(f.batch * workers), m.cpu / steps, m.user / steps, m.system / steps,
-              rss, m.loss, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
+              rss, m.loss, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH,
+              impl == std::string("plain") ? "none" : f.update.c_str());
   std::fflush(stdout);
 }
 
@@ -159,7 +173,9 @@ struct step_timer {
 };
 
 int run_mwstrat(const flags& f) {
-  auto strategy = mwstrat::make_multi_worker_mirrored_strategy();  // TF_CONFIG; waits for every worker
+  mwstrat::communication_options communication;
+  communication.gradient_sync.update = f.placement;
+  auto strategy = mwstrat::make_multi_worker_mirrored_strategy(communication);  // TF_CONFIG; waits for every worker
   const auto workers = static_cast<std::size_t>(strategy.num_replicas_in_sync());
   mwstrat::distributed_input train(mwstrat::data::load_mnist(f.data_dir, mwstrat::data::mnist_split::train),
                                    f.batch * workers, strategy, f.seed);

@@ -1,5 +1,6 @@
 // libtorch::module_model on its own: the module's parameters and gradients are views of the arenas, autograd's
-// accumulator hooks report gradients last-first while backward runs, fit on 2 local replicas (threads) trains what 1
+// accumulator hooks report gradients last-first while backward runs, it trains in storage the trainer gives (the
+// shared host copy) and takes its values back, fit on 2 local replicas (threads) trains what 1
 // replica trains on the whole batch, the module is intact after the adapter goes, and what it cannot train is refused
 // naming the tensor.
 #include <mwstrat/collective/local/local_collective.hpp>
@@ -14,6 +15,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -107,6 +109,54 @@ TEST(module_model, the_module_keeps_its_trained_values_after_the_adapter_goes) {
   auto out = classify(*net, f.batch());
   out.loss.backward();
   EXPECT_TRUE(net->fc1->weight.grad().defined());
+}
+
+// The shared host copy's hook: the parameters and gradients move into storage the synchroniser gives (a host's
+// shared region), the module trains there, and its values come back to the adapter's own arenas.
+TEST(module_model, it_trains_in_storage_the_trainer_gives_and_takes_its_values_back) {
+  static_assert(storage_adopting_model<libtorch::module_model<mlp, decltype(classify)>>);
+  torch::manual_seed(3);
+  auto net = std::make_shared<mlp>();
+  libtorch::module_model model(net, classify);
+  const std::size_t n = model.parameters().size();
+  std::vector<float> params(model.parameters().begin(), model.parameters().end());
+  std::vector<float> grads(n, 7.0f);  // stale values: a step must start from zero gradients
+  const fixture_batch f = blobs(32);
+  std::vector<float> own_grads;
+  {
+    // The same step in the adapter's own arenas, for reference; then back to the first values.
+    libtorch::module_model reference(std::make_shared<mlp>(), classify);  // its own tensors (a copy would share them)
+    std::copy(params.begin(), params.end(), reference.parameters().begin());
+    (void)reference.train_batch(f.batch(), [](std::size_t, std::size_t) {});
+    own_grads.assign(reference.gradients().begin(), reference.gradients().end());
+  }
+
+  model.adopt_storage(params, grads);
+  EXPECT_EQ(model.parameters().data(), params.data());
+  EXPECT_EQ(net->fc1->weight.data_ptr<float>(), params.data()) << "fc1.weight views the given storage";
+  EXPECT_EQ(net->fc2->bias.grad().data_ptr<float>(), grads.data() + n - 4) << "fc2.bias's gradient too";
+  EXPECT_EQ(model.named_parameters()[0].values.data(), params.data()) << "checkpoints read the given storage";
+  std::size_t reported = 0;
+  (void)model.train_batch(f.batch(), [&](std::size_t, std::size_t count) { reported += count; });
+  EXPECT_EQ(reported, n) << "autograd's hooks still report every gradient";
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(grads[i], own_grads[i]) << "gradient " << i;
+
+  params[0] = 42.0f;  // what the shared update would do
+  model.use_own_storage();
+  EXPECT_NE(model.parameters().data(), params.data());
+  EXPECT_EQ(model.parameters()[0], 42.0f) << "the values came back";
+  EXPECT_EQ(net->fc1->weight.data_ptr<float>(), model.parameters().data());
+  EXPECT_EQ(model.gradients()[n - 1], own_grads[n - 1]);
+  model.use_own_storage();  // twice is nothing
+
+  std::vector<float> short_of_one(n - 1);
+  try {
+    model.adopt_storage(short_of_one, grads);
+    ADD_FAILURE() << "storage of another size was taken";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("adopt_storage: " + std::to_string(n - 1) + " parameters"), std::string::npos)
+        << e.what();
+  }
 }
 
 // fit on `replicas` threads of the local collective, a global batch of 32: the final parameters.

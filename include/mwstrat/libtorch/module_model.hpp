@@ -12,6 +12,11 @@
 ///   - gradient readiness comes from libtorch's autograd: a post hook on each parameter's gradient accumulator
 ///     says when its gradient is final; the gradients reach the synchroniser as a suffix of the arena that grows
 ///     last-first (train/detail/gradient_frontier.hpp), so buckets leave while backward is still running;
+///   - on one host (every replica a process whose ring links use shared memory) with an elementwise optimizer
+///     without slots, the arenas themselves move into the host's shared region (`adopt_storage`, the
+///     `storage_adopting_model` capability): one copy of the parameters for all the host's replicas, each
+///     replica's gradients read there by the others, so no gradient is copied or sent at all
+///     (`update_placement::shared_host_copy`, docs/training.md);
 ///   - a parameter that took no part in the step (an unused branch) has a zero gradient and is reported when
 ///     backward returns (DDP's `find_unused_parameters`, without its extra pass);
 ///   - the first adapter built pins glibc's malloc thresholds, so that each step's freed tensors stay with the
@@ -46,6 +51,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -124,8 +130,10 @@ class module_model {
     }
     if (total == 0) refuse("no parameter of the module requires a gradient");
     (void)detail::keep_tensor_memory_once();  // before the arenas: they are the first large blocks it keeps
-    flat_params_ = ::torch::empty({total}, ::torch::kFloat32);
-    flat_grads_ = ::torch::zeros({total}, ::torch::kFloat32);
+    own_params_ = ::torch::empty({total}, ::torch::kFloat32);
+    own_grads_ = ::torch::zeros({total}, ::torch::kFloat32);
+    flat_params_ = own_params_;
+    flat_grads_ = own_grads_;
     std::int64_t at = 0;
     std::string fingerprint = "libtorch(";
     const ::torch::NoGradGuard no_grad;
@@ -147,9 +155,7 @@ class module_model {
     }
     offsets_.push_back(static_cast<std::size_t>(at));
     fingerprint_ = fingerprint + ")";
-    for (std::size_t i = 0; i < named_.size(); ++i) {
-      named_[i].values = std::span<const float>(parameters()).subspan(offsets_[i], offsets_[i + 1] - offsets_[i]);
-    }
+    view_named();
     frontier_.emplace(tensors_.size());
     // One post hook per gradient accumulator, kept for the adapter's lifetime (libtorch holds accumulators
     // weakly: holding them keeps the hooks across steps, as DDP's reducer does).
@@ -177,6 +183,32 @@ class module_model {
   std::span<float> parameters() { return {flat_params_.data_ptr<float>(), static_cast<std::size_t>(flat_params_.numel())}; }
   std::span<float> gradients() { return {flat_grads_.data_ptr<float>(), static_cast<std::size_t>(flat_grads_.numel())}; }
   [[nodiscard]] const std::string& fingerprint() const { return fingerprint_; }
+
+  /// The parameters and gradients in storage the trainer provides, which holds the parameter values already and
+  /// stays valid until `use_own_storage()` (`storage_adopting_model`; the synchroniser's shared host copy). Each
+  /// parameter and its `grad()` then view that storage; autograd's accumulators and hooks stay as they are.
+  /// Throws config_error when the sizes are not the module's.
+  void adopt_storage(std::span<float> params, std::span<float> grads) {
+    const auto n = static_cast<std::size_t>(own_params_.numel());
+    if (params.size() != n || grads.size() != n) {
+      refuse("adopt_storage: " + std::to_string(params.size()) + " parameters and " + std::to_string(grads.size()) +
+             " gradients for a module of " + std::to_string(n));
+    }
+    const auto shape = {static_cast<std::int64_t>(n)};
+    view_flat(::torch::from_blob(params.data(), shape, ::torch::kFloat32),
+              ::torch::from_blob(grads.data(), shape, ::torch::kFloat32));
+  }
+
+  /// Copies the values back into the adapter's own arenas and makes the parameters view them again (it runs while
+  /// unwinding too: it does not throw).
+  void use_own_storage() noexcept {
+    if (flat_params_.data_ptr<float>() == own_params_.data_ptr<float>()) return;
+    const auto p = parameters();
+    const auto g = gradients();
+    std::copy(p.begin(), p.end(), own_params_.data_ptr<float>());
+    std::copy(g.begin(), g.end(), own_grads_.data_ptr<float>());
+    view_flat(own_params_, own_grads_);
+  }
 
   /// Forward (the user's step), backward with the gradients reported as they become final, last first.
   template <class Batch, class OnReady>
@@ -244,6 +276,28 @@ class module_model {
     void (*call)(void*, std::size_t, std::size_t) = nullptr;
   };
 
+  // Every trained parameter and its gradient as views of these two flat tensors (the own arenas or adopted
+  // storage), and the checkpoint spans with them.
+  void view_flat(::torch::Tensor params, ::torch::Tensor grads) {
+    const ::torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      const auto at = static_cast<std::int64_t>(offsets_[i]);
+      const auto n = static_cast<std::int64_t>(offsets_[i + 1] - offsets_[i]);
+      ::torch::Tensor& t = tensors_[i];
+      t.set_data(params.narrow(0, at, n).view(t.sizes()));
+      t.mutable_grad() = grads.narrow(0, at, n).view(t.sizes());
+    }
+    flat_params_ = std::move(params);
+    flat_grads_ = std::move(grads);
+    view_named();
+  }
+
+  void view_named() {
+    for (std::size_t i = 0; i < named_.size(); ++i) {
+      named_[i].values = std::span<const float>(parameters()).subspan(offsets_[i], offsets_[i + 1] - offsets_[i]);
+    }
+  }
+
   void tensor_final(std::size_t i) {
     if (report_.call == nullptr || frontier_->is_final(i)) return;  // outside train_batch, or reported already
     const auto [first, last] = frontier_->mark(i);
@@ -293,7 +347,8 @@ class module_model {
 
   std::shared_ptr<Module> module_;
   Step step_;
-  ::torch::Tensor flat_params_, flat_grads_;          // the arenas; the parameters and their grads view them
+  ::torch::Tensor own_params_, own_grads_;            // the adapter's own arenas
+  ::torch::Tensor flat_params_, flat_grads_;          // the arenas in use (own or adopted); parameters view them
   std::vector<::torch::Tensor> tensors_;              // the trained parameters, registration order
   std::vector<std::size_t> offsets_;                  // tensor i is [offsets_[i], offsets_[i + 1])
   std::vector<arena_tensor> named_;
