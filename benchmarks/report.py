@@ -982,7 +982,10 @@ class Page:
           f"same on every row: libtorch {cfg.get('torch') or '1.13'} from Debian (`libtorch-dev` for C++, "
           "`python3-torch` for Python are one build, with OpenBLAS choosing its kernel for both), so only the "
           "distribution layer differs. *mwstrat*: `mwstrat::fit` over `mwstrat::libtorch::module_model`, one process "
-          "per worker (mwstrat-launch). *ddp*: `torch.nn.parallel.DistributedDataParallel` over gloo on 127.0.0.1, its "
+          "per worker (mwstrat-launch); since 2026-12-07 15:47 UTC its two workers train one shared copy of the "
+          "parameters in the host's region and read each other's gradients there (`update_placement::"
+          "shared_host_copy`: the adapter adopts the region, no gradient is copied into or out of the ring). "
+          "*ddp*: `torch.nn.parallel.DistributedDataParallel` over gloo on 127.0.0.1, its "
           "textbook loop; *ddp-metrics* adds what fit computes besides (the loss and correct count summed over the "
           "workers each step). *plain*: libtorch's own MNIST reader and `torch::optim::SGD`, no distribution at "
           "all: the ceiling; at 2 workers, two such processes at once that share nothing, the machine's own limit "
@@ -1410,7 +1413,8 @@ class Page:
                                    "goal ≥ 95%", short_source(k), k["commands"][0]))
 
     def busy_note(self, rec):
-        """A warning where the machine was loaded when `rec` was measured (shared with builds)."""
+        """A warning where the machine was loaded when `rec` was measured (by builds, other work, or the family's
+        own earlier runs, which a 1-minute load average still counts)."""
         try:
             load = float(rec.get("load_at_start", "0").split()[0])
         except ValueError:
@@ -1418,7 +1422,8 @@ class Page:
         cpus = rec.get("machine", {}).get("cpus", 1)
         if load > cpus - 0.5:
             self.w(f"**The machine was busy** (load {rec['load_at_start']} at start, {rec.get('load_at_end', '?')} at "
-                   f"the end, on {cpus} CPUs; it was shared with builds): absolute times are low and noisy; read the "
+                   f"the end, on {cpus} CPUs: the 1-minute average counts the family's own runs just before as well as "
+                   "anything else that ran): absolute times may be low and noisy; read the "
                    "ratios, which were taken within one round of interleaved runs.")
             self.w()
 

@@ -33,7 +33,7 @@ TEST(tensor_memory, a_module_models_process_takes_a_steps_activations_from_the_h
 
   // A step's activation of 24 MiB, made and written. Pinned, it comes from the heap, where a freed block stays for
   // the next step; with glibc's defaults (MWSTRAT_LIBTORCH_MALLOC=default, the first such block of a process) it is
-  // mapped apart and unmapped again when freed (checked by hand, AMD EPYC, 2026-12-08). Page faults are not
+  // mapped apart and unmapped again when freed (checked by hand, AMD EPYC, 2026-12-07). Page faults are not
   // counted: what a fresh block costs depends on transparent huge pages and on glibc's memalign placement (which
   // grows the heap over the first steps of many blocks), so it differs between machines and thread counts; an
   // earlier version of this test that counted them failed on CI's machine. Nor is trimming checked: freeing one
