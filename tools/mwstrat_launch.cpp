@@ -77,7 +77,10 @@
 // a lost worker's joiner is started by its own node's agent, in its slot (the ports follow from --base-port alike on
 // every node). There a worker counts as lost only when a signal ended it or the survivors removed it (exit 78); one
 // that exits with an error of its own ends its node's workers, as without the flag. A node lost whole leaves
-// nothing for its agent to do: the other nodes' workers go on without it.
+// nothing for its agent to do: the other nodes' workers go on without it. A job grows by nodes that come later
+// (launch/late_nodes.hpp): with room under --max-workers, node 0's agent keeps a late desk on the rendezvous port + 1,
+// and an agent given --node-rank K >= --nnodes registers there and starts its workers as joiners; every node's
+// ports are then laid out for --max-workers workers (options::port_slots).
 //
 // Exit status: 0 when every worker succeeded (under --min-workers: every worker the job went on with); 75 when the
 // workers stopped for preemption (and the launcher itself was signalled); otherwise the first failure's (128 + signal
@@ -170,6 +173,12 @@ struct options {
   int local_workers = -1;  // -1: all of them
   // Worker slots: -n, and up to --max-workers where the job grows past it (--grow-after).
   [[nodiscard]] int slots() const { return grow_after_ms >= 0 ? std::max(workers, max_workers) : workers; }
+  // Under per-node agents with --max-workers M the ports are laid out for M workers on every node (worker r at
+  // base + r, its join port at base + M + r), so that a late node's workers (launch/late_nodes.hpp) and the first
+  // nodes' agree; otherwise for the slots.
+  [[nodiscard]] int port_slots() const { return agents.nnodes > 0 ? std::max(slots(), max_workers) : slots(); }
+  // A late node's agent: its workers join a running job (launch/late_nodes.hpp).
+  [[nodiscard]] bool late_node() const { return agents.nnodes > 0 && agents.node_rank >= agents.nnodes; }
   [[nodiscard]] bool any_remote() const {
     return std::find(worker_remote.begin(), worker_remote.end(), true) != worker_remote.end();
   }
@@ -327,6 +336,12 @@ options parse(int argc, char** argv) {
       if (auto missing = mwstrat_launch::settings_from_environment(o.agents)) usage(*missing);
       if (o.replace_lost) usage("--replace-lost is not available with per-node agents (--nnodes)");
       job_workers = o.workers * o.agents.nnodes;
+      // A node rank from --nnodes on is a late node's, whose workers join the running job within --max-workers.
+      if (const int k = o.agents.node_rank; k >= o.agents.nnodes && (!o.min_workers || o.max_workers < (k + 1) * o.workers)) {
+        usage("--node-rank " + std::to_string(k) + " is not below --nnodes " + std::to_string(o.agents.nnodes) +
+              " (a late node, whose workers join the running job, needs --min-workers and --max-workers of at "
+              "least " + std::to_string((k + 1) * o.workers) + ")");
+      }
     }
   }
   if (o.command.empty()) usage("no program given after --");
@@ -359,7 +374,7 @@ options parse(int argc, char** argv) {
     usage("--min-workers and --replace-lost exclude each other: an elastic job takes a lost worker's place back with "
           "--max-workers (a joiner at a step boundary), not with a replacement");
   }
-  if (o.base_port != 0 && o.base_port + (o.max_workers ? 2 : 1) * o.slots() - 1 > 65535) {
+  if (o.base_port != 0 && o.base_port + (o.max_workers ? 2 : 1) * o.port_slots() - 1 > 65535) {
     usage("--base-port: ports run past 65535 (--max-workers takes a join port per worker after the workers' ports)");
   }
   if (o.any_remote()) {
@@ -888,7 +903,7 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
   const int count = o.local_workers < 0 ? o.workers : o.local_workers;
   const int slots = count + (o.slots() - o.workers);  // ws's workers: the local ones, then --grow-after's
   for (int i = first; i < first + count; ++i) {
-    ws.push_back(start(o, ports, i, attempt, 0, report[1]));
+    ws.push_back(start(o, ports, i, attempt, 0, report[1], o.late_node()));  // a late node's join the running job
     // A remote worker's pid on its node comes with the agent's "started" (read_agent).
     if (!ws.back().remote) {
       std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
@@ -1180,12 +1195,19 @@ void ensure_job_token(const options& o) {
   std::fprintf(stderr, "mwstrat-launch: made a job token for this job (MWSTRAT_JOB_TOKEN was not set)\n");
 }
 
+// Node 0's desk for late nodes (launch/late_nodes.hpp), open for the rest of the job once the nodes have met.
+std::unique_ptr<mwstrat_launch::late_desk> late_nodes_desk;
+
 // A per-node agent: meets the other nodes' agents, then knows every worker's address and which are its own.
 void meet_other_nodes(options& o) {
   const auto& a = o.agents;
   std::vector<std::string> nodes;
+  // Late nodes may come where --max-workers leaves room for whole nodes past the first ones.
+  const int end_late = o.max_workers ? o.max_workers / o.workers : 0;
   try {
-    nodes = mwstrat_launch::meet_nodes(a);
+    auto met = mwstrat_launch::meet_nodes(a, end_late);
+    nodes = std::move(met.addresses);
+    late_nodes_desk = std::move(met.desk);
   } catch (const mwstrat::config_error& e) {
     usage(e.detail());
   } catch (const std::exception& e) {
@@ -1203,15 +1225,27 @@ void meet_other_nodes(options& o) {
       o.worker_remote.push_back(false);
     }
   }
-  o.workers = per_node * a.nnodes;
+  o.workers = per_node * a.nnodes;  // the job's first workers; a late node's come past them
   o.first_local = per_node * a.node_rank;
   o.local_workers = per_node;
   if (o.base_port == 0) o.base_port = 20000;
-  if (o.base_port + (o.max_workers ? 2 : 1) * o.workers - 1 > 65535) usage("--base-port: ports run past 65535");
+  if (o.base_port + (o.max_workers ? 2 : 1) * o.port_slots() - 1 > 65535) usage("--base-port: ports run past 65535");
   std::string list;
   for (const auto& n : nodes) list += (list.empty() ? "" : ", ") + n;
-  std::fprintf(stderr, "mwstrat-launch: node %d of %d met the others at %s: nodes %s; workers %d..%d are this node's\n",
-               a.node_rank, a.nnodes, a.rendezvous.c_str(), list.c_str(), o.first_local, o.first_local + per_node - 1);
+  if (o.late_node()) {
+    std::fprintf(stderr,
+                 "mwstrat-launch: node %d (late: the job has %d nodes) registered at node 0's late desk: nodes %s; "
+                 "workers %d..%d are this node's and join the running job\n",
+                 a.node_rank, a.nnodes, list.c_str(), o.first_local, o.first_local + per_node - 1);
+  } else {
+    std::fprintf(stderr, "mwstrat-launch: node %d of %d met the others at %s: nodes %s; workers %d..%d are this node's\n",
+                 a.node_rank, a.nnodes, a.rendezvous.c_str(), list.c_str(), o.first_local, o.first_local + per_node - 1);
+  }
+  if (late_nodes_desk) {
+    std::fprintf(stderr, "mwstrat-launch: node 0: late nodes %d..%d may join at port %d (--max-workers %d)\n", a.nnodes,
+                 end_late - 1, mwstrat_launch::late_desk_port(std::stoi(a.rendezvous.substr(a.rendezvous.rfind(':') + 1))),
+                 o.max_workers);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -1236,7 +1270,7 @@ int main(int argc, char** argv) {
   std::vector<int> ports;
   std::vector<int> join_ports;  // --max-workers: one join address per worker (whichever is the chief listens there)
   const int per_worker = o.max_workers ? 2 : 1;
-  const int slots = o.slots();
+  const int slots = o.port_slots();
   if (o.base_port != 0) {
     for (int i = 0; i < per_worker * slots; ++i) (i < slots ? ports : join_ports).push_back(o.base_port + i);
   } else {
@@ -1245,7 +1279,9 @@ int main(int argc, char** argv) {
       (static_cast<int>(ports.size()) < slots ? ports : join_ports).push_back(p);
     }
   }
-  for (std::size_t i = 0; i < join_ports.size(); ++i) {
+  // Under agents, the workers of the nodes this one knows (a late node's stand-ins included: launch/late_nodes.hpp).
+  const std::size_t known = o.worker_address.empty() ? join_ports.size() : std::min(join_ports.size(), o.worker_address.size());
+  for (std::size_t i = 0; i < known; ++i) {
     o.join_addresses.push_back(worker_address(o, static_cast<int>(i)) + ":" + std::to_string(join_ports[i]));
   }
   int restarts = 0;     // restarts after failures (preemptions are not counted)

@@ -1,7 +1,8 @@
 // Per-node agents (mwstrat-launch --nnodes N --node-rank K --rendezvous HOST:PORT -n W), one per simulated host, as a
 // scheduler starts them: they meet at node 0's rendezvous and train together; a node that never comes is named on
 // every node that did, at the deadline; under Slurm (an srun step) and a Kubernetes Indexed Job the node's rank and
-// the node count come from the environment. Every wait is bounded.
+// the node count come from the environment; an elastic job shrinks and takes joiners across them, and grows by a
+// node that arrives later. Every wait is bounded.
 #include "mnist_hosts.hpp"
 
 #include <gtest/gtest.h>
@@ -162,6 +163,56 @@ TEST(node_agents, an_elastic_job_shrinks_and_a_nodes_agent_starts_the_joiner_in_
   EXPECT_EQ(too_many.exit_code, 2);
   EXPECT_NE(too_many.output.find("--min-workers: more than the job's 4 workers"), std::string::npos)
       << too_many.output;
+}
+
+// Growing by a node that arrives later (launch/late_nodes.hpp): two nodes of one worker start the job (--nnodes 2,
+// --max-workers 3), and a third node's agent, given --node-rank 2, registers at node 0's late desk while they train.
+// Its worker joins the running job at a step boundary (step 4, where the members await it), the three train the same
+// global batch of 8 to the end (4 + 4, then the uneven 2 + 3 + 3, which the joiner takes up as the members do), and
+// all three agents exit 0. A late node the job has no room for is
+// refused before it starts anything.
+TEST(node_agents, a_node_that_arrives_later_registers_at_node_0s_late_desk_and_its_worker_joins_the_job) {
+  MWSTRAT_REQUIRE_SIMULATED_HOSTS();
+  scratch_dir dir;
+  simulated_hosts hosts(3, "1gbit");
+  const std::string elastic = " --min-workers 2 --max-workers 3 --max-restarts 1 --spare-wait 0";
+  const std::string job = " -n 1 -- " + example + " --data-dir " + mnist_dir +
+                          " --epochs 1 --steps-per-epoch 8 --global-batch 8 --train-examples 400 --no-test"
+                          " --await-joiner-at-step 4 --recovery-timeout 120 --model-dir " + (dir / "grown");
+  const std::string rendezvous = " --nnodes 2 --rendezvous " + hosts.address(1) + ":29500" + elastic;
+  process node1(hosts.on(2, agent(rendezvous + " --node-rank 1" + job)), 300);
+  process node0(hosts.on(1, agent(rendezvous + " --node-rank 0" + job)), 300);
+  process late(hosts.on(3, agent(rendezvous + " --node-rank 2" + job)), 300);
+  const auto r0 = node0.finish();
+  const auto r1 = node1.finish();
+  const auto r2 = late.finish();
+  ASSERT_EQ(r0.exit_code, 0) << r0.output << r1.output << r2.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output << r0.output;
+  ASSERT_EQ(r2.exit_code, 0) << r2.output << r0.output;
+  EXPECT_NE(r0.output.find("mwstrat-launch: node 0: late nodes 2..2 may join at port 29501 (--max-workers 3)"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_NE(r0.output.find("mwstrat-launch: node 0: late node 2 registered from " + hosts.address(3)),
+            std::string::npos)
+      << r0.output;
+  EXPECT_NE(r2.output.find("mwstrat-launch: node 2 (late: the job has 2 nodes) registered at node 0's late desk: "
+                           "nodes " + hosts.address(1) + ", " + hosts.address(2) + ", " + hosts.address(3) +
+                           "; workers 2..2 are this node's and join the running job"),
+            std::string::npos)
+      << r2.output;
+  EXPECT_NE(r0.output.find("[mwstrat.recovery] rank 0: worker 2 joined: 3 workers from global step 4"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_NE(r2.output.find("[worker 2] "), std::string::npos) << r2.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "grown" / "model.safetensors")) << r0.output;
+
+  // No room for a node 3 (its worker would be the job's fourth of at most 3): refused before it starts anything.
+  const auto no_room = run(agent(rendezvous + " --node-rank 3" + job), 30);
+  EXPECT_EQ(no_room.exit_code, 2) << no_room.output;
+  EXPECT_NE(no_room.output.find("--node-rank 3 is not below --nnodes 2 (a late node, whose workers join the running "
+                                "job, needs --min-workers and --max-workers of at least 4)"),
+            std::string::npos)
+      << no_room.output;
 }
 
 }  // namespace node_agents_test

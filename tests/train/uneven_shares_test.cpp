@@ -104,4 +104,40 @@ TEST(uneven_shares, an_elastic_fit_refuses_data_it_cannot_reshard_before_trainin
   }
 }
 
+// What the input sees of a strategy: three workers, this one worker 1, joined a running job or one of its first.
+struct three_workers {
+  bool joined = false;
+  [[nodiscard]] int num_replicas_in_sync() const { return 3; }
+  [[nodiscard]] int replica_id() const { return 1; }
+  [[nodiscard]] bool joined_collective() const { return joined; }
+};
+
+// A job starts on a multiple of its workers; a worker that joined a running elastic job takes its uneven share of
+// the job's global batch (8 over 3: 2, 3, 3), as the members do once they reshard for it.
+TEST(uneven_shares, a_joiner_takes_its_uneven_share_where_a_starting_job_is_refused) {
+  const auto images = test::learnable_blobs(64);
+  try {
+    distributed_input starting(images, 8, three_workers{}, 9, data::data_shard{});
+    ADD_FAILURE() << "a job started on a global batch its workers cannot split evenly";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("global batch 8 is not a positive multiple of the 3 workers"),
+              std::string::npos)
+        << e.what();
+  }
+  distributed_input joiner(images, 8, three_workers{.joined = true}, 9, data::data_shard{});
+  EXPECT_EQ(joiner.batch_at(0, 0).size, 3u);
+  EXPECT_EQ(joiner.global_count_at(0, 0), 8u);
+  // The same examples as worker 1 of three that resharded from one worker's input (the members' way).
+  data::distribution_options d;
+  d.global_batch = 8;
+  d.seed = 9;
+  d.policy = data::data_shard{};
+  distributed_input member(data::distributed_batches(images, d));
+  member.reshard(3, 1);
+  std::vector<std::size_t> a(3), b(3);
+  ASSERT_EQ(joiner.indices_at(0, 1, a), 3u);
+  ASSERT_EQ(member.indices_at(0, 1, b), 3u);
+  EXPECT_EQ(a, b);
+}
+
 }  // namespace uneven_shares_test

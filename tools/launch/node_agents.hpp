@@ -7,12 +7,17 @@
 // at base port + r. A node that does not arrive by the deadline is named by node 0 and, through its answer, on every
 // node that did.
 //
+// An elastic job may grow by nodes that arrive later (`--node-rank K` with K >= N, within --max-workers): node 0's
+// agent keeps a late desk for them (launch/late_nodes.hpp).
+//
 // What the scheduler says, when the flags do not: in an srun step (SLURM_STEP_ID set), Slurm's SLURM_NNODES and
 // SLURM_NODEID, and the rendezvous on the first host of SLURM_JOB_NODELIST, port 29500; in a Kubernetes Indexed Job,
 // JOB_COMPLETION_INDEX for the node rank (--nnodes and --rendezvous given on the command line).
 #include <mwstrat/cluster/detail/rendezvous.hpp>
 #include <mwstrat/cluster/hostlist.hpp>
 #include <mwstrat/error.hpp>
+
+#include "late_nodes.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -21,6 +26,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -63,9 +69,7 @@ inline std::optional<std::string> settings_from_environment(node_agent_settings&
   }
   if (s.nnodes < 1) return std::string("--nnodes N is needed (or SLURM_NNODES)");
   if (s.node_rank < 0) return std::string("--node-rank K is needed (or SLURM_NODEID, or JOB_COMPLETION_INDEX)");
-  if (s.node_rank >= s.nnodes) {
-    return "--node-rank " + std::to_string(s.node_rank) + " is not below --nnodes " + std::to_string(s.nnodes);
-  }
+  // A node rank from N on is a late node's: the launcher checks it against --max-workers.
   if (s.rendezvous.empty()) return std::string("--rendezvous HOST:PORT is needed (or SLURM_JOB_NODELIST)");
   return std::nullopt;
 }
@@ -83,9 +87,17 @@ inline std::optional<std::string> ipv4_of(const std::string& host) {
   return std::string(text);
 }
 
-// Meets the other nodes' agents; returns every node's IPv4 address, in node order. Throws mwstrat::error (the
-// rendezvous's, naming the nodes that never came) or config_error for a malformed --rendezvous.
-inline std::vector<std::string> meet_nodes(const node_agent_settings& s) {
+// What an agent learns at the rendezvous: every node's IPv4 address, in node order (a late node's agent: the nodes
+// up to its own), and on node 0, where late nodes may come, the desk that serves them (it lives as long as this).
+struct met_nodes {
+  std::vector<std::string> addresses;
+  std::unique_ptr<late_desk> desk;
+};
+
+// Meets the other nodes' agents (a late node: registers at node 0's late desk). `end_late`: late nodes N ..
+// end_late - 1 may come (node 0 then opens the desk). Throws mwstrat::error (the rendezvous's, naming the nodes that
+// never came) or config_error for a malformed --rendezvous.
+inline met_nodes meet_nodes(const node_agent_settings& s, int end_late = 0) {
   const std::size_t colon = s.rendezvous.rfind(':');
   const std::string host = colon == std::string::npos ? "" : s.rendezvous.substr(0, colon);
   char* end = nullptr;
@@ -111,13 +123,22 @@ inline std::vector<std::string> meet_nodes(const node_agent_settings& s) {
   ctx.deadline = deadline;
   ctx.name = "node rendezvous";
   ctx.member = "node";
-  const auto p = static_cast<std::uint16_t>(port);
-  std::vector<std::string> endpoints = s.node_rank == 0 || s.nnodes == 1
+  const bool late = s.node_rank >= s.nnodes;
+  if (late) {  // the job runs already: node 0's late desk, as if the job had node_rank + 1 nodes
+    ctx.size = s.node_rank + 1;
+    ctx.endpoint = *ip + ":" + std::to_string(late_desk_port(static_cast<int>(port)));
+    ctx.name = "node 0's late desk";
+  }
+  const auto p = static_cast<std::uint16_t>(late ? late_desk_port(static_cast<int>(port)) : port);
+  std::vector<std::string> endpoints = !late && (s.node_rank == 0 || s.nnodes == 1)
                                            ? mwstrat::detail::rendezvous_serve(ctx, *ip, p)
                                            : mwstrat::detail::rendezvous_join(ctx, *ip, p);
-  std::vector<std::string> addresses;
-  for (const auto& e : endpoints) addresses.push_back(e.substr(0, e.rfind(':')));  // the port was the exchange's
-  return addresses;
+  met_nodes met;
+  for (const auto& e : endpoints) met.addresses.push_back(e.substr(0, e.rfind(':')));  // the port was the exchange's
+  if (s.node_rank == 0 && end_late > s.nnodes) {
+    met.desk = std::make_unique<late_desk>(*ip, late_desk_port(static_cast<int>(port)), met.addresses, end_late);
+  }
+  return met;
 }
 
 }  // namespace mwstrat_launch

@@ -45,13 +45,20 @@ namespace mwstrat {
 class distributed_input {
  public:
   /// Training input: shuffled with `seed` (reshuffled every epoch), only full global batches of `global_batch`
-  /// examples, split among `strategy`'s replicas by `policy`.
+  /// examples, split among `strategy`'s replicas by `policy`. A job starts on a multiple of its workers
+  /// (config_error otherwise); a worker that joined a running elastic job takes its share of the job's global batch
+  /// as the members do after a resize, even where the shares are uneven (12 over 5: 2, 2, 3, 2, 3).
   template <class Strategy>
   distributed_input(data::labeled_images set, std::size_t global_batch, const Strategy& strategy, std::uint64_t seed,
                     data::any_shard_policy policy = data::auto_shard{})
       : distributed_input(data::distributed_batches(
-            std::move(set), training_options(global_batch, strategy.num_replicas_in_sync(), strategy.replica_id(),
-                                             seed, std::move(policy)))) {}
+            std::move(set), training_options(global_batch, uneven_joiner(global_batch, strategy)
+                                                               ? 1
+                                                               : strategy.num_replicas_in_sync(),
+                                             uneven_joiner(global_batch, strategy) ? 0 : strategy.replica_id(), seed,
+                                             std::move(policy)))) {
+    if (uneven_joiner(global_batch, strategy)) reshard(strategy.num_replicas_in_sync(), strategy.replica_id());
+  }
 
   /// Any distribution of an in-memory set (evaluation order, a partial last batch, no sharding, ...).
   explicit distributed_input(data::distributed_batches batches)
@@ -167,6 +174,20 @@ class distributed_input {
   }
 
  private:
+  // A worker that joined a running job whose global batch its new group cannot split evenly: built as the whole
+  // job's one worker, then resharded (fit reshards a joiner again, once it holds the job's state).
+  template <class Strategy>
+  static bool uneven_joiner(std::size_t global_batch, const Strategy& strategy) {
+    if constexpr (requires { { strategy.joined_collective() } -> std::convertible_to<bool>; }) {
+      const auto n = static_cast<std::size_t>(strategy.num_replicas_in_sync());
+      return strategy.joined_collective() && n > 0 && global_batch % n != 0;
+    } else {
+      (void)global_batch;
+      (void)strategy;
+      return false;
+    }
+  }
+
   static data::distribution_options training_options(std::size_t global_batch, int workers, int worker,
                                                      std::uint64_t seed, data::any_shard_policy policy) {
     data::distribution_options o;

@@ -258,7 +258,7 @@ void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, cons
   const std::chrono::milliseconds timeout = options.timeout.value_or(default_recovery_timeout);
   const int lost_rank = lost.peer_rank();
   const auto worker_of = [&](int rank) {
-    return rank >= 0 && rank < n ? members[static_cast<std::size_t>(rank)] : rank;
+    return rank >= 0 && static_cast<std::size_t>(rank) < members.size() ? members[static_cast<std::size_t>(rank)] : rank;
   };
   const std::string removed_text = "; the other workers go on without this one (it was removed from the elastic job "
                                    "and must not rejoin with its state)";
@@ -472,12 +472,15 @@ class recovery_session {
       const auto began = std::chrono::steady_clock::now();
       std::vector<int> workers = strategy_.grow_collective(count, timeout);
       if (workers.empty()) return false;
+      // The ring holds the joiners from here on: a loss while they are checked or handed the state (a joiner that
+      // dies, or refuses the job itself) is a rank of this ring, and is named and shrunk around as such.
+      members_.insert(members_.end(), workers.begin(), workers.end());
       const auto bad = mismatched_joiners(strategy_, identity, before);
       refuse_mismatched(bad);
       for (auto it = bad.rbegin(); it != bad.rend(); ++it) {
         workers.erase(workers.begin() + (it->first - before));
+        members_.erase(members_.begin() + it->first);
       }
-      members_.insert(members_.end(), workers.begin(), workers.end());
       if (!workers.empty()) {
         share_members();
         exchange_state(strategy_, ctx, snapshot_, true);
