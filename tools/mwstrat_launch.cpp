@@ -70,7 +70,8 @@
 // (MWSTRAT_SPARE_WAIT_MS, default 3000) for it. A joiner reports the ring it joined ("joined WORKER GENERATION"),
 // so that a loss reported from an earlier ring is taken for the worker it replaced; a joiner still waiting when
 // the job finishes is ended, and is not a failure. --grow-after MS grows the job past -n: that long after the start
-// the slots -n .. M-1 (ports and join ports of their own) are started as joiners too (workers on this machine only).
+// the slots -n .. M-1 (ports and join ports of their own) are started as joiners too; with --hosts or --hostfile
+// the slots it grows into are named by --grow-hosts NAME:N,... (after the job's own, over ssh where remote).
 // Across nodes (--hosts, over ssh) a joiner is started on the lost worker's node, through its agent, as a
 // replacement is. Under per-node agents (--nnodes) K and M count the whole job's workers; each agent sees only its
 // own node's, so a lost one never ends the agent's others (the survivors, wherever they run, hold the job to K), and
@@ -155,6 +156,8 @@ struct options {
   std::vector<std::string> command;
   // --hosts: one entry per worker (filled by resolve_hosts); empty without --hosts.
   std::string hosts_spec;
+  std::string grow_hosts_spec;  // --grow-hosts NAME:N,...: the slots --grow-after starts, past the --hosts ones
+  int grow_slots = 0;           // how many those are
   std::string simhosts_set;
   std::string simhosts_script;
   std::vector<std::string> worker_host;     // the host's name (MWSTRAT_HOST_ID)
@@ -172,7 +175,10 @@ struct options {
   int first_local = 0;
   int local_workers = -1;  // -1: all of them
   // Worker slots: -n, and up to --max-workers where the job grows past it (--grow-after).
-  [[nodiscard]] int slots() const { return grow_after_ms >= 0 ? std::max(workers, max_workers) : workers; }
+  [[nodiscard]] int slots() const {
+    if (grow_after_ms < 0) return workers;
+    return grow_slots > 0 ? workers + grow_slots : std::max(workers, max_workers);
+  }
   // Under per-node agents with --max-workers M the ports are laid out for M workers on every node (worker r at
   // base + r, its join port at base + M + r), so that a late node's workers (launch/late_nodes.hpp) and the first
   // nodes' agree; otherwise for the slots.
@@ -189,7 +195,7 @@ struct options {
   std::fprintf(stderr,
                "usage: mwstrat-launch -n N [--base-port P] [--host H] [--max-restarts K [--replace-lost]]\n"
                "       [--min-workers K [--max-workers M --max-restarts J [--join-delay MS] [--spare-wait MS]\n"
-               "                         [--grow-after MS]]]\n"
+               "                         [--grow-after MS [--grow-hosts NAME:N,... (with --hosts)]]]]\n"
                "       [--max-preemptions P] [--grace-ms G] -- PROGRAM [ARGS...]\n"
                "       mwstrat-launch --hosts NAME:N[,NAME:N...] [--simhosts SET [--simhosts-script PATH]] [...] -- "
                "PROGRAM [ARGS...]\n"
@@ -229,6 +235,7 @@ void resolve_hosts(options& o) {
   if (!o.hostfile.empty() && !o.hosts_spec.empty()) usage("--hosts and --hostfile exclude each other");
   if (o.hosts_spec.empty() && o.hostfile.empty()) {
     if (!o.simhosts_set.empty()) usage("--simhosts needs --hosts");
+    if (!o.grow_hosts_spec.empty()) usage("--grow-hosts needs --hosts or --hostfile");
     if (o.force_ssh) usage("--ssh needs --hosts or --hostfile");
     return;
   }
@@ -247,22 +254,36 @@ void resolve_hosts(options& o) {
   } catch (const mwstrat::config_error& e) {
     usage(e.detail());
   }
-  for (const auto& [name, count] : hosts) {
-    std::string address = name;
-    bool remote = false;
-    if (!o.simhosts_set.empty()) {
-      address = simulated_host_address(o, name);
-    } else {
-      remote = o.force_ssh || !mwstrat_launch::is_local_host(name);
-    }
-    for (int k = 0; k < count; ++k) {
-      o.worker_host.push_back(name);
-      o.worker_address.push_back(address);
-      o.worker_remote.push_back(remote);
+  std::vector<mwstrat::host_slots> grown;
+  if (!o.grow_hosts_spec.empty()) {
+    try {
+      grown = mwstrat::parse_host_list(o.grow_hosts_spec);
+    } catch (const mwstrat::config_error& e) {
+      usage(std::string("--grow-hosts: ") + e.detail());
     }
   }
+  // The job's workers, then (--grow-hosts) the slots it grows into: the same hosts may appear in both.
+  int job_slots = 0;
+  for (const auto* list : {&hosts, &grown}) {
+    for (const auto& [name, count] : *list) {
+      std::string address = name;
+      bool remote = false;
+      if (!o.simhosts_set.empty()) {
+        address = simulated_host_address(o, name);
+      } else {
+        remote = o.force_ssh || !mwstrat_launch::is_local_host(name);
+      }
+      for (int k = 0; k < count; ++k) {
+        o.worker_host.push_back(name);
+        o.worker_address.push_back(address);
+        o.worker_remote.push_back(remote);
+      }
+    }
+    if (list == &hosts) job_slots = static_cast<int>(o.worker_host.size());
+  }
   if (o.worker_host.size() > 1024) usage("--hosts: more than 1024 workers");
-  o.workers = static_cast<int>(o.worker_host.size());
+  o.workers = job_slots;
+  o.grow_slots = static_cast<int>(o.worker_host.size()) - job_slots;
   if (o.base_port == 0) o.base_port = 20000;
 }
 
@@ -303,6 +324,7 @@ options parse(int argc, char** argv) {
     else if (a == "--spare-wait") o.spare_wait_ms = parse_int(a, value(), 0, 3600000);
     else if (a == "--grow-after") o.grow_after_ms = parse_int(a, value(), 0, 86400000);
     else if (a == "--hosts") o.hosts_spec = value();
+    else if (a == "--grow-hosts") o.grow_hosts_spec = value();
     else if (a == "--simhosts") o.simhosts_set = value();
     else if (a == "--simhosts-script") o.simhosts_script = value();
     else if (a == "--hostfile") o.hostfile = value();
@@ -366,8 +388,17 @@ options parse(int argc, char** argv) {
     usage("--grow-after: --max-workers " + std::to_string(o.max_workers) + " leaves no slot past the -n " +
           std::to_string(o.workers) + " workers to grow into");
   }
-  if (o.grow_after_ms >= 0 && (!o.worker_host.empty() || o.agent_flags)) {
-    usage("--grow-after is for workers on this machine (-n) only, not with --hosts, --hostfile or per-node agents");
+  if (o.grow_after_ms >= 0 && o.agent_flags) {
+    usage("--grow-after is not for per-node agents: a job under agents grows by nodes that come later (--node-rank "
+          "K >= --nnodes)");
+  }
+  if (o.grow_after_ms >= 0 && !o.worker_host.empty() && o.grow_slots == 0) {
+    usage("--grow-after with --hosts or --hostfile needs --grow-hosts NAME:N,...: where the slots it grows into are");
+  }
+  if (o.grow_slots > 0 && o.grow_after_ms < 0) usage("--grow-hosts needs --grow-after MS: when to start them");
+  if (o.grow_slots > 0 && o.max_workers < o.workers + o.grow_slots) {
+    usage("--grow-hosts: " + std::to_string(o.workers) + " workers and " + std::to_string(o.grow_slots) +
+          " to grow into are more than --max-workers " + std::to_string(o.max_workers));
   }
   if (o.spare_wait_ms < 0) o.spare_wait_ms = o.max_workers ? 3000 : 0;
   if (o.min_workers && o.replace_lost) {

@@ -1,7 +1,8 @@
 // mwstrat-launch across nodes over ssh, for real: two simulated hosts each running the system's sshd, the launcher
 // on a third (ssh_nodes.hpp). MNIST over ssh against four local workers, the job token kept off every command line,
 // the failures a user meets first (a node that does not answer, a key it refuses, a program it lacks) and the
-// lifetime rules (a killed launcher or a dropped connection leaves no process on any node). Every wait is bounded.
+// lifetime rules (a killed launcher or a dropped connection leaves no process on any node), and elastic jobs that
+// take a joiner in a lost worker's place or grow onto another node. Every wait is bounded.
 #include "ssh_nodes.hpp"
 
 #include <gtest/gtest.h>
@@ -313,6 +314,48 @@ TEST(ssh_launch, an_elastic_job_takes_a_joiner_in_over_ssh_in_a_lost_workers_pla
       << r.output;
   EXPECT_TRUE(fs::exists(dir.path() / "elastic" / "model.safetensors")) << r.output;
   EXPECT_TRUE(nodes.nodes_empty_within(5s)) << "processes left on the nodes";
+}
+
+// Growing across nodes (--grow-after with --grow-hosts): one worker on each node starts the job, and at once a third
+// slot, on node 2, is started over ssh as a joiner; the two members take it in at step 3 (--await-joiner-at-step)
+// and the three train the same global batch of 12 to the end (6 + 6, then 4 + 4 + 4). Nothing is left on the nodes.
+// Growing onto hosts the launcher was not told of is refused.
+TEST(ssh_launch, the_launcher_grows_a_job_onto_another_node_over_ssh) {
+  MWSTRAT_REQUIRE_SSHD();
+  ssh_nodes nodes;
+  scratch_dir dir;
+  const auto r = run(nodes.launch("--min-workers 2 --max-workers 3 --max-restarts 1 --spare-wait 0 --grow-after 0 " +
+                                  nodes.two_nodes(1) + " --grow-hosts " + nodes.hosts().address(2) + ":1 -- " +
+                                  example + " --data-dir " + mnist_dir +
+                                  " --epochs 1 --steps-per-epoch 8 --global-batch 12 --train-examples 400 --no-test"
+                                  " --await-joiner-at-step 3 --recovery-timeout 120 --model-dir " + (dir / "grown")),
+                     300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("mwstrat-launch: the job grows to 3 workers in 0 ms (--grow-after)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("mwstrat-launch: worker 2: a joiner started over ssh on " + nodes.hosts().address(2)),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[mwstrat.recovery] rank 0: worker 2 joined: 3 workers from global step 3"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "grown" / "model.safetensors")) << r.output;
+  EXPECT_TRUE(nodes.nodes_empty_within(5s)) << "processes left on the nodes";
+
+  const auto nowhere = run(launcher + " --min-workers 2 --max-workers 3 --max-restarts 1 --grow-after 0 " +
+                               nodes.two_nodes(1) + " -- true",
+                           30);
+  EXPECT_EQ(nowhere.exit_code, 2);
+  EXPECT_NE(nowhere.output.find("--grow-after with --hosts or --hostfile needs --grow-hosts NAME:N,...: where the "
+                                "slots it grows into are"),
+            std::string::npos)
+      << nowhere.output;
+  const auto too_many = run(launcher + " --min-workers 2 --max-workers 3 --max-restarts 1 --grow-after 0 " +
+                                nodes.two_nodes(1) + " --grow-hosts " + nodes.hosts().address(2) + ":2 -- true",
+                            30);
+  EXPECT_EQ(too_many.exit_code, 2);
+  EXPECT_NE(too_many.output.find("--grow-hosts: 2 workers and 2 to grow into are more than --max-workers 3"),
+            std::string::npos)
+      << too_many.output;
 }
 
 }  // namespace ssh_launch_test
