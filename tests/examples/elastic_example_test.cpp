@@ -376,6 +376,23 @@ TEST_F(elastic_example, a_spare_within_the_spare_wait_joins_where_the_job_shrank
   expect_same_steps(dir, "spare", steps, 0);
 }
 
+// Shell lines that start three members by hand on `members`' ports (the job token "right"), hearing joiners at
+// `desk` while chief and awaiting one at step 3; the model goes to DIR/name, worker w's log to DIR/name.logW, and
+// $p0 $p1 $p2 are their pids.
+std::string members_awaiting_a_joiner(const scratch_dir& dir, const std::vector<int>& members, const std::string& desk,
+                                      const std::string& name) {
+  const std::string env = "MWSTRAT_JOB_TOKEN=right MWSTRAT_JOIN_LISTEN=" + desk;
+  std::string script;
+  for (int w = 0; w < 3; ++w) {  // (appended piece by piece: GCC 12 -O3 misjudges "literal" + string as overlapping)
+    script += env + " TF_CONFIG='";
+    script += tf_config(members, w);
+    script += "' " + job + " --min-workers 2 --max-workers 4 --await-joiner-at-step 3 --recovery-timeout 30";
+    script += " --model-dir " + (dir / name) + " > " + (dir / (name + ".log" + std::to_string(w)));
+    script += " 2>&1 & p" + std::to_string(w) + "=$!; ";
+  }
+  return script;
+}
+
 // Joiners the job must not take: one with another job token is refused as it asks (the chief's desk checks its
 // proof), one with other data (20 examples: one step a pass, where the job has two) is admitted into the ring,
 // found to differ and refused, and the ring shrinks back. Either way the joiner says why, and the three members
@@ -386,15 +403,7 @@ TEST_F(elastic_example, joiners_with_another_job_token_or_other_data_are_refused
   const auto ports = free_ports(6);
   const std::vector<int> members(ports.begin(), ports.begin() + 3);
   const std::string desk = "127.0.0.1:" + std::to_string(ports[5]);
-  const std::string env = "MWSTRAT_JOB_TOKEN=right MWSTRAT_JOIN_LISTEN=" + desk;
-  std::string script;
-  for (int w = 0; w < 3; ++w) {  // (appended piece by piece: GCC 12 -O3 misjudges "literal" + string as overlapping)
-    script += env + " TF_CONFIG='";
-    script += tf_config(members, w);
-    script += "' " + job + " --min-workers 2 --max-workers 4 --await-joiner-at-step 3 --recovery-timeout 30";
-    script += " --model-dir " + (dir / "refusing") + " > " + (dir / ("refusing.log" + std::to_string(w)));
-    script += " 2>&1 & p" + std::to_string(w) + "=$!; ";
-  }
+  std::string script = members_awaiting_a_joiner(dir, members, desk, "refusing");
   const auto joiner = [&](int port, const std::string& token, const std::string& extra, const std::string& log) {
     std::vector<int> slots = members;
     slots.push_back(port);
@@ -437,15 +446,7 @@ TEST_F(elastic_example, a_joiner_that_refuses_the_job_after_its_admission_leaves
   const auto ports = free_ports(5);
   const std::vector<int> members(ports.begin(), ports.begin() + 3);
   const std::string desk = "127.0.0.1:" + std::to_string(ports[4]);
-  const std::string env = "MWSTRAT_JOB_TOKEN=right MWSTRAT_JOIN_LISTEN=" + desk;
-  std::string script;
-  for (int w = 0; w < 3; ++w) {  // (appended piece by piece: GCC 12 -O3 misjudges "literal" + string as overlapping)
-    script += env + " TF_CONFIG='";
-    script += tf_config(members, w);
-    script += "' " + job + " --min-workers 2 --max-workers 4 --await-joiner-at-step 3 --recovery-timeout 30";
-    script += " --model-dir " + (dir / "self_refusing") + " > " + (dir / ("self_refusing.log" + std::to_string(w)));
-    script += " 2>&1 & p" + std::to_string(w) + "=$!; ";
-  }
+  std::string script = members_awaiting_a_joiner(dir, members, desk, "self_refusing");
   std::vector<int> slots = members;
   slots.push_back(ports[3]);
   script += "MWSTRAT_JOB_TOKEN=right MWSTRAT_JOIN=" + desk + " TF_CONFIG='";
