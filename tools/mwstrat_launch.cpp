@@ -359,7 +359,8 @@ options parse(int argc, char** argv) {
       if (o.replace_lost) usage("--replace-lost is not available with per-node agents (--nnodes)");
       job_workers = o.workers * o.agents.nnodes;
       // A node rank from --nnodes on is a late node's, whose workers join the running job within --max-workers.
-      if (const int k = o.agents.node_rank; k >= o.agents.nnodes && (!o.min_workers || o.max_workers < (k + 1) * o.workers)) {
+      const int k = o.agents.node_rank;
+      if (k >= o.agents.nnodes && (!o.min_workers || o.max_workers < (k + 1) * o.workers)) {
         usage("--node-rank " + std::to_string(k) + " is not below --nnodes " + std::to_string(o.agents.nnodes) +
               " (a late node, whose workers join the running job, needs --min-workers and --max-workers of at "
               "least " + std::to_string((k + 1) * o.workers) + ")");
@@ -934,7 +935,7 @@ int run_group(const options& o, const std::vector<int>& ports, int attempt, int&
   const int count = o.local_workers < 0 ? o.workers : o.local_workers;
   const int slots = count + (o.slots() - o.workers);  // ws's workers: the local ones, then --grow-after's
   for (int i = first; i < first + count; ++i) {
-    ws.push_back(start(o, ports, i, attempt, 0, report[1], o.late_node()));  // a late node's join the running job
+    ws.push_back(start(o, ports, i, attempt, 0, report[1], o.late_node()));  // a late node's workers join
     // A remote worker's pid on its node comes with the agent's "started" (read_agent).
     if (!ws.back().remote) {
       std::fprintf(stderr, "mwstrat-launch: worker %d: pid %d\n", i, static_cast<int>(ws.back().pid));
@@ -1269,13 +1270,15 @@ void meet_other_nodes(options& o) {
                  "workers %d..%d are this node's and join the running job\n",
                  a.node_rank, a.nnodes, list.c_str(), o.first_local, o.first_local + per_node - 1);
   } else {
-    std::fprintf(stderr, "mwstrat-launch: node %d of %d met the others at %s: nodes %s; workers %d..%d are this node's\n",
-                 a.node_rank, a.nnodes, a.rendezvous.c_str(), list.c_str(), o.first_local, o.first_local + per_node - 1);
+    std::fprintf(stderr,
+                 "mwstrat-launch: node %d of %d met the others at %s: nodes %s; workers %d..%d are this node's\n",
+                 a.node_rank, a.nnodes, a.rendezvous.c_str(), list.c_str(), o.first_local,
+                 o.first_local + per_node - 1);
   }
   if (late_nodes_desk) {
+    const int rendezvous_port = std::stoi(a.rendezvous.substr(a.rendezvous.rfind(':') + 1));  // checked when met
     std::fprintf(stderr, "mwstrat-launch: node 0: late nodes %d..%d may join at port %d (--max-workers %d)\n", a.nnodes,
-                 end_late - 1, mwstrat_launch::late_desk_port(std::stoi(a.rendezvous.substr(a.rendezvous.rfind(':') + 1))),
-                 o.max_workers);
+                 end_late - 1, mwstrat_launch::late_desk_port(rendezvous_port), o.max_workers);
   }
 }
 
@@ -1311,7 +1314,8 @@ int main(int argc, char** argv) {
     }
   }
   // Under agents, the workers of the nodes this one knows (a late node's stand-ins included: launch/late_nodes.hpp).
-  const std::size_t known = o.worker_address.empty() ? join_ports.size() : std::min(join_ports.size(), o.worker_address.size());
+  const std::size_t known =
+      o.worker_address.empty() ? join_ports.size() : std::min(join_ports.size(), o.worker_address.size());
   for (std::size_t i = 0; i < known; ++i) {
     o.join_addresses.push_back(worker_address(o, static_cast<int>(i)) + ":" + std::to_string(join_ports[i]));
   }

@@ -58,7 +58,8 @@ struct flags {
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "libtorch_throughput: " << problem << "\n"
             << "usage: libtorch_throughput [--loop mwstrat|plain] [--data-dir D] [--batch B (per worker)] "
-               "[--warmup N] [--steps N] [--threads T] [--seed S] [--learning-rate X] [--update shared|sharded|mirrored]\n";
+               "[--warmup N] [--steps N] [--threads T] [--seed S] [--learning-rate X]\n"
+               "       [--update shared|sharded|mirrored]\n";
   std::exit(2);
 }
 
@@ -146,7 +147,8 @@ void print(const char* impl, const flags& f, std::size_t workers, const measured
   const double steps_per_s = steps / m.seconds;
   std::printf("{\"impl\":\"%s\",\"workers\":%zu,\"threads\":%d,\"batch\":%zu,\"steps\":%zu,\"seconds\":%.4f,"
               "\"steps_per_s\":%.3f,\"samples_per_s\":%.1f,\"cpu_s_per_step\":%.5f,\"cpu_user_s_per_step\":%.5f,"
-              "\"cpu_system_s_per_step\":%.5f,\"peak_rss_mib\":%.1f,\"loss\":%.5f,\"torch\":\"%d.%d.%d\",\"update\":\"%s\"}\n",
+              "\"cpu_system_s_per_step\":%.5f,\"peak_rss_mib\":%.1f,\"loss\":%.5f,\"torch\":\"%d.%d.%d\","
+              "\"update\":\"%s\"}\n",
               impl, workers, f.threads, f.batch, f.steps, m.seconds, steps_per_s,
               steps_per_s * static_cast<double>(f.batch * workers), m.cpu / steps, m.user / steps, m.system / steps,
               rss, m.loss, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH,

@@ -336,7 +336,8 @@ TEST(ssh_launch, the_launcher_grows_a_job_onto_another_node_over_ssh) {
   EXPECT_NE(r.output.find("mwstrat-launch: worker 2: a joiner started over ssh on " + nodes.hosts().address(2)),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("[mwstrat.recovery] rank 0: worker 2 joined: 3 workers from global step 3"), std::string::npos)
+  EXPECT_NE(r.output.find("[mwstrat.recovery] rank 0: worker 2 joined: 3 workers from global step 3"),
+            std::string::npos)
       << r.output;
   EXPECT_TRUE(fs::exists(dir.path() / "grown" / "model.safetensors")) << r.output;
   EXPECT_TRUE(nodes.nodes_empty_within(5s)) << "processes left on the nodes";

@@ -258,7 +258,8 @@ void shrink_survivor(Strategy& strategy, Ctx& ctx, training_snapshot& snap, cons
   const std::chrono::milliseconds timeout = options.timeout.value_or(default_recovery_timeout);
   const int lost_rank = lost.peer_rank();
   const auto worker_of = [&](int rank) {
-    return rank >= 0 && static_cast<std::size_t>(rank) < members.size() ? members[static_cast<std::size_t>(rank)] : rank;
+    const auto at = static_cast<std::size_t>(rank);
+    return rank >= 0 && at < members.size() ? members[at] : rank;
   };
   const std::string removed_text = "; the other workers go on without this one (it was removed from the elastic job "
                                    "and must not rejoin with its state)";
