@@ -982,7 +982,7 @@ class Page:
           f"same on every row: libtorch {cfg.get('torch') or '1.13'} from Debian (`libtorch-dev` for C++, "
           "`python3-torch` for Python are one build, with OpenBLAS choosing its kernel for both), so only the "
           "distribution layer differs. *mwstrat*: `mwstrat::fit` over `mwstrat::libtorch::module_model`, one process "
-          "per worker (mwstrat-launch); since 2026-12-07 15:47 UTC its two workers train one shared copy of the "
+          "per worker (mwstrat-launch); since 2026-12-07 (15:47 UTC) its two workers train one shared copy of the "
           "parameters in the host's region and read each other's gradients there (`update_placement::"
           "shared_host_copy`: the adapter adopts the region, no gradient is copied into or out of the ring). "
           "*ddp*: `torch.nn.parallel.DistributedDataParallel` over gloo on 127.0.0.1, its "
@@ -1062,6 +1062,9 @@ class Page:
                     w(f"- {text.format(g=g['goal'])}: {shown(g.get('value'))}, "
                       f"{'met' if g.get('met') else '**not met**'}{limit}")
             w()
+            if k.get("note"):  # what the figures of this one run do not say by themselves (other runs, noise)
+                w(k["note"])
+                w()
             one = summ.get("mwstrat", {}).get("1")
             two = summ.get("mwstrat", {}).get("2")
             if one and two:
