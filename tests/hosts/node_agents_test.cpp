@@ -213,6 +213,12 @@ TEST(node_agents, a_node_that_arrives_later_registers_at_node_0s_late_desk_and_i
                                 "job, needs --min-workers and --max-workers of at least 4)"),
             std::string::npos)
       << no_room.output;
+  // The late desk is on the port after the rendezvous's: there must be one.
+  const auto last_port = run(agent(" --nnodes 2 --rendezvous 127.0.0.1:65535" + elastic + " --node-rank 2" + job), 30);
+  EXPECT_EQ(last_port.exit_code, 2) << last_port.output;
+  EXPECT_NE(last_port.output.find("--rendezvous port 65535 leaves no port after it for the late desk"),
+            std::string::npos)
+      << last_port.output;
 }
 
 }  // namespace node_agents_test

@@ -124,6 +124,9 @@ inline met_nodes meet_nodes(const node_agent_settings& s, int end_late = 0) {
   ctx.name = "node rendezvous";
   ctx.member = "node";
   const bool late = s.node_rank >= s.nnodes;
+  if ((late || end_late > s.nnodes) && port == 65535) {
+    throw mwstrat::config_error({"launch"}, "--rendezvous port 65535 leaves no port after it for the late desk");
+  }
   if (late) {  // the job runs already: node 0's late desk, as if the job had node_rank + 1 nodes
     ctx.size = s.node_rank + 1;
     ctx.endpoint = *ip + ":" + std::to_string(late_desk_port(static_cast<int>(port)));
