@@ -21,6 +21,14 @@ const std::string short_run = " --data-dir " + mnist_dir + " --epochs 1 --steps-
 
 std::string agent(const std::string& flags) { return launcher + " " + flags; }
 
+// An agent's worker part of an elastic MNIST job: `per_node` workers, 8 steps of a global batch of 8 (whatever the
+// count), `flags` for the faults and joins, the model saved in `model_dir`.
+std::string elastic_mnist_job(int per_node, const std::string& flags, const std::string& model_dir) {
+  return " -n " + std::to_string(per_node) + " -- " + example + " --data-dir " + mnist_dir +
+         " --epochs 1 --steps-per-epoch 8 --global-batch 8 --train-examples 400 --no-test " + flags +
+         " --recovery-timeout 120 --model-dir " + model_dir;
+}
+
 TEST(node_agents, two_agents_on_two_hosts_meet_and_train_the_bits_of_four_local_workers) {
   MWSTRAT_REQUIRE_SIMULATED_HOSTS();
   scratch_dir dir;
@@ -118,10 +126,8 @@ TEST(node_agents, an_elastic_job_shrinks_and_a_nodes_agent_starts_the_joiner_in_
   scratch_dir dir;
   simulated_hosts hosts(2, "1gbit");
   const std::string elastic = " --min-workers 3 --max-workers 4 --max-restarts 1 --spare-wait 0 --join-delay 0";
-  const std::string job = " -n 2 -- " + example + " --data-dir " + mnist_dir +
-                          " --epochs 1 --steps-per-epoch 8 --global-batch 8 --train-examples 400 --no-test"
-                          " --kill-at-step 2 --kill-rank 3 --await-joiner-at-step 5 --recovery-timeout 120"
-                          " --model-dir " + (dir / "elastic");
+  const std::string job =
+      elastic_mnist_job(2, "--kill-at-step 2 --kill-rank 3 --await-joiner-at-step 5", dir / "elastic");
   const std::string rendezvous = " --nnodes 2 --rendezvous " + hosts.address(1) + ":29500" + elastic;
   process node1(hosts.on(2, agent(rendezvous + " --node-rank 1" + job)), 300);
   process node0(hosts.on(1, agent(rendezvous + " --node-rank 0" + job)), 300);
@@ -169,16 +175,13 @@ TEST(node_agents, an_elastic_job_shrinks_and_a_nodes_agent_starts_the_joiner_in_
 // --max-workers 3), and a third node's agent, given --node-rank 2, registers at node 0's late desk while they train.
 // Its worker joins the running job at a step boundary (step 4, where the members await it), the three train the same
 // global batch of 8 to the end (4 + 4, then the uneven 2 + 3 + 3, which the joiner takes up as the members do), and
-// all three agents exit 0. A late node the job has no room for is
-// refused before it starts anything.
+// all three agents exit 0. A late node the job has no room for is refused before it starts anything.
 TEST(node_agents, a_node_that_arrives_later_registers_at_node_0s_late_desk_and_its_worker_joins_the_job) {
   MWSTRAT_REQUIRE_SIMULATED_HOSTS();
   scratch_dir dir;
   simulated_hosts hosts(3, "1gbit");
   const std::string elastic = " --min-workers 2 --max-workers 3 --max-restarts 1 --spare-wait 0";
-  const std::string job = " -n 1 -- " + example + " --data-dir " + mnist_dir +
-                          " --epochs 1 --steps-per-epoch 8 --global-batch 8 --train-examples 400 --no-test"
-                          " --await-joiner-at-step 4 --recovery-timeout 120 --model-dir " + (dir / "grown");
+  const std::string job = elastic_mnist_job(1, "--await-joiner-at-step 4", dir / "grown");
   const std::string rendezvous = " --nnodes 2 --rendezvous " + hosts.address(1) + ":29500" + elastic;
   process node1(hosts.on(2, agent(rendezvous + " --node-rank 1" + job)), 300);
   process node0(hosts.on(1, agent(rendezvous + " --node-rank 0" + job)), 300);
