@@ -187,7 +187,7 @@ TEST(launch, rejects_bad_arguments_clearly) {
       {"-n 2 --min-workers 1 --max-workers 2 --max-restarts 1 --grow-after 0 -- true",
        "--grow-after: --max-workers 2 leaves no slot past the -n 2 workers to grow into"},
       {"--hosts a:1,b:1 --min-workers 1 --max-workers 3 --max-restarts 1 --grow-after 0 -- true",
-       "--grow-after is for workers on this machine (-n) only"},
+       "--grow-after with --hosts or --hostfile needs --grow-hosts NAME:N,..."},
   };
   for (const auto& [args, expected] : elastic) {
     const auto bad = launch(args);
