@@ -40,6 +40,7 @@
 namespace {
 
 struct flags {
+  mwstrat::communication_options communication;  // from the environment, resolved at parse (the ring's settings)
   std::string data_dir = ".cache/mnist";
   int epochs = 3;
   std::size_t steps_per_epoch = 70;
@@ -289,11 +290,10 @@ flags parse(int argc, char** argv) {
 #ifndef MWSTRAT_EXAMPLE_WITH_MPI
   if (f.collective == "mpi") args.fail("--collective mpi: this build has no MPI (mnist_multiworker_mpi has)");
 #endif
-  // The launcher's protocol is the library's: fit applies it (train/in_memory_recovery.hpp) and says whether this
-  // process was relaunched (train_context::relaunched, which the fault injector reads). It is only checked here, so
-  // that a malformed variable is refused before connecting, as a bad flag is (status 2).
+  // The library's configuration layer resolves what the environment says (the ring's variables and the launcher's
+  // protocol) here, once, so that a malformed variable is refused before connecting, as a bad flag is (status 2).
   try {
-    (void)mwstrat::launcher_environment::read();
+    f.communication = mwstrat::with_environment_defaults({}, mwstrat::environment{});
   } catch (const mwstrat::config_error& e) {
     args.fail(std::string(e.detail()));
   }
@@ -408,7 +408,7 @@ int train_with_optimizer(const flags& f, Strategy& strategy) {
 // The ring's workers: from TF_CONFIG, or from an MPI launcher's variables when there is no TF_CONFIG (the library
 // chooses).
 mwstrat::multi_worker_mirrored_strategy make_ring_strategy(const flags& f) {
-  mwstrat::communication_options comm;
+  mwstrat::communication_options comm = f.communication;
   comm.connect_timeout = seconds(f.connect_timeout_s);
   comm.op_timeout = seconds(f.op_timeout_s);
   return mwstrat::make_multi_worker_mirrored_strategy(comm);  // waits for every worker
