@@ -119,8 +119,9 @@ int main(int argc, char** argv) {
       for (bool ref : {false, true}) {
         if (ref && !reference) continue;
         const std::string label = std::string(name) + "/" + s.key + (ref ? "/reference" : "");
-        benchmark::RegisterBenchmark(label.c_str(), [s, p, ref](benchmark::State& st) {
-          run_pass(st, s, p, ref ? k::conv2d_path::reference : k::conv2d_path::automatic);
+        // The binding copied by name: Clang before 16 cannot capture a structured binding.
+        benchmark::RegisterBenchmark(label.c_str(), [s, which = p, ref](benchmark::State& st) {
+          run_pass(st, s, which, ref ? k::conv2d_path::reference : k::conv2d_path::automatic);
         })->Unit(benchmark::kMillisecond);
       }
     }

@@ -6,7 +6,7 @@
 // saves the final model to --model-dir and evaluates it on the 10 000 test images.
 //
 // Under an MPI launcher (no TF_CONFIG; `mpirun -np 2 mnist_multiworker ...`) the workers find each other through
-// mpi_resolver and train with the ring. mnist_multiworker_mpi (built where MPI is found) also takes
+// mpi_resolver and train with the ring. Built where MPI is found (and not under a sanitizer), it also takes
 // `--collective mpi`: the gradients then go through MPI itself (mpi_collective).
 #include <mwstrat/mwstrat.hpp>
 
@@ -288,7 +288,7 @@ flags parse(int argc, char** argv) {
   if (f.collective != "ring" && f.collective != "mpi")
     args.fail("--collective: '" + f.collective + "' is not ring or mpi");
 #ifndef MWSTRAT_EXAMPLE_WITH_MPI
-  if (f.collective == "mpi") args.fail("--collective mpi: this build has no MPI (mnist_multiworker_mpi has)");
+  if (f.collective == "mpi") args.fail("--collective mpi: this build has no MPI (it is built with it where MPI is found, outside a sanitizer)");
 #endif
   // The library's configuration layer resolves what the environment says (the ring's variables and the launcher's
   // protocol) here, once, so that a malformed variable is refused before connecting, as a bad flag is (status 2).

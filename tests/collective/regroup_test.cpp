@@ -28,7 +28,7 @@ using namespace mwstrat;
 using namespace std::chrono_literals;
 
 std::vector<ring_options> ring_of(int n, const std::string& token = "secret") {
-  const auto ports = test::free_ports(static_cast<std::size_t>(n));
+  const auto ports = test::free_ports(n);
   std::vector<ring_options> all;
   for (int r = 0; r < n; ++r) {
     ring_options o;

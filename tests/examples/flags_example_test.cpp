@@ -107,6 +107,14 @@ TEST(mnist_example_flags, a_flag_without_its_value_is_named) {
 
 TEST(mnist_example_flags, help_prints_the_usage_and_succeeds) { expect_help(mnist, "mnist_multiworker"); }
 
+#ifndef MWSTRAT_EXAMPLE_MNIST_WITH_MPI
+TEST(mnist_example_flags, the_mpi_collective_in_a_build_without_mpi_is_refused_saying_so) {
+  const auto r = run_before_connecting(mnist + " --collective mpi");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--collective mpi: this build has no MPI"), npos) << r.output;
+}
+#endif
+
 #ifdef MWSTRAT_EXAMPLE_CIFAR10_RESNET
 const std::string resnet_example_path = MWSTRAT_EXAMPLE_CIFAR10_RESNET;
 const std::string resnet = resnet_example_path + " --connect-timeout 3";

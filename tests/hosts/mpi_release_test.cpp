@@ -88,10 +88,9 @@ TEST(mpi_release, mpirun_across_two_simulated_hosts_trains_the_loopback_model) {
 }
 
 TEST(mpi_release, a_bad_collective_is_named) {
-  const auto r = run(example + " --collective mpi", 30);
+  const auto r = run(example_mpi + " --collective nccl", 30);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--collective mpi: this build has no MPI (mnist_multiworker_mpi has)"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("--collective: 'nccl' is not ring or mpi"), std::string::npos) << r.output;
 }
 
 }  // namespace mpi_release_test

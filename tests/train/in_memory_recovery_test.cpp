@@ -35,7 +35,7 @@ template <class Ctx>
 void fill(Ctx& ctx, float seed, int epoch, std::size_t step) {
   for (std::size_t i = 0; i < ctx.model.params.size(); ++i) ctx.model.params[i] = seed + static_cast<float>(i);
   ctx.model.state = {seed * 2, seed * 3};
-  ctx.model.rng = static_cast<std::uint64_t>(seed) * 7;
+  ctx.model.rng = static_cast<std::uint64_t>(static_cast<std::int64_t>(seed)) * 7;  // seeds may be negative
   for (std::size_t i = 0; i < ctx.optimizer.slots.size(); ++i) ctx.optimizer.slots[i] = -seed - static_cast<float>(i);
   ctx.optimizer.steps = static_cast<std::int64_t>(seed) * 11;
   ctx.optimizer.rate = seed / 1000;

@@ -277,6 +277,15 @@ void gemm_nn(std::size_t M, std::size_t N, std::size_t K, const T* a, std::ptrdi
   if (on_dispatched_isa<kernel_entry::gemm_nn>(M, N, K, a, ars, aks, b, ldb, c, ldc, bias, relu)) return;
 #endif
   if (M == 0 || N == 0) return;
+  if (K == 0) {
+    // No products: C is the bias (or zero). A and B may then be empty (null), so no pointer into them is formed.
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        const T v = bias != nullptr ? bias[j] : T{};
+        c[i * ldc + j] = relu && !(v > T{}) ? T{} : v;
+      }
+    return;
+  }
   auto apply_relu = [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
     if (relu)
       for (std::size_t i = m0; i < m1; ++i)

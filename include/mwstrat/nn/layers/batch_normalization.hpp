@@ -114,7 +114,7 @@ class batch_normalization_layer final : public layer_impl<T>,
     if (sync_ && a.replicas != nullptr && *a.replicas) (*a.replicas)(std::span<double>(sums_));
     const double count = sums_[2 * c];
     T* mm = a.state;
-    T* mv = a.state + c;
+    T* mv = mm != nullptr ? mm + c : nullptr;  // no moving statistics to keep (a model without state)
     for (std::size_t j = 0; j < c; ++j) {
       const double mean = sums_[j] / count;
       const double var = std::max(0.0, sums_[c + j] / count - mean * mean);
