@@ -288,7 +288,8 @@ flags parse(int argc, char** argv) {
   if (f.collective != "ring" && f.collective != "mpi")
     args.fail("--collective: '" + f.collective + "' is not ring or mpi");
 #ifndef MWSTRAT_EXAMPLE_WITH_MPI
-  if (f.collective == "mpi") args.fail("--collective mpi: this build has no MPI (it is built with it where MPI is found, outside a sanitizer)");
+  if (f.collective == "mpi")
+    args.fail("--collective mpi: this build has no MPI (it is built with it where MPI is found, outside a sanitizer)");
 #endif
   // The library's configuration layer resolves what the environment says (the ring's variables and the launcher's
   // protocol) here, once, so that a malformed variable is refused before connecting, as a bad flag is (status 2).
