@@ -22,7 +22,7 @@ MWSTRAT_PACKAGES=(
   ccache                                        # scripts/test's compiler cache (use_compiler_cache)
   libboost1.81-dev libboost-json1.81-dev libtbb-dev zlib1g-dev libssl-dev
   libgtest-dev libbenchmark-dev
-  clang libclang-rt-14-dev                      # libFuzzer targets
+  clang libclang-rt-14-dev                      # the asan stage's compiler and sanitizer runtimes; libFuzzer
   libeigen3-dev                                 # examples/custom_tensor
   libopenmpi-dev openmpi-bin                    # the optional MPI collective (and its tests under mpirun)
   libgloo-dev libopenblas-dev                   # benchmark baselines: Gloo all-reduce, OpenBLAS sgemm
