@@ -40,7 +40,6 @@
 namespace {
 
 struct flags {
-  mwstrat::communication_options communication;  // from the environment, resolved at parse (the ring's settings)
   std::string data_dir = ".cache/mnist";
   int epochs = 3;
   std::size_t steps_per_epoch = 70;
@@ -291,13 +290,6 @@ flags parse(int argc, char** argv) {
   if (f.collective == "mpi")
     args.fail("--collective mpi: this build has no MPI (it is built with it where MPI is found, outside a sanitizer)");
 #endif
-  // The library's configuration layer resolves what the environment says (the ring's variables and the launcher's
-  // protocol) here, once, so that a malformed variable is refused before connecting, as a bad flag is (status 2).
-  try {
-    f.communication = mwstrat::with_environment_defaults({}, mwstrat::environment{});
-  } catch (const mwstrat::config_error& e) {
-    args.fail(std::string(e.detail()));
-  }
   return f;
 }
 
@@ -409,7 +401,7 @@ int train_with_optimizer(const flags& f, Strategy& strategy) {
 // The ring's workers: from TF_CONFIG, or from an MPI launcher's variables when there is no TF_CONFIG (the library
 // chooses).
 mwstrat::multi_worker_mirrored_strategy make_ring_strategy(const flags& f) {
-  mwstrat::communication_options comm = f.communication;
+  mwstrat::communication_options comm;  // what the code leaves unset, the strategy reads from the environment
   comm.connect_timeout = seconds(f.connect_timeout_s);
   comm.op_timeout = seconds(f.op_timeout_s);
   return mwstrat::make_multi_worker_mirrored_strategy(comm);  // waits for every worker
@@ -441,6 +433,10 @@ int main(int argc, char** argv) {
 #endif
     auto strategy = make_ring_strategy(f);
     return train_with_optimizer(f, strategy);
+  } catch (const mwstrat::environment_error& e) {
+    // A malformed MWSTRAT_* variable, refused before anything connected: a bad argument, as a bad flag is.
+    std::cerr << "mnist_multiworker: " << e.what() << "\n";
+    return 2;
   } catch (const mwstrat::removed_error& e) {
     // The others shrank the job without this worker while it was stopped or cut off: it must not go on.
     std::cerr << e.what() << "\n";

@@ -98,6 +98,14 @@ class config_error : public error {
   config_error(error_origin origin, std::string_view detail) : error(error_kind::config, std::move(origin), detail) {}
 };
 
+/// A variable of the process environment that mwstrat reads (the ring's MWSTRAT_RING_*, the launcher's protocol:
+/// cluster/launcher_environment.hpp) is malformed. It is thrown before anything connects (strategies resolve the
+/// environment first), so a program can answer it as it answers a bad argument: the examples exit with status 2.
+class environment_error : public config_error {
+ public:
+  using config_error::config_error;
+};
+
 /// The operating system refused a file or socket operation.
 class io_error : public error {
  public:

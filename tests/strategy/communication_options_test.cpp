@@ -62,7 +62,7 @@ TEST(communication_options, bad_values_are_refused_naming_the_variable) {
     try {
       (void)with_environment_defaults({}, environment{{"MWSTRAT_RING_SPIN_US", bad}}, 2);
       ADD_FAILURE() << "'" << bad << "' was accepted";
-    } catch (const config_error& e) {
+    } catch (const environment_error& e) {  // a config_error a program can tell apart
       EXPECT_EQ(std::string(e.what()), "[mwstrat.strategy] rank 2: MWSTRAT_RING_SPIN_US is '" + std::string(bad) +
                                            "', expected microseconds in 0..1000000");
     }
@@ -70,7 +70,7 @@ TEST(communication_options, bad_values_are_refused_naming_the_variable) {
   try {
     (void)with_environment_defaults({}, environment{{"MWSTRAT_RING_TRANSPORT", "shared"}});
     ADD_FAILURE() << "accepted MWSTRAT_RING_TRANSPORT=shared";
-  } catch (const config_error& e) {
+  } catch (const environment_error& e) {
     EXPECT_EQ(std::string(e.what()), "[mwstrat.strategy] MWSTRAT_RING_TRANSPORT is 'shared', expected tcp or auto");
   }
 }
@@ -82,7 +82,7 @@ TEST(communication_options, the_strategy_reads_the_process_environment_and_obeys
   try {
     (void)make_multi_worker_mirrored_strategy(local);
     ADD_FAILURE() << "MWSTRAT_RING_SPIN_US=fast was accepted";
-  } catch (const config_error& e) {
+  } catch (const environment_error& e) {
     EXPECT_NE(std::string(e.what()).find("MWSTRAT_RING_SPIN_US is 'fast'"), std::string::npos) << e.what();
   }
   communication_options o;
@@ -91,7 +91,7 @@ TEST(communication_options, the_strategy_reads_the_process_environment_and_obeys
   EXPECT_NO_THROW((void)make_multi_worker_mirrored_strategy(local, o));
   EXPECT_THROW((void)make_multi_worker_mirrored_strategy(cluster_config::local(), {},
                                                           environment{{"MWSTRAT_RING_TRANSPORT", "shared"}}),
-               config_error);
+               environment_error);
 }
 
 // Two workers (threads) built from TF_CONFIG: MWSTRAT_RING_TRANSPORT=tcp keeps payloads off shared memory unless the

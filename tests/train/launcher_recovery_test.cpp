@@ -74,7 +74,7 @@ TEST(launcher_environment, a_malformed_value_is_refused_naming_its_variable) {
     try {
       (void)launcher_environment::read(environment{{name, value}});
       ADD_FAILURE() << name << "=" << value << " accepted";
-    } catch (const config_error& e) {
+    } catch (const environment_error& e) {  // a config_error a program can answer as a bad argument
       const std::string what = e.what();
       EXPECT_TRUE(what.find(name + ": '" + value + "'") != std::string::npos ||
                   what.find(name + " is '" + value + "'") != std::string::npos)

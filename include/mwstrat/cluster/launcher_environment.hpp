@@ -19,7 +19,7 @@
 ///   | `MWSTRAT_JOIN_LISTEN`         | `join_listen`      | where this worker hears joiners while it is the chief    |
 ///   | `MWSTRAT_JOIN`                | `join_via`         | a joiner: the chiefs' join addresses, comma-separated    |
 ///
-/// A value that is set but malformed is a `config_error` naming the variable and what it expected.
+/// A value that is set but malformed is an `environment_error` (a `config_error`) naming the variable and what it expected.
 
 #include <mwstrat/cluster/address.hpp>
 #include <mwstrat/cluster/environment.hpp>
@@ -110,7 +110,7 @@ struct launcher_environment {
     if (const auto v = env.get("MWSTRAT_RECOVERY_TIMEOUT_MS"); v && !v->empty()) {
       const std::optional<double> ms = detail::parse_number(*v);
       if (!ms || !(*ms > 0) || *ms > max_recovery_timeout_ms) {
-        throw config_error({"cluster"}, "MWSTRAT_RECOVERY_TIMEOUT_MS: '" + *v +
+        throw environment_error({"cluster"}, "MWSTRAT_RECOVERY_TIMEOUT_MS: '" + *v +
                                             "' is not milliseconds in (0, 1000000000]");
       }
       // Through seconds, as the examples' --recovery-timeout flag is taken: the same value gives the same bound.
@@ -155,7 +155,7 @@ struct launcher_environment {
   }
 
   [[noreturn]] static void fail(const char* name, const std::string& value, const char* expected) {
-    throw config_error({"cluster"}, std::string(name) + " is '" + value + "', expected " + expected);
+    throw environment_error({"cluster"}, std::string(name) + " is '" + value + "', expected " + expected);
   }
   static std::uint64_t whole(const std::string& v, const char* name, const char* expected) {
     std::uint64_t n = 0;

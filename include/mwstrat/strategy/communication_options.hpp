@@ -84,7 +84,7 @@ struct communication_options {
 /// `options` with every field the code left unset (nullopt) filled from `env` (the file comment lists them), so
 /// that afterwards `job_token`, `transport`, `spin`, `liveness_timeout`, `topology`, `compression`,
 /// `streams_per_peer` and `encrypt` all hold values
-/// (`host_identity` only when its variable is set). Throws `config_error` (naming `rank` when given) for a variable whose value is not one of
+/// (`host_identity` only when its variable is set). Throws `environment_error` (a `config_error`, naming `rank` when given) for a variable whose value is not one of
 /// those listed.
 [[nodiscard]] inline communication_options with_environment_defaults(communication_options options,
                                                                      const environment& env,
@@ -95,7 +95,7 @@ struct communication_options {
     if (const auto v = env.get("MWSTRAT_RING_TRANSPORT")) {
       if (*v == "tcp") options.transport = ring_transport::tcp;
       else if (*v != "auto")
-        throw config_error({"strategy", rank}, "MWSTRAT_RING_TRANSPORT is '" + *v + "', expected tcp or auto");
+        throw environment_error({"strategy", rank}, "MWSTRAT_RING_TRANSPORT is '" + *v + "', expected tcp or auto");
     }
   }
   if (!options.spin) {
@@ -104,7 +104,7 @@ struct communication_options {
       long long us = -1;
       const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), us);
       if (ec != std::errc{} || end != v->data() + v->size() || us < 0 || us > 1'000'000)
-        throw config_error({"strategy", rank},
+        throw environment_error({"strategy", rank},
                            "MWSTRAT_RING_SPIN_US is '" + *v + "', expected microseconds in 0..1000000");
       options.spin = std::chrono::microseconds(us);
     }
@@ -116,7 +116,7 @@ struct communication_options {
       const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), ms);
       // Below 100 ms a heartbeat every timeout/5 would be judged by scheduling noise, not by the peer.
       if (ec != std::errc{} || end != v->data() + v->size() || (ms != 0 && ms < 100) || ms > 3'600'000)
-        throw config_error({"strategy", rank},
+        throw environment_error({"strategy", rank},
                            "MWSTRAT_RING_LIVENESS_MS is '" + *v + "', expected 0 (never judged) or milliseconds in 100..3600000");
       options.liveness_timeout = std::chrono::milliseconds(ms);
     }
@@ -127,7 +127,7 @@ struct communication_options {
       if (*v == "hierarchical") options.topology = ring_topology::hierarchical;
       else if (*v == "flat") options.topology = ring_topology::flat;
       else
-        throw config_error({"strategy", rank}, "MWSTRAT_RING_TOPOLOGY is '" + *v + "', expected flat or hierarchical");
+        throw environment_error({"strategy", rank}, "MWSTRAT_RING_TOPOLOGY is '" + *v + "', expected flat or hierarchical");
     }
   }
   if (!options.compression) {
@@ -136,7 +136,7 @@ struct communication_options {
       if (*v == "bf16") options.compression = wire_compression::bf16;
       else if (*v == "fp16") options.compression = wire_compression::fp16;
       else if (*v != "none")
-        throw config_error({"strategy", rank}, "MWSTRAT_RING_COMPRESSION is '" + *v + "', expected none, bf16 or fp16");
+        throw environment_error({"strategy", rank}, "MWSTRAT_RING_COMPRESSION is '" + *v + "', expected none, bf16 or fp16");
     }
   }
   if (!options.streams_per_peer) {
@@ -146,7 +146,7 @@ struct communication_options {
       const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), streams);
       constexpr int most = ring_max_streams_per_peer;
       if (ec != std::errc{} || end != v->data() + v->size() || streams < 1 || streams > most)
-        throw config_error({"strategy", rank}, "MWSTRAT_RING_STREAMS is '" + *v + "', expected 1.." +
+        throw environment_error({"strategy", rank}, "MWSTRAT_RING_STREAMS is '" + *v + "', expected 1.." +
                                                    std::to_string(most) + " connections");
       options.streams_per_peer = streams;
     }
@@ -156,7 +156,7 @@ struct communication_options {
     if (const auto v = env.get("MWSTRAT_RING_ENCRYPT")) {
       if (*v == "1") options.encrypt = true;
       else if (*v != "0")
-        throw config_error({"strategy", rank}, "MWSTRAT_RING_ENCRYPT is '" + *v + "', expected 1 or 0");
+        throw environment_error({"strategy", rank}, "MWSTRAT_RING_ENCRYPT is '" + *v + "', expected 1 or 0");
     }
   }
   if (!options.host_identity)
